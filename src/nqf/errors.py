@@ -1,0 +1,42 @@
+"""Exception hierarchy of nqf.
+
+Every error raised on bad input is an instance of :class:`NQFError` and of the
+matching built-in (``ValueError`` or ``TypeError``), so callers can catch
+either.  Messages name the parameter in backticks, say what was expected and
+what was found.
+"""
+
+from __future__ import annotations
+
+
+class NQFError(Exception):
+    """Base class of every error nqf raises on purpose."""
+
+
+class ShapeError(NQFError, ValueError):
+    """An array has the wrong number of dimensions or the wrong size."""
+
+
+class NonFiniteError(NQFError, ValueError):
+    """An array contains NaN or infinite entries."""
+
+
+class NormalFormError(NQFError, ValueError):
+    """A module violates an assumption of the normal form (THEORY.md section 1).
+
+    Raised when the module is not three times differentiable at zero (e.g.
+    ReLU), when its units are not interchangeable (permutation symmetry), or
+    when the zero-gradient condition is required but fails.
+    """
+
+
+class NotClosedError(NQFError, ValueError):
+    """The requested dynamics do not close on the order parameter ``M = W Wᵀ``."""
+
+
+class NonCommutingError(NQFError, ValueError):
+    """The structure matrices do not commute, so no Lotka–Volterra reduction exists."""
+
+
+class DivergenceError(NQFError, ArithmeticError):
+    """A simulation diverged (loss became non-finite or grew without bound)."""

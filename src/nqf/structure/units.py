@@ -1,0 +1,189 @@
+"""Unit layouts: which parameter slices of a PyTorch module form one unit.
+
+A module with ``m`` interchangeable units has, for each unit ``i``, a vector
+``w_i ∈ R^p`` made by concatenating (flattened, in the order given) slices of
+its parameters.  A :class:`UnitSlice` names one parameter and how unit ``i``
+sits in it: ``param.narrow(axis, offset + i * size, size)``.  Parameters not
+named in the layout are held fixed at their current values.
+
+Example: the hidden neurons of ``nn.Sequential(nn.Linear(D, m), nn.Tanh(),
+nn.Linear(m, C))`` in the order (readout, input weights)::
+
+    UnitLayout([UnitSlice("2.weight", axis=1), UnitSlice("0.weight", axis=0)])
+
+which gives ``w_i = (a_i ∈ R^C, u_i ∈ R^D)``, ``p = C + D``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import torch
+
+from .._validation import as_tensor, check_shape
+from ..errors import ShapeError
+
+__all__ = ["UnitSlice", "UnitLayout"]
+
+
+@dataclass(frozen=True)
+class UnitSlice:
+    """One parameter's share of a unit.
+
+    Parameters
+    ----------
+    param : str
+        Name of the parameter as in ``module.named_parameters()``.
+    axis : int
+        Axis along which the units are laid out.
+    size : int
+        Extent of one unit along ``axis`` (e.g. the head dimension).
+    offset : int
+        Start of unit 0 along ``axis`` (e.g. ``E`` for the key rows of a
+        packed ``in_proj_weight``).
+    """
+
+    param: str
+    axis: int = 0
+    size: int = 1
+    offset: int = 0
+
+    def block(self, tensor: torch.Tensor, unit: int) -> torch.Tensor:
+        """The block of ``tensor`` that belongs to ``unit``."""
+        return tensor.narrow(self.axis, self.offset + unit * self.size, self.size)
+
+    def indices(self, unit: int, device=None) -> torch.Tensor:
+        start = self.offset + unit * self.size
+        return torch.arange(start, start + self.size, device=device)
+
+
+class UnitLayout:
+    """The unit axis of a module: an ordered list of :class:`UnitSlice`.
+
+    Parameters
+    ----------
+    slices : sequence of UnitSlice
+        In the order their flattened blocks are concatenated into ``w_i``.
+    n_units : int, optional
+        Number of units ``m``; inferred from the first slice when omitted.
+    """
+
+    def __init__(self, slices: Sequence[UnitSlice], n_units: int | None = None):
+        if not slices:
+            raise ValueError("`slices` must name at least one parameter slice")
+        self.slices = tuple(slices)
+        self.n_units = n_units
+
+    def resolve(self, params: Mapping[str, torch.Tensor]) -> "UnitLayout":
+        """Check the layout against a module's parameters; fill in ``n_units``.
+
+        Raises
+        ------
+        KeyError, ShapeError
+            Unknown parameter name, axis out of range, or slices that do not
+            hold the same number of units.
+        """
+        counts = []
+        for s in self.slices:
+            if s.param not in params:
+                raise KeyError(f"unit slice names parameter `{s.param}`, which the module does not have; "
+                               f"its parameters are {sorted(params)}")
+            t = params[s.param]
+            if not -t.ndim <= s.axis < t.ndim:
+                raise ShapeError(f"unit slice of `{s.param}` uses axis {s.axis}; the parameter has shape "
+                                 f"{tuple(t.shape)}")
+            avail = t.shape[s.axis] - s.offset
+            if s.size <= 0 or avail < s.size:
+                raise ShapeError(f"unit slice of `{s.param}`: size {s.size} at offset {s.offset} does not fit "
+                                 f"axis {s.axis} of shape {tuple(t.shape)}")
+            counts.append(avail // s.size)
+        m = self.n_units if self.n_units is not None else counts[0]
+        for s, c in zip(self.slices, counts):
+            if c < m:
+                raise ShapeError(f"unit slice of `{s.param}` holds {c} units, the layout needs {m}")
+        return UnitLayout(self.slices, m)
+
+    def block_sizes(self, params: Mapping[str, torch.Tensor]) -> list[int]:
+        """Number of entries each slice contributes to ``w_i``."""
+        return [s.block(params[s.param], 0).numel() for s in self.slices]
+
+    def p(self, params: Mapping[str, torch.Tensor]) -> int:
+        """Unit dimension ``p``."""
+        return sum(self.block_sizes(params))
+
+    # ------------------------------------------------------------ W <-> params
+    def get_W(self, module: torch.nn.Module) -> torch.Tensor:
+        """Read the unit weights of ``module`` as ``W`` of shape ``(p, m)``."""
+        params = dict(module.named_parameters())
+        lay = self.resolve(params)
+        cols = []
+        for i in range(lay.n_units):
+            cols.append(torch.cat([s.block(params[s.param].detach(), i).reshape(-1) for s in lay.slices]))
+        return torch.stack(cols, dim=1)
+
+    def set_W(self, module: torch.nn.Module, W) -> None:
+        """Write ``W`` of shape ``(p, m)`` into the unit parameters of ``module`` (in place)."""
+        params = dict(module.named_parameters())
+        lay = self.resolve(params)
+        sizes = lay.block_sizes(params)
+        p = sum(sizes)
+        ref = params[lay.slices[0].param]
+        W = as_tensor("W", W, ndim=2, dtype=ref.dtype, device=ref.device)
+        check_shape("W", W, (p, lay.n_units))
+        with torch.no_grad():
+            for i in range(lay.n_units):
+                start = 0
+                for s, k in zip(lay.slices, sizes):
+                    blk = s.block(params[s.param], i)
+                    blk.copy_(W[start:start + k, i].reshape(blk.shape))
+                    start += k
+
+    def zero_units(self, params: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Copies of the named parameters with every unit block set to zero."""
+        lay = self.resolve(params)
+        out = {}
+        for name in {s.param for s in lay.slices}:
+            t = params[name].detach().clone()
+            for s in lay.slices:
+                if s.param != name:
+                    continue
+                t.index_fill_(s.axis % t.ndim, torch.cat([s.indices(i, t.device) for i in range(lay.n_units)]), 0.0)
+            out[name] = t
+        return out
+
+    def place(self, base: Mapping[str, torch.Tensor], units: Mapping[int, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Functional (autodiff- and vmap-safe) insertion of unit vectors.
+
+        Parameters
+        ----------
+        base : mapping name → tensor
+            Parameters with zero unit blocks (from :meth:`zero_units`).
+        units : mapping unit index → tensor of shape (p,)
+
+        Returns
+        -------
+        dict name → tensor, ``base`` with ``w_i`` added into unit ``i``'s blocks.
+        """
+        sizes = [s.block(base[s.param], 0).numel() for s in self.slices]
+        out = dict(base)
+        for i, w in units.items():
+            start = 0
+            for s, k in zip(self.slices, sizes):
+                t = out[s.param]
+                shape = list(t.shape)
+                shape[s.axis % t.ndim] = s.size
+                piece = w[start:start + k].reshape(shape)
+                out[s.param] = t.index_add(s.axis % t.ndim, s.indices(i, t.device), piece)
+                start += k
+        return out
+
+    def describe(self, params: Mapping[str, torch.Tensor]) -> str:
+        parts, start = [], 0
+        for s, k in zip(self.slices, self.block_sizes(params)):
+            parts.append(f"[{start}:{start + k}] {s.param} (axis {s.axis}, size {s.size})")
+            start += k
+        return "; ".join(parts)
+
+    def __repr__(self) -> str:
+        return f"UnitLayout({list(self.slices)!r}, n_units={self.n_units})"
