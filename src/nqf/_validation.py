@@ -62,10 +62,24 @@ def as_tensor(
             raise ShapeError(
                 f"`{name}` must have {exp} dimensions; found shape {tuple(t.shape)} ({t.ndim} dimensions)"
             )
-    if finite and t.numel() and not bool(torch.isfinite(t).all()):
+    if finite and t.numel() and not all_finite(t):
         bad = int((~torch.isfinite(t)).sum())
         raise NonFiniteError(f"`{name}` must be finite; found {bad} NaN/inf entries out of {t.numel()}")
     return t
+
+
+def all_finite(t: torch.Tensor) -> bool:
+    """True when every entry of ``t`` is finite, without an elementwise temporary for large arrays.
+
+    A sum is NaN or infinite whenever any term is, so a finite sum proves
+    finiteness; only when the sum is not finite (a non-finite entry, or an
+    overflow of huge finite entries) are the entries checked chunk by chunk.
+    """
+    if bool(torch.isfinite(t.sum())):
+        return True
+    flat = t.reshape(-1)
+    step = 1 << 22
+    return all(bool(torch.isfinite(flat[i:i + step]).all()) for i in range(0, flat.numel(), step))
 
 
 def check_shape(name: str, t: torch.Tensor, shape: Sequence[int | None]) -> None:

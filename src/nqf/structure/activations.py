@@ -102,7 +102,7 @@ def _from_callable(fn) -> Activation:
     y = fn(x)
     (d1,) = torch.autograd.grad(y, x, create_graph=True)
     (d2,) = torch.autograd.grad(d1, x, allow_unused=True) if d1.requires_grad else (None,)
-    s0, s1 = float(y), float(d1)
+    s0, s1 = float(y.detach()), float(d1.detach())
     s2 = 0.0 if d2 is None else float(d2)
     # smoothness: one-sided slopes of σ' must agree (a kink gives a jump)
     h = 1e-4

@@ -402,6 +402,7 @@ class OneHotKronKernel(BilinearKernel):
             raise ShapeError(f"`F` must have shape (N, q, d); found {tuple(F.shape)}")
         self.F = F
         self.n_samples, self.q, self.d = F.shape
+        self._F2 = F.reshape(self.n_samples, self.q * self.d)
         self.n_outputs = int(n_outputs)
         self.scale = float(scale)
         self.append_one = bool(append_one)
@@ -411,13 +412,14 @@ class OneHotKronKernel(BilinearKernel):
 
     def forward(self, B):
         B = B.reshape(self.n_outputs, self.q, self.p2)
-        out = torch.einsum("cqj,nqj->nc", B[..., : self.d], self.F)
+        # plain matmuls on the (N, q·d) view: no copy of F (einsum may permute it)
+        out = self._F2 @ B[..., : self.d].reshape(self.n_outputs, self.q * self.d).T
         if self.append_one:
             out = out + B[..., self.d].sum(1)[None, :]
         return self.scale * out
 
     def adjoint(self, R):
-        out = torch.einsum("nc,nqj->cqj", R, self.F)
+        out = (R.T @ self._F2).reshape(self.n_outputs, self.q, self.d)
         if self.append_one:
             ones = R.sum(0)[:, None, None].expand(self.n_outputs, self.q, 1)
             out = torch.cat([out, ones], dim=-1)
