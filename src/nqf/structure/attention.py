@@ -210,7 +210,7 @@ class HeadValueKernel(BilinearKernel):
         C, q, d, N = self.n_outputs, self.q, self.d, self.n_samples
         eC = torch.eye(C, dtype=self.dtype, device=self.device)
         eq = torch.eye(q, dtype=self.dtype, device=self.device)
-        Kv = torch.einsum("ce,ij,nk->neijk", eC, eq, self.xbar).reshape(N, C, C * q, q * d)
+        Kv = torch.einsum("ce,ij,nk->nceijk", eC, eq, self.xbar).reshape(N, C, C * q, q * d)
         if not self.bias:
             return Kv
         Kb = torch.einsum("ce,ij->ceij", eC, eq).reshape(1, C, C * q, q).expand(N, C, C * q, q)

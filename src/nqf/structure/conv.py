@@ -64,7 +64,7 @@ def _int_tuple(name: str, value, n: int, minimum: int) -> tuple[int, ...]:
     vals = (value,) * n if not isinstance(value, (tuple, list)) else tuple(value)
     ok = len(vals) == n and all(not isinstance(v, bool) and isinstance(v, int) and v >= minimum for v in vals)
     if not ok:
-        what = "an int" if n == 1 else f"an int or a pair of ints"
+        what = "an int" if n == 1 else "an int or a pair of ints"
         raise ValueError(f"`{name}` must be {what}, each ≥ {minimum}; found {value!r}")
     return vals
 

@@ -1,0 +1,293 @@
+r"""Power-law fit of a loss curve, ``L(t) − L_∞ ≈ c · t^{−α}``, with a bootstrap interval.
+
+Method
+------
+Points inside the window are bin-averaged in log time (``n_bins`` cells
+uniform in ``ln t``, the mean of ``ln(L − L_∞)`` per cell), so every decade of
+time weighs the same whatever the sampling (GD curves are dense at late times);
+then ordinary least squares of ``ln(L − L_∞)`` on ``ln t`` gives ``−α`` and
+``ln c``.  With ``L_inf="fit"``, ``L_∞ ∈ [0, min L)`` is chosen by minimising
+the residual sum of squares (profile least squares).
+
+Confidence interval: percentile bootstrap over the binned points
+(``bootstrap="pairs"``, default: resample the ``(ln t, ln L)`` cells with
+replacement and refit, including ``L_∞`` when fitted).  Pairs resampling is
+valid when the noise varies along the curve (heteroscedastic) or the model is
+slightly misspecified; ``bootstrap="residuals"`` (refit on
+fitted + resampled residuals) is tighter when the noise in ``ln L`` is
+exchangeable, as for i.i.d. multiplicative noise.  Noise correlated over many
+cells (e.g. SGD fluctuations slower than a cell) makes both intervals too
+narrow: widen the cells (fewer ``n_bins``) until neighbouring residuals are
+uncorrelated.
+
+Automatic window (``window=None``)
+----------------------------------
+On the smoothed log-time curve of the excess ``E = L − L_∞``:
+
+1. **start** — the end of the first plateau: the first time the smoothed excess
+   has fallen below ``start_fraction`` (default ½) of its initial value;
+2. **end** — the earliest of (i) the noise floor: the first later time where the
+   smoothed excess falls below ``floor_sigmas`` (default 3) times the noise
+   amplitude ``σ·L`` (``σ`` the robust per-point scatter of ``ln L`` about the
+   smoothed curve), (ii) the end of the power-law regime: the first later time
+   where the local log–log slope exceeds ``max_slope_ratio`` (default 3) times
+   its median so far (an exponential tail once the modes are exhausted),
+   (iii) the last point;
+3. the window is then trimmed by ``margin`` (default 10 %) of its length in
+   ``ln t`` at both ends.
+
+With ``L_inf="fit"`` the window is chosen with ``L_∞ = 0``, ``L_∞`` fitted, and
+the window chosen again with that ``L_∞`` (one refinement).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import minimize_scalar
+
+from ..errors import ShapeError
+from ._curves import as_curve, log_grid
+
+__all__ = ["PowerLawFit", "fit_power_law", "auto_window"]
+
+
+@dataclass
+class PowerLawFit:
+    """Result of :func:`fit_power_law` (``L(t) − L_∞ ≈ prefactor · t^{−exponent}``).
+
+    Attributes
+    ----------
+    exponent : float
+        ``α``.
+    prefactor : float
+        ``c``.
+    L_inf : float
+        ``L_∞`` used (given or fitted).
+    window : tuple of float
+        ``(t0, t1)`` fitted over.
+    ci : tuple of float
+        Bootstrap percentile interval of ``α`` at level ``ci_level``.
+    ci_level : float
+    stderr : float
+        OLS standard error of ``α`` (assumes independent residuals).
+    n_points : int
+        Points of the curve inside the window.
+    n_bins : int
+        Log-time cells used in the regression.
+    boot : ndarray, shape (n_boot,)
+        Bootstrap replicates of ``α``.
+    """
+
+    exponent: float
+    prefactor: float
+    L_inf: float
+    window: tuple
+    ci: tuple
+    ci_level: float
+    stderr: float
+    n_points: int
+    n_bins: int
+    boot: np.ndarray
+
+    def __call__(self, t) -> np.ndarray:
+        """The fitted curve ``L_∞ + c t^{−α}`` at times ``t`` (array_like, shape (T,))."""
+        t = np.asarray(t, dtype=np.float64)
+        return self.L_inf + self.prefactor * t ** (-self.exponent)
+
+
+def _bin(lt: np.ndarray, ly: np.ndarray, n_bins: int):
+    if lt.size <= n_bins:
+        return lt, ly
+    edges = np.linspace(lt[0], lt[-1], n_bins + 1)
+    idx = np.clip(np.searchsorted(edges, lt, side="right") - 1, 0, n_bins - 1)
+    cnt = np.bincount(idx, minlength=n_bins)
+    have = cnt > 0
+    bx = np.bincount(idx, weights=lt, minlength=n_bins)[have] / cnt[have]
+    by = np.bincount(idx, weights=ly, minlength=n_bins)[have] / cnt[have]
+    return bx, by
+
+
+def _ols(x, y):
+    xm, ym = x.mean(), y.mean()
+    sxx = ((x - xm) ** 2).sum()
+    slope = ((x - xm) * (y - ym)).sum() / sxx
+    icpt = ym - slope * xm
+    res = y - icpt - slope * x
+    return slope, icpt, res, sxx
+
+
+def _fit_once(lt, L, L_inf, n_bins):
+    """Return (slope, intercept, residuals, sxx, L_inf, binned x) for fixed or fitted L_inf."""
+    if L_inf == "fit":
+        Lmin = L.min()
+
+        def sse(u):
+            bx, by = _bin(lt, np.log(L - u * Lmin), n_bins)
+            return (_ols(bx, by)[2] ** 2).sum()
+
+        r = minimize_scalar(sse, bounds=(0.0, 1.0 - 1e-9), method="bounded", options={"xatol": 1e-10})
+        # compare with the boundary L_inf = 0 (bounded search does not evaluate the ends)
+        u = r.x if sse(r.x) <= sse(0.0) else 0.0
+        linf = u * Lmin
+    else:
+        linf = float(L_inf)
+    bx, by = _bin(lt, np.log(L - linf), n_bins)
+    slope, icpt, res, sxx = _ols(bx, by)
+    return slope, icpt, res, sxx, linf, bx, by
+
+
+def auto_window(t, loss, L_inf: float = 0.0, *, start_fraction: float = 0.5, floor_sigmas: float = 3.0,
+                max_slope_ratio: float = 3.0, margin: float = 0.1, n_grid: int = 400,
+                smooth: float | None = None) -> tuple[float, float]:
+    """The automatic power-law window of a loss curve (see the module docstring).
+
+    Parameters
+    ----------
+    t, loss : array_like, shape (T,)
+    L_inf : float
+        Final loss subtracted (``loss > L_inf`` required).
+    start_fraction, floor_sigmas, max_slope_ratio, margin : float
+        Rules 1–3 of the module docstring.
+    n_grid : int
+        Cells of the log-time grid.
+    smooth : float, optional
+        Gaussian smoothing in ``ln t`` (default 3 cells).
+
+    Returns
+    -------
+    (t0, t1) : tuple of float
+    """
+    t, loss = as_curve(t, loss, min_points=4)
+    E = loss - L_inf
+    if np.any(E <= 0):
+        raise ValueError(f"`loss` must exceed `L_inf` = {L_inf:g} for a power-law window; found min loss "
+                         f"{loss.min():.3g}")
+    ly = np.log(E)
+    x, _ = log_grid(t, ly, n_grid, 0.0)
+    dx = x[1] - x[0]
+    smooth = 3 * dx if smooth is None else smooth
+    x, ys = log_grid(t, ly, n_grid, smooth)
+    resid = np.log(loss) - np.interp(np.log(t), x, np.log(np.exp(ys) + L_inf))
+    sigma = 1.4826 * np.median(np.abs(resid - np.median(resid)))
+    below = np.nonzero(ys <= ys[0] + np.log(start_fraction))[0]
+    if below.size == 0:
+        raise ValueError(f"no power-law window: the loss never falls below {start_fraction:g} × its initial "
+                         f"excess (still on the first plateau?) — pass `window=(t0, t1)`")
+    i0 = int(below[0])
+    i1 = n_grid - 1
+    if sigma > 0:
+        Ls = np.exp(ys) + L_inf
+        fl = np.nonzero(np.exp(ys[i0:]) < floor_sigmas * sigma * Ls[i0:])[0]
+        if fl.size:
+            i1 = min(i1, i0 + int(fl[0]))
+    D = -np.gradient(ys, dx)
+    for j in range(i0 + 1, i1 + 1):
+        med = np.median(D[i0:j])
+        if med > 0 and D[j] > max_slope_ratio * med:
+            i1 = j
+            break
+    if i1 - i0 < 4:
+        raise ValueError("no power-law window: the decay between the first plateau and the noise floor / "
+                         "exponential tail spans fewer than 4 log-time cells — pass `window=(t0, t1)`")
+    a, b = x[i0], x[i1]
+    a, b = a + margin * (b - a), b - margin * (b - a)
+    return float(np.exp(a)), float(np.exp(b))
+
+
+def fit_power_law(t, loss, window=None, L_inf="zero", *, n_boot: int = 500, seed: int | None = 0,
+                  ci: float = 0.95, n_bins: int = 60, bootstrap: str = "pairs") -> PowerLawFit:
+    r"""Fit ``L(t) − L_∞ = c t^{−α}`` over a window, with a bootstrap confidence interval.
+
+    Times are training times ``t = η · steps`` (positive); ``L = (1/N) Σ ℓ``.
+    See the module docstring for the regression, the bootstrap and the
+    automatic window.
+
+    Parameters
+    ----------
+    t, loss : array_like, shape (T,)
+        Strictly increasing positive times and finite losses.
+    window : (t0, t1) or None
+        Fit window (inclusive); ``None`` for the automatic window.
+    L_inf : float, 0, "zero" or "fit"
+        Final loss: a number (``0``/``"zero"`` for none) or ``"fit"``.
+    n_boot : int
+        Bootstrap replicates (≥ 0; 0 skips the interval).
+    seed : int or None
+        Seed of the bootstrap generator.
+    ci : float
+        Interval level in (0, 1).
+    n_bins : int
+        Log-time cells of the regression (≥ 3).
+    bootstrap : {"pairs", "residuals"}
+
+    Returns
+    -------
+    PowerLawFit
+    """
+    t, loss = as_curve(t, loss, min_points=3)
+    if bootstrap not in ("pairs", "residuals"):
+        raise ValueError(f"`bootstrap` must be 'pairs' or 'residuals'; found {bootstrap!r}")
+    if not (0 < ci < 1):
+        raise ValueError(f"`ci` must lie in (0, 1); found {ci!r}")
+    if int(n_boot) != n_boot or n_boot < 0:
+        raise ValueError(f"`n_boot` must be a non-negative integer; found {n_boot!r}")
+    if int(n_bins) != n_bins or n_bins < 3:
+        raise ValueError(f"`n_bins` must be an integer ≥ 3; found {n_bins!r}")
+    if isinstance(L_inf, str):
+        if L_inf not in ("zero", "fit"):
+            raise ValueError(f"`L_inf` must be a number, 'zero' or 'fit'; found {L_inf!r}")
+        L_inf = 0.0 if L_inf == "zero" else "fit"
+    elif not np.isfinite(L_inf):
+        raise ValueError(f"`L_inf` must be finite; found {L_inf!r}")
+    if window is None:
+        w = auto_window(t, loss, 0.0 if L_inf == "fit" else float(L_inf))
+        if L_inf == "fit":
+            sel = (t >= w[0]) & (t <= w[1])
+            if sel.sum() >= 3:
+                linf0 = _fit_once(np.log(t[sel]), loss[sel], "fit", n_bins)[4]
+                try:
+                    w = auto_window(t, loss, linf0)
+                except ValueError:
+                    pass
+    else:
+        try:
+            t0, t1 = (float(v) for v in window)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"`window` must be a pair (t0, t1) of numbers; found {window!r}") from exc
+        if not (np.isfinite(t0) and np.isfinite(t1) and 0 < t0 < t1):
+            raise ValueError(f"`window` must satisfy 0 < t0 < t1; found {window!r}")
+        w = (t0, t1)
+    sel = (t >= w[0]) & (t <= w[1])
+    if sel.sum() < 3:
+        raise ShapeError(f"`window` {w} is empty or too small: it holds {int(sel.sum())} points of the curve "
+                         f"(need ≥ 3; the curve spans t ∈ [{t[0]:.3g}, {t[-1]:.3g}])")
+    lt, L = np.log(t[sel]), loss[sel]
+    if L_inf != "fit" and np.any(L <= L_inf):
+        raise ValueError(f"`loss` must exceed `L_inf` = {L_inf:g} inside the window; found min {L.min():.3g}")
+    slope, icpt, res, sxx, linf, bx, by = _fit_once(lt, L, L_inf, n_bins)
+    dof = max(bx.size - 2, 1)
+    stderr = float(np.sqrt((res ** 2).sum() / dof / sxx))
+    rng = np.random.default_rng(seed)
+    boot = np.empty(int(n_boot))
+    fitted = by - res
+    for b in range(int(n_boot)):
+        if bootstrap == "pairs":
+            while True:
+                j = rng.integers(0, bx.size, bx.size)
+                if np.ptp(bx[j]) > 0:
+                    break
+            xb, yb = bx[j], by[j]
+        else:
+            xb, yb = bx, fitted + res[rng.integers(0, res.size, res.size)]
+        if L_inf == "fit" and bootstrap == "pairs":
+            # refit L_inf on the resampled cells: map cells back to points of the window
+            yb_lin = np.exp(yb) + linf
+            boot[b] = -_fit_once(xb[np.argsort(xb)], yb_lin[np.argsort(xb)], "fit", n_bins + 1)[0]
+        else:
+            boot[b] = -_ols(xb, yb)[0]
+    lo, hi = (np.quantile(boot, [(1 - ci) / 2, (1 + ci) / 2]) if n_boot > 0 else (np.nan, np.nan))
+    return PowerLawFit(exponent=float(-slope), prefactor=float(np.exp(icpt)), L_inf=float(linf),
+                       window=(float(w[0]), float(w[1])), ci=(float(lo), float(hi)), ci_level=float(ci),
+                       stderr=stderr, n_points=int(sel.sum()), n_bins=int(bx.size), boot=boot)

@@ -1,0 +1,24 @@
+r"""Training dynamics: closed order-parameter form, weight form, gradient flow, the real network.
+
+Conventions (THEORY.md): ``L = (1/N) Σ_n ℓ(f_n, y_n)``, ``ℓ = ½ (f − y)²`` for
+MSE, ``r = ∂ℓ/∂f``, ``G = (1/N) 𝒜*(r)``, ``W ← W − η ∇_W L``, training time
+``t = η · steps``.
+
+* :func:`simulate` — GD / minibatch SGD / weight decay / heavy-ball momentum in
+  order-parameter form (``M ← (I − 2ηG) M (I − 2ηG)ᵀ``, exact) or weight form
+  (``W ← (I − 2ηG) W``), Adam in weight form; ``(M, μ)`` without the
+  zero-gradient condition; optional compression to the data subspace.
+* :func:`gradient_flow` — ``dM/dt = −2(GM + MG)`` with ``scipy.integrate.solve_ivp``.
+* :func:`train_network` — the real ``nn.Module`` with the same loss, time, data and ``W(0)``.
+* :class:`Trajectory` — the common result.
+"""
+
+from .flow import gradient_flow
+from .losses import LOSSES
+from .network import train_network
+from .simulate import FORMS, OPTIMIZERS, minibatch_indices, simulate
+from .subspace import data_subspace, project_operator
+from .trajectory import Trajectory
+
+__all__ = ["simulate", "gradient_flow", "train_network", "Trajectory", "data_subspace", "project_operator",
+           "minibatch_indices", "FORMS", "OPTIMIZERS", "LOSSES"]

@@ -1,0 +1,181 @@
+r"""Training the real network beside the NQF run (THEORY.md section 6).
+
+Same conventions as :func:`~nqf.dynamics.simulate`: ``L = (1/N) Σ_n ℓ(f_n, y_n)``
+(MSE: ``ℓ = ½ Σ_c (f_c − y_c)²``), ``W ← W − η ∇_W L``, time ``t = η · step``,
+the same minibatches for the same seed (:func:`~nqf.dynamics.simulate.minibatch_indices`),
+weight decay ``(λ/2)‖W‖²`` and heavy-ball momentum in the ``torch.optim.SGD``
+convention.
+
+Only the units are trained: the unit weights ``W`` (p × m) are the one leaf
+tensor; they are scattered into the module's parameters with fixed index
+maps and the forward pass runs through :func:`torch.func.functional_call`,
+so every parameter entry that is not part of a unit (other layers, biases
+outside the unit layout, fixed attention values) stays at its value in
+``module``.  Gradients come from plain ``torch.autograd``; the update is
+applied by hand.  After the run the final ``W`` is written into ``module``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.func import functional_call
+
+from .._validation import as_tensor, check_shape
+from ..structure.units import UnitLayout
+from .losses import check_loss, loss_value, prepare_targets, residual  # noqa: F401
+from .simulate import check_run_args, minibatch_indices
+from .trajectory import DIVERGED, FINISHED, Trajectory
+
+__all__ = ["train_network", "UnitScatter"]
+
+
+class UnitScatter:
+    """Differentiable map ``W (p × m) → {name: parameter}`` for a module's unit layout.
+
+    Built once (index maps into the flattened parameters), then each call is one
+    ``index_put`` per parameter — no Python loop over units.
+    """
+
+    def __init__(self, module: torch.nn.Module, units: UnitLayout):
+        params = dict(module.named_parameters())
+        self.layout = units.resolve(params)
+        sizes = self.layout.block_sizes(params)
+        self.p, self.m = sum(sizes), self.layout.n_units
+        self.base = {k: v.detach() for k, v in params.items()}
+        self.rows = {}  # name -> (list of W-row index tensors, list of flat index tensors)
+        start = 0
+        for s, k in zip(self.layout.slices, sizes):
+            t = self.base[s.param]
+            flat = torch.arange(t.numel(), device=t.device).reshape(t.shape)
+            idx = torch.stack([s.block(flat, i).reshape(-1) for i in range(self.m)], 1)  # (k, m)
+            w_rows = torch.arange(start, start + k, device=t.device)
+            self.rows.setdefault(s.param, ([], []))
+            self.rows[s.param][0].append(w_rows)
+            self.rows[s.param][1].append(idx)
+            start += k
+        self.rows = {n: (torch.cat(a), torch.cat(b, 0)) for n, (a, b) in self.rows.items()}
+
+    def __call__(self, W: torch.Tensor) -> dict:
+        out = dict(self.base)
+        for name, (w_rows, idx) in self.rows.items():
+            t = self.base[name]
+            flat = t.reshape(-1).index_put((idx.reshape(-1),), W[w_rows].reshape(-1))
+            out[name] = flat.reshape(t.shape)
+        return out
+
+
+def train_network(module: torch.nn.Module, units: UnitLayout, X, y, *, W0, lr: float, steps: int,
+                  loss: str = "mse", output=None, optimizer: str = "gd", batch_size: int | None = None,
+                  weight_decay: float = 0.0, momentum: float = 0.0, seed: int = 0,
+                  save_every: int | None = None, adam_betas=(0.9, 0.999), adam_eps: float = 1e-8,
+                  divergence_threshold: float = 1e8, save_W: bool = True, save_M: bool = True) -> Trajectory:
+    r"""Train the units of a real ``nn.Module`` with the NQF conventions.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The network (e.g. :class:`nqf.networks.TwoLayerMLP`); its non-unit
+        parameters are held fixed.  Its final unit weights are written back.
+    units : UnitLayout
+        The unit axis (``module.units`` for nqf networks), ``p`` and ``m``.
+    X : torch.Tensor, shape (N, ...)
+        Inputs (on the module's device).
+    y : array_like, shape (N,) or (N, C)
+        Targets, as for :func:`~nqf.dynamics.simulate`.
+    W0 : array_like, shape (p, m)
+        Initial unit weights, written with the layout so that ``M(0) = W0 W0ᵀ``
+        matches an NQF run started from the same ``W0``/``M0``.
+    lr, steps, loss, optimizer, batch_size, weight_decay, momentum, seed, save_every,
+    adam_betas, adam_eps, divergence_threshold
+        As in :func:`~nqf.dynamics.simulate`.
+    output : callable, optional
+        Maps the module's raw output to the ``(N, C)`` (or ``(N,)``) predictions
+        (e.g. pick one token); default: the output itself, a trailing axis of
+        size 1 squeezed for a single target.
+
+    Returns
+    -------
+    Trajectory
+        ``t``, ``step``, full-data ``loss``, ``W`` (K, p, m) and ``M = W Wᵀ``
+        (K, p, p); ``info["f0"]`` holds the network output at ``W = 0`` (N, C).
+    """
+    check_loss(loss)
+    N = int(X.shape[0])
+    lr, steps, batch_size, save_every = check_run_args(lr, steps, optimizer, batch_size, momentum,
+                                                       weight_decay, N, save_every)
+    scatter = UnitScatter(module, units)
+    ref = next(iter(scatter.base.values()))
+    dt, dev = ref.dtype, ref.device
+    W = as_tensor("W0", W0, ndim=2, dtype=dt, device=dev)
+    check_shape("W0", W, (scatter.p, scatter.m))
+
+    def predict(Wt, xb):
+        out = functional_call(module, scatter(Wt), (xb,))
+        if output is not None:
+            out = output(out)
+        return out.reshape(out.shape[0], -1)
+
+    with torch.no_grad():
+        f0 = predict(torch.zeros_like(W), X)
+    C = f0.shape[1]
+    yt = prepare_targets(y, loss, N, C, dt, dev)
+    V = torch.zeros_like(W) if momentum else None
+    if optimizer == "adam":
+        m1, m2 = torch.zeros_like(W), torch.zeros_like(W)
+    rec = dict(step=[], loss=[], W=[], M=[])
+    status, message, limit = FINISHED, f"finished {steps} steps", None
+    batches = minibatch_indices(N, batch_size, steps, seed)
+    for k in range(steps + 1):
+        last = k == steps
+        idx = None if last else next(batches)
+        Wl = W.detach().requires_grad_(True)
+        xb, yb = (X, yt) if idx is None else (X[idx.to(X.device)], yt[idx.to(dev)])
+        f = predict(Wl, xb)
+        Lb = loss_value(f, yb, loss)
+        want_save = last or k % save_every == 0
+        if idx is None:
+            Lfull = float(Lb)
+        elif want_save or limit is None:
+            with torch.no_grad():
+                Lfull = float(loss_value(predict(W, X), yt, loss))
+        if limit is None:
+            limit = divergence_threshold * max(Lfull, torch.finfo(dt).tiny)
+        if not math.isfinite(float(Lb)) or float(Lb) > limit:
+            status = DIVERGED
+            message = (f"diverged at step {k} (t = {k * lr:g}): loss {float(Lb):.4g} is not finite or exceeds "
+                       f"`divergence_threshold` × L(0) = {limit:.4g}; states saved before it are kept. "
+                       f"Lower `lr`.")
+            break
+        if want_save:
+            rec["step"].append(k)
+            rec["loss"].append(Lfull)
+            if save_W:
+                rec["W"].append(W.detach().clone())
+            if save_M:
+                rec["M"].append(W.detach() @ W.detach().T)
+        if last:
+            break
+        (g,) = torch.autograd.grad(Lb, Wl)
+        with torch.no_grad():
+            if weight_decay:
+                g = g + weight_decay * W
+            if optimizer == "adam":
+                b1, b2 = adam_betas
+                m1.mul_(b1).add_(g, alpha=1 - b1)
+                m2.mul_(b2).addcmul_(g, g, value=1 - b2)
+                W = W - lr * (m1 / (1 - b1 ** (k + 1))) / ((m2 / (1 - b2 ** (k + 1))).sqrt() + adam_eps)
+            elif momentum:
+                V = momentum * V + g
+                W = W - lr * V
+            else:
+                W = W - lr * g
+    units.set_W(module, W.detach())
+    step = torch.tensor(rec["step"], dtype=torch.long)
+    return Trajectory(t=step.to(dtype=dt, device=dev) * lr, loss=torch.tensor(rec["loss"], dtype=dt, device=dev),
+                      step=step, M=torch.stack(rec["M"]) if rec["M"] else None,
+                      W=torch.stack(rec["W"]) if rec["W"] else None, status=status, message=message,
+                      info=dict(form="network", optimizer=optimizer, lr=lr, steps=steps, batch_size=batch_size,
+                                weight_decay=weight_decay, momentum=momentum, loss=loss, seed=seed,
+                                save_every=save_every, width=scatter.m, f0=f0))

@@ -1,0 +1,491 @@
+r"""Discrete training dynamics in weight form and in closed order-parameter form (THEORY.md section 3).
+
+Conventions: ``L = (1/N) Σ_n ℓ(f_n, y_n)`` (a minibatch uses its own mean),
+``r = ∂ℓ/∂f``, ``G = (1/N) 𝒜*(r)``; a step is ``W ← W − η ∇_W L``; training
+time ``t = η · step``.
+
+Zero-gradient condition (ZGZ): ``∇_{w_i} L = 2 G w_i``.  Weight decay λ adds
+``(λ/2) ‖W‖_F² = (λ/2) Tr M`` to the loss (coupled L2, as ``torch.optim.SGD``'s
+``weight_decay``), whose gradient ``λ W`` turns ``2G`` into ``S = 2G + λI``,
+i.e. ``G → G + (λ/2) I``.  One step is then
+
+* weights: ``W ← T W`` with ``T = I − ηS``;
+* order parameter, exactly: ``M ← T M Tᵀ``.
+
+Without ZGZ (``op.linear``/``op.cross`` present) ``∂f/∂w_i = b + 2Bμ + 2(A − B)w_i``,
+so ``∇_{w_i} L = S w_i + h`` with ``G`` built from ``A − B`` and
+``h = (1/N) Σ_{n,c} r_{n,c} (b_{n,c} + 2 B_{n,c} μ)``; the step
+``w_i ← T w_i − ηh`` closes on ``(M, μ)``:
+``M ← T M Tᵀ − η (Tμ hᵀ + h μᵀTᵀ) + η² m h hᵀ``, ``μ ← Tμ − η m h`` — the
+width ``m`` enters.
+
+Heavy-ball momentum β (``torch.optim.SGD`` convention): ``V ← βV + ∇_W L``,
+``W ← W − ηV``.  With ``P = W Vᵀ``, ``Q = V Vᵀ``, ``ν = V 1`` it closes on
+``(M, P, Q, μ, ν)``:
+
+    w_i' = T w_i + c_i,   c_i = −ηβ v_i − ηh,   T = I − ηS
+    M' = TMTᵀ − ηβ(TP + PᵀTᵀ) − η(Tμhᵀ + hμᵀTᵀ) + η²β²Q + η²β(νhᵀ + hνᵀ) + η²m hhᵀ
+    P' = βTP + TMS − ηβ²Q − ηβPᵀS + (Tμ − ηβν)hᵀ − ηh(βν + Sμ + mh)ᵀ
+    Q' = β²Q + β(SP + PᵀS) + SMS + β(νhᵀ + hνᵀ) + (Sμhᵀ + hμᵀS) + m hhᵀ
+    μ' = Tμ − ηβν − ηmh,   ν' = βν + Sμ + mh
+
+(with ZGZ ``h = 0`` and ``μ, ν`` are not needed).  The products are kept in
+this factored form — expanding ``M' = M − η(…) + η²Q'`` loses accuracy in the
+directions where ``M`` is small.
+
+Adam rescales each coordinate of ``W`` by its own running second moment; that
+map is not a function of ``M`` (it is not even rotation-equivariant), so it
+runs only in weight form.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .._validation import as_tensor, check_shape, tolerance
+from ..errors import NotClosedError, ShapeError
+from ..structure.operator import StructureOperator
+from .losses import check_loss, loss_value, prepare_targets, residual
+from .subspace import data_subspace, project_operator
+from .trajectory import DIVERGED, FINISHED, Trajectory
+
+__all__ = ["simulate", "minibatch_indices", "FORMS", "OPTIMIZERS"]
+
+FORMS = ("order_parameter", "weights")
+OPTIMIZERS = ("gd", "sgd", "adam")
+
+
+# --------------------------------------------------------------------------- helpers shared with train_network
+def minibatch_indices(n_samples: int, batch_size: int | None, steps: int, seed: int = 0):
+    """The minibatches of a run: a fresh random permutation per epoch, consecutive chunks of it.
+
+    The same ``(n_samples, batch_size, steps, seed)`` gives the same batches in
+    :func:`simulate` (either form) and in :func:`~nqf.dynamics.train_network`.
+    An epoch's last incomplete chunk is dropped (each batch has exactly
+    ``batch_size`` samples).
+
+    Yields
+    ------
+    torch.Tensor of int64, shape (batch_size,) (CPU), or ``None`` for full batch.
+    """
+    if batch_size is None:
+        for _ in range(steps):
+            yield None
+        return
+    gen = torch.Generator(device="cpu").manual_seed(int(seed))
+    perm, pos = torch.randperm(n_samples, generator=gen), 0
+    for _ in range(steps):
+        if pos + batch_size > n_samples:
+            perm, pos = torch.randperm(n_samples, generator=gen), 0
+        yield perm[pos:pos + batch_size]
+        pos += batch_size
+
+
+def check_run_args(lr, steps, optimizer, batch_size, momentum, weight_decay, n_samples, save_every):
+    """Validate the optimisation settings; returns ``(lr, steps, batch_size, save_every)``."""
+    if not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0:
+        raise ValueError(f"`lr` must be a positive finite number; found {lr!r}")
+    if int(steps) != steps or steps < 0:
+        raise ValueError(f"`steps` must be a non-negative integer; found {steps!r}")
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"`optimizer` must be one of {OPTIMIZERS}; found {optimizer!r}")
+    if optimizer == "gd" and batch_size is not None:
+        raise ValueError("`batch_size` must be None for `optimizer`='gd' (full batch); use 'sgd' for minibatches")
+    if optimizer == "sgd" and batch_size is None:
+        raise ValueError("`optimizer`='sgd' needs `batch_size` (minibatch size)")
+    if batch_size is not None and (int(batch_size) != batch_size or not 1 <= batch_size <= n_samples):
+        raise ValueError(f"`batch_size` must be an integer in [1, {n_samples}]; found {batch_size!r}")
+    if not 0.0 <= momentum < 1.0:
+        raise ValueError(f"`momentum` must lie in [0, 1); found {momentum!r}")
+    if optimizer == "adam" and momentum != 0.0:
+        raise ValueError("`momentum` is for 'gd'/'sgd'; Adam has its own `adam_betas`")
+    if not (math.isfinite(weight_decay) and weight_decay >= 0.0):
+        raise ValueError(f"`weight_decay` must be a non-negative finite number; found {weight_decay!r}")
+    steps = int(steps)
+    if save_every is None:
+        save_every = max(1, steps // 1000)
+    if int(save_every) != save_every or save_every < 1:
+        raise ValueError(f"`save_every` must be a positive integer; found {save_every!r}")
+    return float(lr), steps, None if batch_size is None else int(batch_size), int(save_every)
+
+
+def check_psd(name: str, M: torch.Tensor) -> torch.Tensor:
+    """Raise unless ``M`` is symmetric positive semidefinite (to round-off); return its symmetric part."""
+    scale = float(M.abs().max()) if M.numel() else 0.0
+    tol = tolerance(M.dtype) * max(scale, torch.finfo(M.dtype).tiny)
+    asym = float((M - M.T).abs().max()) if M.numel() else 0.0
+    if asym > tol:
+        raise ValueError(f"`{name}` must be symmetric; found max |M − Mᵀ| = {asym:.3e} (max |M| = {scale:.3e})")
+    M = 0.5 * (M + M.T)
+    lam = float(torch.linalg.eigvalsh(M).min()) if M.numel() else 0.0
+    if lam < -tol * max(M.shape[0], 1):
+        raise ValueError(f"`{name}` must be positive semidefinite (an order parameter W Wᵀ); found smallest "
+                         f"eigenvalue {lam:.3e}")
+    return M
+
+
+def _fwd(op: StructureOperator, M, mu):
+    """Normal-form predictions ``(N, C)`` without re-validation (hot loop)."""
+    f = op.offset + op._forward(M)
+    if op.linear is not None:
+        f = f + op.linear @ mu
+    if op.cross is not None:
+        f = f + op.cross._forward(torch.outer(mu, mu) - M)
+    return f
+
+
+def _grad(op: StructureOperator, r, mu, nb):
+    """``(G, h)``: ``G = (1/N) 𝒜_{A−B}*(r)``, ``h = (1/N) Σ r (b + 2Bμ)`` (``None`` with ZGZ)."""
+    G = op._adjoint(r) / nb
+    h = None
+    if op.cross is not None:
+        Gb = op.cross._adjoint(r) / nb
+        G = G - Gb
+        h = 2.0 * Gb @ mu
+    if op.linear is not None:
+        hb = torch.einsum("nc,ncp->p", r, op.linear) / nb
+        h = hb if h is None else h + hb
+    return G, h
+
+
+# --------------------------------------------------------------------------- entry point
+def simulate(op: StructureOperator, y, *, M0=None, W0=None, lr: float, steps: int,
+             form: str = "order_parameter", optimizer: str = "gd", batch_size: int | None = None,
+             weight_decay: float = 0.0, momentum: float = 0.0, loss: str = "mse", seed: int = 0,
+             save_every: int | None = None, compress: bool = False, adam_betas=(0.9, 0.999),
+             adam_eps: float = 1e-8, divergence_threshold: float = 1e8, on_divergence: str = "stop",
+             save_M: bool = True, save_W: bool = True) -> Trajectory:
+    r"""Simulate training of the NQF model ``f = f(0) + Tr[M A]`` (normal form) by GD/SGD/momentum/Adam.
+
+    Conventions: ``L = (1/N) Σ_n ℓ(f_n, y_n)``, ``ℓ = ½ Σ_c (f_c − y_c)²`` for
+    MSE, ``r = ∂ℓ/∂f``, ``W ← W − η ∇_W L``, time ``t = η · step``; the update
+    equations are in the module docstring (``G = (1/N) 𝒜*(r)``,
+    ``W ← (I − 2ηG)W``, ``M ← (I − 2ηG) M (I − 2ηG)ᵀ``).
+
+    Parameters
+    ----------
+    op : StructureOperator
+        The structure operator (``p``, ``N`` samples, ``C`` outputs).
+    y : array_like, shape (N,) or (N, C)
+        Targets (see :mod:`nqf.dynamics.losses` for the label conventions).
+    M0 : array_like, shape (p, p), optional
+        Initial order parameter (symmetric PSD).  Order-parameter form only,
+        and only with ZGZ (otherwise ``μ`` and the width are needed: pass ``W0``).
+    W0 : array_like, shape (p, m), optional
+        Initial unit weights of any width ``m``; ``M(0) = W0 W0ᵀ``.  Exactly one
+        of ``M0``/``W0`` must be given: a ``p × p`` array is never guessed to be one or the other.
+    lr : float
+        Step size ``η``.
+    steps : int
+        Number of steps.
+    form : {"order_parameter", "weights"}
+    optimizer : {"gd", "sgd", "adam"}
+        ``"gd"`` full batch, ``"sgd"`` minibatches of ``batch_size`` (same
+        batches in both forms for a given ``seed``, see :func:`minibatch_indices`),
+        ``"adam"`` (weight form only; full batch unless ``batch_size`` is given).
+    batch_size : int, optional
+    weight_decay : float
+        λ: adds ``(λ/2)‖W‖²`` to the loss (``G → G + λ/2 I``).
+    momentum : float
+        Heavy-ball β in ``[0, 1)`` for ``"gd"``/``"sgd"``.
+    loss : {"mse", "logistic", "cross_entropy"}
+    seed : int
+        Seed of the minibatch sampler.
+    save_every : int, optional
+        Save every this many steps (default ``max(1, steps // 1000)``); step 0
+        and the last step are always saved.
+    compress : bool
+        Simulate on the ``r × r`` data-subspace block (ZGZ only; see
+        :mod:`nqf.dynamics.subspace`); the saved ``M``/``W`` are mapped back
+        exactly to the full ``p``-dimensional space.
+    adam_betas, adam_eps
+        Adam hyper-parameters (``torch.optim.Adam`` conventions, bias-corrected).
+    divergence_threshold : float
+        The run stops when the loss is not finite or exceeds this multiple of the initial loss.
+    on_divergence : {"stop", "raise"}
+        ``"stop"``: return the trajectory so far with ``status = -1`` and a
+        message; ``"raise"``: raise :class:`~nqf.errors.DivergenceError`, whose
+        ``.trajectory`` holds the states so far.
+    save_M, save_W : bool
+        Store ``M`` (and, in weight form, ``W``) at the saved steps.
+
+    Returns
+    -------
+    Trajectory
+        ``t`` (K,), ``step`` (K,), ``loss`` (K,), ``M`` (K, p, p), ``W`` (K, p, m)
+        in weight form, ``mu`` (K, p) without ZGZ.
+
+    Raises
+    ------
+    NotClosedError
+        Adam in order-parameter form.
+    ShapeError, NonFiniteError, ValueError
+        Bad shapes, NaN targets/initial states, a non-PSD ``M0``, both or neither of ``M0``/``W0``.
+    DivergenceError
+        Only with ``on_divergence="raise"``.
+    """
+    if not isinstance(op, StructureOperator):
+        raise TypeError(f"`op` must be a StructureOperator; found {type(op).__name__}")
+    if form not in FORMS:
+        raise ValueError(f"`form` must be one of {FORMS}; found {form!r}")
+    if on_divergence not in ("stop", "raise"):
+        raise ValueError(f"`on_divergence` must be 'stop' or 'raise'; found {on_divergence!r}")
+    check_loss(loss)
+    lr, steps, batch_size, save_every = check_run_args(lr, steps, optimizer, batch_size, momentum,
+                                                       weight_decay, op.n_samples, save_every)
+    if optimizer == "adam" and form == "order_parameter":
+        raise NotClosedError(
+            "`optimizer`='adam' does not close on the order parameter M = W Wᵀ: Adam divides each coordinate "
+            "of the gradient 2GW by its own running RMS, which depends on W itself (and on the basis), not "
+            "only on W Wᵀ. Use `form`='weights' with `W0`, or a closed optimizer ('gd', 'sgd', momentum).")
+    if (M0 is None) == (W0 is None):
+        raise ValueError("exactly one of `M0` (p×p order parameter) and `W0` (p×m weights) must be given; found "
+                         + ("both" if M0 is not None else "neither"))
+    y = prepare_targets(y, loss, op.n_samples, op.n_outputs, op.dtype, op.device)
+    p = op.p
+    if W0 is not None:
+        W0 = as_tensor("W0", W0, ndim=2, dtype=op.dtype, device=op.device)
+        check_shape("W0", W0, (p, None))
+        width = W0.shape[1]
+    else:
+        if form == "weights":
+            raise ValueError("`form`='weights' needs `W0` (p×m weights); `M0` only fixes W up to a rotation")
+        if not op.satisfies_zgz:
+            raise ValueError("this operator has a linear/cross term (no zero-gradient condition): the dynamics "
+                             "close on (M, μ) and depend on the width m, so pass `W0` (p×m) instead of `M0`")
+        M0 = as_tensor("M0", M0, ndim=2, dtype=op.dtype, device=op.device)
+        check_shape("M0", M0, (p, p))
+        M0 = check_psd("M0", M0)
+        width = None
+    if divergence_threshold <= 1:
+        raise ValueError(f"`divergence_threshold` must be > 1; found {divergence_threshold!r}")
+
+    settings = dict(form=form, optimizer=optimizer, lr=lr, steps=steps, batch_size=batch_size,
+                    weight_decay=float(weight_decay), momentum=float(momentum), loss=loss, seed=seed,
+                    save_every=save_every, width=width, compressed=bool(compress), adam_betas=tuple(adam_betas),
+                    adam_eps=float(adam_eps), divergence_threshold=float(divergence_threshold),
+                    save_M=save_M, save_W=save_W)
+    if compress:
+        traj = _simulate_compressed(op, y, M0, W0, settings)
+    else:
+        traj = _run(op, y, M0, W0, settings)
+    if on_divergence == "raise":
+        traj.raise_for_status()
+    return traj
+
+
+# --------------------------------------------------------------------------- the loop
+def _run(op, y, M0, W0, s, track_transfer: bool = False, perp=None) -> Trajectory:
+    """Run the loop; with ``track_transfer`` also propagate the linear transfer map ``Φ`` (Φ(0) = I)
+    and the scalar factor ``a`` of directions with ``S = λ I`` (used by compression)."""
+    form, opt, lr, lam, beta = s["form"], s["optimizer"], s["lr"], s["weight_decay"], s["momentum"]
+    p, N, dt, dev = op.p, op.n_samples, op.dtype, op.device
+    eye = torch.eye(p, dtype=dt, device=dev)
+    zgz = op.satisfies_zgz
+    if W0 is not None:
+        W = W0.clone()
+        m = W.shape[1]
+        M = W @ W.T
+        mu = W.sum(1) if not zgz else None
+    else:
+        W, m, M, mu = None, None, M0.clone(), None
+    mom = beta != 0.0
+    if form == "weights":
+        V = torch.zeros_like(W) if mom else None
+        if opt == "adam":
+            m1, m2 = torch.zeros_like(W), torch.zeros_like(W)
+    else:
+        if mom:
+            P, Q = torch.zeros(p, p, dtype=dt, device=dev), torch.zeros(p, p, dtype=dt, device=dev)
+            nu = torch.zeros(p, dtype=dt, device=dev) if mu is not None else None
+    if track_transfer:
+        Phi, Psi = eye.clone(), torch.zeros(p, p, dtype=dt, device=dev)
+        a_sc, b_sc = 1.0, 0.0
+
+    rec = dict(step=[], loss=[], M=[], W=[], mu=[], Phi=[], a=[])
+    full_loss0 = None
+    status, message = FINISHED, f"finished {s['steps']} steps"
+
+    def save(k, L):
+        rec["step"].append(k)
+        rec["loss"].append(L)
+        if s["save_M"]:
+            rec["M"].append(M.clone())
+        if form == "weights" and s["save_W"]:
+            rec["W"].append(W.clone())
+        if mu is not None:
+            rec["mu"].append(mu.clone())
+        if track_transfer:
+            rec["Phi"].append(Phi.clone())
+            rec["a"].append(a_sc)
+
+    batches = minibatch_indices(N, s["batch_size"], s["steps"], s["seed"])
+    threshold = s["divergence_threshold"]
+    for k in range(s["steps"] + 1):
+        last = k == s["steps"]
+        idx = None if last else next(batches)
+        if idx is None:
+            ob, yb, nb = op, y, N
+        else:
+            idx = idx.to(dev)
+            ob, yb, nb = op.take(idx), y[idx], idx.numel()
+        f = _fwd(ob, M, mu)
+        Lb = loss_value(f, yb, s["loss"])
+        if idx is None:
+            Lfull = Lb
+        elif last or k % s["save_every"] == 0:
+            Lfull = loss_value(_fwd(op, M, mu), y, s["loss"])
+        else:
+            Lfull = None
+        if full_loss0 is None:
+            full_loss0 = float(Lfull)
+            limit = threshold * max(full_loss0, torch.finfo(dt).tiny)
+        Lcheck = float(Lb)
+        if not math.isfinite(Lcheck) or Lcheck > limit or not bool(torch.isfinite(M).all()):
+            status = DIVERGED
+            message = (f"diverged at step {k} (t = {k * lr:g}): loss {Lcheck:.4g} is not finite or exceeds "
+                       f"`divergence_threshold` × L(0) = {limit:.4g}; the {len(rec['step'])} states saved "
+                       f"before it are kept. Lower `lr` (η = {lr:g}); for MSE GD is stable while "
+                       f"η·‖2G‖ stays below 2.")
+            break
+        if last or k % s["save_every"] == 0:
+            save(k, float(Lfull))
+        if last:
+            break
+        r = residual(f, yb, s["loss"])
+        G, h = _grad(ob, r, mu, nb)
+        S = 2.0 * G
+        if lam:
+            S = S + lam * eye
+        if form == "weights":
+            g = S @ W
+            if h is not None:
+                g = g + h[:, None]
+            if opt == "adam":
+                b1, b2 = s["adam_betas"]
+                m1.mul_(b1).add_(g, alpha=1 - b1)
+                m2.mul_(b2).addcmul_(g, g, value=1 - b2)
+                mhat = m1 / (1 - b1 ** (k + 1))
+                vhat = m2 / (1 - b2 ** (k + 1))
+                W = W - lr * mhat / (vhat.sqrt() + s["adam_eps"])
+            elif mom:
+                V = beta * V + g
+                W = W - lr * V
+            else:
+                W = W - lr * g
+            M = W @ W.T
+            if mu is not None:
+                mu = W.sum(1)
+        elif mom:
+            # W' = T W − ηβ V − η h 1ᵀ with T = I − ηS, V' = βV + S W + h 1ᵀ (products kept factored for accuracy)
+            T = eye - lr * S
+            TP = T @ P
+            Qn = beta * beta * Q + beta * (S @ P + P.T @ S) + S @ M @ S
+            Pn = beta * TP + T @ M @ S - (lr * beta * beta) * Q - (lr * beta) * (P.T @ S)
+            Mn = T @ M @ T.T - (lr * beta) * (TP + TP.T) + (lr * lr * beta * beta) * Q
+            if h is not None:
+                Smu, Tmu = S @ mu, T @ mu
+                # the unit-independent shift d = −η(βν + m h)/m per unit enters through sums over units
+                Qn = Qn + beta * (torch.outer(nu, h) + torch.outer(h, nu)) \
+                    + torch.outer(Smu, h) + torch.outer(h, Smu) + m * torch.outer(h, h)
+                Pn = Pn + torch.outer(Tmu - lr * beta * nu, h) - lr * torch.outer(h, beta * nu + Smu + m * h)
+                Mn = Mn - lr * (torch.outer(Tmu - lr * beta * nu, h) + torch.outer(h, Tmu - lr * beta * nu)) \
+                    + (lr * lr * m) * torch.outer(h, h)
+                mu = Tmu - (lr * beta) * nu - (lr * m) * h
+                nu = beta * nu + Smu + m * h
+            P, Q = Pn, 0.5 * (Qn + Qn.T)
+            M = 0.5 * (Mn + Mn.T)
+        else:
+            T = eye - lr * S
+            M = T @ M @ T.T
+            if h is not None:
+                Tmu = T @ mu
+                M = M - lr * (torch.outer(Tmu, h) + torch.outer(h, Tmu)) + (lr * lr * m) * torch.outer(h, h)
+                mu = Tmu - (lr * m) * h
+            M = 0.5 * (M + M.T)
+        if track_transfer:
+            if mom:
+                Psi = beta * Psi + S @ Phi
+                Phi = Phi - lr * Psi
+                b_sc = beta * b_sc + lam * a_sc
+                a_sc = a_sc - lr * b_sc
+            else:
+                Phi = (eye - lr * S) @ Phi
+                a_sc = a_sc * (1.0 - lr * lam)
+
+    step = torch.tensor(rec["step"], dtype=torch.long)
+    traj = Trajectory(
+        t=step.to(dtype=dt, device=dev) * lr,
+        loss=torch.tensor(rec["loss"], dtype=dt, device=dev),
+        step=step,
+        M=torch.stack(rec["M"]) if rec["M"] else None,
+        W=torch.stack(rec["W"]) if rec["W"] else None,
+        mu=torch.stack(rec["mu"]) if rec["mu"] else None,
+        status=status, message=message, info=dict(s))
+    if track_transfer:
+        traj.info["Phi"] = torch.stack(rec["Phi"]) if rec["Phi"] else None
+        traj.info["a"] = torch.tensor(rec["a"], dtype=dt)
+    return traj
+
+
+def _simulate_compressed(op, y, M0, W0, s) -> Trajectory:
+    """Run on the data-subspace block and map the states back exactly (ZGZ only)."""
+    if not op.satisfies_zgz:
+        raise ValueError("`compress`=True needs the zero-gradient condition (op.linear and op.cross None): "
+                         "with a linear term the complement of the data subspace is driven through μ")
+    if s["optimizer"] == "adam":
+        raise ValueError("`compress`=True cannot be combined with Adam: Adam is not rotation-equivariant, "
+                         "so the data-subspace basis change does not commute with its update")
+    U = data_subspace(op)
+    p, r = op.p, U.shape[1]
+    Qb = torch.linalg.qr(torch.cat([U, torch.eye(p, dtype=op.dtype, device=op.device)], 1))[0][:, :p]
+    Qb = torch.cat([U, Qb[:, r:]], 1)  # orthonormal basis [U, U⊥]
+    Uc = Qb[:, r:]
+    op_r = project_operator(op, U)
+    if W0 is not None:
+        Wr0, Wc0 = U.T @ W0, Uc.T @ W0
+        if s["form"] == "weights":
+            traj = _run(op_r, y, None, Wr0, dict(s, save_W=True))
+            a = _scalar_factors(traj, s)
+            Wfull = torch.einsum("pr,krm->kpm", U, traj.W) + a[:, None, None] * (Uc @ Wc0)[None]
+            traj.M = Wfull @ Wfull.transpose(1, 2) if s["save_M"] else None
+            traj.W = Wfull if s["save_W"] else None
+        else:
+            traj = _run(op_r, y, None, Wr0, s, track_transfer=True)
+            traj.M = _lift(traj.M, traj.info["Phi"], Wr0 @ Wc0.T, Wc0 @ Wc0.T, traj.info["a"], Qb)
+    else:
+        M0t = Qb.T @ M0 @ Qb
+        traj = _run(op_r, y, M0t[:r, :r], None, s, track_transfer=True)
+        traj.M = _lift(traj.M, traj.info["Phi"], M0t[:r, r:], M0t[r:, r:], traj.info["a"], Qb)
+    traj.info.update(basis=U, rank=r, Phi=None)
+    return traj
+
+
+def _scalar_factors(traj, s) -> torch.Tensor:
+    """The factor ``a_k`` of a unit's component outside the data subspace (``S = λI`` there)."""
+    lr, lam, beta = s["lr"], s["weight_decay"], s["momentum"]
+    steps = traj.step.tolist()
+    out, a, b, k = [], 1.0, 0.0, 0
+    for target in steps:
+        while k < target:
+            b = beta * b + lam * a
+            a = a - lr * b
+            k += 1
+        out.append(a)
+    return torch.tensor(out, dtype=traj.loss.dtype, device=traj.t.device)
+
+
+def _lift(Mr, Phi, Mrc0, Mcc0, a, Qb):
+    """Full ``M = Q [[M_rr, a Φ M_r⊥(0)], [·ᵀ, a² M_⊥⊥(0)]] Qᵀ`` from the block, the transfer ``Φ``
+    and the complement factor ``a``."""
+    if Mr is None:
+        return None
+    a = a.to(Mr.device)
+    Mrc = a[:, None, None] * (Phi @ Mrc0)
+    Mcc = (a * a)[:, None, None] * Mcc0
+    top = torch.cat([Mr, Mrc], 2)
+    bot = torch.cat([Mrc.transpose(1, 2), Mcc.expand(Mr.shape[0], -1, -1)], 2)
+    Mt = torch.cat([top, bot], 1)
+    return Qb @ Mt @ Qb.T

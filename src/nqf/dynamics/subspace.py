@@ -1,0 +1,144 @@
+r"""The data subspace of a structure operator and compression onto it (THEORY.md section 3, Theorem 3).
+
+The data subspace is ``U = span ⋃_{n,c} range A_c(x_n)`` (plus the ranges of the
+linear term ``b`` and of the cross matrices ``B`` when the zero-gradient condition
+fails).  With ZGZ every ``G = (1/N) 𝒜*(r)`` lies in ``Sym(U)``, so in the
+orthonormal basis ``Q = [U, U⊥]`` one GD step is block diagonal,
+``I − 2ηG − ηλI = diag(T_r, (1 − ηλ) I)``: only the ``r × r`` block of ``M``
+feeds back into the outputs, the ``U⊥`` rows of every unit just decay by the
+scalar weight-decay factor (they stay constant without weight decay), and
+``Tr[M A] = Tr[(UᵀMU)(UᵀAU)]``.
+
+Two ways to find ``U``:
+
+* ``"dense"``: stack all ``A_c(x_n)`` side by side (``p × NCp``) and take an SVD —
+  exact, costs ``O(N C p²)`` memory;
+* ``"probe"``: the ranges of ``𝒜*(R)`` for random Gaussian ``R``.  A single
+  ``𝒜*(R) = Σ R_n A_n`` can have a smaller range than the union (e.g. the
+  space ``[[0, a, b], [a, 0, 0], [b, 0, 0]]`` is rank 2 for every ``(a, b)``
+  but spans ``R³``), so probes are added in batches until a batch adds no new
+  direction.  Uses only ``op.adjoint`` (``O(N p)`` per probe for structured
+  operators); correct with probability one.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .._validation import tolerance
+from ..structure.operator import DenseStructure, StructureOperator
+
+__all__ = ["data_subspace", "ProjectedStructure", "project_operator"]
+
+_DENSE_LIMIT = 20_000_000
+
+
+def _orth(cols: torch.Tensor, rtol: float) -> torch.Tensor:
+    """Orthonormal basis of the column span of ``cols`` (p × k), rank by relative tolerance."""
+    if cols.shape[1] == 0:
+        return cols[:, :0]
+    U, s, _ = torch.linalg.svd(cols, full_matrices=False)
+    if s.numel() == 0 or float(s[0]) == 0.0:
+        return U[:, :0]
+    r = int((s > rtol * s[0]).sum())
+    return U[:, :r]
+
+
+def data_subspace(op: StructureOperator, *, method: str = "auto", rtol: float | None = None,
+                  seed: int = 0) -> torch.Tensor:
+    """Orthonormal basis of the data subspace of ``op``.
+
+    Parameters
+    ----------
+    op : StructureOperator
+    method : {"auto", "dense", "probe"}
+        ``"auto"`` uses ``"dense"`` when ``N·C·p²`` is below 2·10⁷ entries.
+    rtol : float, optional
+        Singular values below ``rtol · s_max`` count as zero. Default: ``1e3 · eps · √p``.
+    seed : int
+        Seed of the random probes.
+
+    Returns
+    -------
+    torch.Tensor, shape (p, r)
+        Columns ``U`` with ``UᵀU = I``; ``r ≤ p`` is the dimension of the subspace.
+    """
+    if method not in ("auto", "dense", "probe"):
+        raise ValueError(f"`method` must be 'auto', 'dense' or 'probe'; found {method!r}")
+    p, N, C = op.p, op.n_samples, op.n_outputs
+    rtol = tolerance(op.dtype) * max(p, 1) ** 0.5 if rtol is None else float(rtol)
+    if method == "auto":
+        method = "dense" if N * C * p * p <= _DENSE_LIMIT else "probe"
+    extra = []
+    if op.linear is not None:
+        extra.append(op.linear.reshape(-1, p).T)
+    if method == "dense":
+        A = op._dense().reshape(N * C, p, p)
+        blocks = [A.permute(1, 0, 2).reshape(p, N * C * p)]
+        if op.cross is not None:
+            B = op.cross._dense().reshape(N * C, p, p)
+            blocks.append(B.permute(1, 0, 2).reshape(p, N * C * p))
+        return _orth(torch.cat(blocks + extra, 1), rtol)
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    ops = [op] + ([op.cross] if op.cross is not None else [])
+    cols = torch.cat(extra, 1) if extra else torch.zeros(p, 0, dtype=op.dtype, device=op.device)
+    U = _orth(cols, rtol)
+    batch = 4
+    while True:
+        new = []
+        for o in ops:
+            for _ in range(batch):
+                R = torch.randn(N, C, generator=gen, dtype=op.dtype).to(op.device)
+                new.append(o._adjoint(R))
+        cols = torch.cat([U * 1.0] + new, 1)
+        # rescale each probe so that no single one dominates the rank decision
+        cols = cols / cols.norm(dim=0, keepdim=True).clamp_min(torch.finfo(op.dtype).tiny)
+        U_new = _orth(cols, rtol)
+        if U_new.shape[1] == U.shape[1] or U_new.shape[1] == p:
+            return U_new
+        U = U_new
+
+
+class ProjectedStructure(StructureOperator):
+    """``𝒜_U(M_r) = 𝒜(U M_r Uᵀ)``: the operator restricted to a subspace (``A_r = Uᵀ A U``).
+
+    Parameters
+    ----------
+    op : StructureOperator
+        Must satisfy the zero-gradient condition.
+    U : torch.Tensor, shape (p, r)
+        Orthonormal columns.
+    """
+
+    def __init__(self, op: StructureOperator, U: torch.Tensor):
+        super().__init__(U.shape[1], op.n_samples, op.n_outputs, op.dtype, op.device)
+        self.base, self.U = op, U
+        self.offset = op.offset
+        self.layout = f"projection of {op.layout or type(op).__name__} onto a {U.shape[1]}-dim data subspace"
+
+    def _forward(self, M):
+        return self.base._forward(self.U @ M @ self.U.T)
+
+    def _adjoint(self, R):
+        return self.U.T @ self.base._adjoint(R) @ self.U
+
+    def _dense(self):
+        return torch.einsum("pi,ncpq,qj->ncij", self.U, self.base._dense(), self.U)
+
+    def _take(self, index):
+        return ProjectedStructure(self.base.take(index), self.U)
+
+    def _to(self, dtype, device):
+        return ProjectedStructure(self.base.to(dtype, device), self.U.to(dtype=dtype, device=device))
+
+
+def project_operator(op: StructureOperator, U: torch.Tensor) -> StructureOperator:
+    """The ``r × r`` operator ``A_r = Uᵀ A U`` (dense when small, else a :class:`ProjectedStructure`)."""
+    N, C, r = op.n_samples, op.n_outputs, U.shape[1]
+    if N * C * op.p * op.p <= _DENSE_LIMIT:
+        A_r = torch.einsum("pi,ncpq,qj->ncij", U, op._dense(), U)
+        A_r = 0.5 * (A_r + A_r.transpose(-1, -2))
+        out = DenseStructure(A_r, check_symmetric=False, layout=f"data subspace of dimension {r}")
+        out.offset = op.offset
+        return out
+    return ProjectedStructure(op, U)

@@ -1,0 +1,8 @@
+"""Named experiments reproducing the paper's claims, their configs and the runner."""
+
+from .base import REGISTRY, Check, Experiment, Outcome, Params, Table, get_experiment, register
+from .config import ConfigError, RunConfig, load_config, parse_config
+from .runner import RunContext, run_experiment
+
+__all__ = ["REGISTRY", "Check", "Experiment", "Outcome", "Params", "Table", "get_experiment", "register",
+           "ConfigError", "RunConfig", "load_config", "parse_config", "RunContext", "run_experiment"]

@@ -1,0 +1,31 @@
+"""Lotka–Volterra reduction of commuting data and its solvers (THEORY.md section 4).
+
+* :func:`reduce` — structure operator + targets + ``M(0)`` → :class:`LotkaVolterra`
+  (commutation check, shared eigenbasis, ``β``, ``C``, ``z(0)``);
+* :class:`LotkaVolterra` — exact logistic solutions (diagonal ``C``), the exact discrete
+  GD map, the stiff log-coordinate gradient flow, loss, switch times, plateaus and the
+  final state;
+* :func:`limit` — the ε → 0 saddle-to-saddle limit for interacting modes.
+
+Conventions: ``L = (1/N) Σ_n ½‖f_n − y_n‖²``, GD ``W ← W − η∇_W L``, ``t = η · steps``.
+"""
+
+from .limit import LimitEvent, LimitResult, limit
+from .qp import ActiveSetQP, UnboundedError
+from .reduce import commutation_defect, reduce, relative_commutator
+from .system import LotkaVolterra, LVSolution, Plateaus, switch_times
+
+__all__ = [
+    "reduce",
+    "commutation_defect",
+    "relative_commutator",
+    "LotkaVolterra",
+    "LVSolution",
+    "Plateaus",
+    "switch_times",
+    "limit",
+    "LimitResult",
+    "LimitEvent",
+    "ActiveSetQP",
+    "UnboundedError",
+]

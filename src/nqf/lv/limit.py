@@ -1,0 +1,278 @@
+r"""The ε → 0 limit of interacting Lotka–Volterra modes (THEORY.md section 4).
+
+In log coordinates ``s_k = ln z_k / ln(1/ε)`` and rescaled time ``τ = t / ln(1/ε)`` the
+flow ``dz/dt = 4 z ⊙ (β − Cz)`` reads ``ds_k/dτ = 4(β_k − (Cz)_k)``.  As ε → 0 a mode
+with ``s_k < 0`` has ``z_k → 0``; the modes with ``s_k = 0`` (the active set ``S``) relax
+in ``O(1)`` time ``t`` — zero time ``τ`` — to the minimiser ``z_S`` of the loss
+``−βᵀz + ½ zᵀCz`` over ``z ≥ 0`` supported on ``S``.  Hence, piecewise in ``τ``:
+
+* ``z = z_S`` is constant and every inactive ``s_k`` moves on a straight line with
+  velocity ``v_k = 4(β_k − (C z_S)_k)``;
+* a mode **switches on** (joins ``S``) when its ``s_k`` reaches 0 with ``v_k > 0``;
+  ``z_S`` is then recomputed on ``S ∪ {k}``, warm-started from the previous optimum;
+* a mode **switches off** when its restricted optimum hits 0 during that recomputation;
+  it then leaves with ``v_k ≤ 0`` (its ``s_k`` decreases from 0);
+* the construction stops when no inactive mode has ``v_k > 0``: the KKT conditions of
+  ``min_{z ≥ 0} L`` hold, so the final ``z_S`` is the global minimiser.
+
+Each join strictly decreases the loss, so no support repeats and the algorithm ends
+after finitely many events.  The restricted optimum is maintained by the incremental
+active-set solver :class:`nqf.lv.qp.ActiveSetQP` (``O(|S|²)`` per event plus an
+``O(K |S|)`` velocity update), which makes ``K`` in the thousands cheap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from .._validation import as_tensor
+from ..errors import ShapeError
+from .qp import ActiveSetQP, UnboundedError
+
+__all__ = ["limit", "LimitResult", "LimitEvent"]
+
+
+@dataclass(frozen=True)
+class LimitEvent:
+    """One event of the ε → 0 limit.
+
+    Attributes
+    ----------
+    tau : float
+        Rescaled time ``τ = t / ln(1/ε)``.
+    mode : int
+    kind : str
+        ``"on"`` (joins the active set) or ``"off"`` (leaves it).
+    active : tuple of int
+        Active set (support of ``z``) after all events at this ``τ``.
+    loss : float
+        Plateau loss after the events at this ``τ`` (see :func:`limit` for the constant).
+    value : float
+        ``z_mode`` right after the event (0 for ``"off"``).
+    """
+
+    tau: float
+    mode: int
+    kind: str
+    active: tuple
+    loss: float
+    value: float
+
+
+@dataclass
+class LimitResult:
+    """Result of :func:`limit`.
+
+    Attributes
+    ----------
+    events : list of LimitEvent
+        In order of ``τ`` (simultaneous events share ``τ``).
+    z_final : torch.Tensor, shape (K,)
+        Final plateau state = minimiser of the loss over ``z ≥ 0``.
+    path_tau : torch.Tensor, shape (B,)
+        Breakpoints of the piecewise-linear paths ``s(τ)`` (0, every event time, and an end
+        point 25 % beyond the last event).
+    path_s : torch.Tensor, shape (B, K)
+        ``s_k`` at the breakpoints (linear in between; ``−inf`` for modes starting at ``z = 0``).
+    initial_loss : float
+        Loss of the initial plateau (``z = 0``).
+    eps : float or None
+        Reference ε when built by :meth:`LotkaVolterra.limit`.
+    """
+
+    events: list
+    z_final: torch.Tensor
+    path_tau: torch.Tensor
+    path_s: torch.Tensor
+    initial_loss: float
+    eps: float | None = None
+    _z_after: list = field(default_factory=list, repr=False)
+
+    @property
+    def taus(self) -> torch.Tensor:
+        """Event times, shape (E,)."""
+        return torch.as_tensor([e.tau for e in self.events], dtype=torch.float64)
+
+    @property
+    def modes(self) -> torch.Tensor:
+        """Event modes, shape (E,), int64."""
+        return torch.as_tensor([e.mode for e in self.events], dtype=torch.int64)
+
+    @property
+    def kinds(self) -> list:
+        """Event kinds (``"on"``/``"off"``), length E."""
+        return [e.kind for e in self.events]
+
+    @property
+    def losses(self) -> torch.Tensor:
+        """Plateau loss after each event, shape (E,)."""
+        return torch.as_tensor([e.loss for e in self.events], dtype=torch.float64)
+
+    @property
+    def final_active(self) -> tuple:
+        """Support of the final state."""
+        return tuple(int(k) for k in np.flatnonzero(self.z_final.numpy() > 0))
+
+    def switch_on_times(self) -> torch.Tensor:
+        """First switch-on ``τ`` of every mode, shape (K,) (``inf`` if it never switches on)."""
+        K = self.path_s.shape[1]
+        out = np.full(K, np.inf)
+        for e in reversed(self.events):
+            if e.kind == "on":
+                out[e.mode] = e.tau
+        return torch.as_tensor(out)
+
+    def s_at(self, tau) -> torch.Tensor:
+        """``s(τ)`` by linear interpolation of the paths, shape (T, K) for ``tau`` of shape (T,).
+
+        Beyond the last breakpoint the paths continue with their final velocities.
+        """
+        tq = as_tensor("tau", tau, ndim=(0, 1), dtype=torch.float64).reshape(-1).numpy()
+        bt = self.path_tau.numpy()
+        bs = self.path_s.numpy()
+        out = np.empty((tq.shape[0], bs.shape[1]))
+        with np.errstate(invalid="ignore"):
+            slope_end = (bs[-1] - bs[-2]) / (bt[-1] - bt[-2]) if bt.shape[0] > 1 else np.zeros(bs.shape[1])
+            for k in range(bs.shape[1]):
+                out[:, k] = np.interp(tq, bt, bs[:, k])
+            late = tq > bt[-1]
+            if late.any():
+                out[late] = np.minimum(bs[-1][None, :] + slope_end[None, :] * (tq[late, None] - bt[-1]), 0.0)
+        return torch.as_tensor(out)
+
+
+def limit(beta, C, s0=None, *, y2: float | None = None, max_events: int | None = None) -> LimitResult:
+    r"""Events of the ε → 0 limit of ``dz/dt = 4 z ⊙ (β − Cz)`` (saddle-to-saddle dynamics).
+
+    Parameters
+    ----------
+    beta : array_like, shape (K,)
+        ``β`` (growth rates ``ζ = 4β``).
+    C : array_like, shape (K, K)
+        Symmetric positive semi-definite interaction matrix.
+    s0 : array_like, shape (K,), optional
+        Initial log coordinates ``s_k(0) = ln z_k(0) / ln(1/ε) ≤ 0``; default ``−1`` for every
+        mode (``z(0) = ε``).  ``−inf`` marks a mode that starts at exactly 0; ``0`` a mode
+        that starts at an ``O(1)`` value.
+    y2 : float, optional
+        ``E[‖ỹ‖²]``; the reported plateau losses are ``½ y2 − βᵀz + ½ zᵀCz``.  When omitted
+        they are excess losses ``L(z) − min_{z ≥ 0} L`` (the last plateau is 0).
+    max_events : int, optional
+        Safety bound (default ``10 K + 10``).
+
+    Returns
+    -------
+    LimitResult
+        Events (``τ``, mode, on/off, active set, plateau loss), final state and the
+        piecewise-linear paths ``s(τ)``.  Times in training units are ``t ≈ τ ln(1/ε)``,
+        with ``O(1)`` corrections (so the relative error falls like ``1/ln(1/ε)``).
+
+    Raises
+    ------
+    ShapeError, NonFiniteError
+        Wrong shapes, NaN.
+    ValueError
+        ``C`` not symmetric or not PSD; ``s0 > 0``; the loss unbounded below.
+    """
+    b = as_tensor("beta", beta, ndim=1, dtype=torch.float64).numpy().copy()
+    K = b.shape[0]
+    Cn = as_tensor("C", C, ndim=2, dtype=torch.float64).numpy()
+    if Cn.shape != (K, K):
+        raise ShapeError(f"`C` must have shape ({K}, {K}) to match `beta`; found {Cn.shape}")
+    scale = max(float(np.max(np.abs(np.diag(Cn)))) if K else 0.0, 1e-300)
+    asym = float(np.max(np.abs(Cn - Cn.T))) if K else 0.0
+    if asym > 1e-10 * max(float(np.max(np.abs(Cn))), 1e-300):
+        raise ValueError(f"`C` must be symmetric; found max |C − Cᵀ| = {asym:.3e}")
+    try:
+        np.linalg.cholesky(Cn + 1e-10 * scale * np.eye(K))
+    except np.linalg.LinAlgError:
+        lam = float(np.linalg.eigvalsh(Cn)[0])
+        raise ValueError(f"`C` must be positive semi-definite; found smallest eigenvalue {lam:.3e}") from None
+    if s0 is None:
+        s = -np.ones(K)
+    else:
+        s = as_tensor("s0", s0, ndim=1, dtype=torch.float64, finite=False).numpy().copy()
+        if s.shape != (K,):
+            raise ShapeError(f"`s0` must have shape ({K},); found {s.shape}")
+        if np.isnan(s).any() or np.isposinf(s).any():
+            raise ValueError("`s0` must not contain NaN or +inf")
+        if (s > 0).any():
+            raise ValueError(f"`s0` must be ≤ 0 (z(0) ≤ 1 in units of ε); found max {s.max():.3e}")
+    qp = ActiveSetQP(Cn, b)
+    vtol = 1e-12 * max(float(np.max(np.abs(b))), scale, 1e-300)
+    stol = 1e-12
+    max_events = 10 * K + 10 if max_events is None else int(max_events)
+    events: list[LimitEvent] = []
+    z_after: list[np.ndarray] = []
+    path_tau, path_s = [0.0], [s.copy()]
+
+    def plateau(z):
+        val = -b @ z + 0.5 * z @ (Cn @ z)
+        return val
+
+    def process(tau):
+        before = set(qp.passive)
+        for _ in range(K + 2):
+            v = 4.0 * qp.gradient()
+            cand = ~qp.in_p & (s >= -stol) & (v > 4 * vtol)
+            if not cand.any():
+                break
+            k = int(np.argmax(np.where(cand, v, -np.inf)))
+            s[k] = 0.0
+            try:
+                qp.add(k)
+            except UnboundedError as exc:
+                raise ValueError(f"`beta`, `C`: {exc}") from None
+        after = set(qp.passive)
+        s[list(after)] = 0.0
+        on, off = sorted(after - before), sorted(before - after)
+        if on or off:
+            z = qp.z.copy()
+            val = plateau(z)
+            act = tuple(sorted(after))
+            for k in on:
+                events.append(LimitEvent(tau, k, "on", act, val, float(z[k])))
+                z_after.append(z)
+            for k in off:
+                events.append(LimitEvent(tau, k, "off", act, val, 0.0))
+                z_after.append(z)
+
+    tau = 0.0
+    process(tau)
+    while len(events) <= max_events:
+        v = 4.0 * qp.gradient()
+        inactive = ~qp.in_p
+        cand = inactive & (v > 4 * vtol) & np.isfinite(s)
+        if not cand.any():
+            break
+        dt = np.where(cand, -s / np.where(cand, v, 1.0), np.inf)
+        j = int(np.argmin(dt))
+        dtau = max(float(dt[j]), 0.0)
+        tau += dtau
+        fin = inactive & np.isfinite(s)
+        s[fin] = np.minimum(s[fin] + v[fin] * dtau, 0.0)
+        s[j] = 0.0
+        path_tau.append(tau)
+        path_s.append(s.copy())
+        process(tau)
+    else:
+        raise ValueError(f"`limit` exceeded `max_events` = {max_events}")
+    # extension for plotting
+    v = 4.0 * qp.gradient()
+    end = 1.25 * tau if tau > 0 else 1.0
+    s_end = s.copy()
+    fin = ~qp.in_p & np.isfinite(s)
+    s_end[fin] = np.minimum(s[fin] + v[fin] * (end - tau), 0.0)
+    path_tau.append(end)
+    path_s.append(s_end)
+    zf = qp.z.copy()
+    if y2 is None:
+        shift = -plateau(zf)
+    else:
+        shift = 0.5 * float(y2)
+    events = [LimitEvent(e.tau, e.mode, e.kind, e.active, float(e.loss + shift), e.value) for e in events]
+    return LimitResult(events, torch.as_tensor(zf), torch.as_tensor(np.array(path_tau)),
+                       torch.as_tensor(np.array(path_s)), float(shift), None, z_after)

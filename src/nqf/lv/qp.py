@@ -1,0 +1,216 @@
+r"""Active-set solver for the non-negative quadratic program of the Lotka–Volterra loss.
+
+Minimises ``ℓ(z) = −βᵀz + ½ zᵀCz`` over ``z ≥ 0`` for a symmetric positive
+semi-definite ``C`` (possibly singular).  This is the Lawson–Hanson active-set
+method written on the quadratic form instead of a least-squares factor: the
+*passive set* ``P`` (modes with ``z_k > 0``) carries the unconstrained minimiser
+of ``ℓ`` restricted to ``P`` through an incrementally updated Cholesky factor of
+``C_PP`` (``O(|P|²)`` per added or removed mode).  Adding a mode whose column
+is linearly dependent on ``P`` (``C_PP`` would become singular) is handled by a
+ray step along the null direction of ``C_{P∪k}``, on which the loss decreases
+linearly, until a mode of ``P`` hits zero.
+
+The same object drives the ε → 0 limit (:func:`nqf.lv.limit`), where each join
+event adds one mode to ``P`` starting from the previous restricted optimum (a
+warm start), and the final state of a dense ``LotkaVolterra``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.linalg import solve_triangular
+
+from ..errors import NQFError
+
+
+class UnboundedError(NQFError, ValueError):
+    """The loss ``−βᵀz + ½zᵀCz`` is unbounded below on ``z ≥ 0``."""
+
+
+class ActiveSetQP:
+    """Incremental active-set state for ``min_{z ≥ 0} −βᵀz + ½zᵀCz``.
+
+    Parameters
+    ----------
+    C : numpy.ndarray, shape (K, K)
+        Symmetric positive semi-definite interaction matrix.
+    beta : numpy.ndarray, shape (K,)
+        Linear coefficients.
+    rtol : float
+        Relative pivot tolerance: a new Cholesky pivot below ``rtol · C_kk`` is
+        treated as zero (the new column is in the span of the passive set).
+
+    Attributes
+    ----------
+    z : numpy.ndarray, shape (K,)
+        Current feasible point; optimal over its support after each :meth:`add`.
+    passive : list of int
+        The support ``P`` of ``z`` in Cholesky order.
+    """
+
+    def __init__(self, C: np.ndarray, beta: np.ndarray, rtol: float = 1e-11):
+        self.C = C
+        self.beta = beta
+        self.K = beta.shape[0]
+        self.rtol = rtol
+        self.z = np.zeros(self.K)
+        self.passive: list[int] = []
+        self.in_p = np.zeros(self.K, dtype=bool)
+        self._buf = np.zeros((min(64, self.K), min(64, self.K)))
+
+    # -------------------------------------------------------------- Cholesky
+    @property
+    def _m(self) -> int:
+        return len(self.passive)
+
+    def _L(self) -> np.ndarray:
+        m = self._m
+        return self._buf[:m, :m]
+
+    def _grow(self):
+        m = self._m
+        if m + 1 > self._buf.shape[0]:
+            cap = min(self.K, max(2 * self._buf.shape[0], m + 1))
+            new = np.zeros((cap, cap))
+            new[:m, :m] = self._buf[:m, :m]
+            self._buf = new
+
+    def _try_append(self, k: int) -> bool:
+        """Append mode ``k`` to the Cholesky factor; False if the pivot vanishes."""
+        P = self.passive
+        ckk = self.C[k, k]
+        if P:
+            l = solve_triangular(self._L(), self.C[P, k], lower=True, check_finite=False)
+            piv = ckk - l @ l
+        else:
+            l = np.zeros(0)
+            piv = ckk
+        if not piv > self.rtol * max(ckk, 1e-300):
+            return False
+        self._grow()
+        m = self._m
+        self._buf[m, :m] = l
+        self._buf[:m, m] = 0.0
+        self._buf[m, m] = np.sqrt(piv)
+        P.append(k)
+        self.in_p[k] = True
+        return True
+
+    def _delete(self, pos: int):
+        """Remove the mode at Cholesky position ``pos`` (rank-1 update of the trailing block)."""
+        m = self._m
+        B = self._buf
+        x = B[pos + 1:m, pos].copy()
+        # drop row and column ``pos``
+        B[pos:m - 1, :m] = B[pos + 1:m, :m]
+        B[:m - 1, pos:m - 1] = B[:m - 1, pos + 1:m]
+        B[m - 1, :m] = 0.0
+        B[:m, m - 1] = 0.0
+        # trailing block T (rows/cols pos..m-2) must satisfy T'T'ᵀ = T Tᵀ + x xᵀ
+        n = m - 1 - pos
+        for i in range(n):
+            r0 = pos + i
+            d = B[r0, r0]
+            r = np.hypot(d, x[i])
+            c, s = r / d, x[i] / d
+            B[r0, r0] = r
+            if i + 1 < n:
+                col = B[r0 + 1:m - 1, r0]
+                col += s * x[i + 1:]
+                col /= c
+                x[i + 1:] = c * x[i + 1:] - s * col
+        k = self.passive.pop(pos)
+        self.in_p[k] = False
+        self.z[k] = 0.0
+
+    def _solve(self, rhs: np.ndarray) -> np.ndarray:
+        L = self._L()
+        y = solve_triangular(L, rhs, lower=True, check_finite=False)
+        return solve_triangular(L.T, y, lower=False, check_finite=False)
+
+    # ------------------------------------------------------------------ API
+    def gradient(self) -> np.ndarray:
+        """``β − C z`` (the negative loss gradient), shape (K,)."""
+        P = self.passive
+        if not P:
+            return self.beta.copy()
+        return self.beta - self.C[:, P] @ self.z[P]
+
+    def add(self, k: int) -> list[int]:
+        """Add mode ``k`` (which must have ``(β − Cz)_k > 0``) and re-optimise.
+
+        Returns
+        -------
+        list of int
+            Modes removed from the support on the way (their optimum hit zero).
+        """
+        removed: list[int] = []
+        guard = 0
+        while not self._try_append(k):
+            guard += 1
+            if guard > self.K + 1:
+                raise UnboundedError("active-set step made no progress; `C` is numerically singular "
+                                     "beyond the pivot tolerance")
+            # ray along the null direction d (d_k = 1, d_P = −C_PP⁻¹ C_Pk): loss falls linearly
+            P = self.passive
+            if not P:
+                raise UnboundedError(f"the loss is unbounded below: mode {k} has C_kk = {self.C[k, k]:.3e} "
+                                     f"and growth rate β_k − (Cz)_k > 0 (`beta` is not in the range of `C`)")
+            dP = -self._solve(self.C[P, k])
+            neg = dP < 0
+            if not neg.any():
+                raise UnboundedError(f"the loss is unbounded below along a null direction of `C` "
+                                     f"through mode {k} (`beta` is not in the range of `C`)")
+            zP = self.z[P]
+            ratios = np.where(neg, zP / np.where(neg, -dP, 1.0), np.inf)
+            j = int(np.argmin(ratios))
+            t = ratios[j]
+            self.z[P] = np.maximum(zP + t * dP, 0.0)
+            self.z[k] += t
+            removed.append(P[j])
+            self._delete(j)
+        # Lawson–Hanson inner loop
+        for _ in range(self.K + 2):
+            P = self.passive
+            x = self._solve(self.beta[P])
+            thr = 1e-13 * max(1.0, float(np.max(np.abs(x))))
+            if np.all(x > thr):
+                self.z[P] = x
+                return removed
+            zP = self.z[P]
+            bad = x <= thr
+            denom = np.where(bad, np.maximum(zP - x, 1e-300), 1.0)
+            alpha = np.where(bad, zP / denom, np.inf)
+            alpha = float(min(1.0, max(0.0, alpha.min())))
+            znew = zP + alpha * (x - zP)
+            drop = [i for i in range(len(P)) if bad[i] and znew[i] <= thr]
+            if not drop:
+                drop = [int(np.argmin(np.where(bad, znew, np.inf)))]
+            self.z[P] = np.maximum(znew, 0.0)
+            for pos in sorted(drop, reverse=True):
+                removed.append(P[pos])
+                self._delete(pos)
+        raise UnboundedError("active-set inner loop did not terminate")  # pragma: no cover
+
+    def solve(self, candidates: np.ndarray | None = None, vtol: float | None = None) -> np.ndarray:
+        """Run to the global minimiser: add the most positive-gradient mode until KKT holds.
+
+        Parameters
+        ----------
+        candidates : numpy.ndarray of bool, shape (K,), optional
+            Restrict the support to these modes (default: all).
+        vtol : float, optional
+            Gradient tolerance for optimality (default ``1e-12 · scale``).
+        """
+        if vtol is None:
+            vtol = 1e-12 * max(float(np.max(np.abs(self.beta))), float(np.max(np.diag(self.C))), 1e-300)
+        for _ in range(10 * self.K + 10):
+            v = self.gradient()
+            mask = ~self.in_p & (v > vtol)
+            if candidates is not None:
+                mask &= candidates
+            if not mask.any():
+                return self.z.copy()
+            k = int(np.argmax(np.where(mask, v, -np.inf)))
+            self.add(k)
+        raise UnboundedError("active-set method did not converge")  # pragma: no cover

@@ -1,0 +1,778 @@
+r"""The Lotka–Volterra system of commuting data and its solvers (THEORY.md section 4).
+
+With commuting structure matrices ``A_n = U diag(a_n) Uᵀ`` and ``M(0) = U diag(z(0)) Uᵀ``,
+MSE gradient descent on ``M = W Wᵀ`` stays diagonal in ``U`` and the diagonal ``z``
+obeys
+
+.. math::
+
+    \frac{dz_k}{dt} = 4 z_k (β_k − (C z)_k), \qquad
+    β = \frac1N Σ_n ỹ_n a_n, \quad C = \frac1N Σ_n a_n a_nᵀ,
+
+with growth rates ``ζ = 4β`` and the loss
+
+.. math::
+
+    L(z) = ½ E[ỹ²] − βᵀz + ½ zᵀ C z, \qquad ỹ = y − f(0).
+
+Conventions (THEORY.md): ``L = (1/N) Σ_n ℓ_n``, ``ℓ = ½‖f − y‖²`` (summed over
+output coordinates), GD ``W ← W − η∇_W L``, training time ``t = η · steps``.
+
+Solvers (all on a :class:`LotkaVolterra`):
+
+* :meth:`LotkaVolterra.logistic` — exact closed form when ``C`` is diagonal;
+* :meth:`LotkaVolterra.gd` — the exact discrete GD map ``z ← (1 − 2ηg)² z``, ``g = Cz − β``;
+* :meth:`LotkaVolterra.flow` — gradient flow in log coordinates ``u = ln z``,
+  ``du/dt = 4(β − C e^u)``, integrated with an implicit stiff method (Radau or
+  BDF) and the analytic Jacobian ``∂u̇/∂u = −4 C diag(z)``; valid for any
+  ``z(0) > 0`` down to the smallest float64 (``ln 1e-300 ≈ −690.8`` is finite);
+* :meth:`LotkaVolterra.limit` — the ε → 0 saddle-to-saddle limit (:func:`nqf.lv.limit`);
+* :meth:`LotkaVolterra.final_state` — the minimiser of ``L`` over ``z ≥ 0``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+from scipy.integrate import solve_ivp
+from scipy.optimize import brentq, minimize, nnls
+
+from .._validation import as_tensor
+from ..errors import DivergenceError, NonFiniteError, ShapeError
+from .qp import ActiveSetQP, UnboundedError
+
+__all__ = ["LotkaVolterra", "LVSolution", "switch_times", "Plateaus"]
+
+
+def _np(name: str, value, ndim) -> np.ndarray:
+    return as_tensor(name, value, ndim=ndim, dtype=torch.float64).cpu().numpy()
+
+
+def _t(x) -> torch.Tensor:
+    return torch.as_tensor(np.asarray(x, dtype=np.float64))
+
+
+@dataclass
+class Plateaus:
+    """Plateau sequence of a staircase.
+
+    Attributes
+    ----------
+    times : torch.Tensor, shape (J,)
+        Switch-on times ``t_j`` (training time, ``t = η · steps``), increasing.
+    modes : torch.Tensor of int64, shape (J,)
+        Mode switching on (or off, see ``kinds``) at ``t_j``.
+    kinds : list of str, length J
+        ``"on"`` or ``"off"``.
+    losses : torch.Tensor, shape (J + 1,)
+        ``losses[0]`` is the initial plateau, ``losses[j]`` the plateau after event ``j − 1``.
+    """
+
+    times: torch.Tensor
+    modes: torch.Tensor
+    kinds: list
+    losses: torch.Tensor
+
+
+@dataclass
+class LVSolution:
+    """A trajectory of a :class:`LotkaVolterra` system.
+
+    Attributes
+    ----------
+    t : torch.Tensor, shape (T,)
+        Training times.
+    log_z : torch.Tensor, shape (T, K)
+        ``ln z_k(t)`` (``−inf`` for modes that start at exactly zero).
+    system : LotkaVolterra
+        The system that produced it.
+    method : str
+        ``"gd"``, ``"Radau"``, ``"BDF"`` or ``"logistic"``.
+    success : bool
+        False when the integrator stopped early (see ``message``).
+    message : str
+    stats : dict
+        Integrator counters (``nfev``, ``njev``, ``nlu``) or GD step count.
+    """
+
+    t: torch.Tensor
+    log_z: torch.Tensor
+    system: "LotkaVolterra"
+    method: str
+    success: bool = True
+    message: str = ""
+    stats: dict = field(default_factory=dict)
+    _dense: Any = field(default=None, repr=False)
+    _mask: Any = field(default=None, repr=False)
+
+    @property
+    def z(self) -> torch.Tensor:
+        """``z_k(t)``, shape (T, K)."""
+        return torch.exp(self.log_z)
+
+    @property
+    def loss(self) -> torch.Tensor:
+        """``L(z(t))``, shape (T,) (see :meth:`LotkaVolterra.loss`)."""
+        return self.system.loss(self.z)
+
+    def switch_times(self, fraction: float = 0.5, final=None) -> torch.Tensor:
+        """First time each ``z_k`` reaches ``fraction`` of its final value.
+
+        Brackets the crossing on the stored grid and, for an ODE solution with
+        dense output, refines it by root finding on the interpolant of ``u = ln z``
+        (accurate to the integrator tolerance); otherwise interpolates linearly in
+        ``(ln t, ln z)``.
+
+        Parameters
+        ----------
+        fraction : float in (0, 1]
+        final : array_like, shape (K,), optional
+            Reference final values; default :meth:`LotkaVolterra.final_state`.
+
+        Returns
+        -------
+        torch.Tensor, shape (K,)
+            ``inf`` for modes whose final value is 0 or that never reach the level.
+        """
+        final = self.system.final_state() if final is None else final
+        times = switch_times(self.t, self.log_z, final, fraction=fraction, log=True)
+        if self._dense is None:
+            return times
+        t = self.t.numpy()
+        lz = self.log_z.numpy()
+        fin = _np("final", final, 1)
+        out = times.numpy().copy()
+        cols = np.flatnonzero(self._mask)
+        for k in range(lz.shape[1]):
+            if not np.isfinite(out[k]) or fin[k] <= 0:
+                continue
+            target = np.log(fraction * fin[k])
+            i = int(np.argmax(lz[:, k] >= target))
+            if i == 0:
+                continue
+            j = int(np.searchsorted(cols, k))
+            f = lambda s: float(self._dense(s)[j]) - target  # noqa: E731
+            a, b = t[i - 1], t[i]
+            if f(a) < 0 < f(b):
+                out[k] = brentq(f, a, b, xtol=1e-14 * max(b, 1.0), rtol=1e-14)
+        return _t(out)
+
+
+def switch_times(t, z, final, *, fraction: float = 0.5, log: bool = False) -> torch.Tensor:
+    """First time each mode reaches ``fraction`` of its final value (half-saturation time).
+
+    Interpolates linearly in ``(ln t, ln z)`` between the two grid points that
+    bracket the crossing (linearly in ``t`` when the left point is ``t = 0``).
+
+    Parameters
+    ----------
+    t : array_like, shape (T,)
+        Increasing times, ``t ≥ 0``.
+    z : array_like, shape (T, K)
+        Trajectory (``ln z`` if ``log`` is True).
+    final : array_like, shape (K,)
+        Final values ``z_k(∞)``; modes with ``final ≤ 0`` get ``inf``.
+    fraction : float in (0, 1]
+    log : bool
+        ``z`` holds ``ln z``.
+
+    Returns
+    -------
+    torch.Tensor, shape (K,)
+        ``inf`` where the level is never reached; ``t[0]`` where it is reached at the start.
+    """
+    t = _np("t", t, 1)
+    lz = as_tensor("z", z, ndim=2, dtype=torch.float64, finite=False).cpu().numpy()
+    if np.isnan(lz).any():
+        raise NonFiniteError("`z` must not contain NaN")
+    if lz.shape[0] != t.shape[0]:
+        raise ShapeError(f"`z` must have shape ({t.shape[0]}, K) to match `t`; found {lz.shape}")
+    if t.shape[0] < 1:
+        raise ShapeError("`t` must contain at least one time; found an empty array")
+    if np.any(np.diff(t) < 0) or t[0] < 0:
+        raise ValueError("`t` must be non-negative and increasing")
+    if not 0 < fraction <= 1:
+        raise ValueError(f"`fraction` must lie in (0, 1]; found {fraction}")
+    fin = _np("final", final, 1)
+    if fin.shape[0] != lz.shape[1]:
+        raise ShapeError(f"`final` must have shape ({lz.shape[1]},); found {fin.shape}")
+    if not log:
+        with np.errstate(divide="ignore"):
+            lz = np.log(np.maximum(lz, 0.0))
+    K = lz.shape[1]
+    out = np.full(K, np.inf)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        target = np.where(fin > 0, np.log(fraction * np.where(fin > 0, fin, 1.0)), np.inf)
+        hit = lz >= target[None, :]
+        reached = hit.any(axis=0) & (fin > 0)
+        first = np.argmax(hit, axis=0)
+        for k in np.flatnonzero(reached):
+            i = first[k]
+            if i == 0:
+                out[k] = t[0]
+                continue
+            t0, t1, l0, l1 = t[i - 1], t[i], lz[i - 1, k], lz[i, k]
+            w = 1.0 if not np.isfinite(l0) or l1 == l0 else (target[k] - l0) / (l1 - l0)
+            if t0 > 0:
+                out[k] = np.exp(np.log(t0) + w * (np.log(t1) - np.log(t0)))
+            else:
+                out[k] = t0 + w * (t1 - t0)
+    return _t(out)
+
+
+class LotkaVolterra:
+    r"""Generalised Lotka–Volterra system ``dz/dt = 4 z ⊙ (β − C z)`` of commuting data.
+
+    Usually built by :func:`nqf.lv.reduce` from a structure operator; can also be
+    built directly from ``(β, C, z(0))`` for synthetic systems.
+
+    Parameters
+    ----------
+    beta : array_like, shape (K,)
+        ``β_k = (1/N) Σ_n ỹ_n a_nk``.
+    C : array_like of shape (K, K), array_like of shape (K,) (the diagonal of a diagonal ``C``), or scipy.sparse matrix
+        Symmetric positive semi-definite interaction matrix ``(1/N) Σ_n a_n a_nᵀ``.
+    z0 : float or array_like of shape (K,)
+        Initial state ``z(0) ≥ 0`` (a scalar ``ε`` means ``z_k(0) = ε`` and must be > 0;
+        modes with ``z_k(0) = 0`` stay at 0 for ever).
+    y2 : float, optional
+        ``E[‖ỹ‖²] = (1/N) Σ_n ‖y_n − f_n(0)‖²``.  When omitted, :meth:`loss` returns the
+        excess loss ``L(z) − min_{z ≥ 0} L``.
+    basis : array_like, shape (p, K), optional
+        Shared eigenvectors ``U`` of the kept modes (set by :func:`reduce`).
+    factor : tuple (A, b), optional
+        Least-squares form ``L = ½‖A z − b‖²`` with ``A`` of shape (m, K) and ``b`` (m,)
+        (set by :func:`reduce`: ``A = a/√N``, ``b = ỹ/√N``); used for a stable loss and
+        for the final state by NNLS.
+    rest : array_like, shape (p, p), optional
+        Part of ``M(0)`` on the discarded (signal-free) directions; constant in time.
+    psd_tol : float
+        Relative tolerance of the positive semi-definiteness check of ``C``.
+
+    Attributes
+    ----------
+    beta, zeta, z0 : torch.Tensor, shape (K,)
+        ``ζ = 4β`` are the growth rates.
+    C : torch.Tensor of shape (K, K), or scipy.sparse.csr_matrix when given sparse or as a diagonal
+    basis : torch.Tensor of shape (p, K) or None
+    y2 : float or None
+    K : int
+    is_diagonal : bool
+
+    Raises
+    ------
+    NonFiniteError, ShapeError
+        NaN/inf or wrong shapes.
+    ValueError
+        ``C`` not symmetric, not positive semi-definite, ``z0`` negative (or a scalar ``ε ≤ 0``),
+        or a mode with ``β_k > 0`` and ``C_kk = 0`` (loss unbounded below).
+    """
+
+    def __init__(self, beta, C, z0, *, y2=None, basis=None, factor=None, rest=None, psd_tol: float = 1e-10):
+        b = _np("beta", beta, 1)
+        K = b.shape[0]
+        if K == 0:
+            raise ShapeError("`beta` must have at least one mode; found shape (0,)")
+        self.K = K
+        self._beta = b
+        self._sparse = None
+        self._dense = None
+        if sp.issparse(C):
+            Cs = sp.csr_matrix(C, dtype=np.float64)
+            if Cs.shape != (K, K):
+                raise ShapeError(f"`C` must have shape ({K}, {K}); found {Cs.shape}")
+            if not np.isfinite(Cs.data).all():
+                raise NonFiniteError("`C` must be finite; found NaN/inf entries")
+            self._sparse = Cs
+            diag = Cs.diagonal()
+            offd = Cs - sp.diags(diag)
+            offd.eliminate_zeros()
+            self.is_diagonal = offd.nnz == 0
+        else:
+            Cn = _np("C", C, (1, 2))
+            if Cn.ndim == 1:
+                if Cn.shape != (K,):
+                    raise ShapeError(f"`C` given as a diagonal must have shape ({K},); found {Cn.shape}")
+                self._sparse = sp.diags(Cn).tocsr()
+                diag = Cn
+                self.is_diagonal = True
+            else:
+                if Cn.shape != (K, K):
+                    raise ShapeError(f"`C` must have shape ({K}, {K}); found {Cn.shape}")
+                self._dense = Cn
+                diag = np.diag(Cn).copy()
+                self.is_diagonal = bool(np.count_nonzero(Cn - np.diag(diag)) == 0)
+        self._diag = diag
+        self._check_psd(psd_tol)
+        bad = (diag <= 0) & (b > 0)
+        if bad.any():
+            k = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"`beta` and `C`: mode {k} has β_k = {b[k]:.3e} > 0 but C_kk = {diag[k]:.3e}; "
+                             "the loss is unbounded below (a growing mode with no self-interaction)")
+        self._z0 = self._check_z0(z0)
+        self.y2 = None if y2 is None else float(y2)
+        if self.y2 is not None and not np.isfinite(self.y2):
+            raise NonFiniteError(f"`y2` must be finite; found {y2}")
+        self.basis = None if basis is None else as_tensor("basis", basis, ndim=2, dtype=torch.float64)
+        if self.basis is not None and self.basis.shape[1] != K:
+            raise ShapeError(f"`basis` must have shape (p, {K}); found {tuple(self.basis.shape)}")
+        self.rest = None if rest is None else as_tensor("rest", rest, ndim=2, dtype=torch.float64)
+        self._factor = None
+        if factor is not None:
+            A = _np("factor[0]", factor[0], 2)
+            bb = _np("factor[1]", factor[1], 1)
+            if A.shape[1] != K or A.shape[0] != bb.shape[0]:
+                raise ShapeError(f"`factor` must be (A, b) with A of shape (m, {K}) and b of shape (m,); "
+                                 f"found {A.shape} and {bb.shape}")
+            self._factor = (A, bb)
+        self._final = None
+
+    # ------------------------------------------------------------ validation
+    def _check_psd(self, tol: float):
+        d = self._diag
+        scale = max(float(np.max(np.abs(d))), 1e-300)
+        if self._dense is not None:
+            C = self._dense
+            asym = float(np.max(np.abs(C - C.T)))
+            if asym > 1e-10 * max(float(np.max(np.abs(C))), 1e-300):
+                raise ValueError(f"`C` must be symmetric; found max |C − Cᵀ| = {asym:.3e}")
+            try:
+                np.linalg.cholesky(C + tol * scale * np.eye(self.K))
+                return
+            except np.linalg.LinAlgError:
+                lam = float(np.linalg.eigvalsh(0.5 * (C + C.T))[0])
+                raise ValueError(f"`C` must be positive semi-definite; found smallest eigenvalue {lam:.3e} "
+                                 f"(largest diagonal entry {scale:.3e})") from None
+        C = self._sparse
+        if self.is_diagonal:
+            if d.min() < -tol * scale:
+                raise ValueError(f"`C` must be positive semi-definite; found a diagonal entry {d.min():.3e} < 0")
+            return
+        asym = abs(C - C.T).max()
+        if asym > 1e-10 * max(abs(C).max(), 1e-300):
+            raise ValueError(f"`C` must be symmetric; found max |C − Cᵀ| = {asym:.3e}")
+        radius = np.asarray(abs(C).sum(axis=1)).ravel() - np.abs(d)
+        if np.all(d - radius >= -tol * scale):
+            return  # Gershgorin: diagonally dominant with a non-negative diagonal ⇒ PSD
+        from scipy.sparse.linalg import eigsh
+
+        lam = float(eigsh(C, k=1, which="SA", return_eigenvectors=False, tol=1e-8)[0])
+        if lam < -tol * scale * 10:
+            raise ValueError(f"`C` must be positive semi-definite; found smallest eigenvalue {lam:.3e}")
+
+    def _check_z0(self, z0) -> np.ndarray:
+        z = _np("z0", z0, (0, 1))
+        if z.ndim == 0:
+            if not z > 0:
+                raise ValueError(f"`z0` (the initial scale ε) must be > 0; found {float(z)}")
+            return np.full(self.K, float(z))
+        if z.shape != (self.K,):
+            raise ShapeError(f"`z0` must be a scalar or have shape ({self.K},); found {z.shape}")
+        if (z < 0).any():
+            raise ValueError(f"`z0` must be ≥ 0 (z = diag of a PSD M(0)); found min {z.min():.3e}")
+        if not (z > 0).any():
+            raise ValueError("`z0` must have at least one positive entry; found all zeros (nothing can grow)")
+        return z
+
+    # ------------------------------------------------------------ attributes
+    @property
+    def beta(self) -> torch.Tensor:
+        """``β``, shape (K,)."""
+        return _t(self._beta)
+
+    @property
+    def zeta(self) -> torch.Tensor:
+        """Growth rates ``ζ = 4β``, shape (K,)."""
+        return _t(4.0 * self._beta)
+
+    @property
+    def z0(self) -> torch.Tensor:
+        """Initial state ``z(0)``, shape (K,)."""
+        return _t(self._z0)
+
+    @property
+    def C(self):
+        """Interaction matrix: torch (K, K) when dense, else ``scipy.sparse.csr_matrix``."""
+        return _t(self._dense) if self._dense is not None else self._sparse
+
+    @property
+    def C_diag(self) -> torch.Tensor:
+        """Diagonal of ``C``, shape (K,)."""
+        return _t(self._diag)
+
+    def with_z0(self, z0) -> "LotkaVolterra":
+        """The same system started from ``z0`` (scalar ``ε > 0`` or shape (K,))."""
+        new = object.__new__(LotkaVolterra)
+        new.__dict__.update(self.__dict__)
+        new._z0 = self._check_z0(z0)
+        return new
+
+    def __repr__(self) -> str:
+        kind = "diagonal" if self.is_diagonal else ("sparse" if self._dense is None else "dense")
+        return f"LotkaVolterra(K={self.K}, C={kind}, y2={self.y2})"
+
+    # ----------------------------------------------------------- algebra
+    def _matvec(self, z: np.ndarray) -> np.ndarray:
+        """``C z`` for z of shape (K,) or (T, K) (rows)."""
+        if self._dense is not None:
+            return z @ self._dense
+        return (self._sparse @ z.T).T if z.ndim == 2 else self._sparse @ z
+
+    def gradient(self, z) -> torch.Tensor:
+        """``g = C z − β`` (``∂L/∂z``), shape like ``z`` ((K,) or (T, K))."""
+        zz = _np("z", z, (1, 2))
+        return _t(self._matvec(zz) - self._beta)
+
+    def final_state(self) -> torch.Tensor:
+        r"""Minimiser ``z∞`` of ``L(z)`` over ``z ≥ 0`` (where gradient flow ends).
+
+        The problem is a convex quadratic program with a PSD, possibly singular ``C``.
+        Diagonal ``C``: ``z∞_k = max(β_k, 0)/C_kk``.  With the least-squares factor of
+        :func:`reduce` (``L = ½‖Az − b‖²``): :func:`scipy.optimize.nnls` on ``(A, b)``,
+        which never forms ``C`` and is exact for singular ``C``.  Dense ``C`` without a
+        factor: the finite active-set method of :class:`nqf.lv.qp.ActiveSetQP`
+        (Lawson–Hanson on the quadratic form, with ray steps along null directions of
+        singular ``C``).  Sparse non-diagonal ``C``: L-BFGS-B with bounds (iterative,
+        converged to a projected-gradient tolerance ``1e-12``).  When ``C`` is singular the
+        minimiser may be non-unique; the loss value is unique.
+
+        Returns
+        -------
+        torch.Tensor, shape (K,)
+        """
+        if self._final is None:
+            self._final = self._compute_final()
+        return _t(self._final)
+
+    def _compute_final(self) -> np.ndarray:
+        b, d = self._beta, self._diag
+        if self.is_diagonal:
+            return np.where((b > 0) & (d > 0), np.maximum(b, 0) / np.where(d > 0, d, 1.0), 0.0)
+        if self._factor is not None:
+            A, y = self._factor
+            x, _ = nnls(A, y, maxiter=50 * self.K)
+            return x
+        if self._dense is not None:
+            try:
+                return ActiveSetQP(self._dense, b).solve()
+            except UnboundedError as exc:
+                raise ValueError(f"`beta`, `C`: {exc}") from None
+        C = self._sparse
+        res = minimize(lambda z: (-b @ z + 0.5 * z @ (C @ z), C @ z - b), np.zeros(self.K), jac=True,
+                       method="L-BFGS-B", bounds=[(0, None)] * self.K,
+                       options={"maxiter": 100000, "ftol": 1e-15, "gtol": 1e-12})
+        return res.x
+
+    def _loss_parts(self):
+        zf = self._final if self._final is not None else self._compute_final()
+        self._final = zf
+        g = self._matvec(zf) - self._beta
+        if self._factor is not None:
+            A, y = self._factor
+            r = A @ zf - y
+            Linf = 0.5 * float(r @ r)
+        elif self.y2 is not None:
+            Linf = 0.5 * self.y2 - float(self._beta @ zf) + 0.5 * float(zf @ self._matvec(zf))
+        else:
+            Linf = 0.0
+        return zf, g, Linf
+
+    def loss(self, z) -> torch.Tensor:
+        r"""MSE loss ``L(z) = ½ E[‖ỹ‖²] − βᵀz + ½ zᵀCz``.
+
+        Evaluated without cancellation as ``L(z∞) + g∞ᵀ(z − z∞) + ½ (z − z∞)ᵀ C (z − z∞)``
+        (an identity for any reference point; ``z∞`` = :meth:`final_state`,
+        ``g∞ = Cz∞ − β``), so the small excess near convergence keeps full relative
+        precision.  ``L(z∞)`` is ``½‖Az∞ − b‖²`` with the factor of :func:`reduce`; when the
+        system has neither a factor nor ``y2`` it is set to 0 (the result is the excess loss).
+
+        Parameters
+        ----------
+        z : array_like, shape (K,) or (T, K)
+
+        Returns
+        -------
+        torch.Tensor, shape () or (T,)
+        """
+        zz = _np("z", z, (1, 2))
+        if zz.shape[-1] != self.K:
+            raise ShapeError(f"`z` must have last dimension {self.K}; found {zz.shape}")
+        zf, g, Linf = self._loss_parts()
+        dz = zz - zf
+        quad = np.sum(dz * self._matvec(dz), axis=-1)
+        return _t(Linf + dz @ g + 0.5 * quad)
+
+    def excess_loss(self, z) -> torch.Tensor:
+        """``L(z) − L(z∞) ≥ 0``, shape () or (T,)."""
+        zf, g, Linf = self._loss_parts()
+        zz = _np("z", z, (1, 2))
+        dz = zz - zf
+        return _t(dz @ g + 0.5 * np.sum(dz * self._matvec(dz), axis=-1))
+
+    def final_loss(self) -> float:
+        """``min_{z ≥ 0} L(z)``."""
+        return float(self._loss_parts()[2])
+
+    def to_matrix(self, z) -> torch.Tensor:
+        """Order parameter ``M = U diag(z) Uᵀ (+ the constant part of M(0) on discarded directions)``.
+
+        Parameters
+        ----------
+        z : array_like, shape (K,)
+
+        Returns
+        -------
+        torch.Tensor, shape (p, p)
+        """
+        if self.basis is None:
+            raise ValueError("this system has no `basis` (it was not built by `nqf.lv.reduce`)")
+        zz = as_tensor("z", z, ndim=1, dtype=torch.float64)
+        M = (self.basis * zz) @ self.basis.T
+        return M if self.rest is None else M + self.rest
+
+    # ---------------------------------------------------------- logistic
+    def _require_diagonal(self, what: str):
+        if not self.is_diagonal:
+            raise ValueError(f"`{what}` needs a diagonal `C` (orthogonal features); this system has "
+                             "interacting modes — use `flow`, `gd` or `limit`")
+
+    def logistic(self, t, *, log: bool = False) -> torch.Tensor:
+        r"""Exact solution for diagonal ``C`` (each mode a logistic), any sign of ``β_k``.
+
+        With ``c = C_kk``, ``ζ = 4β_k``: ``dz/dt = ζz − 4cz²`` is a Bernoulli equation,
+        ``1/z(t) = 1/z* + (1/z(0) − 1/z*) e^{−ζt}`` (``z* = β/c``), i.e.
+
+        .. math::
+
+            z(t) = \frac{z(0)}{e^{−ζt} + 4 c\, z(0)\, φ(t)}, \qquad φ(t) = \frac{1 − e^{−ζt}}{ζ}
+
+        (``φ = t`` for ``ζ = 0``).  For ``β > 0`` this is
+        ``z*/(1 + (z*/z(0) − 1) e^{−ζt})``; for ``β ≤ 0`` the mode decays to 0.  Evaluated
+        in log space (``logaddexp``, ``expm1``), so no overflow for any ``t`` or ``z(0)``.
+
+        Parameters
+        ----------
+        t : array_like, shape (T,)
+            Training times ``t = η · steps`` (gradient-flow limit).
+        log : bool
+            Return ``ln z`` instead of ``z``.
+
+        Returns
+        -------
+        torch.Tensor, shape (T, K)
+        """
+        self._require_diagonal("logistic")
+        tt = _np("t", t, (0, 1)).reshape(-1)[:, None]
+        zeta = 4.0 * self._beta[None, :]
+        c = self._diag[None, :]
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            lz0 = np.log(self._z0)[None, :]
+            x = zeta * tt
+            pos = zeta > 0
+            neg = zeta < 0
+            lphi = np.where(pos, np.log(-np.expm1(-x)) - np.log(np.where(pos, zeta, 1.0)),
+                            np.where(neg, -x + np.log(-np.expm1(x)) - np.log(np.where(neg, -zeta, 1.0)),
+                                     np.log(tt + 0 * zeta)))
+            second = np.where(c > 0, np.log(4.0 * np.where(c > 0, c, 1.0)) + lz0 + lphi, -np.inf)
+            lz = lz0 - np.logaddexp(-x, second)
+            lz = np.where(np.isfinite(lz0), lz, -np.inf)
+        return _t(lz) if log else _t(np.exp(lz))
+
+    def logistic_switch_times(self, fraction: float = 0.5) -> torch.Tensor:
+        r"""Exact time at which a logistic mode reaches ``fraction · z*`` (diagonal ``C``).
+
+        ``t_k = [ln(z*_k/z_k(0) − 1) − ln(1/f − 1)]/ζ_k`` (half saturation ``f = ½``:
+        ``ln(z*/z(0) − 1)/ζ``, ``≈ ln(1/ε)/ζ_k`` for ``z(0) = ε``); 0 if ``z(0) ≥ f z*``;
+        ``inf`` for modes with ``β_k ≤ 0`` (they never switch on).
+
+        Returns
+        -------
+        torch.Tensor, shape (K,)
+        """
+        self._require_diagonal("logistic_switch_times")
+        if not 0 < fraction <= 1:
+            raise ValueError(f"`fraction` must lie in (0, 1]; found {fraction}")
+        b, c, z0 = self._beta, self._diag, self._z0
+        out = np.full(self.K, np.inf)
+        on = (b > 0) & (c > 0) & (z0 > 0)
+        zs = b[on] / c[on]
+        lr = np.log(zs) - np.log(z0[on])  # ln(z*/z0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            num = lr + np.log1p(-np.exp(-lr))  # ln(z*/z0 − 1)
+            lf = np.log(1.0 / fraction - 1.0) if fraction < 1 else -np.inf
+            t = (num - lf) / (4.0 * b[on])
+        t = np.where(z0[on] >= fraction * zs, 0.0, t)
+        out[on] = t
+        return _t(out)
+
+    def plateaus(self, eps: float | None = None) -> Plateaus:
+        """Switch-on times and plateau losses.
+
+        Diagonal ``C``: exact logistic half-saturation times
+        (:meth:`logistic_switch_times`) in increasing order; the plateau after the
+        ``j``-th switch has the first ``j`` modes at ``z*`` and the others at 0 (exact up
+        to ``O(z(0))``).  Interacting ``C``: the ε → 0 limit (:meth:`limit`), with times
+        ``t = τ ln(1/ε)``.
+
+        Parameters
+        ----------
+        eps : float, optional
+            Initial scale for the interacting case (default ``max z(0)``).
+        """
+        if not self.is_diagonal:
+            res = self.limit(eps)
+            L = np.log(1.0 / res.eps)
+            losses = [self.loss(np.zeros(self.K)).item()] + [self.loss(zz).item() for zz in res._z_after]
+            return Plateaus(_t(res.taus.numpy() * L), res.modes, list(res.kinds), _t(losses))
+        ts = self.logistic_switch_times().numpy()
+        order = [int(k) for k in np.argsort(ts, kind="stable") if np.isfinite(ts[k])]
+        zf = self.final_state().numpy()
+        z = np.zeros(self.K)
+        losses = [float(self.loss(z))]
+        for k in order:
+            z[k] = zf[k]
+            losses.append(float(self.loss(z)))
+        return Plateaus(_t(ts[order]), torch.as_tensor(order, dtype=torch.int64), ["on"] * len(order),
+                        _t(losses))
+
+    # ------------------------------------------------------------ GD map
+    def gd(self, eta: float, steps: int, *, record_every: int = 1) -> LVSolution:
+        r"""Exact discrete gradient descent: ``z ← (1 − 2η g)² z``, ``g = C z − β``.
+
+        This is ``M ← (I − 2ηG) M (I − 2ηG)`` restricted to the shared eigenbasis,
+        exact for any ``η`` (THEORY.md sections 3–4).  Time ``t = η · steps``.
+
+        Parameters
+        ----------
+        eta : float > 0
+        steps : int ≥ 0
+        record_every : int ≥ 1
+            Store every ``record_every``-th state (the last one is always stored).
+
+        Returns
+        -------
+        LVSolution
+            ``method="gd"``.
+
+        Raises
+        ------
+        DivergenceError
+            When ``z`` becomes non-finite (step too large).
+        """
+        eta = float(eta)
+        if not (np.isfinite(eta) and eta > 0):
+            raise ValueError(f"`eta` must be a finite positive step size; found {eta}")
+        steps, record_every = int(steps), int(record_every)
+        if steps < 0 or record_every < 1:
+            raise ValueError(f"`steps` must be ≥ 0 and `record_every` ≥ 1; found {steps}, {record_every}")
+        z = self._z0.copy()
+        ts, zs = [0.0], [z.copy()]
+        for s in range(1, steps + 1):
+            g = self._matvec(z) - self._beta
+            z = (1.0 - 2.0 * eta * g) ** 2 * z
+            if s % record_every == 0 or s == steps:
+                if not np.isfinite(z).all():
+                    raise DivergenceError(f"GD diverged at step {s} (t = {s * eta:.4g}); reduce `eta` "
+                                          f"(stability needs η · λ_max(C) · max z ≲ 1)")
+                ts.append(s * eta)
+                zs.append(z.copy())
+        with np.errstate(divide="ignore"):
+            lz = np.log(np.array(zs))
+        return LVSolution(_t(ts), _t(lz), self, "gd", True, "", {"steps": steps})
+
+    # ---------------------------------------------------------- log flow
+    def flow(self, t, *, n_points: int = 2001, method: str = "Radau", rtol: float = 1e-10,
+             atol: float = 1e-10, dense_output: bool = True) -> LVSolution:
+        r"""Gradient flow in log coordinates with an implicit stiff integrator.
+
+        Integrates ``u = ln z``, ``du_k/dt = 4(β_k − (C e^u)_k)``, with the analytic Jacobian
+        ``∂u̇/∂u = −4 C diag(e^u)`` (sparse when ``C`` is sparse), by
+        :func:`scipy.integrate.solve_ivp` with ``method`` Radau (default) or BDF.  Starting
+        values ``u(0) = ln z(0)`` are finite for any positive float64 (``ln 1e-300 ≈ −690.8``),
+        and ``z = e^u`` never overflows along the exact solution (``z`` stays bounded by the
+        loss); trial Newton iterates are clipped at ``u ≤ 700``.  Explicit integrators fail
+        here (the system is stiff once modes saturate).  Modes with ``z(0) = 0`` stay at 0 and
+        are not integrated.
+
+        Parameters
+        ----------
+        t : float or array_like of shape (T,)
+            Final time (then ``n_points`` output times: a union of a linear and a
+            logarithmic grid on ``[0, t]``), or increasing output times starting at 0.
+        n_points : int
+        method : {"Radau", "BDF"}
+        rtol, atol : float
+            Integrator tolerances on ``u``.
+        dense_output : bool
+            Keep the interpolant (used to refine :meth:`LVSolution.switch_times`).
+
+        Returns
+        -------
+        LVSolution
+            ``success``/``message`` report integrator failure instead of raising.
+        """
+        if method not in ("Radau", "BDF"):
+            raise ValueError(f"`method` must be one of 'Radau', 'BDF' (implicit, stiff); found {method!r}")
+        tt = _np("t", t, (0, 1))
+        if tt.ndim == 0:
+            T = float(tt)
+            if not T > 0:
+                raise ValueError(f"`t` (final time) must be > 0; found {T}")
+            n = max(int(n_points), 4)
+            tt = np.unique(np.concatenate([[0.0], np.linspace(0, T, n // 2),
+                                           np.geomspace(T * 1e-6, T, n - n // 2)]))
+        if tt[0] != 0 or np.any(np.diff(tt) <= 0):
+            raise ValueError("`t` must be increasing and start at 0")
+        mask = self._z0 > 0
+        idx = np.flatnonzero(mask)
+        b = self._beta[idx]
+        if self._dense is not None:
+            Cm = self._dense[np.ix_(idx, idx)]
+        else:
+            Cm = self._sparse[idx][:, idx].tocsc()
+        sparse = sp.issparse(Cm)
+
+        def fun(_t_, u):
+            return 4.0 * (b - Cm @ np.exp(np.minimum(u, 700.0)))
+
+        def jac(_t_, u):
+            z = np.exp(np.minimum(u, 700.0))
+            if sparse:
+                return (-4.0 * (Cm @ sp.diags(z))).tocsc()
+            return -4.0 * Cm * z[None, :]
+
+        u0 = np.log(self._z0[idx])
+        sol = solve_ivp(fun, (0.0, float(tt[-1])), u0, method=method, t_eval=tt, jac=jac, rtol=rtol,
+                        atol=atol, dense_output=dense_output)
+        lz = np.full((sol.t.shape[0], self.K), -np.inf)
+        lz[:, idx] = sol.y.T
+        stats = {"nfev": sol.nfev, "njev": sol.njev, "nlu": sol.nlu}
+        return LVSolution(_t(sol.t), _t(lz), self, method, bool(sol.success), sol.message, stats,
+                          sol.sol if dense_output else None, mask)
+
+    # -------------------------------------------------------------- limit
+    def limit(self, eps: float | None = None):
+        """ε → 0 limit of this system (:func:`nqf.lv.limit`), with ``s_k(0) = ln z_k(0)/ln(1/ε)``.
+
+        Parameters
+        ----------
+        eps : float in (0, 1), optional
+            Reference scale; default ``max z(0)`` (so ``s(0) = −1`` when ``z(0) = ε``).
+        """
+        from .limit import limit
+
+        if self._dense is None and not self.is_diagonal:
+            raise ValueError("`limit` needs a dense `C`; convert with `C.toarray()`")
+        eps = float(np.max(self._z0)) if eps is None else float(eps)
+        if not 0 < eps < 1:
+            raise ValueError(f"`eps` must lie in (0, 1); found {eps}")
+        with np.errstate(divide="ignore"):
+            s0 = np.log(self._z0) / np.log(1.0 / eps)
+        C = self._dense if self._dense is not None else np.diag(self._diag)
+        res = limit(self._beta, C, s0, y2=self.y2)
+        res.eps = eps
+        return res

@@ -1,0 +1,660 @@
+r"""Greedy low-rank saddle sequence of the NQF loss: staircases for any architecture and data.
+
+The NQF with mean-squared error is matrix sensing with a PSD factorisation
+(THEORY.md sections 2–4).  With ``M = W Wᵀ`` and the loss convention
+``L = (1/N) Σ_n ½ ‖f_n − y_n‖²`` (sum over the ``C`` outputs),
+
+.. math::
+
+    L(M) = \frac{1}{2N} ‖𝒜(M) + f_0 − y‖^2,\qquad
+    G(M) = \frac1N 𝒜^*(r),\ r = f_0 + 𝒜(M) − y,\qquad
+    \dot M = −2 (G M + M G),
+
+with training time ``t = η · steps`` (gradient flow).  ``L`` is convex in ``M``
+but the flow moves on the PSD cone through the factor ``W``; from a small
+start it learns one rank at a time (greedy low-rank learning, Li, Luo & Lyu
+2021).  :func:`saddle_sequence` computes that staircase:
+
+1. start at ``M_0 = 0``;
+2. at a stationary point ``M_k`` (``G(M_k) M_k = 0``) take the escape
+   direction ``q`` (for generic, non-commuting data the top eigenvector of
+   ``−P G(M_k) P``, ``P`` the projector on the complement of ``range(M_k)``),
+   put ``M_k + z* q qᵀ`` (``z*`` the best step along the ray) and descend, with
+   the factor ``V ∈ R^{p×(r+1)}``, ``M = V Vᵀ``, to the next stationary point
+   ``M_{k+1}`` (trust-region Newton–CG on the factored loss, polished to a
+   gradient norm ≈ 1e-12 in float64);
+3. stop when ``λ_max(−G(M_k)) ≤ tol``: then ``G ⪰ 0`` and ``G M = 0`` are the
+   KKT conditions of the convex problem ``min_{M ⪰ 0} L(M)``, so ``M_k`` is its
+   **global** minimiser (reported as ``global_minimum``).
+
+Escape rate and projection
+--------------------------
+Near ``M_k`` a small perturbation ``W_⊥`` in the complement of ``range(M_k)``
+evolves as ``Ẇ_⊥ = −2 P G(M_k) P W_⊥``, so its order parameter grows as
+``exp(4 λ t)`` with ``λ`` an eigenvalue of ``−P G P``: the escape rate is
+``4 λ_max(−P G(M_k) P)``.  Directions inside ``range(M_k)`` are already at
+equilibrium (``G M_k = 0``, the factored gradient ``2 G V`` vanishes), so they
+carry no growth; at an exact stationary point ``G`` maps ``range(M_k)`` to 0,
+so ``−P G P`` and ``−G`` share their non-zero spectrum and projecting only
+removes the zero eigenvalues of the equilibrated block (and round-off).
+
+Escape times: the ε → 0 rule (log-magnitude bookkeeping)
+--------------------------------------------------------
+**Initial-scale convention**: ``M(0) = ε I`` (e.g. ``W(0) = √ε I_p``, or any
+``W(0)`` with ``W Wᵀ = ε I``).  Write ``t = τ ln(1/ε)``.  Every small
+direction has a log-magnitude exponent ``e`` (``size ≈ ε^e``; all start at
+``e = 1``); during the plateau at ``M_k`` a small direction with rate ``h``
+(eigenvalue of ``−P G(M_k) P``) moves as ``de/dτ = −4 h``, and it escapes
+(the next drop) when ``e`` reaches 0.  Plateaus last ``Δτ = O(1)`` while jumps
+take ``O(1)`` time, i.e. ``O(1/ln(1/ε))`` in ``τ``.
+
+* First escape (exact to leading order): ``t*_1 = ln(1/ε) / (4 λ_1)`` with
+  ``λ_1 = λ_max(𝒜^*(y − f_0)/N)``.  The ``O(1)`` offset is computed exactly:
+  the flow from ``εI`` follows, up to ``O(ε^{1 − λ_2/λ_1})`` corrections, the
+  escape trajectory ``Φ(s)`` (rank-one flow from ``0`` along the top
+  eigenvector ``q``, normalised so that ``qᵀΦ(s)q ≈ e^{4λ_1 s}`` as
+  ``s → −∞``) shifted by ``ln(1/ε)/(4 λ_1)``.  Hence the time at which the
+  loss falls a fraction ``level`` of the way from ``L_0`` to ``L_1`` is
+  ``ln(1/ε)/(4λ_1) + s_level`` (:attr:`SaddleSequence.first_offset`).
+* Commuting data (all ``A_c(x_n)`` commute; ``rule="commuting"``): in the
+  shared eigenbasis each mode keeps its identity, exponent ``e_i`` moves with
+  slope ``−4 (−G(M_k))_{ii}``; the next mode to join is the first to reach
+  ``e = 0`` (not necessarily the fastest one!), a mode whose restricted
+  optimum is 0 leaves with ``e = 0``.  This is exactly the Lotka–Volterra
+  ε → 0 active-set limit of THEORY.md section 4.
+* Non-commuting data in general position (``rule="generic"``): each jump
+  rotates the small directions by an ``O(1)`` invertible map, after which the
+  flag of small directions has ``O(1)`` overlaps with every eigenvector of the
+  next ``−P G P``.  By the exterior-power argument (the product of the ``j``
+  largest magnitudes is the top eigenvalue of ``Λ^j M_⊥``, which grows at rate
+  ``4 (h_1 + … + h_j)``) the *sorted* exponents ``e_(1) ≤ e_(2) ≤ …`` move with
+  the *sorted* rates ``h_1 ≥ h_2 ≥ …``; the largest small component escapes
+  along the top eigenvector, after ``Δτ = e_(1) / (4 h_1)``.  This is greedy
+  low-rank learning with its clock.
+
+Only the leading order ``τ_k ln(1/ε)`` is predicted for the later escapes
+(``k ≥ 2``): their ``O(1)`` offsets depend on the overlaps produced by the
+jumps, which no closed rule gives.  When the data are neither commuting nor
+in general position (e.g. commuting blocks inside a non-commuting problem,
+or ties in the exponents) neither rule is guaranteed; ``rule="auto"`` uses
+``"commuting"`` when a randomized commutation test passes and ``"generic"``
+otherwise.  The descent reaches the stationary point the flow reaches
+whenever the rank-``(k+1)`` factored problem has a single basin below the
+saddle (true for reduced-rank regression, i.e. linear and tanh MLPs);
+otherwise compare with a simulation.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from scipy.integrate import solve_ivp
+from scipy.optimize import minimize
+from scipy.sparse.linalg import LinearOperator, minres
+
+from ._validation import as_tensor
+from .errors import NotClosedError, ShapeError
+from .structure.operator import StructureOperator
+
+__all__ = ["Saddle", "SaddleSequence", "saddle_sequence", "commutes"]
+
+
+# --------------------------------------------------------------------------- the loss
+class _Problem:
+    """``L(M) = (1/2N) ‖𝒜(M) + f0 − y‖²`` with its gradient ``G`` and factored derivatives."""
+
+    def __init__(self, op: StructureOperator, y: torch.Tensor):
+        self.op, self.y = op, y
+        self.N, self.C, self.p = op.n_samples, op.n_outputs, op.p
+        self.f0 = op.offset
+
+    def apply(self, M: torch.Tensor) -> torch.Tensor:
+        return op_forward(self.op, M)
+
+    def residual(self, M: torch.Tensor) -> torch.Tensor:
+        return self.f0 + self.apply(M) - self.y
+
+    def loss_of_residual(self, r: torch.Tensor) -> float:
+        return 0.5 * float((r * r).sum()) / self.N
+
+    def loss(self, M: torch.Tensor) -> float:
+        return self.loss_of_residual(self.residual(M))
+
+    def G(self, M: torch.Tensor) -> torch.Tensor:
+        return self.op._adjoint(self.residual(M)) / self.N
+
+    # factored problem on V (p × k), numpy in / out for scipy
+    def fg(self, x: np.ndarray, k: int, B: torch.Tensor | None = None):
+        """Loss and gradient of ``L(V Vᵀ)``; with ``B`` (p × q), ``V = B Z`` and ``x = vec(Z)``."""
+        q = self.p if B is None else B.shape[1]
+        Z = torch.from_numpy(x.reshape(q, k))
+        V = Z if B is None else B @ Z
+        r = self.residual(V @ V.T)
+        G = self.op._adjoint(r) / self.N
+        g = 2.0 * (G @ V)
+        g = g if B is None else B.T @ g
+        return self.loss_of_residual(r), g.reshape(-1).numpy()
+
+    def hessp(self, x: np.ndarray, d: np.ndarray, k: int, B: torch.Tensor | None = None) -> np.ndarray:
+        q = self.p if B is None else B.shape[1]
+        Z = torch.from_numpy(x.reshape(q, k))
+        E = torch.from_numpy(d.reshape(q, k))
+        V, D = (Z, E) if B is None else (B @ Z, B @ E)
+        G = self.G(V @ V.T)
+        dM = D @ V.T
+        dG = self.op._adjoint(self.apply(dM + dM.T)) / self.N
+        h = 2.0 * (G @ D + dG @ V)
+        h = h if B is None else B.T @ h
+        return h.reshape(-1).numpy()
+
+
+def op_forward(op: StructureOperator, M: torch.Tensor) -> torch.Tensor:
+    """``𝒜(M)`` as ``(N, C)`` for a symmetric ``M`` (no validation, internal use)."""
+    return op._forward(M)
+
+
+def commutes(op: StructureOperator, *, trials: int = 2, rtol: float = 1e-9, seed: int = 0) -> bool:
+    """Randomized test that all structure matrices ``A_c(x_n)`` commute.
+
+    ``[𝒜^*(R), 𝒜^*(S)] = Σ R_{n,c} S_{m,d} [A_{n,c}, A_{m,d}]`` is a bilinear
+    form in ``(R, S)``; it vanishes for random Gaussian ``R, S`` (with
+    probability one) only if every commutator vanishes.  Costs ``2·trials``
+    adjoints and ``O(p³)``; never materialises ``A``.
+
+    Returns
+    -------
+    bool
+        True when ``‖[X, Y]‖ ≤ rtol ‖X‖ ‖Y‖`` for every trial.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(trials):
+        R = torch.randn(op.n_samples, op.n_outputs, generator=gen, dtype=op.dtype)
+        S = torch.randn(op.n_samples, op.n_outputs, generator=gen, dtype=op.dtype)
+        X, Y = op._adjoint(R), op._adjoint(S)
+        if float(torch.linalg.norm(X @ Y - Y @ X)) > rtol * float(torch.linalg.norm(X) * torch.linalg.norm(Y)):
+            return False
+    return True
+
+
+# --------------------------------------------------------------------------- results
+@dataclass
+class Saddle:
+    """One stationary point of the flow (one plateau of the staircase).
+
+    Attributes
+    ----------
+    index : int
+        ``k`` (``0`` is ``M = 0``).
+    M : torch.Tensor, shape (p, p)
+        The stationary point ``M_k = V Vᵀ`` (one representative when the loss
+        is invariant under a group acting on ``M``, e.g. the MLP balance
+        rescaling ``a → c a, u → u / c``; ``loss``, ``G`` and the rates do not
+        depend on the representative).
+    V : torch.Tensor, shape (p, rank)
+        Factor of ``M_k`` with orthogonal columns.
+    rank : int
+    loss : float
+        Plateau level ``L(M_k)``.
+    G : torch.Tensor, shape (p, p)
+        ``G(M_k) = 𝒜^*(r)/N``.
+    stationarity : float
+        ``‖G(M_k) M_k‖_F`` (0 at an exact stationary point).
+    rates : torch.Tensor, shape (p − rank,)
+        Eigenvalues ``h`` of ``−P G(M_k) P`` on the complement of
+        ``range(M_k)``, descending.
+    escape_rate : float
+        ``4 λ_max(−P G(M_k) P)`` = ``4 rates[0]`` (≤ 0 at the global minimiser).
+    escape_direction : torch.Tensor of shape (p, m), or None
+        Orthonormal directions along which the flow leaves ``M_k`` (``m > 1``
+        for a degenerate top eigenvalue); ``None`` for the last saddle.
+    escape_mode_rate : float
+        ``4 h`` of the direction that actually escapes (equals
+        ``escape_rate`` except under the commuting rule, where a slower mode
+        that is already larger can escape first).
+    tau : float
+        Leading-order arrival time in units of ``ln(1/ε)``: the flow from
+        ``M(0) = ε I`` reaches this plateau at ``t ≈ tau · ln(1/ε)``.
+    """
+
+    index: int
+    M: torch.Tensor
+    V: torch.Tensor
+    rank: int
+    loss: float
+    G: torch.Tensor
+    stationarity: float
+    rates: torch.Tensor
+    escape_rate: float
+    escape_direction: torch.Tensor | None = None
+    escape_mode_rate: float = float("nan")
+    tau: float = 0.0
+
+
+@dataclass
+class SaddleSequence:
+    """Result of :func:`saddle_sequence`: the predicted staircase.
+
+    Attributes
+    ----------
+    saddles : list of Saddle
+        ``saddles[0]`` is ``M = 0``.
+    global_minimum : bool
+        True when the last saddle satisfies ``λ_max(−G) ≤ tol`` (``G ⪰ 0``,
+        ``G M = 0``): it is then the global minimiser of the convex loss over
+        the PSD cone.
+    certificate : float
+        ``λ_max(−G)`` at the last saddle.
+    rule : str
+        ``"commuting"`` or ``"generic"`` (the log-magnitude bookkeeping used).
+    first_offset : float
+        ``s_level`` of the first escape (see :meth:`escape_times`), computed
+        from the escape trajectory at ``level = first_level``.
+    first_level : float
+    message : str
+        Why the sequence stopped.
+    """
+
+    saddles: list
+    global_minimum: bool
+    certificate: float
+    rule: str
+    first_offset: float = float("nan")
+    first_level: float = 0.5
+    message: str = ""
+    _escape_curve: tuple = field(default=None, repr=False)
+
+    # ------------------------------------------------------------------ arrays
+    @property
+    def plateau_levels(self) -> np.ndarray:
+        """``(K+1,)`` losses ``L(M_k)``, ``k = 0..K``."""
+        return np.array([s.loss for s in self.saddles])
+
+    @property
+    def ranks(self) -> np.ndarray:
+        return np.array([s.rank for s in self.saddles])
+
+    @property
+    def escape_rates(self) -> np.ndarray:
+        """``(K+1,)`` escape rates ``4 λ_max(−P G(M_k) P)``."""
+        return np.array([s.escape_rate for s in self.saddles])
+
+    @property
+    def taus(self) -> np.ndarray:
+        """``(K+1,)`` leading-order arrival times ``τ_k`` (``t ≈ τ_k ln(1/ε)``); ``τ_0 = 0``."""
+        return np.array([s.tau for s in self.saddles])
+
+    @property
+    def order_parameters(self) -> list:
+        return [s.M for s in self.saddles]
+
+    def __len__(self) -> int:
+        return len(self.saddles)
+
+    # ------------------------------------------------------------------ times
+    def escape_times(self, eps: float, *, offset: bool = True) -> np.ndarray:
+        """Predicted times of the drops for ``M(0) = ε I``.
+
+        Parameters
+        ----------
+        eps : float
+            Initial scale ``ε`` (``M(0) = ε I``), ``0 < ε < 1``.
+        offset : bool
+            Add the exact ``O(1)`` offset to the first drop (only the first one
+            has a known offset).
+
+        Returns
+        -------
+        numpy.ndarray, shape (K,)
+            ``t_k ≈ τ_k ln(1/ε)`` for ``k = 1..K`` (drop from plateau ``k−1`` to
+            ``k``); with ``offset`` the first entry is ``ln(1/ε)/(4λ_1) +
+            s_level``, the time at which the loss crosses
+            ``L_0 − level (L_0 − L_1)`` (``level = first_level``).
+        """
+        eps = _check_eps(eps)
+        t = self.taus[1:] * math.log(1.0 / eps)
+        if offset and t.size and np.isfinite(self.first_offset):
+            t[0] += self.first_offset
+        return t
+
+    def first_escape_time(self, eps: float, level: float | None = None) -> float:
+        """Time at which the loss from ``M(0) = ε I`` crosses ``L_0 − level (L_0 − L_1)``.
+
+        ``t = ln(1/ε)/(4 λ_1) + s_level`` with ``s_level`` read off the escape
+        trajectory (exact up to ``o(1)`` as ``ε → 0``).
+        """
+        eps = _check_eps(eps)
+        if len(self.saddles) < 2:
+            return float("inf")
+        level = self.first_level if level is None else float(level)
+        if not 0.0 < level < 1.0:
+            raise ValueError(f"`level` must lie in (0, 1); found {level}")
+        L0, L1 = self.saddles[0].loss, self.saddles[1].loss
+        s_level = self._escape_curve(L0 - level * (L0 - L1))
+        return self.saddles[1].tau * math.log(1.0 / eps) + s_level
+
+    def predicted_loss_curve(self, t, eps: float, *, offset: bool = True) -> np.ndarray:
+        """Leading-order staircase ``L(t)``: ``L_k`` on ``[t_k, t_{k+1})``.
+
+        Parameters
+        ----------
+        t : array_like, shape (T,)
+            Training times (``t = η · steps``).
+        eps : float
+            ``M(0) = ε I``.
+
+        Returns
+        -------
+        numpy.ndarray, shape (T,)
+        """
+        t = np.asarray(t, dtype=float)
+        tk = self.escape_times(eps, offset=offset)
+        idx = np.searchsorted(tk, t, side="right")
+        return self.plateau_levels[idx]
+
+    def markers(self, eps: float) -> list:
+        """``[(t_k, L_k)]`` for marking predicted plateaus on measured curves (``t_0 = 0``)."""
+        tk = np.concatenate([[0.0], self.escape_times(eps)])
+        return [(float(a), float(b)) for a, b in zip(tk, self.plateau_levels)]
+
+    def summary(self) -> dict:
+        """JSON-serialisable summary."""
+        return {
+            "plateau_levels": self.plateau_levels.tolist(),
+            "ranks": self.ranks.tolist(),
+            "escape_rates": self.escape_rates.tolist(),
+            "taus": self.taus.tolist(),
+            "first_offset": self.first_offset,
+            "first_level": self.first_level,
+            "global_minimum": self.global_minimum,
+            "certificate": self.certificate,
+            "rule": self.rule,
+            "message": self.message,
+        }
+
+
+def _check_eps(eps) -> float:
+    eps = float(eps)
+    if not 0.0 < eps < 1.0:
+        raise ValueError(f"`eps` must lie in (0, 1) (the initial scale, M(0) = ε I); found {eps}")
+    return eps
+
+
+# --------------------------------------------------------------------------- descent
+def _descend(prob: _Problem, V0: torch.Tensor, gtol: float, maxiter: int, B: torch.Tensor | None = None):
+    """Minimise ``L(V Vᵀ)`` from ``V0`` (trust-region Newton–CG with Hessian products).
+
+    With ``B`` (orthonormal columns, p × q) the factor is restricted to
+    ``V = B Z`` (used under the commuting rule, where the flow never leaves
+    the span of the active modes).  After the trust region stalls on
+    round-off of the loss, Newton steps (MINRES on the singular Hessian) are
+    accepted while they reduce the gradient norm.
+    """
+    k = V0.shape[1]
+    x0 = (V0 if B is None else B.T @ V0).reshape(-1).numpy().copy()
+    res = minimize(lambda x: prob.fg(x, k, B), x0, jac=True, method="trust-ncg",
+                   hessp=lambda x, d: prob.hessp(x, d, k, B),
+                   options={"gtol": gtol, "maxiter": maxiter})
+    x = res.x
+    # the loss cannot resolve the last digits (round-off ~1e-16 L exceeds the predicted
+    # decrease ~‖g‖²/‖H‖ once ‖g‖ ≲ 1e-8), so judge the polishing steps by the gradient norm
+    gn = float(np.linalg.norm(prob.fg(x, k, B)[1]))
+    n = x.size
+    for _ in range(20):
+        if gn <= gtol:
+            break
+        g = prob.fg(x, k, B)[1]
+        xc = x
+        Hop = LinearOperator((n, n), matvec=lambda d: prob.hessp(xc, d, k, B), dtype=float)
+        step, _ = minres(Hop, -g, rtol=1e-12, maxiter=10 * n)
+        xn = x + step
+        gnn = float(np.linalg.norm(prob.fg(xn, k, B)[1]))
+        if not gnn < gn:
+            break
+        x, gn = xn, gnn
+    Z = torch.from_numpy(x.reshape(-1, k).copy())
+    return (Z if B is None else B @ Z), res
+
+
+def _compress(V: torch.Tensor, rank_rtol: float):
+    """Orthogonal-column factor of ``V Vᵀ`` with negligible directions removed."""
+    U, S, _ = torch.linalg.svd(V, full_matrices=False)
+    if S.numel() == 0 or float(S[0]) == 0.0:
+        return V[:, :0], 0
+    keep = S ** 2 > rank_rtol * float(S[0]) ** 2
+    return U[:, keep] * S[keep], int(keep.sum())
+
+
+def _complement(Q: torch.Tensor, p: int) -> torch.Tensor:
+    """Orthonormal basis ``(p, p − r)`` of the complement of ``range(Q)``."""
+    if Q.shape[1] == 0:
+        return torch.eye(p, dtype=Q.dtype)
+    _, U = torch.linalg.eigh(torch.eye(p, dtype=Q.dtype) - Q @ Q.T)  # eigenvalues 0 (r times), then 1
+    return U[:, Q.shape[1]:]
+
+
+# --------------------------------------------------------------------------- main entry
+def saddle_sequence(op: StructureOperator, y, *, max_rank: int | None = None, tol: float = 1e-9,
+                    rule: str = "auto", gtol: float = 1e-12, rank_rtol: float = 1e-10,
+                    degeneracy_rtol: float = 1e-9, first_level: float = 0.5,
+                    maxiter: int = 2000) -> SaddleSequence:
+    r"""The greedy low-rank saddle sequence of the NQF flow and its ε → 0 clock.
+
+    Loss and time convention: ``L = (1/2N) ‖f_0 + 𝒜(M) − y‖²`` (MSE, summed over
+    outputs), ``G = 𝒜^*(r)/N``, gradient flow ``Ṁ = −2 (G M + M G)``,
+    ``t = η · steps``; initial scale ``M(0) = ε I``.  See the module docstring
+    for the derivation of the escape rates and times.
+
+    Parameters
+    ----------
+    op : StructureOperator
+        Structure operator satisfying the zero-gradient condition (the flow
+        closes on ``M`` only then).
+    y : array_like, shape (N,) or (N, C)
+        Targets.
+    max_rank : int, optional
+        Stop after reaching this rank (default ``p``).
+    tol : float
+        Stop when ``λ_max(−G(M_k)) ≤ tol · scale`` with ``scale = max(1, ‖G(0)‖₂)``.
+    rule : {"auto", "commuting", "generic"}
+        Log-magnitude bookkeeping of the small directions.  ``"auto"``:
+        ``"commuting"`` if :func:`commutes` passes, else ``"generic"``.
+    gtol : float
+        Gradient-norm target of the factored descent, relative to ``scale``.
+    rank_rtol : float
+        Eigenvalues of ``M_k`` below ``rank_rtol · λ_max(M_k)`` are dropped.
+    degeneracy_rtol : float
+        Top rates within this relative distance escape together.
+    first_level : float
+        Fraction of the first drop at which the first-escape offset is read.
+    maxiter : int
+        Iteration cap of each descent.
+
+    Returns
+    -------
+    SaddleSequence
+
+    Raises
+    ------
+    NotClosedError
+        If ``op`` lacks the zero-gradient condition.
+    ShapeError
+        If ``y`` does not match the operator's outputs.
+    """
+    if not isinstance(op, StructureOperator):
+        raise TypeError(f"`op` must be a StructureOperator; found {type(op).__name__}")
+    if not op.satisfies_zgz:
+        raise NotClosedError("`op` has a linear or cross-unit term (the zero-gradient condition fails): the flow "
+                             "does not close on M alone, so the saddle sequence of L(M) does not describe it")
+    if rule not in ("auto", "commuting", "generic"):
+        raise ValueError(f"`rule` must be one of 'auto', 'commuting', 'generic'; found {rule!r}")
+    if not 0.0 < first_level < 1.0:
+        raise ValueError(f"`first_level` must lie in (0, 1); found {first_level}")
+    y = op._check_outputs("y", as_tensor("y", y, dtype=op.dtype, device=op.device))
+    if op.device.type != "cpu":
+        op, y = op.to(device="cpu"), y.cpu()
+    p = op.p
+    max_rank = p if max_rank is None else int(max_rank)
+    if max_rank < 0:
+        raise ValueError(f"`max_rank` must be ≥ 0; found {max_rank}")
+    prob = _Problem(op, y)
+    if rule == "auto":
+        rule = "commuting" if commutes(op) else "generic"
+
+    G0 = prob.G(torch.zeros(p, p, dtype=op.dtype))
+    scale = max(1.0, float(torch.linalg.matrix_norm(G0, 2)))
+
+    basis = None
+    if rule == "commuting":
+        gen = torch.Generator().manual_seed(1)
+        R = torch.randn(op.n_samples, op.n_outputs, generator=gen, dtype=op.dtype)
+        _, basis = torch.linalg.eigh(op._adjoint(R))
+        e_modes = np.ones(p)       # exponent of each shared-eigenbasis mode
+    else:
+        e_sorted = np.ones(p)      # sorted exponents of the complement
+
+    saddles: list[Saddle] = []
+    V = torch.zeros(p, 0, dtype=op.dtype)
+    tau = 0.0
+    message = ""
+    while True:
+        M = V @ V.T
+        G = prob.G(M)
+        r = V.shape[1]
+        Qc = _complement(_orth(V), p)
+        H = -(Qc.T @ G @ Qc)
+        h, U = torch.linalg.eigh(0.5 * (H + H.T))
+        h, U = h.flip(0), U.flip(1)
+        lam = float(h[0]) if h.numel() else 0.0
+        sad = Saddle(index=len(saddles), M=M, V=V.clone(), rank=r, loss=prob.loss(M), G=G,
+                     stationarity=float(torch.linalg.norm(G @ M)), rates=h, escape_rate=4.0 * lam, tau=tau)
+        saddles.append(sad)
+        if lam <= tol * scale:
+            message = f"converged: λ_max(−G) = {lam:.3e} ≤ tol·scale = {tol * scale:.3e}"
+            break
+        if r >= max_rank:
+            message = f"stopped at `max_rank` = {max_rank}"
+            break
+
+        # ---- which direction escapes, and when (log-magnitude bookkeeping)
+        if rule == "generic":
+            m = int((h >= lam - degeneracy_rtol * abs(lam)).sum())
+            hn = h.numpy()
+            n = min(len(e_sorted), len(hn))
+            e0 = e_sorted[0]
+            dtau = e0 / (4.0 * lam)
+            e_sorted = e_sorted[:n] - 4.0 * hn[:n] * dtau
+            direction = Qc @ U[:, :m]
+            mode_rate = 4.0 * lam
+        else:
+            z = torch.einsum("ik,ij,jk->k", basis, M, basis).numpy()
+            zmax = max(float(z.max()), 0.0) if z.size else 0.0
+            active = z > rank_rtol * max(zmax, 1e-300) if zmax > 0 else np.zeros(p, bool)
+            hm = -torch.einsum("ik,ij,jk->k", basis, G, basis).numpy()
+            cand = (~active) & (hm > tol * scale)
+            if not cand.any():
+                message = "no inactive mode grows (commuting rule)"
+                break
+            with np.errstate(divide="ignore"):
+                tj = np.where(cand, np.maximum(e_modes, 0.0) / np.where(cand, 4.0 * hm, 1.0), np.inf)
+            dtau = float(tj.min())
+            first = np.nonzero(cand & (tj <= dtau + degeneracy_rtol * max(dtau, 1e-300)))[0]
+            inactive = ~active
+            e_modes[inactive] = e_modes[inactive] - 4.0 * hm[inactive] * dtau
+            e_modes[active] = 0.0
+            e_modes[first] = 0.0
+            direction = basis[:, first]
+            m = len(first)
+            mode_rate = 4.0 * float(hm[first].max())
+        tau += dtau
+        sad.escape_direction = direction
+        sad.escape_mode_rate = mode_rate
+
+        # ---- grow along the direction (best step on the ray) and descend
+        D = direction
+        AD = prob.apply(D @ D.T)
+        curv = float((AD * AD).sum()) / prob.N
+        slope = float(torch.trace(D.T @ (-G) @ D))
+        zstar = slope / curv if curv > 0 else 1.0
+        V0 = torch.cat([V, math.sqrt(max(zstar / m, 1e-12)) * D], 1)
+        B = None
+        if rule == "commuting":  # the flow stays in the span of the active and the joining modes
+            B = basis[:, np.nonzero(active)[0].tolist() + first.tolist()]
+        Vn, res = _descend(prob, V0, gtol * scale, maxiter, B)
+        Vn, rn = _compress(Vn, rank_rtol)
+        if rn < V0.shape[1] and rn > 0:  # a direction left: polish the smaller factor
+            Vn, _ = _descend(prob, Vn, gtol * scale, maxiter, B)
+            Vn, rn = _compress(Vn, rank_rtol)
+        # bookkeeping of the rank change
+        if rule == "generic":
+            lost = r + m - rn  # directions that left range(M): they start decaying from exponent 0
+            e_sorted = np.sort(np.concatenate([np.zeros(max(lost, 0)), e_sorted[m:]]))
+        V = Vn
+
+    seq = SaddleSequence(saddles=saddles, global_minimum=lam <= tol * scale, certificate=lam, rule=rule,
+                         first_level=first_level, message=message)
+    if len(saddles) >= 2:
+        seq._escape_curve = _escape_trajectory(prob, saddles[0])
+        L0, L1 = saddles[0].loss, saddles[1].loss
+        seq.first_offset = seq._escape_curve(L0 - first_level * (L0 - L1))
+    return seq
+
+
+def _orth(V: torch.Tensor) -> torch.Tensor:
+    if V.shape[1] == 0:
+        return V
+    U, S, _ = torch.linalg.svd(V, full_matrices=False)
+    return U[:, S > 0]
+
+
+def _escape_trajectory(prob: _Problem, s0: Saddle, delta: float = 1e-14):
+    """Escape trajectory ``Φ(s)`` from ``M = 0`` along the top eigenspace of ``−G(0)``.
+
+    Integrates the factored flow ``Ẇ = −2 G(W Wᵀ) W`` from ``W = √δ Q`` (``Q``
+    the ``m`` escape directions, ``p × m``) and shifts time by
+    ``ln(1/δ)/(4 λ_1)`` so that ``qᵀΦ(s)q ≈ e^{4 λ_1 s}`` as ``s → −∞``
+    (the relative error of this normalisation is ``O(δ)``).
+
+    Returns
+    -------
+    callable
+        ``target ↦ s`` at which the loss along ``Φ`` first falls to ``target``
+        (NaN if it never does within the integrated window).
+    """
+    Q = s0.escape_direction
+    lam = s0.escape_rate / 4.0
+    p, m = Q.shape
+    W0 = math.sqrt(delta) * Q
+
+    def rhs(t, w):
+        W = torch.from_numpy(w.reshape(p, m))
+        return (-2.0 * (prob.G(W @ W.T) @ W)).reshape(-1).numpy()
+
+    def loss(w):
+        W = torch.from_numpy(np.ascontiguousarray(w).reshape(p, m))
+        return prob.loss(W @ W.T)
+
+    shift = math.log(1.0 / delta) / (4.0 * lam)
+    T = shift + 40.0 / (4.0 * lam)
+    ts = np.linspace(0.0, T, 2001)
+    sol = solve_ivp(rhs, (0.0, T), W0.reshape(-1).numpy(), method="DOP853", t_eval=ts, rtol=1e-12,
+                    atol=1e-15 * math.sqrt(delta), dense_output=True)
+    Ls = np.array([loss(w) for w in sol.y.T])
+
+    def crossing(target: float) -> float:
+        below = np.nonzero(Ls <= target)[0]
+        if below.size == 0 or below[0] == 0:
+            return float("nan")
+        j = int(below[0])
+        a, b = sol.t[j - 1], sol.t[j]
+        for _ in range(60):  # bisection on the dense output
+            c = 0.5 * (a + b)
+            if loss(sol.sol(c)) <= target:
+                b = c
+            else:
+                a = c
+        return 0.5 * (a + b) - shift
+
+    return crossing
