@@ -29,10 +29,12 @@ On the smoothed log-time curve of the excess ``E = L − L_∞``:
 2. **end** — the earliest of (i) the noise floor: the first later time where the
    smoothed excess falls below ``floor_sigmas`` (default 3) times the noise
    amplitude ``σ·L`` (``σ`` the robust per-point scatter of ``ln L`` about the
-   smoothed curve), (ii) the end of the power-law regime: the first later time
-   where the local log–log slope exceeds ``max_slope_ratio`` (default 3) times
-   its median so far (an exponential tail once the modes are exhausted),
-   (iii) the last point;
+   smoothed curve), (ii) the end of the power-law regime: the last time at which
+   the local log–log slope is at most ``max_slope_ratio`` (default 3) times its
+   median over the window so far — beyond it the slope only grows (the
+   exponential tail once the modes are exhausted); isolated early steps, whose
+   slope spikes are followed by plateaus, do not end the window,
+   (iii) the last point with a positive excess;
 3. the window is then trimmed by ``margin`` (default 10 %) of its length in
    ``ln t`` at both ends.
 
@@ -162,8 +164,12 @@ def auto_window(t, loss, L_inf: float = 0.0, *, start_fraction: float = 0.5, flo
     t, loss = as_curve(t, loss, min_points=4)
     E = loss - L_inf
     if np.any(E <= 0):
-        raise ValueError(f"`loss` must exceed `L_inf` = {L_inf:g} for a power-law window; found min loss "
-                         f"{loss.min():.3g}")
+        # the excess has reached zero (round-off or an overestimated L_inf): that is the floor
+        n = int(np.argmax(E <= 0))
+        if n < 4:
+            raise ValueError(f"`loss` must exceed `L_inf` = {L_inf:g} on the first points to find a power-law "
+                             f"window; found loss[{n}] = {loss[n]:.3g}")
+        t, loss, E = t[:n], loss[:n], E[:n]
     ly = np.log(E)
     x, _ = log_grid(t, ly, n_grid, 0.0)
     dx = x[1] - x[0]
@@ -183,11 +189,10 @@ def auto_window(t, loss, L_inf: float = 0.0, *, start_fraction: float = 0.5, flo
         if fl.size:
             i1 = min(i1, i0 + int(fl[0]))
     D = -np.gradient(ys, dx)
-    for j in range(i0 + 1, i1 + 1):
-        med = np.median(D[i0:j])
-        if med > 0 and D[j] > max_slope_ratio * med:
-            i1 = j
-            break
+    med = np.median(D[i0:i1 + 1])
+    if med > 0:
+        ok = np.nonzero(D[i0:i1 + 1] <= max_slope_ratio * med)[0]
+        i1 = i0 + int(ok[-1]) if ok.size else i0
     if i1 - i0 < 4:
         raise ValueError("no power-law window: the decay between the first plateau and the noise floor / "
                          "exponential tail spans fewer than 4 log-time cells — pass `window=(t0, t1)`")
@@ -196,7 +201,7 @@ def auto_window(t, loss, L_inf: float = 0.0, *, start_fraction: float = 0.5, flo
     return float(np.exp(a)), float(np.exp(b))
 
 
-def fit_power_law(t, loss, window=None, L_inf="zero", *, n_boot: int = 500, seed: int | None = 0,
+def fit_power_law(t, loss, window=None, L_inf=0.0, *, n_boot: int = 500, seed: int | None = 0,
                   ci: float = 0.95, n_bins: int = 60, bootstrap: str = "pairs") -> PowerLawFit:
     r"""Fit ``L(t) − L_∞ = c t^{−α}`` over a window, with a bootstrap confidence interval.
 
@@ -211,7 +216,8 @@ def fit_power_law(t, loss, window=None, L_inf="zero", *, n_boot: int = 500, seed
     window : (t0, t1) or None
         Fit window (inclusive); ``None`` for the automatic window.
     L_inf : float, 0, "zero" or "fit"
-        Final loss: a number (``0``/``"zero"`` for none) or ``"fit"``.
+        Final loss: a number (default 0; ``"zero"`` is the same) or ``"fit"`` (profile least
+        squares; the residual bootstrap then holds the fitted ``L_∞`` fixed).
     n_boot : int
         Bootstrap replicates (≥ 0; 0 skips the interval).
     seed : int or None

@@ -122,11 +122,9 @@ def _loglog_slope(x, y) -> float:
 
 
 def _quadratic_part(op: StructureOperator, M: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+    """Normal-form output minus ``f(0)``, shape (N, C)."""
     mu = None if op.satisfies_zgz else W.sum(1)
-    f = op.offset + op._forward(0.5 * (M + M.T))
-    if mu is not None:
-        f = op.predict(M, mu)
-        f = f.reshape(op.n_samples, op.n_outputs)
+    f = op.predict(M, mu).reshape(op.n_samples, op.n_outputs)
     return f - op.offset
 
 
@@ -193,11 +191,10 @@ def validity_report(module: torch.nn.Module, units, X, op: StructureOperator, ne
     switch_fraction : float
         Fraction of the total drop that defines the first switch-on time.
     """
-    if not 0 < fraction and 0 < switch_fraction < 1:
-        raise ValueError(f"`fraction` must be > 0 and `switch_fraction` in (0, 1); found {fraction}, "
-                         f"{switch_fraction}")
-    if not 0 < fraction:
-        raise ValueError(f"`fraction` must be > 0; found {fraction}")
+    if not fraction > 0:
+        raise ValueError(f"`fraction` must be > 0; found {fraction!r}")
+    if not 0 < switch_fraction < 1:
+        raise ValueError(f"`switch_fraction` must lie in (0, 1); found {switch_fraction!r}")
     if network.W is None:
         raise ValueError("`network` must carry the saved weights `.W` (train_network(..., save_W=True))")
     K = min(len(network), len(nqf))

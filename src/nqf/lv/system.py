@@ -120,12 +120,7 @@ class LVSolution:
         return self.system.loss(self.z)
 
     def switch_times(self, fraction: float = 0.5, final=None) -> torch.Tensor:
-        """First time each ``z_k`` reaches ``fraction`` of its final value.
-
-        Brackets the crossing on the stored grid and, for an ODE solution with
-        dense output, refines it by root finding on the interpolant of ``u = ln z``
-        (accurate to the integrator tolerance); otherwise interpolates linearly in
-        ``(ln t, ln z)``.
+        """First time each ``z_k`` reaches ``fraction`` of its final value (half saturation).
 
         Parameters
         ----------
@@ -137,28 +132,62 @@ class LVSolution:
         -------
         torch.Tensor, shape (K,)
             ``inf`` for modes whose final value is 0 or that never reach the level.
+
+        See Also
+        --------
+        crossing_times : the same for arbitrary levels.
         """
+        if not 0 < fraction <= 1:
+            raise ValueError(f"`fraction` must lie in (0, 1]; found {fraction}")
         final = self.system.final_state() if final is None else final
-        times = switch_times(self.t, self.log_z, final, fraction=fraction, log=True)
+        fin = _np("final", final, 1)
+        with np.errstate(divide="ignore"):
+            levels = np.where(fin > 0, fraction * fin, np.inf)
+        return self.crossing_times(levels)
+
+    def crossing_times(self, levels) -> torch.Tensor:
+        """First time each ``z_k`` reaches ``levels_k`` from below.
+
+        Brackets the crossing on the stored grid and, for an ODE solution with dense
+        output, refines it by root finding (Brent) on the interpolant of ``u = ln z``
+        (accurate to the integrator tolerance); otherwise (GD) interpolates linearly in
+        ``(ln t, ln z)``.
+
+        Parameters
+        ----------
+        levels : array_like, shape (K,)
+            Positive levels; ``inf`` skips a mode.
+
+        Returns
+        -------
+        torch.Tensor, shape (K,)
+            ``inf`` where the level is never reached; ``t[0]`` where ``z_k(0) ≥ levels_k``.
+        """
+        lev = as_tensor("levels", levels, ndim=1, dtype=torch.float64, finite=False).numpy()
+        if lev.shape != (self.log_z.shape[1],):
+            raise ShapeError(f"`levels` must have shape ({self.log_z.shape[1]},); found {lev.shape}")
+        if np.isnan(lev).any() or (lev <= 0).any():
+            raise ValueError("`levels` must be positive (inf to skip a mode); found NaN or ≤ 0")
+        fin = np.where(np.isfinite(lev), lev, 0.0)
+        times = switch_times(self.t, self.log_z, fin, fraction=1.0, log=True)
         if self._dense is None:
             return times
         t = self.t.numpy()
         lz = self.log_z.numpy()
-        fin = _np("final", final, 1)
         out = times.numpy().copy()
         cols = np.flatnonzero(self._mask)
         for k in range(lz.shape[1]):
             if not np.isfinite(out[k]) or fin[k] <= 0:
                 continue
-            target = np.log(fraction * fin[k])
+            target = np.log(fin[k])
             i = int(np.argmax(lz[:, k] >= target))
             if i == 0:
                 continue
             j = int(np.searchsorted(cols, k))
-            f = lambda s: float(self._dense(s)[j]) - target  # noqa: E731
+            f = lambda s, j=j, target=target: float(self._dense(s)[j]) - target  # noqa: E731
             a, b = t[i - 1], t[i]
             if f(a) < 0 < f(b):
-                out[k] = brentq(f, a, b, xtol=1e-14 * max(b, 1.0), rtol=1e-14)
+                out[k] = brentq(f, a, b, xtol=1e-13 * max(b, 1.0), rtol=1e-14)
         return _t(out)
 
 
@@ -262,6 +291,8 @@ class LotkaVolterra:
     y2 : float or None
     K : int
     is_diagonal : bool
+        True when every off-diagonal ``|C_kl| ≤ 1e-12 √(C_kk C_ll)`` (round-off couplings, as
+        produced by :func:`reduce` on orthogonal features, are ignored by the logistic solver).
 
     Raises
     ------
@@ -305,7 +336,9 @@ class LotkaVolterra:
                     raise ShapeError(f"`C` must have shape ({K}, {K}); found {Cn.shape}")
                 self._dense = Cn
                 diag = np.diag(Cn).copy()
-                self.is_diagonal = bool(np.count_nonzero(Cn - np.diag(diag)) == 0)
+                off = np.abs(Cn - np.diag(diag))
+                rs = np.sqrt(np.maximum(diag, 0.0))
+                self.is_diagonal = bool(np.all(off <= 1e-12 * np.maximum(np.outer(rs, rs), 1e-300)))
         self._diag = diag
         self._check_psd(psd_tol)
         bad = (diag <= 0) & (b > 0)
@@ -746,8 +779,9 @@ class LotkaVolterra:
             return -4.0 * Cm * z[None, :]
 
         u0 = np.log(self._z0[idx])
-        sol = solve_ivp(fun, (0.0, float(tt[-1])), u0, method=method, t_eval=tt, jac=jac, rtol=rtol,
-                        atol=atol, dense_output=dense_output)
+        with np.errstate(over="ignore", invalid="ignore"):  # rejected Newton trials inside scipy
+            sol = solve_ivp(fun, (0.0, float(tt[-1])), u0, method=method, t_eval=tt, jac=jac, rtol=rtol,
+                            atol=atol, dense_output=dense_output)
         lz = np.full((sol.t.shape[0], self.K), -np.inf)
         lz[:, idx] = sol.y.T
         stats = {"nfev": sol.nfev, "njev": sol.njev, "nlu": sol.nlu}

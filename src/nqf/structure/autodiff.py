@@ -171,7 +171,15 @@ def from_module(
     zero = torch.zeros(2 * p, dtype=dtype, device=device)
     f0 = vmap(pair, in_dims=(None, 0), chunk_size=chunk_size)(zero, X)            # (N, C)
     grad = vmap(jacrev(pair), in_dims=(None, 0), chunk_size=chunk_size)(zero, X)  # (N, C, 2p)
-    hess = vmap(hessian(pair), in_dims=(None, 0), chunk_size=chunk_size)(zero, X)  # (N, C, 2p, 2p)
+    try:
+        hess = vmap(hessian(pair), in_dims=(None, 0), chunk_size=chunk_size)(zero, X)  # (N, C, 2p, 2p)
+    except NotImplementedError as exc:
+        if "forward AD" not in str(exc):
+            raise
+        raise NotImplementedError(
+            f"{exc}. The Hessian is taken forward-over-reverse and a fused kernel in `module` has no forward-mode "
+            "derivative; for nn.MultiheadAttention call it with need_weights=True or inside "
+            "torch.nn.attention.sdpa_kernel(SDPBackend.MATH) (see nqf.structure.attention_layouts).") from exc
     H11, H22, H12 = hess[..., :p, :p], hess[..., p:, p:], hess[..., :p, p:]
     g1, g2 = grad[..., :p], grad[..., p:]
     scale = max(float(H11.abs().max()), float(g1.abs().max()), 1e-300)

@@ -1,0 +1,17 @@
+"""Analysis of loss curves and predictions from mode spectra (THEORY.md sections 4–5).
+
+* :func:`detect_steps` — times of sudden drops and plateau levels of a loss curve;
+* :func:`fit_power_law` — power-law fit over a chosen or automatic window, with a bootstrap interval;
+* :func:`predict_exponent` — ``(a − 1)/b`` from per-mode losses ``ℓ_k`` and rates ``ζ_k``;
+* :func:`predicted_curve` — the exact loss of a sum of logistic modes.
+
+Conventions: ``L = (1/N) Σ_n ℓ(f_n, y_n)``, ``ℓ = ½(f − y)²``; time ``t = η · steps``.
+Curves are taken as array_like or tensors; results are NumPy float64 arrays.
+"""
+
+from .exponents import ExponentPrediction, predict_exponent, predicted_curve, switch_times
+from .powerlaw import PowerLawFit, auto_window, fit_power_law
+from .steps import Steps, detect_steps
+
+__all__ = ["Steps", "detect_steps", "PowerLawFit", "fit_power_law", "auto_window", "ExponentPrediction",
+           "predict_exponent", "predicted_curve", "switch_times"]
