@@ -129,9 +129,16 @@ def _fit_once(lt, L, L_inf, n_bins):
             bx, by = _bin(lt, np.log(L - u * Lmin), n_bins)
             return (_ols(bx, by)[2] ** 2).sum()
 
-        r = minimize_scalar(sse, bounds=(0.0, 1.0 - 1e-9), method="bounded", options={"xatol": 1e-10})
-        # compare with the boundary L_inf = 0 (bounded search does not evaluate the ends)
-        u = r.x if sse(r.x) <= sse(0.0) else 0.0
+        # the profile SSE need not be unimodal: coarse grid (dense near u → 1), then a bounded refinement
+        grid = np.concatenate([[0.0], 1.0 - np.geomspace(1.0, 1e-7, 48)[1:]])
+        vals = np.array([sse(u) for u in grid])
+        j = int(np.argmin(vals))
+        lo, hi = grid[max(j - 1, 0)], grid[min(j + 1, grid.size - 1)]
+        u = grid[j]
+        if hi > lo:
+            r = minimize_scalar(sse, bounds=(lo, hi), method="bounded", options={"xatol": 1e-12})
+            if r.fun < vals[j]:
+                u = r.x
         linf = u * Lmin
     else:
         linf = float(L_inf)

@@ -1,0 +1,170 @@
+"""The `nqf` command line: every named experiment end to end, configs, flags, run directories."""
+
+import json
+from html.parser import HTMLParser
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from nqf.cli import app
+from nqf.experiments import REGISTRY, get_experiment
+from nqf.report import validate_results
+
+get_experiment("demo")  # load the catalogue
+runner = CliRunner()
+
+
+def _toml_value(v):
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return repr(v)
+
+
+def write_config(path, experiment, params=None, **top):
+    lines = [f'experiment = "{experiment}"'] + [f"{k} = {_toml_value(v)}" for k, v in top.items()]
+    lines.append("[params]")
+    lines += [f"{k} = {_toml_value(v)}" for k, v in (params or {}).items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+class _Images(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.images, self.tables = [], 0
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "img":
+            self.images.append(dict(attrs)["src"])
+        if tag == "table":
+            self.tables += 1
+
+
+def test_version_and_help():
+    r = runner.invoke(app, ["--version"])
+    assert r.exit_code == 0 and r.output.startswith("nqf ")
+    r = runner.invoke(app, ["--help"])
+    assert r.exit_code == 0
+    for cmd in ("demo", "run", "list", "report"):
+        assert cmd in r.output
+
+
+def test_list_names_every_experiment():
+    r = runner.invoke(app, ["list"])
+    assert r.exit_code == 0
+    for name, exp in REGISTRY.items():
+        assert name in r.output and exp.description in r.output
+    data = json.loads(runner.invoke(app, ["list", "--json"]).output)
+    assert set(data) == set(REGISTRY)
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_every_experiment_end_to_end(name, tmp_path):
+    exp = REGISTRY[name]
+    cfg = write_config(tmp_path / "c.toml", name, exp.tiny, seed=3)
+    out = tmp_path / "run"
+    r = runner.invoke(app, ["run", str(cfg), "--out", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.output)
+    res = validate_results(out)
+    assert res.status == "complete" and res.experiment == name and res.seed == 3
+    assert summary["experiment"] == name
+    assert res.figures, "every experiment draws at least one figure"
+    for files in res.figures.values():
+        assert (out / files["png"]).stat().st_size > 0 and (out / files["svg"]).stat().st_size > 0
+    html = (out / "report.html").read_text()
+    parser = _Images()
+    parser.feed(html)
+    assert len(parser.images) == len(res.figures)
+    assert all(src.startswith("data:image/png;base64,") for src in parser.images)
+    assert parser.tables >= 1
+    if res.arrays:
+        with np.load(out / res.arrays) as z:
+            assert len(z.files) > 0
+    # nqf report rebuilds the same report from the saved results
+    (out / "report.html").unlink()
+    r = runner.invoke(app, ["report", str(out)])
+    assert r.exit_code == 0, r.output
+    assert (out / "report.html").read_text() == html
+
+
+def _bad(tmp_path, text):
+    p = tmp_path / "bad.toml"
+    p.write_text(text)
+    r = runner.invoke(app, ["run", str(p), "--out", str(tmp_path / "o")])
+    assert r.exit_code == 2, r.output
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert len(lines) == 1, r.output
+    assert not (tmp_path / "o").exists()
+    return lines[0]
+
+
+def test_bad_configs_one_line_exit_2(tmp_path):
+    assert "unknown key" in _bad(tmp_path, 'experiment = "demo"\nsede = 1\n')
+    assert "params.widht: unknown key" in _bad(tmp_path, 'experiment = "demo"\n[params]\nwidht = 3\n')
+    line = _bad(tmp_path, 'experiment = "demo"\n[params]\nwidth = "wide"\n')
+    assert "params.width" in line and "integer" in line and "'wide'" in line
+    line = _bad(tmp_path, 'experiment = "demo"\n[params]\neps = -1.0\n')
+    assert "params.eps" in line and "greater than 0" in line and "-1.0" in line
+    line = _bad(tmp_path, 'experiment = "demo"\n[params]\nsingular_values = [1.0, 1.0]\n')
+    assert "params.singular_values" in line and "distinct" in line
+    assert "unknown experiment 'nope'" in _bad(tmp_path, 'experiment = "nope"\n')
+    assert "not valid TOML" in _bad(tmp_path, 'experiment = "demo\n')
+    assert "experiment: required key is missing" in _bad(tmp_path, 'seed = 1\n')
+    r = runner.invoke(app, ["run", str(tmp_path / "missing.toml")])
+    assert r.exit_code == 2 and "does not exist" in r.output
+
+
+def test_bad_flags_exit_2(tmp_path):
+    assert runner.invoke(app, ["run", "--bogus"]).exit_code == 2
+    assert runner.invoke(app, ["demo", "--seed", "-1"]).exit_code == 2
+    r = runner.invoke(app, ["demo", "--device", "tpu", "--out", str(tmp_path / "x")])
+    assert r.exit_code == 2 and "--device" in r.output
+
+
+def test_cuda_flag_without_cuda(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    r = runner.invoke(app, ["demo", "--device", "cuda", "--out", str(tmp_path / "x")])
+    assert r.exit_code == 2 and "CUDA is not available" in r.output
+
+
+def test_existing_run_directory_needs_force(tmp_path):
+    exp = REGISTRY["demo"]
+    cfg = write_config(tmp_path / "c.toml", "demo", exp.tiny)
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "keep.txt").write_text("precious")
+    r = runner.invoke(app, ["run", str(cfg), "--out", str(out)])
+    assert r.exit_code == 2 and "--force" in r.output
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+    r = runner.invoke(app, ["run", str(cfg), "--out", str(out), "--force"])
+    assert r.exit_code == 0, r.output
+    assert (out / "keep.txt").read_text() == "precious"
+    assert (out / "results.json").exists()
+
+
+def test_seed_reproducible_bit_for_bit(tmp_path):
+    exp = REGISTRY["demo"]
+    cfg = write_config(tmp_path / "c.toml", "demo", exp.tiny)
+    for d in ("a", "b"):
+        assert runner.invoke(app, ["run", str(cfg), "--out", str(tmp_path / d), "--seed", "7"]).exit_code == 0
+    with np.load(tmp_path / "a" / "arrays.npz") as za, np.load(tmp_path / "b" / "arrays.npz") as zb:
+        assert za.files == zb.files
+        for k in za.files:
+            assert np.array_equal(za[k], zb[k], equal_nan=True), k
+    a = json.loads((tmp_path / "a" / "results.json").read_text())
+    b = json.loads((tmp_path / "b" / "results.json").read_text())
+    assert a["checks"] == b["checks"] and a["metrics"] == b["metrics"] and a["seed"] == 7
+
+
+def test_report_of_a_non_run_directory(tmp_path):
+    r = runner.invoke(app, ["report", str(tmp_path)])
+    assert r.exit_code == 2 and "no results.json" in r.output
