@@ -596,7 +596,7 @@ def saddle_sequence(op: StructureOperator, y, *, max_rank: int | None = None, to
     seq = SaddleSequence(saddles=saddles, global_minimum=lam <= tol * scale, certificate=lam, rule=rule,
                          first_level=first_level, message=message)
     if len(saddles) >= 2:
-        seq._escape_curve = _escape_trajectory(prob, saddles[0])
+        seq._escape_curve = _escape_trajectory(prob, saddles[0], saddles[1].loss)
         L0, L1 = saddles[0].loss, saddles[1].loss
         seq.first_offset = seq._escape_curve(L0 - first_level * (L0 - L1))
     return seq
@@ -609,7 +609,7 @@ def _orth(V: torch.Tensor) -> torch.Tensor:
     return U[:, S > 0]
 
 
-def _escape_trajectory(prob: _Problem, s0: Saddle, delta: float = 1e-14):
+def _escape_trajectory(prob: _Problem, s0: Saddle, L1: float, delta: float = 1e-14):
     """Escape trajectory ``Φ(s)`` from ``M = 0`` along the top eigenspace of ``−G(0)``.
 
     Integrates the factored flow ``Ẇ = −2 G(W Wᵀ) W`` from ``W = √δ Q`` (``Q``
@@ -637,18 +637,25 @@ def _escape_trajectory(prob: _Problem, s0: Saddle, delta: float = 1e-14):
         return prob.loss(W @ W.T)
 
     shift = math.log(1.0 / delta) / (4.0 * lam)
-    T = shift + 40.0 / (4.0 * lam)
-    ts = np.linspace(0.0, T, 2001)
-    sol = solve_ivp(rhs, (0.0, T), W0.reshape(-1).numpy(), method="DOP853", t_eval=ts, rtol=1e-12,
-                    atol=1e-15 * math.sqrt(delta), dense_output=True)
-    Ls = np.array([loss(w) for w in sol.y.T])
+    L0 = s0.loss
+    floor = L0 - 0.999 * (L0 - L1)  # integrate until 99.9 % of the first drop is done
+
+    def done(t, w):
+        return loss(w) - floor
+    done.terminal = True
+
+    T = shift + 4000.0 / (4.0 * lam)
+    sol = solve_ivp(rhs, (0.0, T), W0.reshape(-1).numpy(), method="DOP853", rtol=1e-12,
+                    atol=1e-15 * math.sqrt(delta), dense_output=True, events=done)
+    ts = np.linspace(0.0, sol.t[-1], 4001)
+    Ls = np.array([loss(w) for w in sol.sol(ts).T])
 
     def crossing(target: float) -> float:
         below = np.nonzero(Ls <= target)[0]
         if below.size == 0 or below[0] == 0:
             return float("nan")
         j = int(below[0])
-        a, b = sol.t[j - 1], sol.t[j]
+        a, b = ts[j - 1], ts[j]
         for _ in range(60):  # bisection on the dense output
             c = 0.5 * (a + b)
             if loss(sol.sol(c)) <= target:

@@ -234,12 +234,8 @@ class TwoLayerModes:
         a = s1 * eps
         w = np.ones((t.shape[0], lam.shape[1]))
         pos = lam[0] > 0
-        la = lam[:, pos] / a
-        root = la * np.sqrt(1.0 + 1.0 / (la * la))        # √(la² + 1) without overflow
-        w_plus = la + root
-        w_minus = -1.0 / w_plus                              # w_+ w_- = −1
+        w_plus, w_minus, kappa = _riccati(lam[:, pos], s1, a)
         R0 = (w_plus - 1.0) / (1.0 - w_minus)
-        kappa = 2 * s1 * lam[:, pos] * np.sqrt(1.0 + 1.0 / (la * la))
         R = R0 * np.exp(-kappa * t)
         w[:, pos] = (w_plus + w_minus * R) / (1.0 + R)
         return eps * w, eps / w
@@ -471,6 +467,13 @@ def two_layer_modes(X, Y, activation="tanh", *, sigma1: float | None = None, eps
     return modes
 
 
+def _riccati(lam: np.ndarray, s1: float, a: float):
+    """Roots ``w_± = λ/a ± √(λ²/a² + 1)`` and rate ``κ = 2|σ₁|√(λ² + a²)`` (λ > 0), overflow-free."""
+    r = a / lam
+    w_plus = (1.0 + np.sqrt(1.0 + r * r)) / r
+    return w_plus, -1.0 / w_plus, 2 * s1 * lam * np.sqrt(1.0 + r * r)
+
+
 def _half_times(m: TwoLayerModes) -> torch.Tensor:
     lam = m.singular_values.numpy()
     s1, eps = abs(m.sigma1), m.eps
@@ -483,13 +486,10 @@ def _half_times(m: TwoLayerModes) -> torch.Tensor:
         out[pos & ~big] = 0.0  # starts at or above half-saturation
     else:
         a = s1 * eps
-        la = lam[pos] / a
-        root = la * np.sqrt(1.0 + 1.0 / (la * la))
-        w_plus = la + root
-        w_minus = -1.0 / w_plus
-        w_h = la / 2 + np.sqrt(la * la / 4 + 1.0)
+        w_plus, w_minus, kappa = _riccati(lam[pos], s1, a)
+        r = a / lam[pos]
+        w_h = 0.5 / r * (1.0 + np.sqrt(1.0 + 4 * r * r))   # root of w² − w/r − 1, p = λ/2
         R0 = (w_plus - 1.0) / (1.0 - w_minus)
         Rh = (w_plus - w_h) / (w_h - w_minus)
-        kappa = 2 * s1 * lam[pos] * np.sqrt(1.0 + 1.0 / (la * la))
-        out[pos] = np.log(R0 / Rh) / kappa
+        out[pos] = (np.log(R0) - np.log(Rh)) / kappa
     return torch.as_tensor(out, dtype=torch.float64)

@@ -24,7 +24,9 @@ section 4 has steps of width ``O(1/ln(1/ε))`` separated by ``O(1)``):
    has ``σ = 0`` and only the drop criterion acts.
 5. The step time is the peak of ``D`` (steepest descent in log–log),
    parabolically refined; the step spans the interval where ``D`` exceeds half
-   its prominence.  Plateau levels are ``exp(median y)`` over the grid cells
+   its prominence.  Peaks closer than ``2·smooth`` (in ``ln t``) to either end
+   of the curve are not reported: smoothing is one-sided there, and there is
+   no plateau on one side to confirm a step.  Plateau levels are ``exp(median y)`` over the grid cells
    between consecutive step intervals (plus ``loss_floor``).
 
 Parameters trade sensitivity for robustness: raise ``smooth`` for noisy curves
@@ -140,7 +142,8 @@ def detect_steps(t, loss, *, n_grid: int = 400, smooth: float | None = None, min
             base = Dp[pk] - prom[j]
             a, b = int(np.ceil(lo[j])), int(np.floor(hi[j]))
             area = np.clip(Dp[a:b + 1] - base, 0, None).sum() * dx
-            if area >= min_drop and prom[j] >= n_sigma * sigma_D[pk - 1]:
+            edge = min(pk - 1, n_grid - pk) * dx  # distance in ln t to the ends of the curve
+            if area >= min_drop and prom[j] >= n_sigma * sigma_D[pk - 1] and edge >= 2 * smooth:
                 keep.append((pk, area, prom[j], lb[j], rb[j]))
     if keep:
         pk = np.array([k[0] for k in keep])

@@ -134,17 +134,18 @@ def train_network(module: torch.nn.Module, units: UnitLayout, X, y, *, W0, lr: f
         xb, yb = (X, yt) if idx is None else (X[idx.to(X.device)], yt[idx.to(dev)])
         f = predict(Wl, xb)
         Lb = loss_value(f, yb, loss)
+        Lb_val = float(Lb.detach())
         want_save = last or k % save_every == 0
         if idx is None:
-            Lfull = float(Lb)
+            Lfull = Lb_val
         elif want_save or limit is None:
             with torch.no_grad():
                 Lfull = float(loss_value(predict(W, X), yt, loss))
         if limit is None:
             limit = divergence_threshold * max(Lfull, torch.finfo(dt).tiny)
-        if not math.isfinite(float(Lb)) or float(Lb) > limit:
+        if not math.isfinite(Lb_val) or Lb_val > limit:
             status = DIVERGED
-            message = (f"diverged at step {k} (t = {k * lr:g}): loss {float(Lb):.4g} is not finite or exceeds "
+            message = (f"diverged at step {k} (t = {k * lr:g}): loss {Lb_val:.4g} is not finite or exceeds "
                        f"`divergence_threshold` × L(0) = {limit:.4g}; states saved before it are kept. "
                        f"Lower `lr`.")
             break

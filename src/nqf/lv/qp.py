@@ -131,10 +131,9 @@ class ActiveSetQP:
     # ------------------------------------------------------------------ API
     def gradient(self) -> np.ndarray:
         """``β − C z`` (the negative loss gradient), shape (K,)."""
-        P = self.passive
-        if not P:
+        if not self.passive:
             return self.beta.copy()
-        return self.beta - self.C[:, P] @ self.z[P]
+        return self.beta - self.C @ self.z  # z vanishes off P; a full matvec beats a gathered copy
 
     def add(self, k: int) -> list[int]:
         """Add mode ``k`` (which must have ``(β − Cz)_k > 0``) and re-optimise.
