@@ -121,3 +121,20 @@ def test_gradient_flow_matches_small_step_gd_and_bad_input():
         gradient_flow(op, y, M0=-M0, t_span=(0, 1))
     with pytest.raises(ValueError, match="exactly one of"):
         gradient_flow(op, y, t_span=(0, 1))
+
+
+def test_non_zgz_flow_is_the_small_step_limit():
+    """(M, μ) gradient flow without ZGZ (sigmoid MLP, b ≠ 0): GD error is first order in η."""
+    g = torch.Generator().manual_seed(8)
+    X = torch.randn(12, 2, generator=g, dtype=F64)
+    y = torch.tanh(X[:, 0])
+    op = mlp(X, "sigmoid")
+    W0 = 0.3 * torch.randn(op.p, 3, generator=g, dtype=F64)
+    fl = gradient_flow(op, y, W0=W0, t_span=(0, 2), t_eval=[0.0, 1.0, 2.0], weight_decay=0.1)
+    errs = []
+    for lr in (0.01, 0.005):
+        tr = simulate(op, y, W0=W0, lr=lr, steps=int(round(2 / lr)), save_every=int(round(1 / lr)),
+                      weight_decay=0.1)
+        errs.append(float((tr.M - fl.M).abs().max() + (tr.mu - fl.mu).abs().max()))
+    assert errs[0] < 1e-2
+    assert 1.7 < errs[0] / errs[1] < 2.3

