@@ -459,8 +459,7 @@ def two_layer_modes(X, Y, activation="tanh", *, sigma1: float | None = None, eps
     cum = torch.cat([torch.zeros(1, dtype=torch.float64), torch.cumsum(S ** 2, 0)])
     plateaus = 0.5 * (y2 - cum)
     log_inv_eps = -math.log(eps)
-    with np.errstate(divide="ignore"):
-        lead = torch.where(rates > 0, log_inv_eps / rates, torch.full_like(rates, math.inf))
+    lead = torch.where(rates > 0, log_inv_eps / rates, torch.full_like(rates, math.inf))
     modes = TwoLayerModes(S, U, V, sigma1, float(eps), init, rates, torch.empty(0), lead, plateaus,
                           float(plateaus[-1]), y2, werr)
     modes.switch_times = _half_times(modes)

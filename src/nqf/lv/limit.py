@@ -17,8 +17,8 @@ in ``O(1)`` time ``t`` — zero time ``τ`` — to the minimiser ``z_S`` of the 
 
 Each join strictly decreases the loss, so no support repeats and the algorithm ends
 after finitely many events.  The restricted optimum is maintained by the incremental
-active-set solver :class:`nqf.lv.qp.ActiveSetQP` (``O(|S|²)`` per event plus an
-``O(K |S|)`` velocity update), which makes ``K`` in the thousands cheap.
+active-set solver :class:`nqf.lv.qp.ActiveSetQP` (``O(|S|²)`` per event plus one
+``O(K²)`` velocity update), which makes ``K`` in the thousands cheap.
 """
 
 from __future__ import annotations
@@ -210,8 +210,9 @@ def limit(beta, C, s0=None, *, y2: float | None = None, max_events: int | None =
     path_tau, path_s = [0.0], [s.copy()]
 
     def plateau(z):
-        val = -b @ z + 0.5 * z @ (Cn @ z)
-        return val
+        # at a restricted optimum C_PP z_P = β_P, so −βᵀz + ½zᵀCz = −½ β_Pᵀ z_P
+        P = qp.passive
+        return -0.5 * float(b[P] @ z[P]) if P else 0.0
 
     def process(tau):
         before = set(qp.passive)

@@ -4,8 +4,8 @@ Minimises ``ℓ(z) = −βᵀz + ½ zᵀCz`` over ``z ≥ 0`` for a symmetric po
 semi-definite ``C`` (possibly singular).  This is the Lawson–Hanson active-set
 method written on the quadratic form instead of a least-squares factor: the
 *passive set* ``P`` (modes with ``z_k > 0``) carries the unconstrained minimiser
-of ``ℓ`` restricted to ``P`` through an incrementally updated Cholesky factor of
-``C_PP`` (``O(|P|²)`` per added or removed mode).  Adding a mode whose column
+of ``ℓ`` restricted to ``P`` through an incrementally updated inverse of ``C_PP``
+(``O(|P|²)`` per added or removed mode).  Adding a mode whose column
 is linearly dependent on ``P`` (``C_PP`` would become singular) is handled by a
 ray step along the null direction of ``C_{P∪k}``, on which the loss decreases
 linearly, until a mode of ``P`` hits zero.
@@ -18,7 +18,6 @@ warm start), and the final state of a dense ``LotkaVolterra``.
 from __future__ import annotations
 
 import numpy as np
-from scipy.linalg import solve_triangular
 
 from ..errors import NQFError
 
@@ -30,6 +29,12 @@ class UnboundedError(NQFError, ValueError):
 class ActiveSetQP:
     """Incremental active-set state for ``min_{z ≥ 0} −βᵀz + ½zᵀCz``.
 
+    The inverse ``G = C_PP⁻¹`` of the passive block is kept explicitly and updated by
+    bordering (adding a mode: a rank-one update, ``O(|P|²)``) and by the Schur complement
+    (removing a mode: ``G' = G_{−j,−j} − g_j g_jᵀ / G_jj``, ``O(|P|²)``).  Round-off
+    drift is monitored through the optimality residual ``(β − Cz)_P`` (which must vanish)
+    and removed by recomputing ``G`` from ``C_PP`` when it exceeds ``1e-10`` relative.
+
     Parameters
     ----------
     C : numpy.ndarray, shape (K, K)
@@ -37,19 +42,20 @@ class ActiveSetQP:
     beta : numpy.ndarray, shape (K,)
         Linear coefficients.
     rtol : float
-        Relative pivot tolerance: a new Cholesky pivot below ``rtol · C_kk`` is
-        treated as zero (the new column is in the span of the passive set).
+        Relative pivot tolerance: a Schur complement below ``rtol · C_kk`` is treated as
+        zero (the new column is in the span of the passive set).
 
     Attributes
     ----------
     z : numpy.ndarray, shape (K,)
         Current feasible point; optimal over its support after each :meth:`add`.
     passive : list of int
-        The support ``P`` of ``z`` in Cholesky order.
+        The support ``P`` of ``z`` (order of the rows of ``G``).
+    in_p : numpy.ndarray of bool, shape (K,)
     """
 
     def __init__(self, C: np.ndarray, beta: np.ndarray, rtol: float = 1e-11):
-        self.C = C
+        self.C = np.ascontiguousarray(C)
         self.beta = beta
         self.K = beta.shape[0]
         self.rtol = rtol
@@ -57,13 +63,15 @@ class ActiveSetQP:
         self.passive: list[int] = []
         self.in_p = np.zeros(self.K, dtype=bool)
         self._buf = np.zeros((min(64, self.K), min(64, self.K)))
+        self._grad = None
+        self.refreshes = 0
 
-    # -------------------------------------------------------------- Cholesky
+    # --------------------------------------------------------- inverse of C_PP
     @property
     def _m(self) -> int:
         return len(self.passive)
 
-    def _L(self) -> np.ndarray:
+    def _G(self) -> np.ndarray:
         m = self._m
         return self._buf[:m, :m]
 
@@ -76,64 +84,64 @@ class ActiveSetQP:
             self._buf = new
 
     def _try_append(self, k: int) -> bool:
-        """Append mode ``k`` to the Cholesky factor; False if the pivot vanishes."""
+        """Border ``G`` with mode ``k``; False if the Schur complement vanishes."""
         P = self.passive
         ckk = self.C[k, k]
         if P:
-            l = solve_triangular(self._L(), self.C[P, k], lower=True, check_finite=False)
-            piv = ckk - l @ l
+            c = self.C[k, P]
+            u = self._G() @ c
+            piv = ckk - c @ u
         else:
-            l = np.zeros(0)
+            u = np.zeros(0)
             piv = ckk
         if not piv > self.rtol * max(ckk, 1e-300):
             return False
         self._grow()
         m = self._m
-        self._buf[m, :m] = l
-        self._buf[:m, m] = 0.0
-        self._buf[m, m] = np.sqrt(piv)
+        B = self._buf
+        if m:
+            B[:m, :m] += np.outer(u / piv, u)
+            B[m, :m] = -u / piv
+            B[:m, m] = -u / piv
+        B[m, m] = 1.0 / piv
         P.append(k)
         self.in_p[k] = True
         return True
 
     def _delete(self, pos: int):
-        """Remove the mode at Cholesky position ``pos`` (rank-1 update of the trailing block)."""
+        """Remove the mode at position ``pos`` (Schur complement of ``G``)."""
         m = self._m
         B = self._buf
-        x = B[pos + 1:m, pos].copy()
-        # drop row and column ``pos``
+        g = B[:m, pos].copy()
+        gjj = g[pos]
+        g = np.delete(g, pos)
         B[pos:m - 1, :m] = B[pos + 1:m, :m]
         B[:m - 1, pos:m - 1] = B[:m - 1, pos + 1:m]
         B[m - 1, :m] = 0.0
         B[:m, m - 1] = 0.0
-        # trailing block T (rows/cols pos..m-2) must satisfy T'T'ᵀ = T Tᵀ + x xᵀ
-        n = m - 1 - pos
-        for i in range(n):
-            r0 = pos + i
-            d = B[r0, r0]
-            r = np.hypot(d, x[i])
-            c, s = r / d, x[i] / d
-            B[r0, r0] = r
-            if i + 1 < n:
-                col = B[r0 + 1:m - 1, r0]
-                col += s * x[i + 1:]
-                col /= c
-                x[i + 1:] = c * x[i + 1:] - s * col
+        if m > 1:
+            B[:m - 1, :m - 1] -= np.outer(g / gjj, g)
         k = self.passive.pop(pos)
         self.in_p[k] = False
         self.z[k] = 0.0
+        self._grad = None
 
-    def _solve(self, rhs: np.ndarray) -> np.ndarray:
-        L = self._L()
-        y = solve_triangular(L, rhs, lower=True, check_finite=False)
-        return solve_triangular(L.T, y, lower=False, check_finite=False)
+    def _refresh(self):
+        P = self.passive
+        m = self._m
+        if m:
+            self._buf[:m, :m] = np.linalg.inv(self.C[np.ix_(P, P)])
+        self.refreshes += 1
+
+    def _solve_beta(self) -> np.ndarray:
+        return self._G() @ self.beta[self.passive]
 
     # ------------------------------------------------------------------ API
     def gradient(self) -> np.ndarray:
-        """``β − C z`` (the negative loss gradient), shape (K,)."""
-        if not self.passive:
-            return self.beta.copy()
-        return self.beta - self.C @ self.z  # z vanishes off P; a full matvec beats a gathered copy
+        """``β − C z`` (the negative loss gradient), shape (K,); cached until ``z`` changes."""
+        if self._grad is None:
+            self._grad = self.beta - self.C @ self.z if self.passive else self.beta.copy()
+        return self._grad
 
     def add(self, k: int) -> list[int]:
         """Add mode ``k`` (which must have ``(β − Cz)_k > 0``) and re-optimise.
@@ -144,18 +152,19 @@ class ActiveSetQP:
             Modes removed from the support on the way (their optimum hit zero).
         """
         removed: list[int] = []
+        self._grad = None
         guard = 0
         while not self._try_append(k):
             guard += 1
             if guard > self.K + 1:
                 raise UnboundedError("active-set step made no progress; `C` is numerically singular "
                                      "beyond the pivot tolerance")
-            # ray along the null direction d (d_k = 1, d_P = −C_PP⁻¹ C_Pk): loss falls linearly
+            # ray along the null direction d (d_k = 1, d_P = −C_PP⁻¹ C_Pk): the loss falls linearly
             P = self.passive
             if not P:
                 raise UnboundedError(f"the loss is unbounded below: mode {k} has C_kk = {self.C[k, k]:.3e} "
                                      f"and growth rate β_k − (Cz)_k > 0 (`beta` is not in the range of `C`)")
-            dP = -self._solve(self.C[P, k])
+            dP = -(self._G() @ self.C[P, k])
             neg = dP < 0
             if not neg.any():
                 raise UnboundedError(f"the loss is unbounded below along a null direction of `C` "
@@ -168,13 +177,24 @@ class ActiveSetQP:
             self.z[k] += t
             removed.append(P[j])
             self._delete(j)
-        # Lawson–Hanson inner loop
+        # Lawson–Hanson inner loop: move from the feasible z towards the restricted optimum
         for _ in range(self.K + 2):
             P = self.passive
-            x = self._solve(self.beta[P])
+            x = self._solve_beta()
             thr = 1e-13 * max(1.0, float(np.max(np.abs(x))))
             if np.all(x > thr):
                 self.z[P] = x
+                self._grad = None
+                g = self.gradient()
+                scale = max(float(np.max(np.abs(self.beta))), 1e-300)
+                if np.max(np.abs(g[P])) > 1e-10 * scale:  # drift of the updated inverse
+                    self._refresh()
+                    x = self._solve_beta()
+                    if np.all(x > thr):
+                        self.z[P] = x
+                        self._grad = None
+                        return removed
+                    continue
                 return removed
             zP = self.z[P]
             bad = x <= thr
@@ -200,6 +220,10 @@ class ActiveSetQP:
             Restrict the support to these modes (default: all).
         vtol : float, optional
             Gradient tolerance for optimality (default ``1e-12 · scale``).
+
+        Returns
+        -------
+        numpy.ndarray, shape (K,)
         """
         if vtol is None:
             vtol = 1e-12 * max(float(np.max(np.abs(self.beta))), float(np.max(np.diag(self.C))), 1e-300)
