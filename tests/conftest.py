@@ -1,6 +1,9 @@
 import pytest
 import torch
 
+# Tests are many small tensor operations: one thread is fastest and immune to a busy second core.
+torch.set_num_threads(1)
+
 
 @pytest.fixture(autouse=True)
 def _seed():

@@ -61,9 +61,15 @@ def _print_human(results: dict, rundir: Path) -> None:
     typer.echo(f"run directory: {rundir}   report: {rundir / 'report.html'}   ({results['wall_seconds']} s)")
 
 
-def _execute(exp, params, *, out, seed, device, force, resume, as_json) -> None:
+def _execute(exp, params, *, out, seed, device, force, resume, as_json, threads) -> None:
+    import torch
+
     from .experiments.runner import run_experiment
     from .report.rundir import RunDirectoryExistsError
+
+    # The built-in experiments are many small tensor operations, for which one thread is fastest
+    # (and a busy second core makes torch's thread pool stall); --threads raises it for big runs.
+    torch.set_num_threads(threads)
 
     out = Path(out) if out else _default_out(exp.name)
     show = (not as_json) and sys.stderr.isatty()
@@ -92,23 +98,24 @@ _RESUME = typer.Option(False, "--resume", help="Continue an interrupted run in -
 _JSON = typer.Option(False, "--json", help="Print the results summary as JSON (no progress bars).")
 _DEVICE = typer.Option(None, "--device", help="cpu, cuda, cuda:N or auto.")
 _SEED = typer.Option(None, "--seed", min=0, help="Random seed (runs are bit-for-bit reproducible on CPU).")
+_THREADS = typer.Option(1, "--threads", min=1, help="CPU threads for torch (1 is fastest for small problems).")
 
 
 @app.command()
 def demo(out: Optional[Path] = _OUT, force: bool = _FORCE, as_json: bool = _JSON,
-         seed: Optional[int] = _SEED, device: Optional[str] = _DEVICE):
+         seed: Optional[int] = _SEED, device: Optional[str] = _DEVICE, threads: int = _THREADS):
     """The main job: a real tanh MLP learns in steps at the predicted times (under a minute)."""
     from .experiments.base import get_experiment
 
     exp = get_experiment("demo")
     _execute(exp, exp.Params(), out=out, seed=0 if seed is None else seed, device=device or "cpu", force=force,
-             resume=False, as_json=as_json)
+             resume=False, as_json=as_json, threads=threads)
 
 
 @app.command("run")
 def run_cmd(config: Path = typer.Argument(..., help="TOML config file (see `nqf list`)."),
             out: Optional[Path] = _OUT, force: bool = _FORCE, resume: bool = _RESUME, as_json: bool = _JSON,
-            seed: Optional[int] = _SEED, device: Optional[str] = _DEVICE):
+            seed: Optional[int] = _SEED, device: Optional[str] = _DEVICE, threads: int = _THREADS):
     """Run a named experiment from a TOML config file."""
     from .experiments.config import ConfigError, load_config
 
@@ -117,7 +124,7 @@ def run_cmd(config: Path = typer.Argument(..., help="TOML config file (see `nqf 
     except ConfigError as exc:
         _fail(str(exc))
     _execute(exp, params, out=out, seed=cfg.seed if seed is None else seed, device=device or cfg.device,
-             force=force, resume=resume, as_json=as_json)
+             force=force, resume=resume, as_json=as_json, threads=threads)
 
 
 @app.command("list")
