@@ -3,7 +3,9 @@
 * :func:`detect_steps` — times of sudden drops and plateau levels of a loss curve;
 * :func:`fit_power_law` — power-law fit over a chosen or automatic window, with a bootstrap interval;
 * :func:`predict_exponent` — ``(a − 1)/b`` from per-mode losses ``ℓ_k`` and rates ``ζ_k``;
-* :func:`predicted_curve` — the exact loss of a sum of logistic modes.
+* :func:`predicted_curve` — the exact loss of a sum of logistic modes;
+* :func:`validity_report`, :func:`validity_sweep`, :func:`remainder_ratio` — where the real
+  network leaves its NQF (THEORY.md section 6).
 
 Conventions: ``L = (1/N) Σ_n ℓ(f_n, y_n)``, ``ℓ = ½(f − y)²``; time ``t = η · steps``.
 Curves are taken as array_like or tensors; results are NumPy float64 arrays.
@@ -12,6 +14,8 @@ Curves are taken as array_like or tensors; results are NumPy float64 arrays.
 from .exponents import ExponentPrediction, predict_exponent, predicted_curve, switch_times
 from .powerlaw import PowerLawFit, auto_window, fit_power_law
 from .steps import Steps, detect_steps
+from .validity import ValidityReport, ValiditySweep, remainder_ratio, validity_report, validity_sweep
 
 __all__ = ["Steps", "detect_steps", "PowerLawFit", "fit_power_law", "auto_window", "ExponentPrediction",
-           "predict_exponent", "predicted_curve", "switch_times"]
+           "predict_exponent", "predicted_curve", "switch_times", "ValidityReport", "ValiditySweep",
+           "remainder_ratio", "validity_report", "validity_sweep"]
