@@ -110,6 +110,7 @@ class _Problem:
         self.op, self.y = op, y
         self.N, self.C, self.p = op.n_samples, op.n_outputs, op.p
         self.f0 = op.offset
+        self._cache = None  # (x, G(x)) of the last Hessian product
 
     def apply(self, M: torch.Tensor) -> torch.Tensor:
         return op_forward(self.op, M)
@@ -143,7 +144,11 @@ class _Problem:
         Z = torch.from_numpy(x.reshape(q, k))
         E = torch.from_numpy(d.reshape(q, k))
         V, D = (Z, E) if B is None else (B @ Z, B @ E)
-        G = self.G(V @ V.T)
+        if self._cache is not None and self._cache[0].shape == x.shape and np.array_equal(self._cache[0], x):
+            G = self._cache[1]
+        else:
+            G = self.G(V @ V.T)
+            self._cache = (x.copy(), G)
         dM = D @ V.T
         dG = self.op._adjoint(self.apply(dM + dM.T)) / self.N
         h = 2.0 * (G @ D + dG @ V)
@@ -396,7 +401,7 @@ def _descend(prob: _Problem, V0: torch.Tensor, gtol: float, maxiter: int, B: tor
     x0 = (V0 if B is None else B.T @ V0).reshape(-1).numpy().copy()
     res = minimize(lambda x: prob.fg(x, k, B), x0, jac=True, method="trust-ncg",
                    hessp=lambda x, d: prob.hessp(x, d, k, B),
-                   options={"gtol": gtol, "maxiter": maxiter})
+                   options={"gtol": max(gtol, 1e-9 * float(np.linalg.norm(x0))), "maxiter": maxiter})
     x = res.x
     # the loss cannot resolve the last digits (round-off ~1e-16 L exceeds the predicted
     # decrease ~‖g‖²/‖H‖ once ‖g‖ ≲ 1e-8), so judge the polishing steps by the gradient norm
@@ -408,7 +413,7 @@ def _descend(prob: _Problem, V0: torch.Tensor, gtol: float, maxiter: int, B: tor
         g = prob.fg(x, k, B)[1]
         xc = x
         Hop = LinearOperator((n, n), matvec=lambda d: prob.hessp(xc, d, k, B), dtype=float)
-        step, _ = minres(Hop, -g, rtol=1e-12, maxiter=10 * n)
+        step, _ = minres(Hop, -g, rtol=1e-10, maxiter=min(10 * n, 500))
         xn = x + step
         gnn = float(np.linalg.norm(prob.fg(xn, k, B)[1]))
         if not gnn < gn:
@@ -504,7 +509,7 @@ def saddle_sequence(op: StructureOperator, y, *, max_rank: int | None = None, to
         rule = "commuting" if commutes(op) else "generic"
 
     G0 = prob.G(torch.zeros(p, p, dtype=op.dtype))
-    scale = max(1.0, float(torch.linalg.matrix_norm(G0, 2)))
+    scale = max(1.0, float(torch.linalg.eigvalsh(G0).abs().max()))
 
     basis = None
     if rule == "commuting":
@@ -647,7 +652,7 @@ def _escape_trajectory(prob: _Problem, s0: Saddle, L1: float, delta: float = 1e-
     T = shift + 4000.0 / (4.0 * lam)
     sol = solve_ivp(rhs, (0.0, T), W0.reshape(-1).numpy(), method="DOP853", rtol=1e-12,
                     atol=1e-15 * math.sqrt(delta), dense_output=True, events=done)
-    ts = np.linspace(0.0, sol.t[-1], 4001)
+    ts = np.linspace(0.0, sol.t[-1], 401)
     Ls = np.array([loss(w) for w in sol.sol(ts).T])
 
     def crossing(target: float) -> float:

@@ -64,6 +64,8 @@ class ActiveSetQP:
         self.in_p = np.zeros(self.K, dtype=bool)
         self._buf = np.zeros((min(64, self.K), min(64, self.K)))
         self._grad = None
+        self._optimal = True  # z is the optimum restricted to its support
+        self._last = None
         self.refreshes = 0
 
     # --------------------------------------------------------- inverse of C_PP
@@ -96,6 +98,7 @@ class ActiveSetQP:
             piv = ckk
         if not piv > self.rtol * max(ckk, 1e-300):
             return False
+        self._last = (u, piv)
         self._grow()
         m = self._m
         B = self._buf
@@ -154,6 +157,7 @@ class ActiveSetQP:
         removed: list[int] = []
         self._grad = None
         guard = 0
+        self._optimal = self._optimal and not self.in_p[k]
         while not self._try_append(k):
             guard += 1
             if guard > self.K + 1:
@@ -177,10 +181,20 @@ class ActiveSetQP:
             self.z[k] += t
             removed.append(P[j])
             self._delete(j)
+            self._optimal = False
         # Lawson–Hanson inner loop: move from the feasible z towards the restricted optimum
+        bordered = not removed and self._optimal
         for _ in range(self.K + 2):
             P = self.passive
-            x = self._solve_beta()
+            if bordered:
+                # z_P was optimal on P \ {k}: x_k = (β_k − C_kP z_P)/s, x_P = z_P − x_k C_PP⁻¹C_Pk
+                u, piv = self._last
+                Pold = P[:-1]
+                xk = (self.beta[k] - self.C[k, Pold] @ self.z[Pold]) / piv
+                x = np.append(self.z[Pold] - xk * u, xk)
+                bordered = False
+            else:
+                x = self._solve_beta()
             thr = 1e-13 * max(1.0, float(np.max(np.abs(x))))
             if np.all(x > thr):
                 self.z[P] = x
@@ -193,8 +207,10 @@ class ActiveSetQP:
                     if np.all(x > thr):
                         self.z[P] = x
                         self._grad = None
+                        self._optimal = True
                         return removed
                     continue
+                self._optimal = True
                 return removed
             zP = self.z[P]
             bad = x <= thr

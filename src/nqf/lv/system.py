@@ -490,7 +490,15 @@ class LotkaVolterra:
             x, _ = nnls(A, y, maxiter=50 * self.K)
             return x
         if self._dense is not None:
-            try:
+            lam, V = np.linalg.eigh(self._dense)
+            pos = lam > 1e-12 * max(float(lam[-1]), 1e-300)
+            Vp, lp = V[:, pos], lam[pos]
+            proj = Vp.T @ b
+            if np.linalg.norm(b - Vp @ proj) <= 1e-9 * max(float(np.linalg.norm(b)), 1e-300):
+                # β ∈ range(C): L + const = ½‖R z − r‖² with R = diag(√λ) Vᵀ, r = diag(1/√λ) Vᵀβ
+                x, _ = nnls(np.sqrt(lp)[:, None] * Vp.T, proj / np.sqrt(lp), maxiter=50 * self.K)
+                return x
+            try:  # β has a component outside range(C): exact active-set QP (detects unboundedness)
                 return ActiveSetQP(self._dense, b).solve()
             except UnboundedError as exc:
                 raise ValueError(f"`beta`, `C`: {exc}") from None
