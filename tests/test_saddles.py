@@ -450,3 +450,12 @@ def test_zero_targets_are_already_optimal():
     seq = saddle_sequence(op, torch.zeros_like(Y))
     assert len(seq) == 1 and seq.global_minimum and seq.plateau_levels[0] == 0.0
     assert seq.escape_times(1e-6).size == 0
+
+
+def test_float32_operator_is_solved_in_float64():
+    op, X, Y = mlp_example()
+    op32 = op.to(torch.float32)
+    seq32 = saddle_sequence(op32, Y.float())
+    seq64 = saddle_sequence(op32.to(torch.float64), Y.float().double())
+    np.testing.assert_allclose(seq32.plateau_levels, seq64.plateau_levels, rtol=1e-12)
+    assert seq32.saddles[1].M.dtype == torch.float64

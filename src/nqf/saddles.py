@@ -498,8 +498,8 @@ def saddle_sequence(op: StructureOperator, y, *, max_rank: int | None = None, to
     if not 0.0 < first_level < 1.0:
         raise ValueError(f"`first_level` must lie in (0, 1); found {first_level}")
     y = op._check_outputs("y", as_tensor("y", y, dtype=op.dtype, device=op.device))
-    if op.device.type != "cpu":
-        op, y = op.to(device="cpu"), y.cpu()
+    if op.device.type != "cpu" or op.dtype != torch.float64:  # the descent and eigenproblems run in float64 on CPU
+        op, y = op.to(torch.float64, "cpu"), y.to(torch.float64).cpu()
     p = op.p
     max_rank = p if max_rank is None else int(max_rank)
     if max_rank < 0:
