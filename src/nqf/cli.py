@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -86,6 +87,11 @@ def _execute(exp, params, *, out, seed, device, force, resume, as_json, threads)
         typer.echo(f"\ninterrupted: partial results kept in {out}; continue with `nqf run CONFIG --out {out} "
                    f"--resume` or rebuild the report with `nqf report {out}`", err=True)
         raise typer.Exit(130)
+    except Exception as exc:  # noqa: BLE001 - one line for the user; NQF_TRACEBACK=1 shows the traceback
+        if os.environ.get("NQF_TRACEBACK"):
+            raise
+        _fail(f"experiment {exp.name!r} failed: {type(exc).__name__}: {exc} (what was finished is in {out}; "
+              "set NQF_TRACEBACK=1 for the traceback)", code=1)
     if as_json:
         typer.echo(json.dumps(results, indent=2))
     else:

@@ -216,7 +216,7 @@ def limit(beta, C, s0=None, *, y2: float | None = None, max_events: int | None =
 
     def process(tau):
         before = set(qp.passive)
-        for _ in range(K + 2):
+        for _ in range(3 * K + 10):
             v = 4.0 * qp.gradient()
             cand = ~qp.in_p & (s >= -stol) & (v > 4 * vtol)
             if not cand.any():

@@ -152,7 +152,8 @@ def reduce(op: StructureOperator, y, M0, *, tol: float | None = None, seed: int 
     LotkaVolterra
         With ``beta`` (K,), ``C`` (K, K), ``zeta = 4β``, ``z0`` (K,), ``basis`` (p, K),
         ``y2 = (1/N) Σ_n ‖y_n − f_n(0)‖²``, the least-squares factor
-        ``(a/√N, ỹ/√N)`` and ``rest`` (``M(0)`` on dropped directions).
+        ``(a/√N, ỹ/√N)``, ``rest`` (``M(0)`` on dropped directions) and
+        ``commutation_defect`` (the measured ``δ`` of the basis used).
 
     Raises
     ------

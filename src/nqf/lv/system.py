@@ -119,7 +119,7 @@ class LVSolution:
         """``L(z(t))``, shape (T,) (see :meth:`LotkaVolterra.loss`)."""
         return self.system.loss(self.z)
 
-    def switch_times(self, fraction: float = 0.5, final=None) -> torch.Tensor:
+    def switch_times(self, fraction: float = 0.5, final=None, *, refine: bool | None = None) -> torch.Tensor:
         """First time each ``z_k`` reaches ``fraction`` of its final value (half saturation).
 
         Parameters
@@ -127,6 +127,8 @@ class LVSolution:
         fraction : float in (0, 1]
         final : array_like, shape (K,), optional
             Reference final values; default :meth:`LotkaVolterra.final_state`.
+        refine : bool, optional
+            See :meth:`crossing_times`.
 
         Returns
         -------
@@ -143,9 +145,9 @@ class LVSolution:
         fin = _np("final", final, 1)
         with np.errstate(divide="ignore"):
             levels = np.where(fin > 0, fraction * fin, np.inf)
-        return self.crossing_times(levels)
+        return self.crossing_times(levels, refine=refine)
 
-    def crossing_times(self, levels) -> torch.Tensor:
+    def crossing_times(self, levels, *, refine: bool | None = None) -> torch.Tensor:
         """First time each ``z_k`` reaches ``levels_k`` from below.
 
         Brackets the crossing on the stored grid and, for an ODE solution with dense
@@ -157,6 +159,9 @@ class LVSolution:
         ----------
         levels : array_like, shape (K,)
             Positive levels; ``inf`` skips a mode.
+        refine : bool, optional
+            Root-find on the dense output (each evaluation costs ``O(K)``, so ``O(K²)`` in
+            all); default: refine when ``K ≤ 500``.
 
         Returns
         -------
@@ -170,7 +175,9 @@ class LVSolution:
             raise ValueError("`levels` must be positive (inf to skip a mode); found NaN or ≤ 0")
         fin = np.where(np.isfinite(lev), lev, 0.0)
         times = switch_times(self.t, self.log_z, fin, fraction=1.0, log=True)
-        if self._dense is None:
+        if refine is None:
+            refine = lev.shape[0] <= 500
+        if self._dense is None or not refine:
             return times
         t = self.t.numpy()
         lz = self.log_z.numpy()
@@ -650,6 +657,26 @@ class LotkaVolterra:
         out[on] = t
         return _t(out)
 
+    def switch_times(self, solution: LVSolution | None = None, fraction: float = 0.5) -> torch.Tensor:
+        """Half-saturation (switch-on) times: analytic for diagonal ``C``, else from a trajectory.
+
+        Parameters
+        ----------
+        solution : LVSolution, optional
+            A trajectory from :meth:`flow` or :meth:`gd`; required when ``C`` is not diagonal.
+            Without it the exact logistic times (:meth:`logistic_switch_times`) are returned.
+        fraction : float in (0, 1]
+            Level as a fraction of the final value (``½``: half saturation).
+
+        Returns
+        -------
+        torch.Tensor, shape (K,)
+            ``inf`` for modes that end at 0.
+        """
+        if solution is None:
+            return self.logistic_switch_times(fraction)
+        return solution.switch_times(fraction)
+
     def plateaus(self, eps: float | None = None) -> Plateaus:
         """Switch-on times and plateau losses.
 
@@ -666,17 +693,16 @@ class LotkaVolterra:
         """
         if not self.is_diagonal:
             res = self.limit(eps)
-            L = np.log(1.0 / res.eps)
+            L = -np.log(res.eps)
             losses = [self.loss(np.zeros(self.K)).item()] + [self.loss(zz).item() for zz in res._z_after]
             return Plateaus(_t(res.taus.numpy() * L), res.modes, list(res.kinds), _t(losses))
         ts = self.logistic_switch_times().numpy()
         order = [int(k) for k in np.argsort(ts, kind="stable") if np.isfinite(ts[k])]
-        zf = self.final_state().numpy()
-        z = np.zeros(self.K)
-        losses = [float(self.loss(z))]
-        for k in order:
-            z[k] = zf[k]
-            losses.append(float(self.loss(z)))
+        # excess of the plateau after j switches = Σ of the not-yet-learned contributions
+        # β_k²/(2 C_kk) (a reverse cumulative sum: no cancellation), plus L(z∞)
+        gain = np.maximum(self._beta[order], 0.0) ** 2 / (2.0 * self._diag[order])
+        excess = np.concatenate([np.cumsum(gain[::-1])[::-1], [0.0]])
+        losses = self.final_loss() + excess
         return Plateaus(_t(ts[order]), torch.as_tensor(order, dtype=torch.int64), ["on"] * len(order),
                         _t(losses))
 
@@ -712,15 +738,16 @@ class LotkaVolterra:
             raise ValueError(f"`steps` must be ≥ 0 and `record_every` ≥ 1; found {steps}, {record_every}")
         z = self._z0.copy()
         ts, zs = [0.0], [z.copy()]
-        for s in range(1, steps + 1):
-            g = self._matvec(z) - self._beta
-            z = (1.0 - 2.0 * eta * g) ** 2 * z
-            if s % record_every == 0 or s == steps:
-                if not np.isfinite(z).all():
-                    raise DivergenceError(f"GD diverged at step {s} (t = {s * eta:.4g}); reduce `eta` "
-                                          f"(stability needs η · λ_max(C) · max z ≲ 1)")
-                ts.append(s * eta)
-                zs.append(z.copy())
+        with np.errstate(over="ignore", invalid="ignore"):
+            for s in range(1, steps + 1):
+                g = self._matvec(z) - self._beta
+                z = (1.0 - 2.0 * eta * g) ** 2 * z
+                if s % record_every == 0 or s == steps:
+                    if not np.isfinite(z).all():
+                        raise DivergenceError(f"GD diverged at step {s} (t = {s * eta:.4g}); reduce `eta` "
+                                              f"(stability needs η · λ_max(C) · max z ≲ 1)")
+                    ts.append(s * eta)
+                    zs.append(z.copy())
         with np.errstate(divide="ignore"):
             lz = np.log(np.array(zs))
         return LVSolution(_t(ts), _t(lz), self, "gd", True, "", {"steps": steps})
@@ -735,7 +762,8 @@ class LotkaVolterra:
         :func:`scipy.integrate.solve_ivp` with ``method`` Radau (default) or BDF.  Starting
         values ``u(0) = ln z(0)`` are finite for any positive float64 (``ln 1e-300 ≈ −690.8``),
         and ``z = e^u`` never overflows along the exact solution (``z`` stays bounded by the
-        loss); trial Newton iterates are clipped at ``u ≤ 700``.  Explicit integrators fail
+        loss); trial Newton iterates are capped at ``z ≤ 1e3 · max(1, z∞, z(0))`` so that a
+        rejected overshooting step cannot produce inf/NaN.  Explicit integrators fail
         here (the system is stiff once modes saturate).  Modes with ``z(0) = 0`` stay at 0 and
         are not integrated.
 
@@ -777,11 +805,18 @@ class LotkaVolterra:
             Cm = self._sparse[idx][:, idx].tocsc()
         sparse = sp.issparse(Cm)
 
+        # Trial Newton iterates of a large implicit step can overshoot far beyond any state the
+        # flow visits; capping z there keeps f finite (no inf − inf = NaN in the error estimate),
+        # so the step is rejected and shrunk normally.  The exact solution never reaches the cap:
+        # the loss decreases along the flow, which bounds z (cap = 1e3 · max(1, z∞, z(0))).
+        zcap = 1e3 * max(1.0, float(np.max(self._z0)), float(np.max(self.final_state().numpy())))
+        ucap = float(np.log(zcap))
+
         def fun(_t_, u):
-            return 4.0 * (b - Cm @ np.exp(np.minimum(u, 700.0)))
+            return 4.0 * (b - Cm @ np.exp(np.minimum(u, ucap)))
 
         def jac(_t_, u):
-            z = np.exp(np.minimum(u, 700.0))
+            z = np.exp(np.minimum(u, ucap))
             if sparse:
                 return (-4.0 * (Cm @ sp.diags(z))).tocsc()
             return -4.0 * Cm * z[None, :]
@@ -813,7 +848,7 @@ class LotkaVolterra:
         if not 0 < eps < 1:
             raise ValueError(f"`eps` must lie in (0, 1); found {eps}")
         with np.errstate(divide="ignore"):
-            s0 = np.log(self._z0) / np.log(1.0 / eps)
+            s0 = np.log(self._z0) / (-np.log(eps))
         C = self._dense if self._dense is not None else np.diag(self._diag)
         res = limit(self._beta, C, s0, y2=self.y2)
         res.eps = eps
