@@ -113,6 +113,8 @@ def test_bad_configs_one_line_exit_2(tmp_path):
     assert "params.eps" in line and "greater than 0" in line and "-1.0" in line
     line = _bad(tmp_path, 'experiment = "demo"\n[params]\nsingular_values = [1.0, 1.0]\n')
     assert "params.singular_values" in line and "distinct" in line
+    line = _bad(tmp_path, 'experiment = "lv-staircase"\n[params]\neps = [1e-4, 2.0]\n')
+    assert "params.eps" in line and "(0, 1)" in line
     assert "unknown experiment 'nope'" in _bad(tmp_path, 'experiment = "nope"\n')
     assert "not valid TOML" in _bad(tmp_path, 'experiment = "demo\n')
     assert "experiment: required key is missing" in _bad(tmp_path, 'seed = 1\n')

@@ -4,18 +4,29 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict
 
-__all__ = ["Params", "Table", "Check", "Outcome", "Experiment", "REGISTRY", "register", "get_experiment"]
+__all__ = ["EpsList", "Params", "Table", "Check", "Outcome", "Experiment", "REGISTRY", "register",
+           "get_experiment"]
 
 
 class Params(BaseModel):
     """Base of every experiment's parameters: unknown keys are errors."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+def _eps_list(v: list[float]) -> list[float]:
+    if any(not 0 < e < 1 for e in v):
+        raise ValueError("every ε must lie in (0, 1)")
+    return sorted(v, reverse=True)
+
+
+#: A list of initial scales ε ∈ (0, 1), validated and sorted from largest to smallest.
+EpsList = Annotated[list[float], AfterValidator(_eps_list)]
 
 
 @dataclass

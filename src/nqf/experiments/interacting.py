@@ -19,10 +19,10 @@ import math
 
 import numpy as np
 import torch
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from ..report.figures import new_figure
-from .base import Check, Experiment, Outcome, Params, Table, register
+from .base import EpsList, Check, Experiment, Outcome, Params, Table, register
 
 __all__ = ["InteractingModes", "correlated_task"]
 
@@ -31,15 +31,8 @@ class InteractingParams(Params):
     n_modes: int = Field(6, ge=2, le=200)
     n_samples: int = Field(200, ge=2)
     noise: float = Field(0.3, ge=0)
-    eps: list[float] = Field([1e-10, 1e-40, 1e-120, 1e-300], min_length=2)
+    eps: EpsList = Field([1e-10, 1e-40, 1e-120, 1e-300], min_length=2)
     n_points: int = Field(1001, ge=50)
-
-    @field_validator("eps")
-    @classmethod
-    def _eps(cls, v):
-        if any(not 0 < e < 1 for e in v):
-            raise ValueError("every ε must lie in (0, 1)")
-        return sorted(v, reverse=True)
 
 
 def correlated_task(n_modes: int, n_samples: int, noise: float, seed: int):
