@@ -14,9 +14,9 @@ try:
 except PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0.0.0+unknown"
 
-from . import analysis, dynamics, errors, lv, networks, structure, svd_modes  # noqa: E402
+from . import analysis, dynamics, errors, lv, networks, saddles, structure, svd_modes  # noqa: E402
 from .dynamics import Trajectory, gradient_flow, simulate, train_network  # noqa: E402
 from .svd_modes import two_layer_modes  # noqa: E402
 
-__all__ = ["__version__", "errors", "networks", "structure", "dynamics", "lv", "analysis", "svd_modes",
+__all__ = ["__version__", "errors", "networks", "structure", "dynamics", "lv", "analysis", "svd_modes", "saddles",
            "simulate", "gradient_flow", "train_network", "Trajectory", "two_layer_modes"]
