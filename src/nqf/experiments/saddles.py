@@ -43,6 +43,7 @@ class SaddlesParams(Params):
     eps: float = Field(1e-12, gt=0, lt=1)
     n_samples: int = Field(100, ge=10)
     width: int = Field(32, ge=2, description="units of the real networks (≥ p so that M(0) = εI)")
+    mlp_teacher_scale: float = Field(0.1, gt=0, description="scale of the MLP's linear teacher")
     max_rank: int = Field(3, ge=1, description="follow the sequence up to this rank (the teachers have rank 3; "
                                                "beyond it the noise directions escape at tiny rates)")
     max_steps: int = Field(200_000, ge=100, description="refuse runs longer than this many GD steps")
@@ -61,8 +62,12 @@ def _bilinear_teacher(op, sv, g):
     return op.offset + op(W @ W.T).reshape(op.n_samples, -1)
 
 
-def saddle_problem(name: str, n: int, width: int, g: torch.Generator):
-    """Structure operator, targets, real network and inputs of one non-commuting problem."""
+def saddle_problem(name: str, n: int, width: int, g: torch.Generator, teacher_scale: float = 1.0):
+    """Structure operator, targets, real network and inputs of one non-commuting problem.
+
+    ``teacher_scale`` multiplies the MLP's targets (a small teacher keeps the learned weights small,
+    so that the real tanh network stays close to its NQF after the first escapes).
+    """
     from .. import networks as nw
     from .. import structure as st
 
@@ -77,7 +82,7 @@ def saddle_problem(name: str, n: int, width: int, g: torch.Generator):
         Ut, _ = torch.linalg.qr(torch.randn(C, C, generator=g, dtype=dt))
         Vt, _ = torch.linalg.qr(torch.randn(D, C, generator=g, dtype=dt))
         B = Ut @ torch.diag(torch.tensor([3.0, 1.5, 0.6], dtype=dt)) @ Vt.T
-        Y = Xw @ B.T + 0.1 * torch.randn(n, C, generator=g, dtype=dt)
+        Y = teacher_scale * (Xw @ B.T + 0.1 * torch.randn(n, C, generator=g, dtype=dt))
         return st.mlp(X, "tanh", n_outputs=C), Y, nw.TwoLayerMLP(D, width, C, "tanh"), X
     if name == "qk-attention":
         X = torch.randn(n, 5, 6, dtype=dt, generator=g)
@@ -114,7 +119,7 @@ class Saddles(Experiment):
         rows = []
         for j, name in enumerate(ctx.progress(P.problems, "problems")):
             g = ctx.generator(200 + j)
-            op, Y, net, X = saddle_problem(name, P.n_samples, P.width, g)
+            op, Y, net, X = saddle_problem(name, P.n_samples, P.width, g, P.mlp_teacher_scale)
             if P.width < op.p:
                 raise ValueError(f"`width` must be ≥ p = {op.p} for problem {name!r}; found {P.width}")
             seq = saddle_sequence(op, Y, max_rank=P.max_rank)  # seconds; holds an interpolant, so it is recomputed on --resume
