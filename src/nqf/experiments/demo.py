@@ -23,10 +23,11 @@ import numpy as np
 import torch
 from pydantic import Field, field_validator
 
-from .base import Check, Experiment, Outcome, Params, Table, register
 from ..report.figures import mark_times, new_figure
+from .base import Check, Experiment, Outcome, Params, Table, register
+from .curves import crossing_time, to_cpu
 
-__all__ = ["Demo", "teacher_task", "crossing_time"]
+__all__ = ["Demo", "teacher_task"]
 
 
 class DemoParams(Params):
@@ -71,26 +72,6 @@ def teacher_task(n_samples: int, in_features: int, singular_values, seed: int):
     V, _ = torch.linalg.qr(torch.randn(D, C, dtype=torch.float64, generator=g))
     T = U @ torch.diag(torch.tensor(singular_values, dtype=torch.float64)) @ V.T
     return X, X @ T.T, T
-
-
-def crossing_time(t: np.ndarray, x: np.ndarray, level: float) -> float:
-    """First time the curve ``x(t)`` reaches ``level`` from below (linear interpolation); NaN if never."""
-    above = np.nonzero(x >= level)[0]
-    if above.size == 0:
-        return math.nan
-    i = int(above[0])
-    if i == 0:
-        return float(t[0])
-    t0, t1, x0, x1 = t[i - 1], t[i], x[i - 1], x[i]
-    return float(t0 + (level - x0) * (t1 - t0) / (x1 - x0))
-
-
-def to_cpu(traj):
-    """A trajectory with every tensor on the CPU (for saving and plotting)."""
-    import dataclasses
-
-    return dataclasses.replace(traj, **{f.name: getattr(traj, f.name).cpu() for f in dataclasses.fields(traj)
-                                        if isinstance(getattr(traj, f.name), torch.Tensor)})
 
 
 @register

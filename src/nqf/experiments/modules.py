@@ -21,7 +21,7 @@ from pydantic import Field
 
 from ..report.figures import new_figure
 from .base import Experiment, Outcome, Params, Table, register
-from .demo import to_cpu
+from .curves import to_cpu
 
 __all__ = ["ModulesVsNQF", "build_family", "FAMILIES"]
 

@@ -28,7 +28,7 @@ from pydantic import Field, model_validator
 
 from ..report.figures import new_figure
 from .base import Check, Experiment, Outcome, Params, Table, register
-from .demo import to_cpu
+from .curves import to_cpu
 
 __all__ = ["PowerLaw", "fourier_task"]
 

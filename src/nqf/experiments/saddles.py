@@ -31,7 +31,7 @@ from pydantic import Field
 
 from ..report.figures import mark_times, new_figure
 from .base import Check, Experiment, Outcome, Params, Table, register
-from .demo import crossing_time, to_cpu
+from .curves import crossing_time, to_cpu
 
 __all__ = ["Saddles", "saddle_problem"]
 
