@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from typing import Sequence
 
 import numpy as np
@@ -80,6 +81,13 @@ def all_finite(t: torch.Tensor) -> bool:
     flat = t.reshape(-1)
     step = 1 << 22
     return all(bool(torch.isfinite(flat[i:i + step]).all()) for i in range(0, flat.numel(), step))
+
+
+def positive_int(name: str, value) -> int:
+    """``value`` as an ``int`` ≥ 1; a bool, a non-integer or a value below 1 raises ``ValueError`` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < 1:
+        raise ValueError(f"`{name}` must be a positive integer; found {value!r}")
+    return int(value)
 
 
 def check_shape(name: str, t: torch.Tensor, shape: Sequence[int | None]) -> None:

@@ -7,17 +7,12 @@ import math
 import torch
 from torch import nn
 
+from .._validation import positive_int
 from ..errors import NonFiniteError, ShapeError
 from ..structure.attention import READOUTS
 from ..structure.units import UnitLayout, UnitSlice
 
 __all__ = ["MultiHeadAttention", "QKAttention"]
-
-
-def _pos(name, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"`{name}` must be a positive integer; found {value!r}")
-    return value
 
 
 def _check_tokens(x: torch.Tensor, D: int) -> None:
@@ -73,9 +68,9 @@ class MultiHeadAttention(nn.Module):
                  n_outputs: int | None = None, causal: bool = False, readout: str = "mean",
                  dtype: torch.dtype = torch.float64):
         super().__init__()
-        D, H, dh = _pos("d_model", d_model), _pos("n_heads", n_heads), _pos("d_head", d_head)
-        dk = dh if d_key is None else _pos("d_key", d_key)
-        C = D if n_outputs is None else _pos("n_outputs", n_outputs)
+        D, H, dh = positive_int("d_model", d_model), positive_int("n_heads", n_heads), positive_int("d_head", d_head)
+        dk = dh if d_key is None else positive_int("d_key", d_key)
+        C = D if n_outputs is None else positive_int("n_outputs", n_outputs)
         if readout not in READOUTS:
             raise ValueError(f"`readout` must be one of {list(READOUTS)}; found {readout!r}")
         self.d_model, self.n_heads, self.d_head, self.d_key, self.n_outputs = D, H, dh, dk, C
@@ -130,7 +125,7 @@ class QKAttention(nn.Module):
     def __init__(self, d_model: int, n_heads: int, d_key: int, V, causal: bool = False, *,
                  readout: str = "mean", dtype: torch.dtype = torch.float64):
         super().__init__()
-        D, H, dk = _pos("d_model", d_model), _pos("n_heads", n_heads), _pos("d_key", d_key)
+        D, H, dk = positive_int("d_model", d_model), positive_int("n_heads", n_heads), positive_int("d_key", d_key)
         if readout not in READOUTS:
             raise ValueError(f"`readout` must be one of {list(READOUTS)}; found {readout!r}")
         V = torch.as_tensor(V, dtype=dtype)

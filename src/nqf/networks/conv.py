@@ -7,6 +7,7 @@ import math
 import torch
 from torch import nn
 
+from .._validation import positive_int
 from ..structure.activations import get_activation
 from ..structure.conv import READOUTS, _int_tuple, conv_output_size
 from ..structure.units import UnitLayout, UnitSlice
@@ -22,10 +23,8 @@ class _ConvNet(nn.Module):
     def _init_readout(self, readout, n_outputs, n_channels, Q, dtype):
         if readout not in READOUTS:
             raise ValueError(f"`readout` must be one of {READOUTS}; found {readout!r}")
-        if isinstance(n_outputs, bool) or int(n_outputs) != n_outputs or n_outputs < 1:
-            raise ValueError(f"`n_outputs` must be a positive integer; found {n_outputs!r}")
-        if isinstance(n_channels, bool) or int(n_channels) != n_channels or n_channels < 1:
-            raise ValueError(f"`n_channels` must be a positive integer; found {n_channels!r}")
+        positive_int("n_outputs", n_outputs)
+        positive_int("n_channels", n_channels)
         self.readout_name = readout
         shape = (n_outputs, n_channels, Q) if readout == "position" else (n_outputs, n_channels)
         self.readout = nn.Parameter(torch.randn(*shape, dtype=dtype) / math.sqrt(n_channels))

@@ -7,6 +7,7 @@ import math
 import torch
 from torch import nn
 
+from .._validation import positive_int
 from ..errors import ShapeError
 from ..structure.units import UnitLayout, UnitSlice
 
@@ -15,8 +16,7 @@ __all__ = ["Factorization", "MatrixSensing"]
 
 def _check_dims(**dims) -> None:
     for name, v in dims.items():
-        if isinstance(v, bool) or int(v) != v or v < 1:
-            raise ValueError(f"`{name}` must be a positive integer; found {v!r}")
+        positive_int(name, v)
 
 
 class Factorization(nn.Module):

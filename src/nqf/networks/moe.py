@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .._validation import positive_int
 from ..errors import ShapeError
 from ..structure.activations import get_activation
 from ..structure.units import UnitLayout, UnitSlice
@@ -37,8 +38,7 @@ class MixtureOfExperts(nn.Module):
                  dtype: torch.dtype = torch.float64):
         super().__init__()
         for name, v in (("in_features", in_features), ("n_experts", n_experts), ("out_features", out_features)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"`{name}` must be a positive integer; found {v!r}")
+            positive_int(name, v)
         self.activation = get_activation(activation)
         self.in_features, self.n_experts, self.out_features = in_features, n_experts, out_features
         self.input = nn.Linear(in_features, n_experts, bias=False, dtype=dtype)

@@ -70,11 +70,10 @@ scores ``S``, which are homogeneous of degree 2, and the next softmax term is
 from __future__ import annotations
 
 import math
-import numbers
 
 import torch
 
-from .._validation import as_tensor
+from .._validation import as_tensor, positive_int
 from ..errors import ShapeError
 from .operator import BilinearKernel, BilinearStructure
 
@@ -95,12 +94,7 @@ READOUTS = ("mean", "last")
 def _positive_int(name: str, value, allow_none: bool = False):
     if value is None and allow_none:
         return None
-    if isinstance(value, bool) or not (isinstance(value, numbers.Integral) or (
-            isinstance(value, float) and value.is_integer())):
-        raise ValueError(f"`{name}` must be a positive integer; found {value!r}")
-    if int(value) < 1:
-        raise ValueError(f"`{name}` must be a positive integer (≥ 1); found {value!r}")
-    return int(value)
+    return positive_int(name, value)
 
 
 def _check_readout(readout) -> str:

@@ -48,7 +48,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as Fn
 
-from .._validation import as_tensor
+from .._validation import as_tensor, positive_int
 from ..errors import ShapeError
 from .activations import get_activation
 from .operator import BilinearStructure, OneHotKronKernel
@@ -77,9 +77,7 @@ def conv_output_size(size: int, kernel: int, stride: int, padding: int) -> int:
 def _check_common(readout, n_outputs) -> int:
     if readout not in READOUTS:
         raise ValueError(f"`readout` must be one of {READOUTS}; found {readout!r}")
-    if isinstance(n_outputs, bool) or int(n_outputs) != n_outputs or n_outputs < 1:
-        raise ValueError(f"`n_outputs` must be a positive integer; found {n_outputs!r}")
-    return int(n_outputs)
+    return positive_int("n_outputs", n_outputs)
 
 
 def _check_fits(sizes, kernel, padding, axis_names) -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from .._validation import as_tensor
+from .._validation import as_tensor, positive_int
 from ..errors import ShapeError
 from .activations import get_activation
 from .operator import BilinearStructure, OneHotKronKernel
@@ -54,8 +54,7 @@ def mlp(X, activation="tanh", bias: bool = False, n_outputs: int = 1, *, dtype=N
     X = as_tensor("X", X, ndim=2, dtype=dtype)
     if X.shape[0] == 0 or X.shape[1] == 0:
         raise ShapeError(f"`X` must have shape (N, D) with N, D ≥ 1; found {tuple(X.shape)}")
-    if int(n_outputs) != n_outputs or n_outputs < 1:
-        raise ValueError(f"`n_outputs` must be a positive integer; found {n_outputs!r}")
+    n_outputs = positive_int("n_outputs", n_outputs)
     act = get_activation(activation)
     C, (N, D) = int(n_outputs), X.shape
     p = C + D + (1 if bias else 0)

@@ -38,22 +38,15 @@ Only ``X`` (``N × D``) is stored, never ``N × p × p``.
 
 from __future__ import annotations
 
-import numbers
 
 import torch
 
-from .._validation import as_tensor
+from .._validation import as_tensor, positive_int
 from ..errors import ShapeError
 from .activations import get_activation
 from .operator import BilinearStructure, OneHotKronKernel
 
 __all__ = ["mixture_of_experts"]
-
-
-def _positive_int(name, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < 1:
-        raise ValueError(f"`{name}` must be a positive integer; found {value!r}")
-    return int(value)
 
 
 def mixture_of_experts(X, n_experts: int, activation="tanh", n_outputs: int = 1, *,
@@ -86,8 +79,8 @@ def mixture_of_experts(X, n_experts: int, activation="tanh", n_outputs: int = 1,
     X = as_tensor("X", X, ndim=2, dtype=dtype)
     if X.shape[0] == 0 or X.shape[1] == 0:
         raise ShapeError(f"`X` must have shape (N, D) with N, D ≥ 1; found {tuple(X.shape)}")
-    E = _positive_int("n_experts", n_experts)
-    C = _positive_int("n_outputs", n_outputs)
+    E = positive_int("n_experts", n_experts)
+    C = positive_int("n_outputs", n_outputs)
     act = get_activation(activation)
     N, D = X.shape
     p = C + 2 * D
