@@ -165,6 +165,27 @@ def report(rundir: Path = typer.Argument(..., help="A run directory written by `
     typer.echo(f"report: {path}")
 
 
+# Commands that live with their own package register themselves here: each module defines
+# ``register(app)`` and imports torch and friends only inside its commands (``nqf --version`` stays fast).
+_COMMAND_MODULES = ("nqf.sweep.cli", "nqf.analyze.cli")
+
+
+def _register_commands() -> None:
+    import importlib
+
+    for name in _COMMAND_MODULES:
+        try:
+            mod = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and name.startswith(exc.name):
+                continue  # that package is not part of this installation (yet)
+            raise
+        mod.register(app)
+
+
+_register_commands()
+
+
 def main() -> None:  # pragma: no cover - entry point
     app()
 

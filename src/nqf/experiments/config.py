@@ -26,7 +26,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["RunConfig", "ConfigError", "load_config", "parse_config", "format_validation_error"]
+__all__ = ["RunConfig", "ConfigError", "load_config", "parse_config", "format_validation_error",
+           "parse_set", "apply_overrides", "resolved_config", "config_hash", "read_config_data"]
 
 
 class ConfigError(ValueError):
@@ -80,13 +81,84 @@ def parse_config(data: dict, source: str = "config"):
     return cfg, exp, params
 
 
-def load_config(path) -> tuple:
-    """Read and validate a TOML config file."""
+def read_config_data(path) -> dict:
+    """Read a TOML config file into a mapping (not yet validated); one-line :class:`ConfigError` on failure."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"config file {path} is a directory; expected a TOML file")
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
     try:
-        data = tomllib.loads(path.read_text())
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path} is not UTF-8 text (a binary file?); expected a TOML file") from None
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+
+
+def load_config(path, overrides: dict | None = None) -> tuple:
+    """Read and validate a TOML config file, with optional ``--set`` overrides applied first."""
+    data = read_config_data(path)
+    if overrides:
+        data = apply_overrides(data, overrides)
     return parse_config(data, str(path))
+
+
+_TOP_LEVEL = ("experiment", "seed", "device")
+
+
+def parse_set(items) -> dict[str, Any]:
+    """Parse ``--set key=value`` items into ``{key: value}``.
+
+    The value is read as a TOML value (``1e-6``, ``[1e-4, 1e-8]``, ``true``,
+    ``"tanh"``); anything that is not valid TOML is taken as a plain string,
+    so ``--set activation=tanh`` works.  Keys are ``experiment``, ``seed``,
+    ``device`` or a parameter name (optionally written ``params.NAME``).
+    """
+    out: dict[str, Any] = {}
+    for item in items or ():
+        if "=" not in item:
+            raise ConfigError(f"--set: expected KEY=VALUE; found {item!r}")
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        if not key:
+            raise ConfigError(f"--set: empty key in {item!r}")
+        try:
+            value = tomllib.loads(f"v = {raw.strip()}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = raw.strip()
+        out[key] = value
+    return out
+
+
+def apply_overrides(data: dict, overrides: dict[str, Any]) -> dict:
+    """A copy of the config mapping ``data`` with ``overrides`` applied (see :func:`parse_set` for keys)."""
+    new = {k: v for k, v in data.items()}
+    params = dict(new.get("params") or {})
+    for key, value in overrides.items():
+        if key in _TOP_LEVEL:
+            new[key] = value
+        else:
+            name = key[len("params."):] if key.startswith("params.") else key
+            if not name or "." in name:
+                raise ConfigError(f"--set: unknown key {key!r}; expected experiment, seed, device or a parameter name")
+            params[name] = value
+    new["params"] = params
+    return new
+
+
+def resolved_config(cfg: RunConfig, params) -> dict[str, Any]:
+    """The full resolved config of a run: experiment, seed, device and *every* parameter (defaults included)."""
+    return {"experiment": cfg.experiment, "seed": cfg.seed, "device": cfg.device,
+            "params": params.model_dump(mode="json")}
+
+
+def config_hash(resolved: dict[str, Any]) -> str:
+    """SHA-256 (hex) of a resolved config in canonical JSON (sorted keys, no whitespace)."""
+    import hashlib
+    import json
+
+    blob = json.dumps(resolved, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
