@@ -1,4 +1,4 @@
-"""Exponent prediction (a − 1)/b from mode spectra and the exact sum-of-logistics loss (THEORY.md section 5)."""
+"""Exponent prediction (a − 1)/b from mode spectra and the exact sum-of-logistics loss (docs/theory.md §5)."""
 
 import math
 
@@ -20,7 +20,7 @@ def test_fitted_exponent_matches_prediction(a, b, eps):
     """K = 20 000 modes, ℓ_k = k^{−a}, ζ_k = k^{−b}, z_k(0) = ε z*_k (relative convention).
 
     Stated window: from the switch-on of mode 10 to that of mode K/10, t ∈ [t*_10, t*_{K/10}], with
-    t*_k = ln(1/ε − 1)/ζ_k — well inside the resolved modes (THEORY.md section 5).  The exponent fitted
+    t*_k = ln(1/ε − 1)/ζ_k — well inside the resolved modes (docs/theory.md §5).  The exponent fitted
     on the exact loss must be within ±0.05 of (a − 1)/b; so must the automatic window's.
     """
     k = np.arange(1, K + 1, dtype=float)

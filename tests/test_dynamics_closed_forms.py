@@ -27,7 +27,7 @@ def saxe_problem(u0=1e-3, s=(3.0, 2.0, 1.0), N=8, D=4):
     and ``M(t) = Σ_α u_α(t) e_α e_αᵀ``, ``e_α = (U_α, V_α)``.  In Lotka–Volterra
     terms the eigenvalue of ``M`` along ``e_α/√2`` is ``z = 2u`` and
     ``dz/dt = 4 z (β − C z)`` with ``β = s/2``, ``C = 1/4``: the growth rate
-    ``ζ = 4β = 2s`` (the factor 4 of THEORY.md section 4).
+    ``ζ = 4β = 2s`` (the factor 4 of docs/theory.md §4.1).
     """
     g = torch.Generator().manual_seed(11)
     C = len(s)

@@ -1,4 +1,4 @@
-"""Closed order-parameter dynamics vs weight form vs autograd (THEORY.md section 3)."""
+"""Closed order-parameter dynamics vs weight form vs autograd (docs/theory.md §3)."""
 
 import math
 

@@ -9,7 +9,7 @@ Independent truths used here:
 * the order-parameter gradient flow ``Ẇ = −2 G(WWᵀ) W`` from ``W(0) = √ε I``
   (``M(0) = ε I``), integrated here with DOP853 on dense structure matrices,
   independently of ``nqf.dynamics``;
-* the Lotka–Volterra ε → 0 limit (THEORY.md section 4) written here from the
+* the Lotka–Volterra ε → 0 limit (docs/theory.md §4.3) written here from the
   diagonal measurements with NNLS over active sets, and ``nqf.lv.limit``.
 
 Definition used throughout: the *measured escape time* ``t_k`` is the first time
@@ -238,7 +238,7 @@ def test_later_escape_times_converge_generic_rule(mlp_case, mlp_flows):
 
 # --------------------------------------------------------------------------- commuting data = LV limit
 def lv_limit_nnls(a, y):
-    """THEORY.md section 4 ε → 0 limit from diagonal measurements: returns (τ per event, plateau)."""
+    """docs/theory.md §4.3 ε → 0 limit from diagonal measurements: returns (τ per event, plateau)."""
     N, p = a.shape
     beta, Cm = a.T @ y / N, a.T @ a / N
     e = np.ones(p)  # exponent: z_k ≈ ε^{e_k}

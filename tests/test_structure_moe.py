@@ -53,7 +53,7 @@ def test_A_is_mlp_over_E_and_gate_rows_do_not_enter(E):
 
 
 def test_strong_zgz_fails_but_weak_holds():
-    """A gate row at zero gets gradient once another expert is non-zero (THEORY.md section 1)."""
+    """A gate row at zero gets gradient once another expert is non-zero (docs/theory.md §1)."""
     D, E, C = 3, 3, 1
     net = MixtureOfExperts(D, E, C, "tanh")
     x = torch.randn(1, D, dtype=DT)

@@ -1,4 +1,4 @@
-"""Validity of the quadratic approximation along real trajectories (THEORY.md section 6)."""
+"""Validity of the quadratic approximation along real trajectories (docs/theory.md §6)."""
 
 import math
 

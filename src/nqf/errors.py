@@ -22,7 +22,7 @@ class NonFiniteError(NQFError, ValueError):
 
 
 class NormalFormError(NQFError, ValueError):
-    """A module violates an assumption of the normal form (THEORY.md section 1).
+    """A module violates an assumption of the normal form (docs/theory.md §1).
 
     Raised when the module is not three times differentiable at zero (e.g.
     ReLU), when its units are not interchangeable (permutation symmetry), or

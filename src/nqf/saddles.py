@@ -1,7 +1,7 @@
 r"""Greedy low-rank saddle sequence of the NQF loss: staircases for any architecture and data.
 
 The NQF with mean-squared error is matrix sensing with a PSD factorisation
-(THEORY.md sections 2–4).  With ``M = W Wᵀ`` and the loss convention
+(docs/theory.md §2, §4.6).  With ``M = W Wᵀ`` and the loss convention
 ``L = (1/N) Σ_n ½ ‖f_n − y_n‖²`` (sum over the ``C`` outputs),
 
 .. math::
@@ -61,7 +61,7 @@ take ``O(1)`` time, i.e. ``O(1/ln(1/ε))`` in ``τ``.
   slope ``−4 (−G(M_k))_{ii}``; the next mode to join is the first to reach
   ``e = 0`` (not necessarily the fastest one!), a mode whose restricted
   optimum is 0 leaves with ``e = 0``.  This is exactly the Lotka–Volterra
-  ε → 0 active-set limit of THEORY.md section 4.
+  ε → 0 active-set limit of docs/theory.md §4.3.
 * Non-commuting data in general position (``rule="generic"``): each jump
   rotates the small directions by an ``O(1)`` invertible map, after which the
   flag of small directions has ``O(1)`` overlaps with every eigenvector of the

@@ -1,6 +1,6 @@
 r"""The two-layer-linear regime: mode reduction by the SVD of the input–output correlation.
 
-Setting (THEORY.md sections 1–4, conventions of :func:`nqf.structure.mlp`)
+Setting (docs/theory.md §4.5, conventions of :func:`nqf.structure.mlp`)
 -------------------------------------------------------------------------
 A two-layer MLP ``f_c(x) = Σ_i a_{ic} σ(u_iᵀx)`` with ``σ(0) = 0`` has units
 ``w_i = (a_i ∈ R^C, u_i ∈ R^D)`` (``p = C + D``, readout first) and structure

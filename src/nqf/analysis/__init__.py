@@ -1,11 +1,11 @@
-"""Analysis of loss curves and predictions from mode spectra (THEORY.md sections 4–5).
+"""Analysis of loss curves and predictions from mode spectra (docs/theory.md §4–§5).
 
 * :func:`detect_steps` — times of sudden drops and plateau levels of a loss curve;
 * :func:`fit_power_law` — power-law fit over a chosen or automatic window, with a bootstrap interval;
 * :func:`predict_exponent` — ``(a − 1)/b`` from per-mode losses ``ℓ_k`` and rates ``ζ_k``;
 * :func:`predicted_curve` — the exact loss of a sum of logistic modes;
 * :func:`validity_report`, :func:`validity_sweep`, :func:`remainder_ratio` — where the real
-  network leaves its NQF (THEORY.md section 6).
+  network leaves its NQF (docs/theory.md §6).
 
 Conventions: ``L = (1/N) Σ_n ℓ(f_n, y_n)``, ``ℓ = ½(f − y)²``; time ``t = η · steps``.
 Curves are taken as array_like or tensors; results are NumPy float64 arrays.

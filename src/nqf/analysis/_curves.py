@@ -1,7 +1,7 @@
 """Validation and log-time resampling of loss curves, shared by the analysis tools.
 
 All analysis functions take a curve ``(t, loss)`` of training times
-(``t = η · steps``, THEORY.md conventions) and losses ``L = (1/N) Σ ℓ``, and
+(``t = η · steps``, docs/theory.md §0) and losses ``L = (1/N) Σ ℓ``, and
 work in log time ``x = ln t`` where a staircase's steps are evenly resolved
 and a power law is a straight line.
 """

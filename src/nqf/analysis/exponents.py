@@ -1,12 +1,12 @@
 r"""Scaling exponents from mode spectra, and the exact predicted loss of a sum of logistic modes.
 
-THEORY.md section 5: with modes ordered by decreasing rate, if the loss each
+docs/theory.md §5: with modes ordered by decreasing rate, if the loss each
 mode removes falls as ``ℓ_k ~ k^{−a}`` and its rate as ``ζ_k ~ k^{−b}``, the
 modes still unlearned at time ``t`` are ``k > K(t) ~ (t/ln(1/ε))^{1/b}`` and
 
 .. math:: L(t) − L_∞ \sim (t/\ln(1/ε))^{−(a−1)/b}.
 
-Each mode is an exact logistic (feature-wise regime, THEORY.md section 4):
+Each mode is an exact logistic (feature-wise regime, docs/theory.md §4.2):
 ``z_k(t) = z*_k / (1 + (z*_k/z_k(0) − 1) e^{−ζ_k t})`` and its excess loss is
 ``ℓ_k (1 − z_k/z*_k)²`` with ``ℓ_k = ½ C_kk z*_k²``, so
 

@@ -1,7 +1,7 @@
 r"""Step (sudden-drop) detection on a loss curve.
 
-Algorithm (all in log time ``x = ln t``, where the staircase of THEORY.md
-section 4 has steps of width ``O(1/ln(1/ε))`` separated by ``O(1)``):
+Algorithm (all in log time ``x = ln t``, where the staircase of docs/theory.md
+§4.2–§4.3 has steps of width ``O(1/ln(1/ε))`` separated by ``O(1)``):
 
 1. ``y = ln(L − loss_floor)`` is bin-averaged on ``n_grid`` cells uniform in
    ``x`` and smoothed with a Gaussian of width ``smooth`` (in ``ln t``).

@@ -1,4 +1,4 @@
-r"""Where the quadratic approximation stops holding (THEORY.md section 6).
+r"""Where the quadratic approximation stops holding (docs/theory.md §6).
 
 Along a trajectory of the real network (from :func:`nqf.dynamics.train_network`)
 this module measures

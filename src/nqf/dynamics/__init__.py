@@ -1,6 +1,6 @@
 r"""Training dynamics: closed order-parameter form, weight form, gradient flow, the real network.
 
-Conventions (THEORY.md): ``L = (1/N) Σ_n ℓ(f_n, y_n)``, ``ℓ = ½ (f − y)²`` for
+Conventions (docs/theory.md §0): ``L = (1/N) Σ_n ℓ(f_n, y_n)``, ``ℓ = ½ (f − y)²`` for
 MSE, ``r = ∂ℓ/∂f``, ``G = (1/N) 𝒜*(r)``, ``W ← W − η ∇_W L``, training time
 ``t = η · steps``.
 

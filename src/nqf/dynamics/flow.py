@@ -1,4 +1,4 @@
-r"""Gradient flow of the order parameter (the ``η → 0`` limit, THEORY.md section 3).
+r"""Gradient flow of the order parameter (the ``η → 0`` limit, docs/theory.md §3).
 
 With ZGZ, ``dM/dt = −(S M + M S)`` with ``S = 2G + λI``, ``G = (1/N) 𝒜*(r)``;
 without weight decay ``dM/dt = −2 (G M + M G)``.  Without ZGZ the flow of

@@ -1,4 +1,4 @@
-r"""Per-sample losses and their residuals ``r = ∂ℓ/∂f`` (THEORY.md conventions).
+r"""Per-sample losses and their residuals ``r = ∂ℓ/∂f`` (docs/theory.md §0).
 
 The training loss is always the sample mean ``L = (1/N) Σ_n ℓ(f_n, y_n)``.
 Predictions and targets are handled internally as ``(N, C)`` arrays.

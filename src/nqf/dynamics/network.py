@@ -1,4 +1,4 @@
-r"""Training the real network beside the NQF run (THEORY.md section 6).
+r"""Training the real network beside the NQF run (docs/theory.md §6).
 
 Same conventions as :func:`~nqf.dynamics.simulate`: ``L = (1/N) Σ_n ℓ(f_n, y_n)``
 (MSE: ``ℓ = ½ Σ_c (f_c − y_c)²``), ``W ← W − η ∇_W L``, time ``t = η · step``,

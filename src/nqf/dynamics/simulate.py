@@ -1,4 +1,4 @@
-r"""Discrete training dynamics in weight form and in closed order-parameter form (THEORY.md section 3).
+r"""Discrete training dynamics in weight form and in closed order-parameter form (docs/theory.md §3).
 
 Conventions: ``L = (1/N) Σ_n ℓ(f_n, y_n)`` (a minibatch uses its own mean),
 ``r = ∂ℓ/∂f``, ``G = (1/N) 𝒜*(r)``; a step is ``W ← W − η ∇_W L``; training

@@ -1,4 +1,4 @@
-r"""The data subspace of a structure operator and compression onto it (THEORY.md section 3, Theorem 3).
+r"""The data subspace of a structure operator and compression onto it (docs/theory.md §3.8).
 
 The data subspace is ``U = span ⋃_{n,c} range A_c(x_n)`` (plus the ranges of the
 linear term ``b`` and of the cross matrices ``B`` when the zero-gradient condition

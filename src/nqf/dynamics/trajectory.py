@@ -18,7 +18,7 @@ DIVERGED = -1
 class Trajectory:
     """Saved states of a training run (NQF or real network).
 
-    Conventions (THEORY.md): ``L = (1/N) Σ_n ℓ(f_n, y_n)`` on the full data,
+    Conventions (docs/theory.md §0): ``L = (1/N) Σ_n ℓ(f_n, y_n)`` on the full data,
     training time ``t = η · step``; for gradient flow ``step`` is ``None``.
 
     Attributes

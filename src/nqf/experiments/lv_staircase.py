@@ -3,7 +3,7 @@
 Commuting data: matrix sensing with diagonal measurements ``X_n = diag(a_n)``,
 ``a_n ∈ R^K`` with orthogonal feature columns, so that the structure matrices
 commute and ``C = (1/N) Σ a_n a_nᵀ`` is diagonal (the feature-wise regime of
-THEORY.md section 4). The teacher ``y_n = a_nᵀ z*`` has ``z*_k = z*_1 r^{k−1}``,
+docs/theory.md §4.2). The teacher ``y_n = a_nᵀ z*`` has ``z*_k = z*_1 r^{k−1}``,
 so the growth rates ``ζ_k = 4 β_k = 4 C_kk z*_k`` are distinct. From
 ``M(0) = εI`` the full order-parameter GD (:func:`nqf.dynamics.simulate`) is
 compared with the exact logistic solution of the reduced LV system

@@ -6,7 +6,7 @@ maps them to ``K`` outputs, ``y = diag(c) x`` with ``c_k = k^{−γ}``, so the
 input–output correlation has singular values ``λ_k = c_k``. A two-layer tanh
 MLP learns it mode by mode (:mod:`nqf.svd_modes`): rates ``ζ_k = 2λ_k`` and
 loss contributions ``ℓ_k = ½λ_k²``, i.e. ``ζ_k ~ k^{−b}``, ``ℓ_k ~ k^{−a}`` with
-``a = 2γ``, ``b = γ`` and (THEORY.md section 5) a loss decaying like
+``a = 2γ``, ``b = γ`` and (docs/theory.md §5) a loss decaying like
 ``(t/ln(1/ε))^{−(a−1)/b}`` once the steps merge.
 
 Three exponents are reported over the same window ``[t*_{k_lo}, t*_{k_hi}]``

@@ -1,4 +1,4 @@
-"""Teacher–student validity: where the real network leaves its NQF (THEORY.md section 6).
+"""Teacher–student validity: where the real network leaves its NQF (docs/theory.md §6).
 
 A student (tanh MLP, or QK-only attention) learns a teacher of the same family
 with ``O(1)`` weights, from ``W(0) = √ε W_dir`` for several ε. For each ε the

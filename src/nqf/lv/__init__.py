@@ -1,4 +1,4 @@
-"""Lotka–Volterra reduction of commuting data and its solvers (THEORY.md section 4).
+"""Lotka–Volterra reduction of commuting data and its solvers (docs/theory.md §4.1–§4.3).
 
 * :func:`reduce` — structure operator + targets + ``M(0)`` → :class:`LotkaVolterra`
   (commutation check, shared eigenbasis, ``β``, ``C``, ``z(0)``);

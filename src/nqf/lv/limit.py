@@ -1,4 +1,4 @@
-r"""The ε → 0 limit of interacting Lotka–Volterra modes (THEORY.md section 4).
+r"""The ε → 0 limit of interacting Lotka–Volterra modes (docs/theory.md §4.3).
 
 In log coordinates ``s_k = ln z_k / ln(1/ε)`` and rescaled time ``τ = t / ln(1/ε)`` the
 flow ``dz/dt = 4 z ⊙ (β − Cz)`` reads ``ds_k/dτ = 4(β_k − (Cz)_k)``.  As ε → 0 a mode

@@ -1,4 +1,4 @@
-r"""Reduction of commuting data to a Lotka–Volterra system (THEORY.md section 4).
+r"""Reduction of commuting data to a Lotka–Volterra system (docs/theory.md §4.1).
 
 If all structure matrices ``A_m`` (one per measurement ``m = (n, c)``: sample ``n``,
 output coordinate ``c``) commute, they share an orthonormal eigenbasis ``U``,
@@ -12,7 +12,7 @@ output coordinate ``c``) commute, they share an orthonormal eigenbasis ``U``,
     ỹ = y − f(0),
 
 where ``f(0)`` is ``op.offset`` (the module output at zero weights).  Conventions
-(THEORY.md): ``L = (1/N) Σ_n ½‖f_n − y_n‖²``, GD ``W ← W − η∇_W L``, ``t = η · steps``.
+(docs/theory.md §0): ``L = (1/N) Σ_n ½‖f_n − y_n‖²``, GD ``W ← W − η∇_W L``, ``t = η · steps``.
 
 **Finding the shared basis.**  ``U`` is the eigenbasis of a random combination
 ``S = Σ_m c_m A_m/‖A_m‖_F`` with independent standard normal ``c_m``.  For commuting

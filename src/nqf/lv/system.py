@@ -1,4 +1,4 @@
-r"""The Lotka–Volterra system of commuting data and its solvers (THEORY.md section 4).
+r"""The Lotka–Volterra system of commuting data and its solvers (docs/theory.md §4.1–§4.3).
 
 With commuting structure matrices ``A_n = U diag(a_n) Uᵀ`` and ``M(0) = U diag(z(0)) Uᵀ``,
 MSE gradient descent on ``M = W Wᵀ`` stays diagonal in ``U`` and the diagonal ``z``
@@ -15,7 +15,7 @@ with growth rates ``ζ = 4β`` and the loss
 
     L(z) = ½ E[ỹ²] − βᵀz + ½ zᵀ C z, \qquad ỹ = y − f(0).
 
-Conventions (THEORY.md): ``L = (1/N) Σ_n ℓ_n``, ``ℓ = ½‖f − y‖²`` (summed over
+Conventions (docs/theory.md §0): ``L = (1/N) Σ_n ℓ_n``, ``ℓ = ½‖f − y‖²`` (summed over
 output coordinates), GD ``W ← W − η∇_W L``, training time ``t = η · steps``.
 
 Solvers (all on a :class:`LotkaVolterra`):
@@ -711,7 +711,7 @@ class LotkaVolterra:
         r"""Exact discrete gradient descent: ``z ← (1 − 2η g)² z``, ``g = C z − β``.
 
         This is ``M ← (I − 2ηG) M (I − 2ηG)`` restricted to the shared eigenbasis,
-        exact for any ``η`` (THEORY.md sections 3–4).  Time ``t = η · steps``.
+        exact for any ``η`` (docs/theory.md §3.1, §4.1).  Time ``t = η · steps``.
 
         Parameters
         ----------

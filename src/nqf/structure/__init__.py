@@ -1,4 +1,4 @@
-"""The structure operator 𝒜 and its constructors (THEORY.md sections 1–2).
+"""The structure operator 𝒜 and its constructors (docs/theory.md §1–§2).
 
 Analytic constructors (each documents its unit layout): :func:`mlp`,
 :func:`linear_network`, :func:`factorization`, :func:`matrix_sensing`,

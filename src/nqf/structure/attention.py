@@ -1,7 +1,7 @@
 r"""Attention families: multi-head attention and query–key-only attention (heads as units).
 
 Both modules act on a token matrix ``x ∈ R^{T×D}`` per sample and return a
-vector ``f(x) ∈ R^C`` through a token readout.  Conventions (THEORY.md): loss
+vector ``f(x) ∈ R^C`` through a token readout.  Conventions (docs/theory.md §0): loss
 ``L = (1/N) Σ_n ℓ(f_n, y_n)``, GD ``W ← W − η∇_W L``, time ``t = η·steps``;
 the structure operator is ``𝒜(M)_{n,c} = Tr[M A_c(x_n)]`` with
 ``A = ½ ∇²_{w_1} f(0)`` and ``M = Σ_h w_h w_hᵀ``.

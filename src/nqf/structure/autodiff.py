@@ -1,7 +1,7 @@
 r"""Structure matrices of any PyTorch module by automatic differentiation.
 
 For a module whose units (described by a :class:`~nqf.structure.units.UnitLayout`)
-are interchangeable, the normal form (THEORY.md section 1) is
+are interchangeable, the normal form (docs/theory.md §1) is
 
 .. math::
 

@@ -13,7 +13,7 @@ Unit ``w_ch = (a_ch, u_ch)``: the readout weights of channel ``ch``
 (flattened output-major, index ``c·Q + q`` for the per-position readout) then
 its flattened filter ``u_ch ∈ R^k``; ``p = C·Q + k`` or ``C + k``.
 
-Structure matrices (THEORY.md section 1).  At ``W = 0`` the only non-zero
+Structure matrices (docs/theory.md §1).  At ``W = 0`` the only non-zero
 second derivative of one channel is ``∂²f_c/∂a_{c,q}∂u = σ'(0) patch_q(x)``
 (the ``u``–``u`` block is ``σ''(0) Σ a … = 0`` at ``a = 0``), so
 

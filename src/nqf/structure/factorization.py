@@ -1,7 +1,7 @@
 r"""Two-layer linear networks, asymmetric factorization and symmetric matrix sensing.
 
 All three modules are exactly quadratic in their units, so the normal form
-(THEORY.md section 1) has no remainder: ``f_x(W) = Tr[M A(x)]`` with
+(docs/theory.md §1) has no remainder: ``f_x(W) = Tr[M A(x)]`` with
 ``M = W Wᵀ``, ``f_x(0) = 0`` and the zero-gradient condition holds.
 
 **Asymmetric factorization** (a two-layer linear network on a matrix input)

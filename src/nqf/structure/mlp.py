@@ -1,7 +1,7 @@
 r"""Two-layer MLP: ``f_c(x) = Σ_i a_{ic} σ(u_iᵀx [+ c_i])`` (hidden neurons as units).
 
 Unit layout: ``w_i = (a_i ∈ R^C, u_i ∈ R^D [, c_i])``, ``p = C + D (+1)``.
-Structure matrices (THEORY.md section 1)
+Structure matrices (docs/theory.md §1)
 
 .. math::
 

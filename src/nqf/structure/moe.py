@@ -2,7 +2,7 @@ r"""Mixture of experts with a softmax gate, experts as units.
 
 ``f_c(x) = Σ_e g_e(x) a_{ec} σ(u_eᵀx)``, ``g = softmax_e(G_e·x)``, with unit
 ``w_e = (a_e ∈ R^C, u_e ∈ R^D, G_e ∈ R^D)`` (``p = C + 2D``; expert readout,
-expert input weights, gate row).  Conventions (THEORY.md): loss
+expert input weights, gate row).  Conventions (docs/theory.md §0): loss
 ``L = (1/N) Σ_n ℓ(f_n, y_n)``, GD ``W ← W − η∇_W L``, time ``t = η·steps``.
 
 Expansion about ``W = 0``.  At zero the gate is uniform, and to first order
@@ -19,7 +19,7 @@ so ``A_c(x) = σ'(0)/(2E) · [[0, e_c xᵀ, 0], [x e_cᵀ, 0, 0], [0, 0, 0]]`` �
 form divided by ``E`` — and the gate rows do not enter ``A``.  The gate × expert
 term is cubic and couples different experts (through ``Ḡ``), but only at third
 order: the gradient and every cross-unit Hessian block vanish at ``W = 0`` (the
-weak zero-gradient condition of THEORY.md section 1), although a gate row at
+weak zero-gradient condition of docs/theory.md §1), although a gate row at
 zero *does* get gradient once other experts are non-zero (the strong form
 fails).  Truncation error: exact order 3 (the gate term is generically
 non-zero even for odd ``σ`` such as tanh).

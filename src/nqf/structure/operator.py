@@ -1,4 +1,4 @@
-r"""The structure operator 𝒜 of a dataset (THEORY.md section 2).
+r"""The structure operator 𝒜 of a dataset (docs/theory.md §2.1).
 
 For a module with units ``w_i ∈ R^p`` and structure matrices ``A_c(x)`` (one per
 output coordinate ``c``), the dataset ``x_1..x_N`` defines
@@ -163,7 +163,7 @@ class StructureOperator(abc.ABC):
         return sub
 
     def predict(self, M, mu=None) -> torch.Tensor:
-        """Normal-form output of the module (THEORY.md section 1).
+        """Normal-form output of the module (docs/theory.md §1).
 
         ``f_c(x_n) = f_c(x_n; 0) + b_cᵀμ + μᵀB_cμ + Tr[M (A_c − B_c)]``; with
         the zero-gradient condition this is ``f(0) + Tr[M A]``.
