@@ -3,20 +3,115 @@
 Near small initialisation a layer built from interchangeable units is the
 quadratic form ``f(0) + Tr[W Wᵀ A(x)]``; nqf computes the structure matrices
 ``A(x)``, simulates the closed dynamics of ``M = W Wᵀ`` and predicts plateau
-times and scaling exponents.  Conventions: ``L = (1/N) Σ_n ℓ(f_n, y_n)``,
-``ℓ = ½ (f − y)²`` for MSE, training time ``t = η · steps``.
+times and scaling exponents.  Conventions (docs/theory.md §0):
+``L = (1/N) Σ_n ℓ(f_n, y_n)``, ``ℓ = ½ (f − y)²`` for MSE, training time
+``t = η · steps``, initial state ``M(0) = εI`` (``W0 = √ε Q``).
+
+``import nqf`` is cheap: the subpackages (and with them torch, scipy and
+matplotlib) are imported on first use of a name (PEP 562).  To add a public
+name, add one entry to :data:`_LAZY_ATTRS` (or a subpackage to
+:data:`_LAZY_SUBMODULES`) and the matching import under ``TYPE_CHECKING``.
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from __future__ import annotations
 
-try:
-    __version__ = version("nqf")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree
-    __version__ = "0.0.0+unknown"
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
 
-from . import analysis, dynamics, errors, lv, networks, saddles, structure, svd_modes  # noqa: E402
-from .dynamics import Trajectory, gradient_flow, simulate, train_network  # noqa: E402
-from .svd_modes import two_layer_modes  # noqa: E402
+#: Subpackages and modules reachable as ``nqf.NAME`` without an explicit import.
+_LAZY_SUBMODULES: frozenset[str] = frozenset({
+    "analysis", "dynamics", "errors", "lv", "networks", "saddles", "structure", "svd_modes",
+})
 
-__all__ = ["__version__", "errors", "networks", "structure", "dynamics", "lv", "analysis", "svd_modes", "saddles",
-           "simulate", "gradient_flow", "train_network", "Trajectory", "two_layer_modes"]
+#: Public names defined in a submodule: ``name → (module, attribute)``.
+_LAZY_ATTRS: dict[str, tuple[str, str]] = {
+    "simulate": ("nqf.dynamics", "simulate"),
+    "gradient_flow": ("nqf.dynamics", "gradient_flow"),
+    "train_network": ("nqf.dynamics", "train_network"),
+    "Trajectory": ("nqf.dynamics", "Trajectory"),
+    "two_layer_modes": ("nqf.svd_modes", "two_layer_modes"),
+    "analyze": ("nqf.analyze", "analyze"),
+}
+
+#: Names that are both a subpackage and the main function in it (``nqf.analyze``): the
+#: subpackage is made callable, so ``nqf.analyze(...)`` calls ``nqf.analyze.analyze(...)``
+#: whichever of ``import nqf.analyze`` or ``nqf.analyze`` happened first, and
+#: ``import nqf.analyze.x`` keeps working.
+_CALLABLE_SUBMODULES: frozenset[str] = frozenset(
+    name for name, (module, attr) in _LAZY_ATTRS.items() if module == f"{__name__}.{name}" and attr == name)
+
+__all__ = [  # kept equal to the two tables above by tests/test_package.py
+    "__version__",
+    "analysis", "dynamics", "errors", "lv", "networks", "saddles", "structure", "svd_modes",
+    "simulate", "gradient_flow", "train_network", "Trajectory", "two_layer_modes", "analyze",
+]
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these are resolved lazily
+    __version__: str
+    from . import analysis as analysis
+    from . import dynamics as dynamics
+    from . import errors as errors
+    from . import lv as lv
+    from . import networks as networks
+    from . import saddles as saddles
+    from . import structure as structure
+    from . import svd_modes as svd_modes
+    from .analyze import analyze as analyze
+    from .dynamics import Trajectory as Trajectory
+    from .dynamics import gradient_flow as gradient_flow
+    from .dynamics import simulate as simulate
+    from .dynamics import train_network as train_network
+    from .svd_modes import two_layer_modes as two_layer_modes
+
+
+class _CallableModule(types.ModuleType):
+    """A subpackage that forwards calls to its function of the same name."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self, self.__name__.rpartition(".")[2])(*args, **kwargs)
+
+
+class _Package(types.ModuleType):
+    """The ``nqf`` package object: keeps a name in :data:`_CALLABLE_SUBMODULES` callable."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # the import system binds a freshly imported submodule on its parent package
+        if name in _CALLABLE_SUBMODULES and type(value) is types.ModuleType:
+            value.__class__ = _CallableModule
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version  # ~40 ms: only when asked for
+
+    try:
+        return version(__name__)
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "0.0.0+unknown"
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        value: Any = _version()
+    elif name in _LAZY_SUBMODULES:
+        value = importlib.import_module(f"{__name__}.{name}")
+    elif name in _CALLABLE_SUBMODULES:
+        value = importlib.import_module(f"{__name__}.{name}")
+        if type(value) is types.ModuleType:  # imported before this package object was set up
+            value.__class__ = _CallableModule
+    elif name in _LAZY_ATTRS:
+        module, attr = _LAZY_ATTRS[name]
+        value = getattr(importlib.import_module(module), attr)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | {"__version__"} | _LAZY_SUBMODULES | set(_LAZY_ATTRS))
