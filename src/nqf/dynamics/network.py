@@ -23,47 +23,12 @@ import torch
 from torch.func import functional_call
 
 from .._validation import as_tensor, check_shape
-from ..structure.units import UnitLayout
+from ..structure.units import UnitLayout, UnitScatter  # noqa: F401  (re-exported; one implementation)
 from .losses import check_loss, loss_value, prepare_targets
 from .simulate import check_run_args, minibatch_indices
 from .trajectory import DIVERGED, FINISHED, Trajectory
 
 __all__ = ["train_network", "UnitScatter"]
-
-
-class UnitScatter:
-    """Differentiable map ``W (p × m) → {name: parameter}`` for a module's unit layout.
-
-    Built once (index maps into the flattened parameters), then each call is one
-    ``index_put`` per parameter — no Python loop over units.
-    """
-
-    def __init__(self, module: torch.nn.Module, units: UnitLayout):
-        params = dict(module.named_parameters())
-        self.layout = units.resolve(params)
-        sizes = self.layout.block_sizes(params)
-        self.p, self.m = sum(sizes), self.layout.n_units
-        self.base = {k: v.detach() for k, v in params.items()}
-        self.rows = {}  # name -> (list of W-row index tensors, list of flat index tensors)
-        start = 0
-        for s, k in zip(self.layout.slices, sizes):
-            t = self.base[s.param]
-            flat = torch.arange(t.numel(), device=t.device).reshape(t.shape)
-            idx = torch.stack([s.block(flat, i).reshape(-1) for i in range(self.m)], 1)  # (k, m)
-            w_rows = torch.arange(start, start + k, device=t.device)
-            self.rows.setdefault(s.param, ([], []))
-            self.rows[s.param][0].append(w_rows)
-            self.rows[s.param][1].append(idx)
-            start += k
-        self.rows = {n: (torch.cat(a), torch.cat(b, 0)) for n, (a, b) in self.rows.items()}
-
-    def __call__(self, W: torch.Tensor) -> dict:
-        out = dict(self.base)
-        for name, (w_rows, idx) in self.rows.items():
-            t = self.base[name]
-            flat = t.reshape(-1).index_put((idx.reshape(-1),), W[w_rows].reshape(-1))
-            out[name] = flat.reshape(t.shape)
-        return out
 
 
 def train_network(module: torch.nn.Module, units: UnitLayout, X, y, *, W0, lr: float, steps: int,

@@ -17,21 +17,23 @@ layout of :func:`nqf.structure.attention.multi_head_attention` (with
 
 Calling the module under autodiff
 ---------------------------------
-:func:`from_module` takes Hessians forward-over-reverse.  With
-``need_weights=False`` PyTorch routes ``nn.MultiheadAttention`` to the fused
-``scaled_dot_product_attention`` kernel, whose CPU flash variant has no
-forward-mode derivative (``NotImplementedError: Trying to use forward AD with
-_scaled_dot_product_flash_attention_for_cpu``, torch 2.x).  Call it with
-``need_weights=True`` (the explicit softmax path), or inside
-``torch.nn.attention.sdpa_kernel(SDPBackend.MATH)``; both give the exact
-Hessian.  A minimal wrapper::
+With ``need_weights=False`` PyTorch routes ``nn.MultiheadAttention`` (and
+``nn.TransformerEncoderLayer``, which always calls it so) to the fused
+``scaled_dot_product_attention`` kernel or to a native fast path, neither of
+which has a forward-mode derivative.  :func:`~nqf.structure.from_module`
+therefore never differentiates PyTorch's attention module: it evaluates a
+reduced copy of the model in which each ``nn.MultiheadAttention`` is replaced
+by :class:`HeadSubsetAttention`, an explicit-softmax ("math") implementation
+of the same forward with only the kept heads, and checks that the copy
+reproduces the original module (see :func:`nqf.structure.reduce.reduced_copy`).
+Any model can therefore call ``self.attn(x, x, x, need_weights=False)``::
 
     class Wrapped(nn.Module):
         def __init__(self, E, H):
             super().__init__()
             self.attn = nn.MultiheadAttention(E, H, batch_first=True, dtype=torch.float64)
         def forward(self, x):                      # x: (B, T, E)
-            out, _ = self.attn(x, x, x, need_weights=True)
+            out, _ = self.attn(x, x, x, need_weights=False)
             return out.mean(1)                     # mean readout, (B, E)
 
     op = from_module(net := Wrapped(4, 2), attention_units(net.attn, "attn."), X)
@@ -59,11 +61,15 @@ Biases and the normal form
 
 from __future__ import annotations
 
+import math
+
+import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .units import UnitLayout, UnitSlice
 
-__all__ = ["attention_units"]
+__all__ = ["attention_units", "HeadSubsetAttention"]
 
 
 def attention_units(mha: nn.MultiheadAttention, prefix: str = "") -> UnitLayout:
@@ -110,3 +116,97 @@ def attention_units(mha: nn.MultiheadAttention, prefix: str = "") -> UnitLayout:
     if mha.bias_k is not None:
         slices += [UnitSlice(f"{prefix}bias_k", axis=2, size=dh), UnitSlice(f"{prefix}bias_v", axis=2, size=dh)]
     return UnitLayout(slices, n_units=H)
+
+
+def _float_mask(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """Boolean mask (True = not allowed) → additive float mask, as PyTorch does."""
+    if mask is None or mask.is_floating_point():
+        return None if mask is None else mask.to(dtype)
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(mask, float("-inf"))
+
+
+class HeadSubsetAttention(nn.Module):
+    r"""The first ``n_heads`` heads of an ``nn.MultiheadAttention``, by an explicit softmax.
+
+    Same call signature and output as :class:`torch.nn.MultiheadAttention`
+    (``batch_first``, unbatched inputs, boolean or additive ``attn_mask`` and
+    ``key_padding_mask``, ``bias_k``/``bias_v``, ``add_zero_attn``, separate
+    ``kdim``/``vdim`` projections), but with ``n_heads ≤ num_heads`` heads of
+    dimension ``head_dim = embed_dim / num_heads``: its parameters are those of
+    ``mha`` already narrowed to the kept heads (``in_proj_weight`` of shape
+    ``(3 · n_heads · head_dim, E)``, ``out_proj.weight`` of shape
+    ``(E, n_heads · head_dim)``, …).  Every operation has forward- and
+    reverse-mode derivatives, so :mod:`torch.func` Hessians work.  A 3-D
+    ``attn_mask`` of shape ``(B · num_heads, T, S)`` is cut to the kept heads.
+    Dropout on the attention weights applies in training mode, as in PyTorch.
+
+    ``f = out_proj(concat_h softmax(q_h k_hᵀ/√d_h + mask) v_h)``; with all heads
+    kept this is PyTorch's forward up to round-off.
+    """
+
+    def __init__(self, mha: nn.MultiheadAttention, n_heads: int):
+        super().__init__()
+        self.embed_dim, self.kdim, self.vdim = mha.embed_dim, mha.kdim, mha.vdim
+        self.head_dim, self.num_heads, self.orig_heads = mha.head_dim, int(n_heads), mha.num_heads
+        self.batch_first, self.dropout, self.add_zero_attn = mha.batch_first, mha.dropout, mha.add_zero_attn
+        self._qkv_same_embed_dim = mha._qkv_same_embed_dim
+        for name in ("in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight", "in_proj_bias",
+                     "bias_k", "bias_v"):
+            self.register_parameter(name, getattr(mha, name, None))
+        self.out_proj = mha.out_proj
+
+    def forward(self, query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
+                average_attn_weights=True, is_causal=False):
+        batched = query.dim() == 3
+        if not batched:
+            query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
+            if key_padding_mask is not None:
+                key_padding_mask = key_padding_mask.unsqueeze(0)
+        elif self.batch_first:
+            query, key, value = query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1)
+        T, B, _ = query.shape
+        H, d = self.num_heads, self.head_dim
+        dt = query.dtype
+        if self._qkv_same_embed_dim:
+            w_q, w_k, w_v = self.in_proj_weight.chunk(3)
+        else:
+            w_q, w_k, w_v = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
+        b_q, b_k, b_v = (None,) * 3 if self.in_proj_bias is None else self.in_proj_bias.chunk(3)
+        q, k, v = F.linear(query, w_q, b_q), F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)
+        if is_causal and attn_mask is None:
+            attn_mask = torch.ones(T, key.shape[0], dtype=torch.bool, device=query.device).triu(1)
+        mask = _float_mask(attn_mask, dt)
+        kpm = _float_mask(key_padding_mask, dt)
+        if mask is not None and mask.dim() == 3:  # (B·num_heads, T, S): keep the first H heads
+            mask = mask.reshape(B, self.orig_heads, *mask.shape[1:])[:, :H].reshape(B * H, *mask.shape[1:])
+        if self.bias_k is not None:
+            k = torch.cat([k, self.bias_k.repeat(1, B, 1)])
+            v = torch.cat([v, self.bias_v.repeat(1, B, 1)])
+            mask = None if mask is None else F.pad(mask, (0, 1))
+            kpm = None if kpm is None else F.pad(kpm, (0, 1))
+        q = q.reshape(T, B * H, d).transpose(0, 1)
+        k = k.reshape(k.shape[0], B * H, d).transpose(0, 1)
+        v = v.reshape(v.shape[0], B * H, d).transpose(0, 1)
+        if self.add_zero_attn:
+            k = torch.cat([k, k.new_zeros(B * H, 1, d)], dim=1)
+            v = torch.cat([v, v.new_zeros(B * H, 1, d)], dim=1)
+            mask = None if mask is None else F.pad(mask, (0, 1))
+            kpm = None if kpm is None else F.pad(kpm, (0, 1))
+        S = k.shape[1]
+        scores = (q * math.sqrt(1.0 / d)) @ k.transpose(-2, -1)            # (B·H, T, S)
+        if mask is not None:
+            scores = scores + mask
+        if kpm is not None:
+            scores = scores + kpm.reshape(B, 1, 1, S).expand(-1, H, -1, -1).reshape(B * H, 1, S)
+        alpha = torch.softmax(scores, dim=-1)
+        if self.training and self.dropout > 0:
+            alpha = F.dropout(alpha, p=self.dropout)
+        out = (alpha @ v).transpose(0, 1).reshape(T * B, H * d)
+        out = F.linear(out, self.out_proj.weight, self.out_proj.bias).reshape(T, B, -1)
+        weights = None
+        if need_weights:
+            weights = alpha.reshape(B, H, T, S)
+            weights = weights.mean(1) if average_attn_weights else weights
+        if not batched:
+            return out.squeeze(1), (None if weights is None else weights.squeeze(0))
+        return (out.transpose(0, 1) if self.batch_first else out), weights

@@ -1,7 +1,7 @@
 r"""Structure matrices of any PyTorch module by automatic differentiation.
 
 For a module whose units (described by a :class:`~nqf.structure.units.UnitLayout`)
-are interchangeable, the normal form (docs/theory.md §1) is
+are interchangeable, the normal form (docs/theory.md, section 1) is
 
 .. math::
 
@@ -11,15 +11,34 @@ with ``A = ½ ∇²_{w_1} f_x(0)``, ``B = ½ ∂²f_x/∂w_1∂w_2 (0)``, ``b = 
 ``M = W Wᵀ`` and ``μ = Σ_i w_i``.  Under the zero-gradient condition
 ``b = B = 0`` and the output is ``f_x(0) + Tr[M A(x)]``.
 
-:func:`from_module` evaluates the joint Hessian of ``f`` in two units (the
-first and the last) with ``torch.func`` (``hessian``, ``jacrev``, ``vmap`` over
-samples, no Python loop per sample), and checks
+How :func:`from_module` computes it
+-----------------------------------
+* **On a two-unit copy.**  ``A``, ``b``, ``B`` and ``f(0)`` are taken with all
+  other units at zero, so they are the same for the module and for a copy that
+  keeps only units 0 and 1 (:func:`nqf.structure.reduce.reduced_copy`, checked
+  against the module before use).  The derivatives are taken on that copy, so
+  the cost does not grow with the width ``m``; if no faithful copy can be made
+  (e.g. a buffer sized by the width) the full module is used.
+* **Hessian** ``∇²_{w_1} f`` of unit 0 alone (``p × p`` per sample and output),
+  forward-over-reverse (``torch.func.hessian``), vectorised over samples in
+  chunks sized to a memory budget.  Modules without forward-mode rules fall
+  back to reverse-over-reverse (``jacrev(jacrev)``).  Everything runs inside
+  :func:`nqf.structure.reduce.evaluation_mode` (PyTorch's attention fast paths
+  off, ``scaled_dot_product_attention`` on its math kernel) and in eval mode
+  (dropout off), so ``nn.MultiheadAttention(need_weights=False)`` and
+  ``nn.TransformerEncoderLayer`` work.
+* **Cross term** ``B``: the product ``(∂²f/∂w_1∂w_2) v`` for a random ``v`` is
+  computed first; only when it is non-zero is the full ``p × p`` block built.
 
-* smoothness: known non-smooth layers (ReLU, …) are refused, and the
-  truncation error ``|f(sW) − f_NF(sW)|`` must shrink at least like ``s³``
-  for a random ``W`` (a kink at zero gives ``s²``);
-* permutation symmetry: the Hessian and gradient of the last unit equal the
-  first unit's, and every unit has the same curvature along a random direction;
+Checks (``check=True``)
+-----------------------
+* smoothness: known non-smooth layers (ReLU, …) are refused with a message
+  naming smooth replacements, and the truncation error ``|f(sW) − f_NF(sW)|``
+  must shrink at least like ``s³`` for a random ``W`` (a kink at zero gives ``s²``);
+* permutation symmetry, on the full module (float64 copy, a few samples):
+  ``f(W) = f(Wπ)`` for a random ``W`` and two permutations ``π`` that together
+  generate all permutations (a cyclic shift and a transposition); a failure
+  names the first unit whose gradient or curvature differs from unit 0's;
 * the zero-gradient condition (``b = 0`` and ``B = 0``): reported by the
   returned operator's ``satisfies_zgz``; ``zgz="require"`` turns a failure into
   an error.
@@ -29,18 +48,20 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 from typing import Callable, Sequence
 
 import torch
 from torch import nn
-from torch.func import functional_call, hessian, jacrev, jvp, vmap
+from torch.func import functional_call, hessian, jacfwd, jacrev, jvp, vmap
 
 from .._validation import as_tensor, tolerance
 from ..errors import NormalFormError
 from .operator import DenseStructure
-from .units import UnitLayout, UnitSlice
+from .reduce import evaluation_mode, faithful_reduced_copy
+from .units import UnitLayout, UnitScatter, UnitSlice
 
-__all__ = ["from_module", "NON_SMOOTH_MODULES", "check_truncation_order"]
+__all__ = ["from_module", "NON_SMOOTH_MODULES", "check_truncation_order", "check_permutation_symmetry"]
 
 #: Layers that are not three times differentiable at zero input.
 NON_SMOOTH_MODULES: tuple[type[nn.Module], ...] = (
@@ -48,6 +69,11 @@ NON_SMOOTH_MODULES: tuple[type[nn.Module], ...] = (
     nn.Hardswish, nn.Hardsigmoid, nn.Hardshrink, nn.Softshrink, nn.Threshold,
     nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AdaptiveMaxPool1d, nn.AdaptiveMaxPool2d,
 )
+
+#: Bytes one vectorised chunk of the Hessian may use (sets the automatic chunk size).
+MEMORY_BUDGET = 256 * 2**20
+#: Samples used by the symmetry, reduced-copy and truncation checks.
+CHECK_SAMPLES = 16
 
 
 def _as_layout(units) -> UnitLayout:
@@ -58,7 +84,8 @@ def _as_layout(units) -> UnitLayout:
     if isinstance(units, Sequence) and units and all(isinstance(u, UnitSlice) for u in units):
         return UnitLayout(list(units))
     raise TypeError("`units` must be a UnitLayout or a sequence of UnitSlice; found "
-                    f"{type(units).__name__}. Helpers: nqf.structure.mlp_units, attention_units, conv_units")
+                    f"{type(units).__name__}. Helpers: nqf.structure.find_units, mlp_units, attention_units, "
+                    "conv_units")
 
 
 def _scan_non_smooth(module: nn.Module) -> None:
@@ -93,6 +120,63 @@ class _UnitFunction:
         return out.reshape(-1)
 
 
+def _auto_chunk(fn: _UnitFunction, x: torch.Tensor, C: int, p: int, N: int) -> int:
+    """Samples per chunk so that one chunk of ``vmap(hessian)`` stays within :data:`MEMORY_BUDGET`.
+
+    Per sample the forward-over-reverse Hessian holds, for each of the ``C·p``
+    (output, direction) pairs, the activations saved by one forward pass
+    (measured with ``saved_tensors_hooks``) and a row of ``p`` entries.
+    """
+    saved = [0]
+
+    def pack(t):
+        saved[0] += t.numel() * t.element_size()
+        return t
+
+    w = torch.zeros(p, dtype=x.dtype, device=x.device, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn({0: w}, x)
+    item = torch.finfo(x.dtype).bits // 8
+    per_sample = 3 * C * p * (saved[0] + 4 * p * item) + 1
+    return int(max(1, min(N, MEMORY_BUDGET // per_sample)))
+
+
+def _derivatives(fn: _UnitFunction, X: torch.Tensor, chunk: int, tol: float, seed: int):
+    """``f(0)`` (N, C), ``g = ∇_{w_1} f`` (N, C, p), ``H = ∇²_{w_1} f`` (N, C, p, p), ``H₁₂`` or None."""
+    p, dtype, device = fn.p, X.dtype, X.device
+    zero = torch.zeros(p, dtype=dtype, device=device)
+
+    def single(w, x):
+        return fn({0: w}, x)
+
+    def pair(w0, w1, x):
+        return fn({0: w0, 1: w1}, x)
+
+    f0 = vmap(lambda x: single(zero, x), chunk_size=chunk)(X)                      # (N, C)
+    grad = vmap(jacrev(single), in_dims=(None, 0), chunk_size=chunk)(zero, X)      # (N, C, p)
+    try:
+        hess = vmap(hessian(single), in_dims=(None, 0), chunk_size=chunk)(zero, X)  # (N, C, p, p)
+        outer = jacfwd
+    except NotImplementedError as exc:  # a kernel without forward-mode AD: reverse-over-reverse
+        if "forward" not in str(exc).lower():
+            raise
+        hess = vmap(jacrev(jacrev(single)), in_dims=(None, 0), chunk_size=chunk)(zero, X)
+        outer = jacrev
+    scale = max(float(hess.abs().max()), float(grad.abs().max()), 1e-300)
+    gen = torch.Generator(device="cpu").manual_seed(seed + 3)
+    v = torch.randn(p, generator=gen, dtype=dtype).to(device)
+
+    def cross_v(x):  # (∂²f/∂w_0∂w_1) v = ∇_{w_0} [∇_{w_1} f · v], reverse over reverse
+        return jacrev(lambda w0: jacrev(pair, argnums=1)(w0, zero, x) @ v)(zero)
+
+    probe = vmap(cross_v, chunk_size=chunk)(X)                                    # (N, C, p)
+    H12 = None
+    if float(probe.abs().max()) > 0.1 * tol * scale * float(v.abs().max()):
+        H12 = vmap(outer(jacrev(pair, argnums=0), argnums=1), in_dims=(None, None, 0),
+                   chunk_size=chunk)(zero, zero, X)                                # (N, C, p, p): [.., w0, w1]
+    return f0, grad, hess, H12, scale
+
+
 def from_module(
     module: nn.Module,
     units,
@@ -101,20 +185,22 @@ def from_module(
     output: Callable[[torch.Tensor], torch.Tensor] | None = None,
     zgz: str = "carry",
     check: bool = True,
-    chunk_size: int | None = 256,
+    chunk_size: int | None = None,
     seed: int = 0,
+    reduce: bool = True,
 ):
     r"""Structure operator of ``module`` by autodiff: ``A(x) = ½ ∇²_{w_1} f_x(0)``.
 
     Parameters
     ----------
     module : torch.nn.Module
-        The module; it is called on a batch of one sample, ``module(x[None])``.
-        Parameters not in ``units`` are held at their current values.
+        The module; it is called on a batch of one sample, ``module(x[None])``,
+        in eval mode (dropout off).  Parameters not in ``units`` are held at
+        their current values; ``module`` itself is not modified.
     units : UnitLayout or sequence of UnitSlice
-        Which parameter slices form one unit (see :mod:`nqf.structure.units`
-        and the helpers :func:`mlp_units`, :func:`attention_units`,
-        :func:`conv_units`).  At least two units are needed.
+        Which parameter slices form one unit (see :mod:`nqf.structure.units`,
+        :func:`nqf.structure.find_units` and the helpers :func:`mlp_units`,
+        :func:`attention_units`, :func:`conv_units`).  At least two units.
     inputs : array_like, shape (N, ...)
         Samples; each ``inputs[n]`` is one input of the module.
     output : callable, optional
@@ -127,9 +213,13 @@ def from_module(
     check : bool
         Run the smoothness and symmetry checks (recommended).
     chunk_size : int or None
-        Samples per vectorised chunk (bounds memory at ``chunk · C · 4p²``).
+        Samples per vectorised chunk; default: as many as fit in
+        :data:`MEMORY_BUDGET` (256 MiB) of intermediate arrays.
     seed : int
         Seed of the random directions used by the checks.
+    reduce : bool
+        Differentiate a checked two-unit copy of the module (cost independent
+        of the width); ``False`` differentiates the full module.
 
     Returns
     -------
@@ -158,85 +248,123 @@ def from_module(
         raise ValueError(f"`inputs` must have a leading sample axis with N ≥ 1; found shape {tuple(X.shape)}")
     if check:
         _scan_non_smooth(module)
-    fn = _UnitFunction(module, layout, output)
-    m, p = fn.layout.n_units, fn.p
+    lay = layout.resolve(params)
+    m, N = lay.n_units, X.shape[0]
     if m < 2:
         raise ValueError(f"`units` describes {m} unit; at least 2 are needed to check the permutation symmetry "
                          "and the cross-unit term (A does not depend on the width, so build the module wider)")
-    last = m - 1
-
-    def pair(w, x):
-        return fn({0: w[:p], last: w[p:]}, x)
-
-    zero = torch.zeros(2 * p, dtype=dtype, device=device)
-    f0 = vmap(pair, in_dims=(None, 0), chunk_size=chunk_size)(zero, X)            # (N, C)
-    grad = vmap(jacrev(pair), in_dims=(None, 0), chunk_size=chunk_size)(zero, X)  # (N, C, 2p)
-    try:
-        hess = vmap(hessian(pair), in_dims=(None, 0), chunk_size=chunk_size)(zero, X)  # (N, C, 2p, 2p)
-    except NotImplementedError as exc:
-        if "forward AD" not in str(exc):
-            raise
-        raise NotImplementedError(
-            f"{exc}. The Hessian is taken forward-over-reverse and a fused kernel in `module` has no forward-mode "
-            "derivative; for nn.MultiheadAttention call it with need_weights=True or inside "
-            "torch.nn.attention.sdpa_kernel(SDPBackend.MATH) (see nqf.structure.attention_layouts).") from exc
-    H11, H22, H12 = hess[..., :p, :p], hess[..., p:, p:], hess[..., :p, p:]
-    g1, g2 = grad[..., :p], grad[..., p:]
-    scale = max(float(H11.abs().max()), float(g1.abs().max()), 1e-300)
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    sub = torch.randperm(N, generator=gen)[:CHECK_SAMPLES].sort().values.to(X.device)
+    full = copy.deepcopy(module).eval()
+    found = faithful_reduced_copy(full, lay, X[sub], n_units=2, output=output, seed=seed) if reduce else None
+    if found is None:
+        if reduce and m > 64:
+            warnings.warn(f"from_module: no faithful two-unit copy of the module could be made; differentiating "
+                          f"all {m} units (cost grows with the width)", RuntimeWarning, stacklevel=2)
+        red, red_lay = full, lay
+    else:
+        red, red_lay = found
+    fn = _UnitFunction(red, red_lay, output)
+    p = fn.p
     tol = tolerance(dtype, 1e4)
+    with evaluation_mode():
+        C = fn({}, X[0]).numel()
+        chunk = chunk_size if chunk_size is not None else _auto_chunk(fn, X[0], C, p, N)
+        f0, g1, H11, H12, scale = _derivatives(fn, X, chunk, tol, seed)
     if check:
-        err = max(float((H22 - H11).abs().max()), float((g2 - g1).abs().max()))
-        if err > tol * scale:
-            raise NormalFormError(
-                f"the units are not interchangeable: the Hessian/gradient of unit {last} differs from unit 0 by "
-                f"{err:.3e} (scale {scale:.3e}); the normal form needs a module unchanged by any permutation "
-                "of its units. Check the unit layout (`units`) or the module.")
-        _check_all_units(fn, X, dtype, device, tol, seed, chunk_size)
-    A = 0.25 * (H11 + H11.transpose(-1, -2))
-    B = 0.25 * (H12 + H12.transpose(-1, -2))
+        check_permutation_symmetry(full, lay, X[sub], output=output, seed=seed)
+    A = (H11 + H11.transpose(-1, -2)).mul_(0.25)
+    del H11
+    B = None if H12 is None else 0.25 * (H12 + H12.transpose(-1, -2))
     has_b = float(g1.abs().max()) > tol * scale
-    has_B = float(B.abs().max()) > tol * scale
+    has_B = B is not None and float(B.abs().max()) > tol * scale
     if (has_b or has_B) and zgz == "require":
         raise NormalFormError(
             f"the zero-gradient condition fails: max |∇_w1 f(0)| = {float(g1.abs().max()):.3e}, max |B| = "
-            f"{float(B.abs().max()):.3e}; a unit at zero still gets gradient. Use zgz='carry' to keep the "
-            "linear term b(x) and the cross term B(x) (dynamics then close on (M, μ)).")
+            f"{0.0 if B is None else float(B.abs().max()):.3e}; a unit at zero still gets gradient. Use "
+            "zgz='carry' to keep the linear term b(x) and the cross term B(x) (dynamics then close on (M, μ)).")
     op = DenseStructure(A, offset=f0, linear=g1 if has_b else None,
-                        cross=B if has_B else None, layout=fn.layout.describe(params), check_symmetric=False)
+                        cross=B if has_B else None, layout=lay.describe(params), check_symmetric=False)
     if check:
-        check_truncation_order(module, fn.layout, op, X, output=output, seed=seed, chunk_size=chunk_size)
+        check_truncation_order(red, red_lay, op.take(sub), X[sub], output=output, seed=seed, chunk_size=chunk)
     return op
 
 
-def _check_all_units(fn: _UnitFunction, X, dtype, device, tol, seed, chunk_size) -> None:
-    """Every unit has the same curvature ``vᵀ ∇²_{w_i} f v`` (forward-over-forward) along one direction."""
-    m, p = fn.layout.n_units, fn.p
-    gen = torch.Generator(device="cpu").manual_seed(seed + 1)
-    v = torch.randn(p, generator=gen, dtype=dtype).to(device)
-    zero = torch.zeros(p, dtype=dtype, device=device)
-    idx = list(range(m)) if m <= 64 else sorted({0, m - 1, *torch.randperm(m, generator=gen)[:62].tolist()})
-
-    def curvature(i, x):
-        def g(w):
+def _unit_responses(fn: _UnitFunction, X: torch.Tensor, idx, v: torch.Tensor):
+    """Per unit ``i``: gradient ``∇_{w_i} f`` (n, C, p) and curvature ``vᵀ∇²_{w_i} f v`` (n, C), others at zero."""
+    zero = torch.zeros_like(v)
+    out = []
+    for i in idx:
+        def g(w, x, i=i):
             return fn({i: w}, x)
 
-        def dg(w):
-            return jvp(g, (w,), (v,))[1]
+        grad = vmap(jacrev(g), in_dims=(None, 0))(zero, X)
+        curv = vmap(lambda x: jvp(lambda w: jvp(lambda u: g(u, x), (w,), (v,))[1], (zero,), (v,))[1])(X)
+        out.append((i, grad, curv))
+    return out
 
-        return jvp(dg, (zero,), (v,))[1]
 
-    ref = None
-    for i in idx:
-        c = vmap(lambda x, i=i: curvature(i, x), chunk_size=chunk_size)(X)
-        if ref is None:
-            ref, rscale = c, max(float(c.abs().max()), 1e-300)
-            continue
-        err = float((c - ref).abs().max())
-        if err > tol * max(rscale, 1e-300) and err > tol:
+def check_permutation_symmetry(module: nn.Module, layout: UnitLayout, X, *, output=None, seed: int = 0) -> float:
+    """Check ``f(W) = f(Wπ)`` for a random ``W`` and permutations ``π`` of the units; return the deviation.
+
+    ``π`` is a cyclic shift by one and the transposition of units 0 and 1,
+    which together generate every permutation.  ``W`` has i.i.d. normal
+    entries at the scale of the module's own unit weights.  Runs on a float64
+    copy in eval mode; cost: three forward passes of the full module on ``X``.
+
+    Returns
+    -------
+    float
+        ``max |f(Wπ) − f(W)|`` relative to ``max |f|``.
+
+    Raises
+    ------
+    NormalFormError
+        When the deviation exceeds round-off; the message names the first
+        unit whose gradient or curvature at zero differs from unit 0's.
+    """
+    mod = copy.deepcopy(module).to(torch.float64).eval()
+    scatter = UnitScatter(mod, layout)
+    m, p = scatter.m, scatter.p
+    X64 = torch.as_tensor(X).to(torch.float64)
+    gen = torch.Generator(device="cpu").manual_seed(seed + 5)
+    own = scatter.gather()
+    rms = float(own.pow(2).mean().sqrt())
+    W = torch.randn(p, m, generator=gen, dtype=torch.float64).to(own.device) * (rms if rms > 0 else 0.3)
+    shift = torch.roll(torch.arange(m), 1)
+    swap = torch.arange(m)
+    swap[[0, 1]] = swap[[1, 0]]
+
+    def f(Wt):
+        out = functional_call(mod, scatter(Wt), (X64,))
+        return output(out) if output is not None else out
+
+    with evaluation_mode(), torch.no_grad():
+        ref = f(W)
+        outs = [f(W[:, perm.to(W.device)]) for perm in (shift, swap)]
+        size = max(float(ref.abs().max()), float(f(torch.zeros_like(W)).abs().max()), 1e-300)
+    err = max(float((o - ref).abs().max()) for o in outs) / size
+    if err <= tolerance(torch.float64, 1e4):
+        return err
+    fn = _UnitFunction(mod, layout, output)
+    v = torch.randn(p, generator=gen, dtype=torch.float64).to(own.device)
+    idx = list(range(m)) if m <= 64 else sorted({0, 1, m - 1, *torch.randperm(m, generator=gen)[:61].tolist()})
+    with evaluation_mode():
+        resp = _unit_responses(fn, X64, idx, v)
+    _, g0, c0 = resp[0]
+    rscale = max(float(g0.abs().max()), float(c0.abs().max()), 1e-300)
+    for i, gi, ci in resp[1:]:
+        d = max(float((gi - g0).abs().max()), float((ci - c0).abs().max()))
+        if d > tolerance(torch.float64, 1e4) * rscale:
             raise NormalFormError(
-                f"the units are not interchangeable: unit {i} has curvature differing from unit 0 by {err:.3e} "
-                f"(scale {rscale:.3e}) along a random direction; the normal form needs a module unchanged by any "
-                "permutation of its units (a fixed per-unit coefficient, for instance, breaks it).")
+                f"the units are not interchangeable: unit {i} differs from unit 0 (the Hessian/gradient of unit "
+                f"{i} differs from unit 0's by {d:.3e}, scale {rscale:.3e}); the normal form needs a module "
+                "unchanged by any permutation of its units (a fixed per-unit coefficient, for instance, breaks "
+                "it). Check the unit layout (`units`) or the module.")
+    raise NormalFormError(
+        f"the units are not interchangeable: permuting them changes the output by {err:.3e} (relative), though "
+        "no single unit's gradient or curvature at zero differs from unit 0's; the normal form needs a module "
+        "unchanged by any permutation of its units. Check the unit layout (`units`) or the module.")
 
 
 def check_truncation_order(module, layout: UnitLayout, op, X, *, output=None, seed=0, chunk_size=256,
@@ -253,7 +381,7 @@ def check_truncation_order(module, layout: UnitLayout, op, X, *, output=None, se
     NormalFormError
         If the slope is below ``min_order``.
     """
-    mod = copy.deepcopy(module).to(torch.float64)
+    mod = copy.deepcopy(module).to(torch.float64).eval()
     fn = _UnitFunction(mod, layout, output)
     m, p = fn.layout.n_units, fn.p
     gen = torch.Generator(device="cpu").manual_seed(seed + 2)
@@ -263,7 +391,8 @@ def check_truncation_order(module, layout: UnitLayout, op, X, *, output=None, se
     errs, sizes = [], []
     for s in scales:
         Ws = s * W
-        f = vmap(lambda x: fn({i: Ws[:, i] for i in range(m)}, x), chunk_size=chunk_size)(X64)
+        with evaluation_mode():
+            f = vmap(lambda x: fn({i: Ws[:, i] for i in range(m)}, x), chunk_size=chunk_size)(X64)
         nf = op64.predict(Ws @ Ws.T, Ws.sum(1))
         nf = nf[:, None] if nf.ndim == 1 else nf
         errs.append(float((f - nf).norm()))

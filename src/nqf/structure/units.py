@@ -24,7 +24,7 @@ import torch
 from .._validation import as_tensor, check_shape
 from ..errors import ShapeError
 
-__all__ = ["UnitSlice", "UnitLayout"]
+__all__ = ["UnitSlice", "UnitLayout", "UnitScatter", "get_unit_weights", "set_unit_weights"]
 
 
 @dataclass(frozen=True)
@@ -114,30 +114,12 @@ class UnitLayout:
 
     # ------------------------------------------------------------ W <-> params
     def get_W(self, module: torch.nn.Module) -> torch.Tensor:
-        """Read the unit weights of ``module`` as ``W`` of shape ``(p, m)``."""
-        params = dict(module.named_parameters())
-        lay = self.resolve(params)
-        cols = []
-        for i in range(lay.n_units):
-            cols.append(torch.cat([s.block(params[s.param].detach(), i).reshape(-1) for s in lay.slices]))
-        return torch.stack(cols, dim=1)
+        """Read the unit weights of ``module`` as ``W`` of shape ``(p, m)`` (see :func:`get_unit_weights`)."""
+        return get_unit_weights(module, self)
 
     def set_W(self, module: torch.nn.Module, W) -> None:
-        """Write ``W`` of shape ``(p, m)`` into the unit parameters of ``module`` (in place)."""
-        params = dict(module.named_parameters())
-        lay = self.resolve(params)
-        sizes = lay.block_sizes(params)
-        p = sum(sizes)
-        ref = params[lay.slices[0].param]
-        W = as_tensor("W", W, ndim=2, dtype=ref.dtype, device=ref.device)
-        check_shape("W", W, (p, lay.n_units))
-        with torch.no_grad():
-            for i in range(lay.n_units):
-                start = 0
-                for s, k in zip(lay.slices, sizes):
-                    blk = s.block(params[s.param], i)
-                    blk.copy_(W[start:start + k, i].reshape(blk.shape))
-                    start += k
+        """Write ``W`` of shape ``(p, m)`` into ``module`` in place (see :func:`set_unit_weights`)."""
+        set_unit_weights(module, self, W)
 
     def zero_units(self, params: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Copies of the named parameters with every unit block set to zero."""
@@ -187,3 +169,111 @@ class UnitLayout:
 
     def __repr__(self) -> str:
         return f"UnitLayout({list(self.slices)!r}, n_units={self.n_units})"
+
+
+def _unit_index(flat: torch.Tensor, s: UnitSlice, m: int) -> torch.Tensor:
+    """Flat indices of every unit's block of one slice, shape ``(k, m)`` (column ``i`` = unit ``i``)."""
+    ax = s.axis % flat.ndim
+    t = flat.narrow(ax, s.offset, m * s.size)
+    t = t.reshape(*t.shape[:ax], m, s.size, *t.shape[ax + 1:])
+    return t.movedim(ax, -1).reshape(-1, m)
+
+
+class UnitScatter:
+    """Differentiable map ``W (p × m) → {name: parameter}`` for a module's unit layout.
+
+    Built once (index maps into the flattened parameters, no Python loop over
+    units), then each call is one ``index_put`` per parameter, so it can be
+    used inside autograd / :mod:`torch.func` (e.g. with
+    :func:`torch.func.functional_call`).  Entries that belong to no unit keep
+    their values in ``module``.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+    units : UnitLayout
+
+    Attributes
+    ----------
+    p, m : int
+        Unit dimension and number of units.
+    base : dict name → tensor
+        The module's parameters (detached) at construction.
+    """
+
+    def __init__(self, module: torch.nn.Module, units: UnitLayout):
+        params = dict(module.named_parameters())
+        self.layout = units.resolve(params)
+        sizes = self.layout.block_sizes(params)
+        self.p, self.m = sum(sizes), self.layout.n_units
+        self.base = {k: v.detach() for k, v in params.items()}
+        rows: dict[str, tuple[list, list]] = {}
+        start = 0
+        for s, k in zip(self.layout.slices, sizes):
+            t = self.base[s.param]
+            flat = torch.arange(t.numel(), device=t.device).reshape(t.shape)
+            rows.setdefault(s.param, ([], []))
+            rows[s.param][0].append(torch.arange(start, start + k, device=t.device))
+            rows[s.param][1].append(_unit_index(flat, s, self.m))
+            start += k
+        #: name → (rows of W, flat indices (k, m) into the parameter)
+        self.rows = {n: (torch.cat(a), torch.cat(b, 0)) for n, (a, b) in rows.items()}
+
+    def __call__(self, W: torch.Tensor) -> dict:
+        """Parameters with unit ``i``'s blocks replaced by ``W[:, i]`` (out of place, differentiable)."""
+        out = dict(self.base)
+        for name, (w_rows, idx) in self.rows.items():
+            t = self.base[name]
+            flat = t.reshape(-1).index_put((idx.reshape(-1),), W[w_rows].reshape(-1))
+            out[name] = flat.reshape(t.shape)
+        return out
+
+    def gather(self, params: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor:
+        """``W`` of shape ``(p, m)`` read from ``params`` (default: :attr:`base`)."""
+        params = self.base if params is None else params
+        ref = params[next(iter(self.rows))]
+        W = torch.empty(self.p, self.m, dtype=ref.dtype, device=ref.device)
+        for name, (w_rows, idx) in self.rows.items():
+            W[w_rows] = params[name].detach().reshape(-1)[idx]
+        return W
+
+
+def get_unit_weights(module: torch.nn.Module, layout: UnitLayout) -> torch.Tensor:
+    """The unit weights of ``module``: ``W`` of shape ``(p, m)``, column ``i`` = ``w_i``.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+    layout : UnitLayout
+        Its unit axis (``module.units`` for :mod:`nqf.networks`, or from
+        :func:`nqf.structure.find_units`).
+
+    Returns
+    -------
+    torch.Tensor, shape (p, m)
+        A copy; ``M = W Wᵀ`` is the order parameter.
+    """
+    return UnitScatter(module, layout).gather()
+
+
+def set_unit_weights(module: torch.nn.Module, layout: UnitLayout, W) -> None:
+    """Write ``W`` of shape ``(p, m)`` into the unit parameters of ``module`` (in place).
+
+    Everything that belongs to no unit is left as it is.  Put a module at the
+    small-initialisation scale ``M(0) = W Wᵀ = εI`` with ``W = √ε Q``
+    (``Q`` with orthonormal rows, needs ``m ≥ p``).
+
+    Raises
+    ------
+    ShapeError, NonFiniteError
+        ``W`` is not ``(p, m)`` or not finite.
+    """
+    scatter = UnitScatter(module, layout)
+    params = dict(module.named_parameters())
+    ref = params[next(iter(scatter.rows))]
+    W = as_tensor("W", W, ndim=2, dtype=ref.dtype, device=ref.device)
+    check_shape("W", W, (scatter.p, scatter.m))
+    new = scatter(W)
+    with torch.no_grad():
+        for name in scatter.rows:
+            params[name].copy_(new[name])
