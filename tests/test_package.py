@@ -149,8 +149,8 @@ def test_citation_cites_the_paper_and_the_software():
     assert re.search(r"^preferred-citation:", text, re.M)
     assert "2608.13335" in text
     assert "Neural Quadratic Forms: A Unified Minimal Model for Sudden Learning and Scaling Laws" in text
-    version = re.search(r'^version\s*=\s*"([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
-    assert re.search(rf"^version: {re.escape(version)}$", text, re.M)
+    version = re.search(r'^version\s*=\s*"([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M)
+    assert version and re.search(rf"^version: {re.escape(version.group(1))}$", text, re.M)
 
 
 def _cited_files():
