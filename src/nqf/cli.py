@@ -1,7 +1,15 @@
 """The ``nqf`` command line: ``demo``, ``run``, ``list``, ``report``.
 
-Exit codes: 0 success; 2 bad flags, bad config or a run directory that would be
-overwritten; 130 interrupted (partial results kept); 1 the experiment failed.
+Error contract (by exception *type*, in :class:`_Group`, for every command):
+
+* 0 success;
+* 2 bad input: bad flags, a bad config, any :class:`nqf.errors.NQFError` (bad
+  parameters, a run directory that would be overwritten or is locked, a resume
+  that would mix runs, a malformed ``results.json``, a diverged run): one line
+  ``error: …`` on stderr, never a traceback;
+* 130 interrupted by Ctrl-C (what was finished is kept, with a ``--resume`` hint);
+* 1 anything else (a bug, an unexpected failure): one line ``error: …``; the
+  traceback with ``nqf --debug …`` or ``NQF_TRACEBACK=1``.
 """
 
 from __future__ import annotations
@@ -9,15 +17,54 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Optional
 
+import click
 import typer
+from typer.core import TyperGroup
 
 from . import __version__
+from .errors import NQFError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+_DEBUG = {"on": False}
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _debug() -> bool:
+    return _DEBUG["on"] or bool(os.environ.get("NQF_TRACEBACK"))
+
+
+class _Group(TyperGroup):
+    """Maps exception types to exit codes for every command (see the module docstring)."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
+        except KeyboardInterrupt:
+            typer.echo("\ninterrupted", err=True)
+            raise typer.Exit(130) from None
+        except NQFError as exc:
+            if _debug():
+                raise
+            typer.echo(f"error: {_one_line(exc)}", err=True)
+            raise typer.Exit(2) from None
+        except Exception as exc:  # noqa: BLE001 - one line for the user; --debug shows the traceback
+            if _debug():
+                raise
+            typer.echo(f"error: {type(exc).__name__}: {_one_line(exc)} (run `nqf --debug …` or set NQF_TRACEBACK=1 "
+                       "for the traceback)", err=True)
+            raise typer.Exit(1) from None
+
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, cls=_Group,
                   help="Neural Quadratic Forms: structure matrices, closed dynamics and staircase predictions.")
 
 
@@ -29,12 +76,14 @@ def _version(value: bool):
 
 @app.callback()
 def _root(version: Optional[bool] = typer.Option(None, "--version", callback=_version, is_eager=True,
-                                                  help="Print the version and exit.")):
+                                                  help="Print the version and exit."),
+          debug: bool = typer.Option(False, "--debug", help="Show the traceback of an unexpected error.")):
     """Neural Quadratic Forms."""
+    _DEBUG["on"] = debug
 
 
 def _fail(message: str, code: int = 2):
-    typer.echo(f"error: {message}", err=True)
+    typer.echo(f"error: {_one_line(message)}", err=True)
     raise typer.Exit(code)
 
 
@@ -62,11 +111,11 @@ def _print_human(results: dict, rundir: Path) -> None:
     typer.echo(f"run directory: {rundir}   report: {rundir / 'report.html'}   ({results['wall_seconds']} s)")
 
 
-def _execute(exp, params, *, out, seed, device, force, resume, as_json, threads) -> None:
+def _execute(exp, params, *, out, seed, device, force, resume, as_json, threads, rerun: str | None = None) -> None:
+    """Run and print; ``rerun`` is the command that repeats this run (for the ``--resume`` hint)."""
     import torch
 
     from .experiments.runner import run_experiment
-    from .report.rundir import RunDirectoryExistsError
 
     # The built-in experiments are many small tensor operations, for which one thread is fastest
     # (and a busy second core makes torch's thread pool stall); --threads raises it for big runs.
@@ -74,28 +123,40 @@ def _execute(exp, params, *, out, seed, device, force, resume, as_json, threads)
 
     out = Path(out) if out else _default_out(exp.name)
     show = (not as_json) and sys.stderr.isatty()
+    q = shlex.quote(str(out))
     try:
         results = run_experiment(exp, params, out, seed=seed, device=device, force=force, resume=resume,
                                  show_progress=show)
-    except RunDirectoryExistsError as exc:
-        _fail(str(exc))
-    except ValueError as exc:
-        if str(exc).startswith("--device"):
-            _fail(str(exc))
+    except KeyboardInterrupt as exc:
+        if getattr(exc, "run_directory", None) is not None:
+            typer.echo(f"\ninterrupted: partial results kept in {q}; continue with "
+                       f"`{rerun or 'nqf run CONFIG'} --out {q} --resume` or rebuild the report with "
+                       f"`nqf report {q}`", err=True)
+        else:
+            typer.echo("\ninterrupted before the run started; nothing was written", err=True)
+        raise typer.Exit(130) from None
+    except Exception as exc:  # noqa: BLE001 - the group maps the type to the exit code; add where results are
+        if getattr(exc, "run_directory", None) is not None and not _debug():
+            kind = "" if isinstance(exc, NQFError) else f"{type(exc).__name__}: "
+            _fail(f"experiment {exp.name!r} failed: {kind}{exc} (what was finished is in {q}"
+                  + ("" if isinstance(exc, NQFError) else "; run `nqf --debug …` or set NQF_TRACEBACK=1 for the "
+                     "traceback") + ")", code=2 if isinstance(exc, NQFError) else 1)
         raise
-    except KeyboardInterrupt:
-        typer.echo(f"\ninterrupted: partial results kept in {out}; continue with `nqf run CONFIG --out {out} "
-                   f"--resume` or rebuild the report with `nqf report {out}`", err=True)
-        raise typer.Exit(130)
-    except Exception as exc:  # noqa: BLE001 - one line for the user; NQF_TRACEBACK=1 shows the traceback
-        if os.environ.get("NQF_TRACEBACK"):
-            raise
-        _fail(f"experiment {exp.name!r} failed: {type(exc).__name__}: {exc} (what was finished is in {out}; "
-              "set NQF_TRACEBACK=1 for the traceback)", code=1)
     if as_json:
         typer.echo(json.dumps(results, indent=2))
     else:
         _print_human(results, out)
+
+
+def _rerun(argv: list, sets, seed, device) -> str:
+    """The shell command (quoted) that repeats a run's settings, for the ``--resume`` hint."""
+    for item in sets or ():
+        argv += ["--set", item]
+    if seed is not None:
+        argv += ["--seed", str(seed)]
+    if device is not None:
+        argv += ["--device", device]
+    return shlex.join(argv)
 
 
 _OUT = typer.Option(None, "--out", help="Run directory (default: runs/NAME-TIMESTAMP).")
@@ -103,34 +164,45 @@ _FORCE = typer.Option(False, "--force", help="Overwrite the files of an existing
 _RESUME = typer.Option(False, "--resume", help="Continue an interrupted run in --out, reusing finished parts.")
 _JSON = typer.Option(False, "--json", help="Print the results summary as JSON (no progress bars).")
 _DEVICE = typer.Option(None, "--device", help="cpu, cuda, cuda:N or auto.")
-_SEED = typer.Option(None, "--seed", min=0, help="Random seed (runs are bit-for-bit reproducible on CPU).")
+_SEED = typer.Option(None, "--seed", min=0, max=2 ** 32 - 1,
+                     help="Random seed in [0, 2**32) (runs are bit-for-bit reproducible on CPU).")
 _THREADS = typer.Option(1, "--threads", min=1, help="CPU threads for torch (1 is fastest for small problems).")
+_SET = typer.Option(None, "--set", help="KEY=VALUE: override a config value, read as TOML (repeatable).")
 
 
 @app.command()
-def demo(out: Optional[Path] = _OUT, force: bool = _FORCE, as_json: bool = _JSON,
-         seed: Optional[int] = _SEED, device: Optional[str] = _DEVICE, threads: int = _THREADS):
+def demo(out: Optional[Path] = _OUT, force: bool = _FORCE, resume: bool = _RESUME, as_json: bool = _JSON,
+         seed: Optional[int] = _SEED, device: Optional[str] = _DEVICE, threads: int = _THREADS,
+         set_: Optional[list[str]] = _SET):
     """The main job: a real tanh MLP learns in steps at the predicted times (under a minute)."""
-    from .experiments.base import get_experiment
+    from .experiments.config import ConfigError, apply_overrides, parse_config, parse_set
 
-    exp = get_experiment("demo")
-    _execute(exp, exp.Params(), out=out, seed=0 if seed is None else seed, device=device or "cpu", force=force,
-             resume=False, as_json=as_json, threads=threads)
+    try:
+        cfg, exp, params = parse_config(apply_overrides({"experiment": "demo"}, parse_set(set_)), "--set")
+    except ConfigError as exc:
+        _fail(str(exc))
+    if cfg.experiment != "demo":
+        _fail("--set: `experiment` cannot be changed for `nqf demo`; use `nqf run CONFIG --set …`")
+    _execute(exp, params, out=out, seed=cfg.seed if seed is None else seed, device=device or cfg.device,
+             force=force, resume=resume, as_json=as_json, threads=threads,
+             rerun=_rerun(["nqf", "demo"], set_, seed, device))
 
 
 @app.command("run")
 def run_cmd(config: Path = typer.Argument(..., help="TOML config file (see `nqf list`)."),
             out: Optional[Path] = _OUT, force: bool = _FORCE, resume: bool = _RESUME, as_json: bool = _JSON,
-            seed: Optional[int] = _SEED, device: Optional[str] = _DEVICE, threads: int = _THREADS):
+            seed: Optional[int] = _SEED, device: Optional[str] = _DEVICE, threads: int = _THREADS,
+            set_: Optional[list[str]] = _SET):
     """Run a named experiment from a TOML config file."""
-    from .experiments.config import ConfigError, load_config
+    from .experiments.config import ConfigError, load_config, parse_set
 
     try:
-        cfg, exp, params = load_config(config)
+        cfg, exp, params = load_config(config, parse_set(set_) if set_ else None)
     except ConfigError as exc:
         _fail(str(exc))
     _execute(exp, params, out=out, seed=cfg.seed if seed is None else seed, device=device or cfg.device,
-             force=force, resume=resume, as_json=as_json, threads=threads)
+             force=force, resume=resume, as_json=as_json, threads=threads,
+             rerun=_rerun(["nqf", "run", str(config)], set_, seed, device))
 
 
 @app.command("list")
@@ -150,18 +222,19 @@ def list_cmd(as_json: bool = _JSON):
 
 
 @app.command()
-def report(rundir: Path = typer.Argument(..., help="A run directory written by `nqf run` or `nqf demo`.")):
-    """Rebuild report.html from a run directory's saved results."""
-    from pydantic import ValidationError
-
+def report(rundir: Path = typer.Argument(..., help="A run directory (`nqf run`, `nqf demo`) or sweep directory.")):
+    """Rebuild report.html from a run directory's (or a sweep directory's) saved results."""
     from .report.html import rebuild_report
 
-    try:
-        path = rebuild_report(rundir)
-    except FileNotFoundError as exc:
-        _fail(str(exc))
-    except ValidationError as exc:
-        _fail(f"{rundir}/results.json does not match the results schema: {exc.errors()[0]['msg']}")
+    if (rundir / "sweep.json").is_file():  # a sweep directory (`nqf sweep`)
+        from .sweep.report import rebuild_sweep_report
+
+        try:
+            typer.echo(f"report: {rebuild_sweep_report(rundir)}")
+        except ValueError as exc:
+            _fail(str(exc))
+        return
+    path = rebuild_report(rundir)  # a missing or malformed results.json: ResultsFileError, exit 2
     typer.echo(f"report: {path}")
 
 

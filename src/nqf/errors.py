@@ -40,3 +40,11 @@ class NonCommutingError(NQFError, ValueError):
 
 class DivergenceError(NQFError, ArithmeticError):
     """A simulation diverged (loss became non-finite or grew without bound)."""
+
+
+class InvalidParameterError(NQFError, ValueError):
+    """A parameter has a value outside its allowed range (the message names it and the value found)."""
+
+
+class SweepError(NQFError, ValueError):
+    """A sweep specification (``--grid``, ``--zip``, ``--seeds`` or the ``[sweep]`` table) is invalid."""

@@ -8,11 +8,13 @@ MSE, ``r = ∂ℓ/∂f``, ``G = (1/N) 𝒜*(r)``, ``W ← W − η ∇_W L``, tr
   order-parameter form (``M ← (I − 2ηG) M (I − 2ηG)ᵀ``, exact) or weight form
   (``W ← (I − 2ηG) W``), Adam in weight form; ``(M, μ)`` without the
   zero-gradient condition; optional compression to the data subspace.
+* :func:`simulate_batched` — many GD runs on shared data (differing ε, seed, η, λ) as one batch.
 * :func:`gradient_flow` — ``dM/dt = −2(GM + MG)`` with ``scipy.integrate.solve_ivp``.
 * :func:`train_network` — the real ``nn.Module`` with the same loss, time, data and ``W(0)``.
 * :class:`Trajectory` — the common result.
 """
 
+from .batched import simulate_batched
 from .flow import gradient_flow
 from .losses import LOSSES
 from .network import train_network
@@ -20,5 +22,5 @@ from .simulate import FORMS, OPTIMIZERS, minibatch_indices, simulate
 from .subspace import data_subspace, project_operator
 from .trajectory import Trajectory
 
-__all__ = ["simulate", "gradient_flow", "train_network", "Trajectory", "data_subspace", "project_operator",
-           "minibatch_indices", "FORMS", "OPTIMIZERS", "LOSSES"]
+__all__ = ["simulate", "simulate_batched", "gradient_flow", "train_network", "Trajectory", "data_subspace",
+           "project_operator", "minibatch_indices", "FORMS", "OPTIMIZERS", "LOSSES"]

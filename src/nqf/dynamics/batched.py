@@ -1,0 +1,263 @@
+r"""Many closed order-parameter runs on the same data, simulated together as one batch.
+
+Runs that share the structure operator ``𝒜`` and the targets ``y`` but differ
+in the initial state ``M_b(0)`` (the initial scale ε or the seed of ``W0``),
+the step ``η_b`` or the weight decay ``λ_b`` follow (docs/theory.md §0,
+see :func:`nqf.dynamics.simulate`)
+
+.. math::
+
+    G_b = \tfrac1N 𝒜^*(r_b),\quad r_b = ∂ℓ/∂f\,(f_b, y),\quad f_b = f(0) + 𝒜(M_b),
+
+    M_b ← T_b M_b T_bᵀ,\quad T_b = I − η_b (2 G_b + λ_b I),
+
+full-batch gradient descent with the zero-gradient condition (``op.linear`` and
+``op.cross`` absent).  Training time ``t_b = η_b · step``.
+
+How it is batched.  ``𝒜`` is linear on symmetric matrices, so with the
+coordinates ``c(M) = (M_ii, 2 M_ij)_{i<j}`` (``s = p(p+1)/2`` of them) it is a
+fixed ``(N·C) × s`` matrix ``A`` whose columns are ``𝒜(E_ij)`` for the
+symmetric unit matrices ``E_ij`` — built once through the public ``op(M)``; the
+upper triangle of ``𝒜^*(r)`` is ``Aᵀ r``.  For MSE the data enter only through
+the thin QR factorisation ``A = Q R`` (``R`` is ``s × s``): with
+``d = f(0) − y`` and ``ρ_b = R c(M_b) + Qᵀd``,
+
+.. math::
+
+    L_b = \tfrac1{2N}\big(‖ρ_b‖² + ‖(I − QQᵀ) d‖²\big),\qquad Aᵀ r_b = Rᵀ ρ_b,
+
+a sum of squares (no cancellation), so a step costs two ``(B, s) × (s, s)``
+products and two batched ``p × p`` products instead of ``B`` passes over the
+data.  Other losses use ``f_b = f(0) + A c(M_b)`` directly.
+
+Accuracy: the algebra is exact; in floating point the result agrees with
+:func:`nqf.dynamics.simulate` run one at a time to round-off — in practice
+``max|M_b − M_b^{ref}| ≤ 10⁻¹² max|M_b^{ref}|`` and
+``|L_b − L_b^{ref}| ≤ 10⁻¹² L_b(0)`` (checked in the tests and by
+``benchmarks/bench_sweep.py``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .._validation import as_tensor
+from ..errors import InvalidParameterError, NotClosedError, ShapeError
+from ..structure.operator import StructureOperator
+from .losses import check_loss, prepare_targets
+from .trajectory import DIVERGED, FINISHED, Trajectory
+
+__all__ = ["simulate_batched", "operator_matrix"]
+
+
+def operator_matrix(op: StructureOperator) -> torch.Tensor:
+    """The matrix of ``𝒜`` in the coordinates ``c(M) = (M_ii, 2 M_ij)_{i<j}``.
+
+    Returns
+    -------
+    torch.Tensor, shape (N·C, p(p+1)/2)
+        Column ``(i, j)`` (row-major upper triangle, ``i ≤ j``) is
+        ``𝒜(E_ij)`` flattened, with ``E_ii = e_i e_iᵀ`` and
+        ``E_ij = ½(e_i e_jᵀ + e_j e_iᵀ)``, so that ``𝒜(M) = A c(M)``.
+    """
+    p = op.p
+    iu, ju = torch.triu_indices(p, p)
+    cols = []
+    for i, j in zip(iu.tolist(), ju.tolist(), strict=False):
+        E = torch.zeros(p, p, dtype=op.dtype, device=op.device)
+        E[i, j] += 0.5
+        E[j, i] += 0.5
+        cols.append(op(E).reshape(-1))
+    return torch.stack(cols, 1)
+
+
+def _batch_param(name: str, value, B: int, dtype, device) -> torch.Tensor:
+    t = torch.as_tensor(value, dtype=dtype, device=device).reshape(-1)
+    if t.numel() == 1:
+        t = t.expand(B).clone()
+    if t.numel() != B:
+        raise ShapeError(f"`{name}` must be a number or have one entry per run ({B}); found {t.numel()} entries")
+    if not bool(torch.isfinite(t).all()):
+        raise InvalidParameterError(f"`{name}` must be finite; found {t.tolist()}")
+    return t
+
+
+def _loss_and_grad(loss: str, f: torch.Tensor, y: torch.Tensor):
+    """Batched ``(L_b, r_b)`` for predictions ``f`` of shape ``(B, N, C)``."""
+    if loss == "logistic":
+        return (torch.nn.functional.softplus(f) - y * f).sum(-1).mean(-1), torch.sigmoid(f) - y
+    return (torch.logsumexp(f, -1) - (y * f).sum(-1)).mean(-1), torch.softmax(f, -1) - y
+
+
+def simulate_batched(op: StructureOperator, y, *, M0, lr, steps: int, weight_decay=0.0, loss: str = "mse",
+                     save_every: int | None = None, divergence_threshold: float = 1e8,
+                     save_M: bool = True) -> list[Trajectory]:
+    r"""Simulate ``B`` full-batch GD runs of the NQF on shared data as one batched computation.
+
+    The update is ``M_b ← T_b M_b T_bᵀ``, ``T_b = I − η_b (2 G_b + λ_b I)``,
+    ``G_b = (1/N) 𝒜^*(r_b)`` (module docstring); each run is what
+    ``simulate(op, y, M0=M0[b], lr=lr[b], steps=steps, weight_decay=weight_decay[b], ...)``
+    returns, to round-off.
+
+    Parameters
+    ----------
+    op : StructureOperator
+        Shared structure operator (zero-gradient condition required).
+    y : array_like, shape (N,) or (N, C)
+        Shared targets.
+    M0 : array_like, shape (B, p, p) or (p, p)
+        Initial order parameters (symmetric PSD; a single ``(p, p)`` is shared by all runs).
+    lr : float or array_like, shape (B,)
+        Step sizes ``η_b``.
+    steps : int
+        Number of steps (shared).
+    weight_decay : float or array_like, shape (B,)
+        ``λ_b``: adds ``(λ_b/2)‖W‖²`` to the loss.
+    loss : {"mse", "logistic", "cross_entropy"}
+    save_every : int, optional
+        Save every this many steps (default ``max(1, steps // 1000)``); step 0 and the last step are saved.
+    divergence_threshold : float
+        A run stops (``status = -1``) when its loss is not finite or exceeds this multiple of its initial
+        loss; the other runs go on.
+    save_M : bool
+        Store ``M_b`` at the saved steps.
+
+    Returns
+    -------
+    list of Trajectory
+        One per run: ``t`` (K,) ``= η_b · step``, ``step`` (K,), ``loss`` (K,), ``M`` (K, p, p).
+
+    Raises
+    ------
+    NotClosedError
+        The operator has a linear or cross-unit term.
+    ShapeError, InvalidParameterError
+        Bad shapes, non-positive steps sizes, a non-symmetric or indefinite ``M0``.
+    """
+    if not isinstance(op, StructureOperator):
+        raise TypeError(f"`op` must be a StructureOperator; found {type(op).__name__}")
+    if not op.satisfies_zgz:
+        raise NotClosedError("`op` has a linear or cross-unit term: the dynamics close on (M, μ) and depend on "
+                             "the width; use `nqf.simulate` with `W0` for each run")
+    check_loss(loss)
+    if int(steps) != steps or steps < 0:
+        raise InvalidParameterError(f"`steps` must be a non-negative integer; found {steps!r}")
+    steps = int(steps)
+    if save_every is None:
+        save_every = max(1, steps // 1000)
+    if int(save_every) != save_every or save_every < 1:
+        raise InvalidParameterError(f"`save_every` must be a positive integer; found {save_every!r}")
+    if not divergence_threshold > 1:
+        raise InvalidParameterError(f"`divergence_threshold` must be > 1; found {divergence_threshold!r}")
+    dt, dev, p, N = op.dtype, op.device, op.p, op.n_samples
+    M = as_tensor("M0", M0, ndim=(2, 3), dtype=dt, device=dev)
+    if M.ndim == 2:
+        M = M[None]
+    if M.shape[1:] != (p, p):
+        raise ShapeError(f"`M0` must have shape (B, {p}, {p}) or ({p}, {p}); found {tuple(M.shape)}")
+    B = max(M.shape[0], torch.as_tensor(lr).numel(), torch.as_tensor(weight_decay).numel())
+    if M.shape[0] == 1:
+        M = M.expand(B, p, p)
+    elif M.shape[0] != B:
+        raise ShapeError(f"`M0` holds {M.shape[0]} runs but `lr`/`weight_decay` hold {B}")
+    M = _check_psd_batch(M)
+    eta = _batch_param("lr", lr, B, dt, dev)
+    lam = _batch_param("weight_decay", weight_decay, B, dt, dev)
+    if bool((eta <= 0).any()):
+        raise InvalidParameterError(f"`lr` must be positive; found {eta.tolist()}")
+    if bool((lam < 0).any()):
+        raise InvalidParameterError(f"`weight_decay` must be non-negative; found {lam.tolist()}")
+
+    y = prepare_targets(y, loss, N, op.n_outputs, dt, dev)                  # (N, C)
+    A = operator_matrix(op)                                                 # (N·C, s)
+    d = (op.offset - y).reshape(-1)                                         # f(0) − y, (N·C,)
+    iu, ju = torch.triu_indices(p, p, device=dev)
+    s = iu.numel()
+    # c(M) = vec(M) @ Cm (picks M_ij, i ≤ j, times 1 or 2, exactly); vec(G) = g @ Pm (places g_ij at ij and ji)
+    Cm = torch.zeros(p * p, s, dtype=dt, device=dev)
+    Cm[iu * p + ju, torch.arange(s)] = torch.where(iu == ju, 1.0, 2.0).to(dt)
+    Pm = torch.zeros(s, p * p, dtype=dt, device=dev)
+    Pm[torch.arange(s), iu * p + ju] = 1.0
+    Pm[torch.arange(s), ju * p + iu] = 1.0
+    if loss == "mse":
+        Q, R = torch.linalg.qr(A)                                           # A = Q R, R (s, s) or (N·C, s)
+        d_par = Q.T @ d
+        d_perp2 = float(((d - Q @ d_par) ** 2).sum())
+        fwd = Cm @ R.T                                                      # vec(M) ↦ R c(M), exact column scaling
+        back = R @ Pm                                                       # ρ ↦ vec(Rᵀρ) placed symmetrically
+    else:
+        fwd = Cm @ A.T                                                      # vec(M) ↦ 𝒜(M)
+    eye = torch.eye(p, dtype=dt, device=dev)
+    active = torch.ones(B, dtype=torch.bool, device=dev)
+    rec_step = [[] for _ in range(B)]
+    rec_loss = [[] for _ in range(B)]
+    rec_M = [[] for _ in range(B)]
+    limit = None
+    status = [FINISHED] * B
+    message = [f"finished {steps} steps"] * B
+    for k in range(steps + 1):
+        last = k == steps
+        Mf = M.reshape(B, p * p)
+        if loss == "mse":
+            rho = Mf @ fwd + d_par                                          # (B, s): Qᵀ r_b
+            L = ((rho * rho).sum(1) + d_perp2) / (2 * N)
+        else:
+            f = (Mf @ fwd + op.offset.reshape(-1)).reshape(B, N, -1)
+            L, r = _loss_and_grad(loss, f, y)
+        if limit is None:
+            limit = divergence_threshold * torch.clamp(L, min=torch.finfo(dt).tiny)
+        bad = active & ~(torch.isfinite(L) & (L <= limit) & torch.isfinite(Mf).all(1))
+        for b in (torch.nonzero(bad).flatten().tolist() if bool(bad.any()) else ()):
+            status[b] = DIVERGED
+            message[b] = (f"diverged at step {k} (t = {k * float(eta[b]):g}): loss {float(L[b]):.4g} is not finite "
+                          f"or exceeds `divergence_threshold` × L(0) = {float(limit[b]):.4g}; the "
+                          f"{len(rec_step[b])} states saved before it are kept. Lower `lr` (η = {float(eta[b]):g})")
+        active &= ~bad
+        if last or k % save_every == 0:
+            Lc = L.tolist()
+            for b in torch.nonzero(active).flatten().tolist():
+                rec_step[b].append(k)
+                rec_loss[b].append(Lc[b])
+                if save_M:
+                    rec_M[b].append(M[b].clone())
+        if last or not bool(active.any()):
+            break
+        if loss == "mse":
+            G = (rho @ back).reshape(B, p, p) / N                           # (1/N) 𝒜*(r_b) = (1/N) Aᵀ r_b, placed
+        else:
+            G = ((r.reshape(B, -1) @ A) @ Pm).reshape(B, p, p) / N
+        S = 2.0 * G + lam[:, None, None] * eye
+        T = eye - eta[:, None, None] * S
+        Mn = T @ M @ T.transpose(1, 2)
+        Mn = 0.5 * (Mn + Mn.transpose(1, 2))
+        M = torch.where(active[:, None, None], Mn, M)
+    out = []
+    for b in range(B):
+        step = torch.tensor(rec_step[b], dtype=torch.long)
+        info = dict(form="order_parameter", optimizer="gd", lr=float(eta[b]), steps=steps, batch_size=None,
+                    weight_decay=float(lam[b]), momentum=0.0, loss=loss, save_every=int(save_every),
+                    divergence_threshold=float(divergence_threshold), batched=True, batch_index=b)
+        out.append(Trajectory(t=step.to(dtype=dt, device=dev) * float(eta[b]),
+                              loss=torch.tensor(rec_loss[b], dtype=dt, device=dev), step=step,
+                              M=torch.stack(rec_M[b]) if save_M and rec_M[b] else None,
+                              status=status[b], message=message[b], info=info))
+    return out
+
+
+def _check_psd_batch(M: torch.Tensor) -> torch.Tensor:
+    """Symmetric part of each ``M_b``; raise unless each is symmetric PSD to round-off."""
+    eps = torch.finfo(M.dtype).eps
+    scale = M.abs().flatten(1).amax(1).clamp(min=torch.finfo(M.dtype).tiny)
+    asym = (M - M.transpose(1, 2)).abs().flatten(1).amax(1)
+    tol = 10 * eps * scale
+    if bool((asym > tol).any()):
+        b = int(torch.argmax(asym / scale))
+        raise InvalidParameterError(f"`M0` must be symmetric; run {b} has max |M − Mᵀ| = {float(asym[b]):.3e}")
+    M = 0.5 * (M + M.transpose(1, 2))
+    lam = torch.linalg.eigvalsh(M)[:, 0]
+    bad = lam < -tol * max(M.shape[1], 1)
+    if bool(bad.any()):
+        b = int(torch.nonzero(bad)[0])
+        raise InvalidParameterError(f"`M0` must be positive semidefinite; run {b} has smallest eigenvalue "
+                                    f"{float(lam[b]):.3e}")
+    return M

@@ -1,0 +1,208 @@
+"""Run the points of a sweep on a Dask ``distributed.Client`` — one code path for every executor.
+
+* ``workers=N`` / ``scheduler="local"``: a :class:`distributed.LocalCluster` of
+  ``N`` worker *processes* (default: the number of cores), one thread each;
+* ``scheduler="tcp://HOST:PORT"``: an existing Dask cluster (``dask-scheduler``,
+  ``dask-jobqueue`` on Slurm/PBS, …) whose workers have ``nqf`` installed and
+  see the sweep directory (a shared file system).
+
+Each point runs :func:`nqf.experiments.runner.run_experiment` — exactly what
+``nqf run`` runs — in its own run directory, with one torch thread, so its
+arrays and measured values are bit-identical to ``nqf run`` of the same config
+and seed.  A point that raises is recorded (error type and message) and the
+sweep goes on.  A worker that dies (killed, out of memory) loses its point to
+the scheduler, which runs it again on another worker, up to ``retries`` times
+(Dask's ``distributed.scheduler.allowed-failures``; for an existing cluster its
+own setting applies); after that the point is recorded as failed
+(``KilledWorker``).  A point rerun after a crash resumes its run directory
+(finished parts are reused; the directory is named by the config hash, so the
+parts are of the same config).
+
+Dask is imported only here, lazily: ``pip install 'nqf[dask]'``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import SweepError
+from .points import Point, is_finished, point_dir, read_results
+
+__all__ = ["DaskMissingError", "require_dask", "open_client", "run_point", "execute", "row_from_results",
+           "SweepState"]
+
+DASK_MESSAGE = "nqf sweep needs Dask: install it with `pip install 'nqf[dask]'` (dask and distributed)"
+
+
+class DaskMissingError(ImportError):
+    """Dask (``dask`` and ``distributed``) is not installed."""
+
+
+def require_dask():
+    """Import ``distributed`` or raise :class:`DaskMissingError` with the one-line install hint."""
+    try:
+        import dask  # noqa: F401
+        import distributed
+    except ImportError:
+        raise DaskMissingError(DASK_MESSAGE) from None
+    return distributed
+
+
+@contextmanager
+def open_client(scheduler: str | None = None, workers: int | None = None, retries: int = 3):
+    """A ``distributed.Client`` for the executor (see module docstring); closes what it started."""
+    distributed = require_dask()
+    import dask
+
+    if scheduler not in (None, "local"):
+        if not str(scheduler).startswith(("tcp://", "tls://", "ucx://", "inproc://")):
+            raise SweepError(f"`--scheduler`: expected 'local' or an address like tcp://HOST:PORT; found {scheduler!r}")
+        client = distributed.Client(scheduler, timeout="20s")
+        try:
+            yield client
+        finally:
+            client.close()
+        return
+    n = workers or os.cpu_count() or 1
+    with dask.config.set({"distributed.scheduler.allowed-failures": int(retries)}):
+        cluster = distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                                           dashboard_address=None, silence_logs=logging.ERROR,
+                                           env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+        client = distributed.Client(cluster)
+    try:
+        yield client
+    finally:
+        client.close()
+        cluster.close()
+
+
+# ----------------------------------------------------------------------------- on the worker
+def row_from_results(results: dict) -> dict[str, Any]:
+    """The per-point outcome kept in the sweep table: status, wall time, checks and scalar metrics."""
+    metrics = {k: v for k, v in (results.get("metrics") or {}).items()
+               if isinstance(v, (int, float)) and not isinstance(v, bool) or v is None}
+    return {"status": results.get("status"), "wall_seconds": results.get("wall_seconds"),
+            "error_type": None, "error": results.get("message") or None,
+            "checks": [{k: c.get(k) for k in ("name", "predicted", "measured", "relative_error", "passed")}
+                       for c in results.get("checks") or []],
+            "metrics": metrics}
+
+
+def run_point(config: dict, out_dir: str) -> dict[str, Any]:
+    """Run one point (on a worker): validate ``config``, run it into ``out_dir``; never raises for the experiment.
+
+    Returns
+    -------
+    dict
+        ``row_from_results`` of the written results, or ``status = "failed"`` with ``error_type`` and ``error``.
+    """
+    import torch
+
+    from ..experiments.config import parse_config
+    from ..experiments.runner import run_experiment
+
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    try:
+        cfg, exp, params = parse_config(config, "point")
+        out = Path(out_dir)
+        resume = out.is_dir() and any(out.iterdir())
+        results = run_experiment(exp, params, out, seed=cfg.seed, device=cfg.device, resume=resume,
+                                 show_progress=False)
+    except Exception as exc:  # noqa: BLE001 - recorded in the sweep table, the sweep goes on
+        return {"status": "failed", "wall_seconds": round(time.perf_counter() - t0, 3),
+                "error_type": type(exc).__name__, "error": str(exc), "checks": [], "metrics": {}}
+    return row_from_results(results)
+
+
+# ----------------------------------------------------------------------------- on the client
+@dataclass
+class SweepState:
+    """Counts for the progress display."""
+
+    total: int
+    done: int = 0
+    failed: int = 0
+    running: int = 0
+    skipped: int = 0
+    started: float = field(default_factory=time.perf_counter)
+    rows: dict[str, dict] = field(default_factory=dict)
+
+
+def execute(points: list[Point], root, client, *, on_point: Callable[[Point, dict], None] | None = None,
+            on_tick: Callable[[SweepState], None] | None = None, poll: float = 0.25) -> SweepState:
+    """Run every unfinished point on ``client``; returns the state with one row per point (by short hash).
+
+    Finished points (see :func:`nqf.sweep.points.is_finished`) are read, not rerun, and their files
+    are not touched.  Invalid points are recorded as failed without running.  ``on_point(point, row)``
+    is called once per point as it finishes; ``on_tick(state)`` every ``poll`` seconds.
+    """
+    root = Path(root)
+    state = SweepState(total=len(points))
+    futures = {}
+    for pt in points:
+        if not pt.valid:
+            row = {"status": "failed", "wall_seconds": 0.0, "error_type": "ConfigError", "error": pt.error,
+                   "checks": [], "metrics": {}, "reused": False}
+            _finish(state, pt, row, on_point)
+        elif is_finished(root, pt):
+            row = dict(row_from_results(read_results(point_dir(root, pt))), reused=True)
+            state.skipped += 1
+            _finish(state, pt, row, on_point)
+        else:
+            key = f"nqf-point-{pt.short}-{uuid.uuid4().hex[:8]}"
+            futures[client.submit(run_point, pt.config, str(point_dir(root, pt)), key=key, pure=False)] = pt
+    pending = set(futures)
+    last_running = 0.0
+    try:
+        while pending:
+            for fut in [f for f in pending if f.done()]:
+                pending.discard(fut)
+                pt = futures[fut]
+                try:
+                    row = fut.result()
+                except Exception as exc:  # noqa: BLE001 - e.g. KilledWorker after `retries` worker deaths
+                    row = {"status": "failed", "wall_seconds": None, "error_type": type(exc).__name__,
+                           "error": str(exc) or type(exc).__name__, "checks": [], "metrics": {}}
+                row["reused"] = False
+                _finish(state, pt, row, on_point)
+            if time.perf_counter() - last_running > 1.0:
+                last_running = time.perf_counter()
+                state.running = _running(client, pending)
+            if on_tick is not None:
+                on_tick(state)
+            if pending:
+                time.sleep(poll)
+    except BaseException:
+        client.cancel(list(pending))
+        raise
+    state.running = 0
+    if on_tick is not None:
+        on_tick(state)
+    return state
+
+
+def _running(client, pending) -> int:
+    try:
+        processing = client.processing()
+    except Exception:  # noqa: BLE001 - the count is cosmetic
+        return 0
+    keys = {f.key for f in pending}
+    return sum(1 for tasks in processing.values() for k in tasks if k in keys)
+
+
+def _finish(state: SweepState, pt: Point, row: dict, on_point) -> None:
+    state.rows[pt.short] = row
+    state.done += 1
+    if row["status"] != "complete":
+        state.failed += 1
+    if on_point is not None:
+        on_point(pt, row)

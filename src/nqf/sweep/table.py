@@ -1,0 +1,135 @@
+"""The sweep table: ``SWEEP/sweep.csv`` and ``SWEEP/sweep.json``, one row per point.
+
+Columns: ``point`` (short config hash = directory under ``points/``), the swept
+keys, ``seed``, ``status`` (``complete``, ``failed``, ``interrupted``),
+``reused`` (finished by an earlier invocation), ``wall_seconds``,
+``error_type``, ``error``, then ``measured: Q`` for every check's measured value
+and ``metric: K`` for every scalar metric.
+
+Check names are shortened to a *quantity* that is the same at every point:
+clauses naming a value of a parameter (``" at ε = 1e-06"``, ``"(ζ = 4)"``) are
+dropped, so ``"t_1 at ε = 1e-06 (ζ = 4)"`` becomes ``t_1`` — the column the
+report plots against the swept parameter.  ``sweep.json`` keeps every check
+in full (name, predicted, measured, relative error, passed).
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import io
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from ..errors import SweepError
+from .points import Point
+
+__all__ = ["SCHEMA", "quantity_name", "build_table", "write_table", "read_table"]
+
+SCHEMA = "nqf.sweep/1"
+
+_AT_VALUE = re.compile(r"\s+at\s+[^\s=()]+\s*=\s*[^\s()]+")
+_PAREN_VALUE = re.compile(r"\s*\([^()]*=[^()]*\)")
+
+
+def quantity_name(check_name: str) -> str:
+    """The check name without clauses that name a parameter value (see module docstring)."""
+    return _PAREN_VALUE.sub("", _AT_VALUE.sub("", check_name)).strip() or check_name
+
+
+def _quantities(checks: list[dict]) -> tuple[dict, dict]:
+    measured, predicted = {}, {}
+    for c in checks:
+        q = quantity_name(c["name"])
+        if q in measured:  # two checks shorten to the same quantity: keep their full names
+            q = c["name"]
+        measured[q], predicted[q] = c.get("measured"), c.get("predicted")
+    return measured, predicted
+
+
+def build_table(points: list[Point], rows: dict[str, dict], *, experiment: str, base: dict, spec,
+                root) -> dict[str, Any]:
+    """The ``sweep.json`` document for ``points`` and their ``rows`` (keyed by short hash)."""
+    out_rows = []
+    for pt in points:
+        row = rows.get(pt.short) or {"status": "pending", "wall_seconds": None, "error_type": None, "error": None,
+                                     "checks": [], "metrics": {}, "reused": False}
+        measured, predicted = _quantities(row.get("checks") or [])
+        out_rows.append({"point": pt.short, "hash": pt.hash, "index": pt.index, "swept": pt.swept, "seed": pt.seed,
+                         "status": row["status"], "reused": bool(row.get("reused")),
+                         "wall_seconds": row.get("wall_seconds"), "error_type": row.get("error_type"),
+                         "error": row.get("error") if row["status"] != "complete" else None,
+                         "directory": f"points/{pt.short}" if pt.valid else None,
+                         "measured": measured, "predicted": predicted, "metrics": row.get("metrics") or {},
+                         "checks": row.get("checks") or []})
+    counts = {s: sum(r["status"] == s for r in out_rows) for s in ("complete", "failed", "interrupted", "pending")}
+    counts["total"] = len(out_rows)
+    counts["reused"] = sum(r["reused"] for r in out_rows)
+    return {"schema": SCHEMA, "experiment": experiment, "directory": str(root),
+            "updated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "base_config": base, "sweep": spec.to_dict(), "keys": spec.keys, "counts": counts, "rows": out_rows}
+
+
+def _columns(doc: dict) -> list[str]:
+    qs: dict[str, None] = {}
+    ms: dict[str, None] = {}
+    for r in doc["rows"]:
+        qs.update(dict.fromkeys(r["measured"]))
+        ms.update(dict.fromkeys(r["metrics"]))
+    return (["point"] + list(doc["keys"]) + ["seed", "status", "reused", "wall_seconds", "error_type", "error"]
+            + [f"measured: {q}" for q in qs] + [f"metric: {m}" for m in ms])
+
+
+def _csv_cell(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, (list, dict)):
+        return json.dumps(v)
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def to_csv(doc: dict) -> str:
+    cols = _columns(doc)
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(cols)
+    for r in doc["rows"]:
+        cells = []
+        for c in cols:
+            if c.startswith("measured: "):
+                v = r["measured"].get(c[len("measured: "):])
+            elif c.startswith("metric: "):
+                v = r["metrics"].get(c[len("metric: "):])
+            elif c in r["swept"] and c not in ("point", "seed", "status"):
+                v = r["swept"][c]
+            else:
+                v = r.get(c)
+            cells.append(_csv_cell(v))
+        w.writerow(cells)
+    return buf.getvalue()
+
+
+def write_table(root, doc: dict) -> tuple[Path, Path]:
+    """Write ``sweep.json`` and ``sweep.csv`` atomically; returns their paths."""
+    from ..report.rundir import atomic_write_text
+
+    root = Path(root)
+    pj, pc = root / "sweep.json", root / "sweep.csv"
+    atomic_write_text(pj, json.dumps(doc, indent=2, allow_nan=False, default=str) + "\n")
+    atomic_write_text(pc, to_csv(doc))
+    return pj, pc
+
+
+def read_table(root) -> dict:
+    """The ``sweep.json`` of a sweep directory."""
+    path = Path(root) / "sweep.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{root} holds no sweep.json (not a sweep directory?)")
+    doc = json.loads(path.read_text())
+    if doc.get("schema") != SCHEMA:
+        raise SweepError(f"{path}: expected schema {SCHEMA!r}; found {doc.get('schema')!r}")
+    return doc
