@@ -121,6 +121,16 @@ def test_gradient_flow_matches_small_step_gd_and_bad_input():
         gradient_flow(op, y, M0=-M0, t_span=(0, 1))
     with pytest.raises(ValueError, match="exactly one of"):
         gradient_flow(op, y, t_span=(0, 1))
+    # GD with step η approaches the flow at first order in η: the error halves with η
+    M0 = 0.05 * torch.eye(4, dtype=F64) + 0.01
+    fl = gradient_flow(op, y, M0=M0, t_span=(0, 2), t_eval=[0.0, 1.0, 2.0], rtol=1e-11, atol=1e-14)
+    errs = []
+    for lr in (0.004, 0.002):
+        tr = simulate(op, y, M0=M0, lr=lr, steps=int(round(2 / lr)), save_every=int(round(1 / lr)))
+        assert torch.allclose(tr.t, fl.t)
+        errs.append(float((tr.M - fl.M).abs().max() / fl.M.abs().max()))
+    assert errs[0] < 5e-2
+    assert 1.7 < errs[0] / errs[1] < 2.3
 
 
 def test_non_zgz_flow_is_the_small_step_limit():

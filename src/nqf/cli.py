@@ -213,6 +213,7 @@ def list_cmd(as_json: bool = _JSON):
     get_experiment("demo")  # loads the catalogue
     if as_json:
         typer.echo(json.dumps({n: {"description": e.description, "reproduces": e.reproduces,
+                                   "checks": list(getattr(e, "checks", ())),
                                    "params": e.Params().model_dump(mode="json")}
                                for n, e in sorted(REGISTRY.items())}, indent=2))
         return

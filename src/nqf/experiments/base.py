@@ -4,19 +4,42 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 import numpy as np
-from pydantic import AfterValidator, BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict, field_validator
 
 __all__ = ["EpsList", "Params", "Table", "Check", "Outcome", "Experiment", "REGISTRY", "register",
            "get_experiment"]
 
 
 class Params(BaseModel):
-    """Base of every experiment's parameters: unknown keys are errors."""
+    """Base of every experiment's parameters: unknown keys are errors, and so are NaN/inf floats and booleans
+    given for numbers (``true`` is not 1), in any field of any experiment."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_numbers(cls, value, info):
+        field = cls.model_fields.get(info.field_name) if info.field_name else None
+        if field is not None and _has_bool(value) and not _admits_bool(field.annotation):
+            raise ValueError("expected a number, found a boolean (true/false)")
+        return value
+
+
+def _admits_bool(annotation) -> bool:
+    if annotation is bool or annotation is Any:
+        return True
+    return any(_admits_bool(a) for a in get_args(annotation))
+
+
+def _has_bool(value) -> bool:
+    if isinstance(value, (bool, np.bool_)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return any(_has_bool(v) for v in value)
+    return False
 
 
 def _eps_list(v: list[float]) -> list[float]:
@@ -45,29 +68,77 @@ class Table:
 
 @dataclass
 class Check:
-    """A prediction held against a measurement, with the relative tolerance it is judged by."""
+    """A prediction of the library held against an independent measurement or reference.
+
+    Attributes
+    ----------
+    name : str
+        The quantity (and where it is taken, e.g. ``"t_1 at ε = 1e-8"``).
+    predicted : float or None
+        What the library predicts.
+    measured : float or None
+        The independent value: the real network, an independent integration or a closed form.
+    tolerance : float or None
+        Allowed ``|measured − predicted| / |predicted|`` (``kind="relative"``) or
+        ``|measured − predicted|`` (``kind="absolute"``); ``None``: reported, not judged.
+    reference : str
+        What ``measured`` is (independent of the library's prediction).
+    tolerance_origin : str
+        Where the tolerance comes from (numerics, or the theory's error order).
+    kind : {"relative", "absolute"}
+    reason : str
+        Why the check is not judged, or why it failed without a comparison.
+    inputs_finished : bool
+        False when a trajectory the measurement rests on did not finish (diverged or
+        stopped): the check then fails, with ``reason`` saying why.
+
+    A check with a tolerance passes only when the measurement exists, is finite and
+    lies within the tolerance; a missing (``None``) or non-finite measurement fails.
+    """
 
     name: str
     predicted: float | None
     measured: float | None
     tolerance: float | None = None
+    reference: str = ""
+    tolerance_origin: str = ""
+    kind: Literal["relative", "absolute"] = "relative"
+    reason: str = ""
+    inputs_finished: bool = True
+
+    @staticmethod
+    def _finite(v) -> bool:
+        return v is not None and math.isfinite(float(v))
 
     @property
     def relative_error(self) -> float | None:
-        if self.predicted is None or self.measured is None or not math.isfinite(self.measured):
+        if not (self._finite(self.predicted) and self._finite(self.measured)):
             return None
-        return abs(self.measured - self.predicted) / max(abs(self.predicted), 1e-300)
+        return abs(float(self.measured) - float(self.predicted)) / max(abs(float(self.predicted)), 1e-300)
+
+    @property
+    def error(self) -> float | None:
+        """The error judged against ``tolerance`` (relative or absolute, see ``kind``)."""
+        if self.kind == "relative":
+            return self.relative_error
+        if not (self._finite(self.predicted) and self._finite(self.measured)):
+            return None
+        return abs(float(self.measured) - float(self.predicted))
 
     @property
     def passed(self) -> bool | None:
-        err = self.relative_error
+        if not self.inputs_finished:
+            return False
         if self.tolerance is None:
             return None
+        err = self.error
         return bool(err is not None and err <= self.tolerance)
 
     def to_dict(self) -> dict:
         return {"name": self.name, "predicted": _cell(self.predicted), "measured": _cell(self.measured),
-                "tolerance": self.tolerance, "relative_error": _cell(self.relative_error), "passed": self.passed}
+                "tolerance": _cell(self.tolerance), "relative_error": _cell(self.relative_error),
+                "passed": self.passed, "kind": self.kind, "error": _cell(self.error),
+                "reference": self.reference, "tolerance_origin": self.tolerance_origin, "reason": self.reason}
 
 
 @dataclass
@@ -88,7 +159,9 @@ class Experiment:
     Subclasses set ``name``, ``description`` (one line), ``reproduces`` (the
     paper's claim it checks), ``Params`` (a :class:`Params` subclass whose
     defaults are the full-size run) and ``tiny`` (overrides for a run of a few
-    seconds, used by the test suite), and implement :meth:`run`.
+    seconds, used by the test suite), ``checks`` (one line per kind of check:
+    quantity, independent reference, tolerance and its origin), and implement
+    :meth:`run`.
     """
 
     name: ClassVar[str]
@@ -96,6 +169,8 @@ class Experiment:
     reproduces: ClassVar[str] = ""
     Params: ClassVar[type[Params]]
     tiny: ClassVar[dict[str, Any]] = {}
+    #: What the experiment checks: one line per check (quantity, independent reference, tolerance and its origin).
+    checks: ClassVar[tuple[str, ...]] = ()
 
     def run(self, params: Params, ctx, out: Outcome) -> None:  # pragma: no cover - abstract
         """Fill ``out`` in place (so that an interruption keeps what is done)."""

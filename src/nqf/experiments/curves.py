@@ -1,4 +1,5 @@
-"""Small helpers shared by the experiments: trajectories to the CPU, level-crossing times."""
+"""Small helpers shared by the experiments: trajectories to the CPU, level-crossing times, initial
+weights, trajectory status for checks and figures, round-off."""
 
 from __future__ import annotations
 
@@ -8,7 +9,11 @@ import math
 import numpy as np
 import torch
 
-__all__ = ["crossing_time", "to_cpu"]
+__all__ = ["crossing_time", "to_cpu", "initial_weights", "stop_reason", "mark_stop", "mark_unfinished",
+           "clean_roundoff", "ROUNDOFF"]
+
+#: Relative size below which a value is float64 round-off (a few hundred ulps).
+ROUNDOFF = 1e-13
 
 
 def crossing_time(t: np.ndarray, x: np.ndarray, level: float) -> float:
@@ -27,3 +32,80 @@ def to_cpu(traj):
     """A trajectory with every tensor on the CPU (for saving and plotting)."""
     return dataclasses.replace(traj, **{f.name: getattr(traj, f.name).cpu() for f in dataclasses.fields(traj)
                                         if isinstance(getattr(traj, f.name), torch.Tensor)})
+
+
+def initial_weights(p: int, m: int, eps: float, gen: torch.Generator) -> torch.Tensor:
+    """``W0 = √ε Q`` with ``Q`` (p, m) of orthonormal rows, so that ``M(0) = W0 W0ᵀ = εI`` (needs ``m ≥ p``).
+
+    Returns
+    -------
+    torch.Tensor, shape (p, m), float64
+    """
+    Qm, _ = torch.linalg.qr(torch.randn(m, p, dtype=torch.float64, generator=gen))
+    return math.sqrt(eps) * Qm.T
+
+
+def stop_reason(**trajectories) -> str:
+    """``""`` when every trajectory finished; else which did not, where, and why (for a failed check).
+
+    Parameters
+    ----------
+    **trajectories : Trajectory, LVSolution or None
+        Named runs; anything with ``success``/``status`` and ``message`` (``None`` is skipped).
+    """
+    parts = []
+    for name, tr in trajectories.items():
+        if tr is None:
+            continue
+        ok = getattr(tr, "success", None)
+        if ok is None:
+            ok = getattr(tr, "status", 0) >= 0
+        if not ok:
+            t = getattr(tr, "t", None)
+            where = f" at t = {float(t[-1]):.4g}" if t is not None and len(t) else ""
+            parts.append(f"{name} did not finish{where}: {getattr(tr, 'message', 'stopped')}")
+    return "; ".join(parts)
+
+
+def mark_unfinished(checks, reason: str) -> None:
+    """Mark checks whose inputs did not finish as failed, with ``reason`` (no-op for an empty reason)."""
+    if not reason:
+        return
+    for c in checks:
+        c.inputs_finished = False
+        c.reason = reason
+
+
+def mark_stop(ax, traj, t=None, y=None, color="C3", label="run stopped") -> bool:
+    """Mark where a trajectory that did not finish stopped (a cross and a label); returns whether it did.
+
+    ``t``/``y`` default to the trajectory's last saved time and loss.
+    """
+    if traj is None or stop_reason(run=traj) == "":
+        return False
+    tt = float(traj.t[-1]) if t is None else float(t)
+    yy = float(traj.loss[-1]) if y is None else float(y)
+    if not math.isfinite(yy):
+        finite = np.asarray(traj.loss, float)
+        finite = finite[np.isfinite(finite)]
+        yy = float(finite[-1]) if finite.size else 1.0
+    ax.plot([tt], [yy], "x", color=color, ms=10, mew=2.5, zorder=5, label=label)
+    ax.axvline(tt, color=color, lw=0.8, ls="-.")
+    return True
+
+
+def clean_roundoff(x, scale: float):
+    """``x`` with values below float64 round-off relative to ``scale`` set to exactly 0.
+
+    Parameters
+    ----------
+    x : float or numpy.ndarray
+    scale : float
+        The size of the quantities ``x`` was computed from (e.g. the initial loss).
+    """
+    tol = ROUNDOFF * abs(scale)
+    if np.ndim(x) == 0:
+        return 0.0 if abs(float(x)) < tol else float(x)
+    x = np.array(x, dtype=float)
+    x[np.abs(x) < tol] = 0.0
+    return x

@@ -40,6 +40,11 @@ class CheckModel(_Strict):
     tolerance: Optional[float] = Field(None, description="allowed |measured − predicted| / |predicted|")
     relative_error: Optional[float] = None
     passed: Optional[bool] = None
+    kind: Literal["relative", "absolute"] = "relative"
+    error: Optional[float] = Field(None, description="the error judged against the tolerance (see kind)")
+    reference: str = Field("", description="the independent value the prediction is held against")
+    tolerance_origin: str = Field("", description="where the tolerance comes from (numerics, theory's error order)")
+    reason: str = Field("", description="why the check is not judged, or failed without a comparison")
 
 
 class Versions(_Strict):

@@ -162,6 +162,31 @@ class StructureOperator(abc.ABC):
         sub.layout = self.layout
         return sub
 
+    # ------------------------------------------------- factored fast paths (hot loops)
+    def forward_factor(self, L: torch.Tensor) -> torch.Tensor:
+        """``𝒜(L Lᵀ)`` from a factor, without forming ``L Lᵀ`` where the structure allows.
+
+        Hot-loop fast path (no validation): ``L`` must be a tensor of shape ``(p, r)``
+        with the operator's dtype and device.
+
+        Returns
+        -------
+        torch.Tensor, shape (N, C) (also for ``C = 1``)
+        """
+        return self._forward(L @ L.T)
+
+    def adjoint_apply(self, R: torch.Tensor, L: torch.Tensor) -> torch.Tensor:
+        """``𝒜*(R) L`` without forming the ``p × p`` matrix ``𝒜*(R)`` where the structure allows.
+
+        Hot-loop fast path (no validation): ``R`` of shape ``(N, C)``, ``L`` of shape
+        ``(p, r)``, both with the operator's dtype and device.
+
+        Returns
+        -------
+        torch.Tensor, shape (p, r)
+        """
+        return self._adjoint(R) @ L
+
     def predict(self, M, mu=None) -> torch.Tensor:
         """Normal-form output of the module (docs/theory.md §1).
 
@@ -481,6 +506,18 @@ class BilinearStructure(StructureOperator):
         out = torch.zeros(self.p, self.p, dtype=self.dtype, device=self.device)
         out[self.left, self.right] = 0.5 * Kbar
         out[self.right, self.left] = 0.5 * Kbar.T
+        return out
+
+    def forward_factor(self, L):
+        # Tr[L Lᵀ A_{n,c}] = ⟨L_left L_rightᵀ, K_{n,c}⟩: O(p1 p2 r) + one kernel pass
+        return self.kernel.forward(L[self.left] @ L[self.right].T)
+
+    def adjoint_apply(self, R, L):
+        # 𝒜*(R) L = ½ [K̄ L_right; K̄ᵀ L_left] on the two blocks, zero elsewhere
+        Kbar = self.kernel.adjoint(R)
+        out = torch.zeros(self.p, L.shape[1], dtype=self.dtype, device=self.device)
+        out[self.left] = 0.5 * (Kbar @ L[self.right])
+        out[self.right] = 0.5 * (Kbar.T @ L[self.left])
         return out
 
     def _dense(self):
