@@ -223,3 +223,12 @@ def _import_cycles() -> list[list[str]]:
                           "which imports base (issue 10: no import cycle anywhere)", strict=False)
 def test_no_import_cycles():
     assert _import_cycles() == []
+
+
+def test_layers_contract():
+    """The import-linter layers contract of pyproject.toml holds (structure < dynamics < … < cli)."""
+    exe = Path(sys.executable).parent / "lint-imports"
+    if not exe.exists():
+        pytest.skip("import-linter is not installed (pip install -e '.[dev]')")
+    out = subprocess.run([str(exe), "--no-cache"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:]
