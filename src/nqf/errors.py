@@ -46,5 +46,13 @@ class InvalidParameterError(NQFError, ValueError):
     """A parameter has a value outside its allowed range (the message names it and the value found)."""
 
 
+class DataError(NQFError, ValueError):
+    """A data set cannot be loaded or prepared (unknown name, missing file or column, bad format)."""
+
+
+class ModelSpecError(NQFError, ValueError):
+    """A model specification (``mlp:width=…``, ``FILE.py:FACTORY``) cannot be parsed, loaded or built."""
+
+
 class SweepError(NQFError, ValueError):
     """A sweep specification (``--grid``, ``--zip``, ``--seeds`` or the ``[sweep]`` table) is invalid."""

@@ -89,7 +89,8 @@ def detect_steps(t, loss, *, n_grid: int = 400, smooth: float | None = None, min
     Parameters
     ----------
     t : array_like, shape (T,)
-        Strictly increasing positive times.
+        Strictly increasing times, positive except that a first point at
+        ``t = 0`` (the initial state) is accepted and skipped.
     loss : array_like, shape (T,)
         Losses, finite and ``> loss_floor``.
     n_grid : int
@@ -110,6 +111,7 @@ def detect_steps(t, loss, *, n_grid: int = 400, smooth: float | None = None, min
     -------
     Steps
     """
+    t, loss = _drop_origin(t, loss)
     t, loss = as_curve(t, loss, min_points=4)
     if int(n_grid) != n_grid or n_grid < 16:
         raise ValueError(f"`n_grid` must be an integer ≥ 16; found {n_grid!r}")
@@ -183,6 +185,16 @@ def detect_steps(t, loss, *, n_grid: int = 400, smooth: float | None = None, min
     return Steps(times=times, t_start=np.exp(xlo), t_end=np.exp(xhi), log_drops=log_drops,
                  plateau_levels=levels, plateau_intervals=np.array(intervals).reshape(-1, 2),
                  drops=levels[:-1] / levels[1:])
+
+
+def _drop_origin(t, loss):
+    """Drop a first point at ``t = 0`` (where every trajectory starts; it has no log time)."""
+    from ._curves import _as_1d
+
+    t, loss = _as_1d("t", t), _as_1d("loss", loss)
+    if t.size and loss.size == t.size and t[0] == 0.0:
+        return t[1:], loss[1:]
+    return t, loss
 
 
 def _slope_noise(t, ly, x, ys, cnt, smooth, dx) -> np.ndarray:

@@ -1,0 +1,109 @@
+"""Assumption checks of an analysis, each with a number (docs/theory.md §1, §4).
+
+* smooth activation at 0 (ReLU and friends are refused with what to use instead);
+* permutation symmetry of the units (``f(W) = f(Wπ)``);
+* the zero-gradient condition (units at zero get no gradient: ``b = 0``, ``B = 0``);
+* commutation of the structure matrices, tested with two random adjoints
+  (``‖[𝒜*(R), 𝒜*(S)]‖ / (‖𝒜*(R)‖ ‖𝒜*(S)‖)``, milliseconds, nothing dense is built):
+  decides Lotka–Volterra or the saddle sequence;
+* width against ``p`` (``M(0) = εI`` needs ``m ≥ p``);
+* memory and time, estimated before the long runs from the sizes and a timed step.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..errors import NormalFormError
+from .result import CheckRow
+
+__all__ = ["check_smooth", "check_symmetry", "check_zgz", "commutator_norm", "check_commutation",
+           "check_width", "estimate_row"]
+
+_SMOOTH_ALTERNATIVES = "tanh, GELU, erf, sin or a centred softplus (e.g. --model mlp:width=256,act=tanh)"
+
+
+def check_smooth(module: nn.Module) -> CheckRow:
+    """Refuse layers that are not three times differentiable at 0 (one clear line).
+
+    Raises
+    ------
+    NormalFormError
+        Names the first non-smooth layer and smooth replacements.
+    """
+    from ..structure.autodiff import NON_SMOOTH_MODULES
+
+    for name, sub in module.named_modules():
+        if isinstance(sub, NON_SMOOTH_MODULES):
+            raise NormalFormError(
+                f"`model`: layer `{name or type(module).__name__}` is {type(sub).__name__}, which is not smooth at 0 "
+                f"(the NQF expands the network around zero weights to second order; a kink has no curvature "
+                f"there and the prediction would be silently wrong); use {_SMOOTH_ALTERNATIVES}")
+    return CheckRow("smooth at 0", "no non-smooth layer", "C³ at zero weights", "ok")
+
+
+def check_symmetry(module: nn.Module, layout, X: torch.Tensor, seed: int = 0) -> CheckRow:
+    """``max |f(W) − f(Wπ)| / max |f|`` for random ``W`` and generating permutations ``π``."""
+    from ..structure.autodiff import check_permutation_symmetry
+
+    dev = check_permutation_symmetry(module, layout, X[:16], seed=seed)
+    return CheckRow("unit symmetry", f"{dev:.1e}", "f(W) = f(Wπ) to round-off", "ok")
+
+
+def check_zgz(op, offset: torch.Tensor, how: str, activation=None) -> CheckRow:
+    """The zero-gradient condition; without it the flow does not close on ``M`` and no staircase is predicted.
+
+    Raises
+    ------
+    NormalFormError
+        When it fails (e.g. a sigmoid: ``σ(0) = 1/2``).
+    """
+    if op.satisfies_zgz:
+        return CheckRow("zero-gradient condition", "b = 0, B = 0", "units at zero get no gradient", "ok")
+    extra = "" if activation is None else f" ({type(activation).__name__}: σ(0) ≠ 0)"
+    raise NormalFormError(
+        f"`model`: the zero-gradient condition fails{extra}: a unit at zero still receives a gradient, so the "
+        "dynamics do not close on M = W Wᵀ and no staircase can be predicted; use an activation with σ(0) = 0 "
+        "(tanh, GELU, erf, sin, centred softplus)")
+
+
+def commutator_norm(op, *, trials: int = 2, seed: int = 0) -> float:
+    """``max ‖[X, Y]‖_F / (‖X‖_F ‖Y‖_F)`` over ``X = 𝒜*(R)``, ``Y = 𝒜*(S)`` with random Gaussian ``R, S``.
+
+    Zero (to round-off) iff all structure matrices commute, with probability one;
+    costs ``2·trials`` adjoints (the test of :func:`nqf.saddles.commutes`, with the number).
+    """
+    g = torch.Generator().manual_seed(seed)
+    worst = 0.0
+    for _ in range(trials):
+        R = torch.randn(op.n_samples, op.n_outputs, generator=g, dtype=op.dtype).to(op.device)
+        S = torch.randn(op.n_samples, op.n_outputs, generator=g, dtype=op.dtype).to(op.device)
+        A, B = op.adjoint(R), op.adjoint(S)
+        den = float(torch.linalg.norm(A) * torch.linalg.norm(B))
+        worst = max(worst, float(torch.linalg.norm(A @ B - B @ A)) / max(den, 1e-300))
+    return worst
+
+
+def check_commutation(op, rtol: float = 1e-9) -> tuple[CheckRow, bool]:
+    """Commutation row and the decision (True: Lotka–Volterra; False: saddle sequence)."""
+    from ..saddles import commutes
+
+    value = commutator_norm(op)
+    yes = commutes(op, rtol=rtol)
+    note = ("commuting: Lotka–Volterra reduction" if yes else
+            "not commuting: greedy saddle sequence (nqf.saddles.saddle_sequence)")
+    return CheckRow("commutation", f"{value:.2e}", f"≤ {rtol:g} for Lotka–Volterra", "ok", note), yes
+
+
+def check_width(width: int, p: int) -> CheckRow:
+    if width >= p:
+        return CheckRow("width vs p", f"m = {width}, p = {p}", "m ≥ p for M(0) = εI", "ok")
+    return CheckRow("width vs p", f"m = {width}, p = {p}", "m ≥ p for M(0) = εI", "warn",
+                    f"M(0) = εΠ with Π a random rank-{width} projector; weight-form simulation")
+
+
+def estimate_row(seconds: float, nbytes: float) -> CheckRow:
+    """Memory and time estimate (before the long runs)."""
+    return CheckRow("memory and time", f"{nbytes / 2**20:.0f} MiB, ~{seconds:.0f} s",
+                    "estimated before the runs", "ok", "from the array sizes and one timed step of each run")

@@ -1,0 +1,91 @@
+"""``nqf analyze``: the command (registered on the main typer app by :func:`register`).
+
+Exit codes: 0 done; 2 bad input (data, model, units, flags: one line on stderr,
+nothing is run); 1 the analysis failed while running; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import typer
+
+__all__ = ["register"]
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``analyze`` command to ``app``."""
+
+    @app.command("analyze")
+    def analyze_cmd(
+        model: str = typer.Option("mlp:width=256,act=tanh", "--model",
+                                  help="FILE.py:FACTORY or a built-in spec mlp:width=INT,act=NAME[,bias=true]."),
+        data: str = typer.Option(..., "--data", help="digits, iris, wine, breast_cancer, diabetes, linnerud, or a "
+                                                     ".npz (X, Y) / .csv / .pt file."),
+        target: str | None = typer.Option(None, "--target", help="CSV target column(s), names or 0-based indices."),
+        units: str | None = typer.Option(None, "--units", help="Layer of units to analyse (default: first found)."),
+        eps: float = typer.Option(1e-6, "--eps", help="Initial scale: M(0) = εI."),
+        lr: float | None = typer.Option(None, "--lr", help="GD step (default 0.02 / largest escape rate)."),
+        steps: int | None = typer.Option(None, "--steps", help="GD steps (default: past the last drop)."),
+        subset: int | None = typer.Option(None, "--subset", help="Analyse a random subset of this many samples."),
+        no_standardize: bool = typer.Option(False, "--no-standardize", help="Keep the inputs as they are."),
+        out: Path | None = typer.Option(None, "--out", help="Run directory (default: runs/analyze-TIMESTAMP)."),
+        force: bool = typer.Option(False, "--force", help="Overwrite an existing run directory."),
+        as_json: bool = typer.Option(False, "--json", help="Print the analysis as JSON."),
+        seed: int = typer.Option(0, "--seed", min=0, help="Seed of the model factory and the initial frame."),
+        threads: int = typer.Option(1, "--threads", min=1, help="CPU threads for torch."),
+    ):
+        """Your model on your data: predicted plateaus and drop times, NQF and real training, verdict."""
+        import datetime as _dt
+
+        import torch
+
+        from ..errors import NQFError
+        from .output import AnalyzeExperiment, AnalyzeParams, load_data, print_analysis
+        from .pipeline import prepare_analysis
+
+        def fail(msg: str, code: int = 2):
+            typer.echo(f"error: {msg}", err=True)
+            raise typer.Exit(code)
+
+        torch.set_num_threads(threads)
+        try:
+            params = AnalyzeParams(model=model, data=data, target=target, units=units, eps=eps, lr=lr, steps=steps,
+                                   subset=subset, standardize=not no_standardize)
+        except Exception as exc:  # noqa: BLE001 - pydantic: one line naming the flag
+            errs = exc.errors() if hasattr(exc, "errors") else [{"loc": ("?",), "msg": str(exc)}]
+            fail(f"--{errs[0]['loc'][0]}: {errs[0]['msg']}")
+        try:  # everything that can be wrong with the input fails here, before any run directory exists
+            ds = load_data(params, seed)
+            _, _, found, _ = prepare_analysis(model, ds, units=units, seed=seed)
+        except NQFError as exc:
+            fail(str(exc))
+        log = (lambda s: None) if as_json else (lambda s: typer.echo(s, err=True))
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        out = Path(out) if out else Path("runs") / f"analyze-{stamp}"
+        exp = AnalyzeExperiment(log=log)
+        from ..experiments.runner import run_experiment
+
+        try:
+            results = run_experiment(exp, params, out, seed=seed, force=force,
+                                     show_progress=(not as_json) and sys.stderr.isatty())
+        except NQFError as exc:
+            fail(str(exc))
+        except KeyboardInterrupt:
+            typer.echo(f"\ninterrupted: partial results kept in {out}", err=True)
+            raise typer.Exit(130) from None
+        except Exception as exc:  # noqa: BLE001
+            if os.environ.get("NQF_TRACEBACK"):
+                raise
+            fail(f"analysis failed: {type(exc).__name__}: {exc} (set NQF_TRACEBACK=1 for the traceback)", code=1)
+        a = exp.analysis
+        if as_json:
+            typer.echo(json.dumps({"analysis": a.to_dict(), "run_directory": str(out),
+                                   "wall_seconds": results["wall_seconds"]}, indent=2))
+            return
+        print_analysis(a, typer.echo)
+        typer.echo("")
+        typer.echo(f"run directory: {out}   report: {out / 'report.html'}   ({results['wall_seconds']} s)")

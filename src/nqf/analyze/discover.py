@@ -1,0 +1,213 @@
+"""Which units of a model are analysed, and their structure operator.
+
+Discovery uses :func:`nqf.structure.find_units` / :func:`nqf.structure.select_units`
+when the installed :mod:`nqf.structure` provides them; otherwise it finds hidden
+neurons between two ``nn.Linear`` layers with an elementwise activation inside any
+``nn.Sequential`` (and the ``units`` layout of :mod:`nqf.networks` models).
+
+Structure operator: for a model that *is* a two-layer MLP
+(``nn.Sequential(Linear, act, Linear)`` or :class:`nqf.networks.TwoLayerMLP`)
+with a known activation, the analytic operator :func:`nqf.structure.mlp`
+(memory ``O(N D)``), checked against :func:`nqf.structure.from_module` on a few
+samples to 1e-10; any other model goes through ``from_module`` (dense
+``N × C × p × p``, refused above the memory budget).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from ..errors import NormalFormError
+from ..structure.units import UnitLayout, UnitSlice, get_unit_weights, set_unit_weights
+
+__all__ = ["FoundUnits", "find_unit_layers", "choose_units", "structure_of", "output_at_zero", "ELEMENTWISE"]
+
+#: Elementwise activation modules (smooth and non-smooth: the smoothness check judges them).
+ELEMENTWISE: tuple[type[nn.Module], ...] = (
+    nn.Tanh, nn.GELU, nn.Sigmoid, nn.SiLU, nn.Softplus, nn.Mish, nn.Softsign, nn.Tanhshrink, nn.Identity,
+    nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.PReLU, nn.RReLU, nn.ELU, nn.CELU, nn.SELU, nn.Hardtanh, nn.Hardswish,
+    nn.Hardsigmoid, nn.Hardshrink, nn.Softshrink,
+)
+
+
+@dataclass(frozen=True)
+class FoundUnits:
+    """A layer of interchangeable units.
+
+    Attributes
+    ----------
+    name : str
+        Layer name (the first ``nn.Linear`` of an MLP block, e.g. ``"0"``).
+    kind : str
+        ``"mlp-hidden"`` or what :func:`nqf.structure.find_units` reports.
+    layout : UnitLayout
+    n_units, p : int
+    activation : nn.Module or None
+        The elementwise activation between the two linear maps (MLP blocks).
+    is_whole_mlp : bool
+        The model is exactly this two-layer MLP (analytic operator possible).
+    """
+
+    name: str
+    kind: str
+    layout: UnitLayout = field(repr=False)
+    n_units: int
+    p: int
+    activation: nn.Module | None = field(default=None, repr=False)
+    is_whole_mlp: bool = False
+    bias: bool = False
+
+    def describe(self) -> str:
+        act = "" if self.activation is None else f", activation {type(self.activation).__name__}"
+        return f"{self.kind} `{self.name}`: {self.n_units} units of dimension p = {self.p}{act}"
+
+
+def _mlp_blocks(module: nn.Module) -> list[FoundUnits]:
+    params = dict(module.named_parameters())
+    found = []
+    if isinstance(getattr(module, "units", None), UnitLayout) and hasattr(module, "input"):
+        lay = module.units.resolve(params)
+        act = getattr(module, "activation", None)
+        found.append(FoundUnits("input", "mlp-hidden", lay, lay.n_units, lay.p(params), act, True,
+                                getattr(module, "bias", False) is True))
+        return found
+    for prefix, seq in module.named_modules():
+        if not isinstance(seq, nn.Sequential):
+            continue
+        kids = list(seq.named_children())
+        for i in range(len(kids) - 2):
+            (n_in, lin), (_, act), (n_out, lout) = kids[i], kids[i + 1], kids[i + 2]
+            from .models import Elementwise
+
+            if not (isinstance(lin, nn.Linear) and isinstance(lout, nn.Linear)
+                    and isinstance(act, ELEMENTWISE + (Elementwise,))
+                    and lin.out_features == lout.in_features):
+                continue
+            pre = f"{prefix}." if prefix else ""
+            slices = [UnitSlice(f"{pre}{n_out}.weight", axis=1), UnitSlice(f"{pre}{n_in}.weight", axis=0)]
+            if lin.bias is not None:
+                slices.append(UnitSlice(f"{pre}{n_in}.bias", axis=0))
+            lay = UnitLayout(slices).resolve(params)
+            whole = seq is module and len(kids) == 3
+            found.append(FoundUnits(f"{pre}{n_in}", "mlp-hidden", lay, lay.n_units, lay.p(params), act, whole,
+                                    lin.bias is not None))
+    return found
+
+
+def _adapt(obj, module) -> FoundUnits:
+    """A :class:`FoundUnits` from whatever :mod:`nqf.structure`'s discovery returns."""
+    params = dict(module.named_parameters())
+    lay = obj if isinstance(obj, UnitLayout) else getattr(obj, "layout", None) or getattr(obj, "units", None)
+    if not isinstance(lay, UnitLayout):
+        raise NormalFormError(f"`units`: cannot read a unit layout from {type(obj).__name__}")
+    lay = lay.resolve(params)
+    name = str(getattr(obj, "name", "units"))
+    mine = {f.name: f for f in _mlp_blocks(module)}
+    if name in mine:  # keep the analytic fast path for MLP blocks
+        return mine[name]
+    return FoundUnits(name, str(getattr(obj, "kind", "units")), lay, lay.n_units, lay.p(params))
+
+
+def find_unit_layers(module: nn.Module) -> list[FoundUnits]:
+    """Every layer of interchangeable units found in ``module`` (possibly empty)."""
+    from .. import structure
+
+    if hasattr(structure, "find_units"):
+        try:
+            return [_adapt(o, module) for o in structure.find_units(module)]
+        except (TypeError, AttributeError, NormalFormError):
+            pass
+    return _mlp_blocks(module)
+
+
+def choose_units(module: nn.Module, name: str | None = None) -> FoundUnits:
+    """The units to analyse: the layer named ``name``, or the only / first layer found.
+
+    Raises
+    ------
+    NormalFormError
+        No interchangeable units, or no layer called ``name``.
+    """
+    layers = find_unit_layers(module)
+    if not layers:
+        raise NormalFormError(
+            f"`model`: no interchangeable units found in {type(module).__name__} (looked for hidden neurons "
+            "between two nn.Linear layers with an elementwise activation, attention heads, conv channels and "
+            "experts); the NQF describes layers of units that can be permuted")
+    if name is None:
+        return layers[0]
+    for f in layers:
+        if f.name == name or f.name.rstrip(".") == name:
+            return f
+    raise NormalFormError(f"`units`: no layer of units called {name!r}; found {[f.name for f in layers]}")
+
+
+def _activation_name(act: nn.Module | None) -> str | None:
+    from ..structure.activations import Activation
+    from .models import Elementwise
+
+    if isinstance(act, Activation):
+        return act.name
+    if isinstance(act, nn.Tanh):
+        return "tanh"
+    if isinstance(act, nn.GELU) and act.approximate == "none":
+        return "gelu"
+    if isinstance(act, nn.Sigmoid):
+        return "sigmoid"
+    if isinstance(act, nn.Identity):
+        return "linear"
+    if isinstance(act, Elementwise):
+        return act.name
+    return None
+
+
+def output_at_zero(module: nn.Module, layout: UnitLayout, X: torch.Tensor) -> torch.Tensor:
+    """The model's output with every unit at zero, ``f(0)`` of shape ``(N, C)``."""
+    import copy
+
+    m = copy.deepcopy(module).eval()
+    W = get_unit_weights(m, layout)
+    set_unit_weights(m, layout, torch.zeros_like(W))
+    with torch.no_grad():
+        out = m(X)
+    return out.reshape(out.shape[0], -1)
+
+
+def structure_of(module: nn.Module, found: FoundUnits, X: torch.Tensor, *, memory_budget: float = 2e9,
+                 check_samples: int = 8):
+    """Structure operator of the chosen units on inputs ``X``.
+
+    Returns
+    -------
+    op : StructureOperator
+    offset : torch.Tensor, shape (N, C)
+        ``f(0)``; for the analytic MLP operator it is *not* part of ``op`` (subtract
+        it from the targets), for ``from_module`` it is ``op.offset`` already.
+    how : str
+        ``"analytic"`` or ``"autodiff"``.
+    """
+    from ..structure import from_module, mlp
+
+    f0 = output_at_zero(module, found.layout, X)
+    C = f0.shape[1]
+    act = _activation_name(found.activation)
+    if found.is_whole_mlp and act is not None:
+        op = mlp(X, act, bias=found.bias, n_outputs=C)
+        sub = torch.arange(min(check_samples, X.shape[0]))
+        ref = from_module(module, found.layout, X[sub], check=False).dense()
+        mine = op.take(sub).dense().reshape(ref.shape)
+        err = float((mine - ref).abs().max()) / max(float(ref.abs().max()), 1e-300)
+        if err <= 1e-10:
+            return op, f0, "analytic"
+    N, p = X.shape[0], found.p
+    need = N * C * p * p * 8 * 2
+    if need > memory_budget:
+        raise NormalFormError(
+            f"`model`: the autodiff structure operator of {found.describe()} needs {need / 1e9:.1f} GB "
+            f"(N·C·p² float64, twice), over the budget of {memory_budget / 1e9:.1f} GB; use --subset to analyse "
+            "fewer samples")
+    op = from_module(module, found.layout, X, zgz="carry")
+    return op, op.offset, "autodiff"

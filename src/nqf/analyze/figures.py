@@ -1,0 +1,42 @@
+"""Figures of an analysis: loss curves with the predicted staircase, and per-mode strengths."""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["analysis_figure"]
+
+
+def analysis_figure(a):
+    """Two panels: losses of the real network, the NQF and the prediction (predicted times marked),
+    and the strength ``q_kᵀ M(t) q_k`` of each escaping direction (real solid, NQF dashed)."""
+    from ..report.figures import mark_times, new_figure
+
+    c, P = a.curves, a.prediction
+    t = c["t"]
+    fig, (ax, ax2) = new_figure(2, figsize=(12, 4.4))
+    ax.plot(t, c["loss_real"], lw=2.2, label="real network")
+    ax.plot(t, c["loss_nqf"], "--", lw=1.5, label="NQF simulation")
+    ax.plot(t, c["loss_predicted"], ":", lw=1.5, color="k", label=f"prediction ({P.method})")
+    for L in P.levels:
+        ax.axhline(L, color="0.75", lw=0.6, zorder=0)
+    mark_times(ax, P.times, [str(k + 1) for k in range(P.n_drops)])
+    if a.validity.get("left_time") is not None:
+        ax.axvline(a.validity["left_time"], color="C2", lw=1.2, label="left the quadratic regime")
+    ax.set_xlabel("training time t = η·steps")
+    ax.set_ylabel("loss L")
+    ax.set_title(f"{a.data}: ε = {a.eps:g}, width {a.width}, p = {a.p} (dashed red: predicted drops)", fontsize=9)
+    ax.legend(fontsize=8, loc="upper right")
+    S_real, S_nqf = c.get("strength_real"), c.get("strength_nqf")
+    if S_real is not None and S_real.shape[1]:
+        for k in range(S_real.shape[1]):
+            line, = ax2.semilogy(t, np.maximum(S_real[:, k], 1e-300), lw=1.6, label=f"mode {k + 1}")
+            ax2.semilogy(t, np.maximum(S_nqf[:, k], 1e-300), "--", lw=1.0, color=line.get_color())
+        mark_times(ax2, P.times, None)
+        lo = max(float(np.nanmin(S_real[S_real > 0])) if (S_real > 0).any() else 1e-12, a.eps / 10)
+        ax2.set_ylim(bottom=lo)
+        ax2.legend(fontsize=7, ncol=2, loc="lower right")
+    ax2.set_xlabel("training time t = η·steps")
+    ax2.set_ylabel("mode strength q_kᵀ M(t) q_k")
+    ax2.set_title("escaping directions: real network (solid), NQF (dashed)", fontsize=9)
+    return fig

@@ -1,0 +1,258 @@
+r"""``nqf.analyze``: predict how a real network learns on real data, train it, compare, and judge.
+
+Pipeline (docs/analyze.md):
+
+1. data and model are validated; non-smooth layers are refused before any work;
+2. the units are found (or named) and rescaled to ``M(0) = εI`` (``W(0) = √ε Qᵀ``;
+   rank-deficient ``M(0) = εΠ`` when the width is below ``p``, see
+   :mod:`nqf.analysis.schedule`); every other parameter stays as the user built it;
+3. structure operator (analytic for a plain two-layer MLP, autodiff otherwise) and
+   assumption checks: symmetry, zero-gradient condition, commutation (two random
+   adjoints; nothing dense), memory/time estimate;
+4. prediction: Lotka–Volterra reduction (commuting data) or greedy saddle
+   sequence (:func:`nqf.saddles.saddle_sequence`);
+5. learning rate ``0.02 / largest escape rate`` and steps to ``1.25 t_K + 2``;
+6. the NQF simulation (:func:`nqf.simulate`; weight form for ``ε ≤ 1e-13`` or
+   width ``< p``) and the real module trained with full-batch GD from the same
+   ``W(0)`` (:func:`nqf.train_network`);
+7. comparison per plateau (:func:`nqf.analysis.compare.compare_staircase`), the
+   validity of the quadratic regime, and a verdict.
+
+Loss and time conventions: ``L = (1/N) Σ_n ½‖f_n − y_n‖²``, ``t = η · steps``.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import numpy as np
+import torch
+
+from ..analysis.compare import FLAT_THRESHOLD, compare_staircase
+from ..analysis.schedule import initial_weights, stable_learning_rate, step_count
+from ..data import Dataset, prepare
+from .checks import check_commutation, check_smooth, check_symmetry, check_width, check_zgz, estimate_row
+from .discover import choose_units, structure_of
+from .models import build_model
+from .result import Analysis, Prediction
+from .verdict import judge, validity
+
+__all__ = ["analyze", "predict", "prepare_analysis"]
+
+#: Largest dense Lotka–Volterra structure array (N·C·p² entries) built for commuting data.
+LV_MAX_ENTRIES = 2e7
+#: Below this ε the NQF is simulated in weight form (the order-parameter form is exact at larger ε).
+WEIGHT_FORM_BELOW = 1e-13
+
+
+def predict(op, Y, eps: float, *, commuting: bool, M0=None) -> Prediction:
+    """Predicted staircase at ``ε``: Lotka–Volterra (commuting data) or the saddle sequence.
+
+    Parameters
+    ----------
+    op : StructureOperator
+    Y : torch.Tensor, shape (N, C)
+        Targets (minus ``f(0)`` when ``op`` carries no offset).
+    eps : float
+    commuting : bool
+        From :func:`nqf.analyze.checks.check_commutation` (the cheap test).
+    M0 : torch.Tensor, optional
+        Initial order parameter for the Lotka–Volterra reduction (default ``εI``).
+    """
+    from ..saddles import saddle_sequence
+
+    dense_entries = op.n_samples * op.n_outputs * op.p ** 2
+    if commuting and dense_entries <= LV_MAX_ENTRIES:
+        from ..lv import reduce
+
+        M0 = eps * torch.eye(op.p, dtype=torch.float64) if M0 is None else M0
+        lv = reduce(op, Y, M0)
+        pl = lv.plateaus(eps)
+        times = pl.times.numpy()
+        levels = pl.losses.numpy()
+        basis = np.asarray(lv.basis)
+        dirs = basis[:, pl.modes.numpy()] if times.size else np.zeros((op.p, 0))
+        zeta = lv.zeta.numpy()
+        rates = np.concatenate([zeta[pl.modes.numpy()], [0.0]]) if times.size else np.array([0.0])
+        ranks = np.arange(times.size + 1)
+        return Prediction("lotka-volterra", levels, times, times.copy(), rates, ranks, dirs,
+                          True, float(eps), ("commuting data: Lotka–Volterra reduction",))
+    seq = saddle_sequence(op, Y, rule="commuting" if commuting else "generic")
+    K = len(seq) - 1
+    times = seq.escape_times(eps) if K else np.zeros(0)
+    lead = seq.escape_times(eps, offset=False) if K else np.zeros(0)
+    dirs = np.stack([seq.saddles[k].escape_direction[:, 0].numpy() for k in range(K)], 1) if K else np.zeros((op.p, 0))
+    notes = ["first drop with its exact O(1) offset; later drops leading order τ_k ln(1/ε)"] + list(seq.notes)
+    if commuting:
+        notes.insert(0, "commuting data too large for the dense Lotka–Volterra reduction: saddle sequence with "
+                        "the commuting rule (equal to the Lotka–Volterra ε → 0 limit)")
+    return Prediction("saddle-sequence", seq.plateau_levels, np.asarray(times), np.asarray(lead), seq.escape_rates,
+                      seq.ranks, dirs, bool(seq.global_minimum), float(eps), tuple(notes))
+
+
+def _as_data(X, Y, name: str | None) -> Dataset:
+    if isinstance(X, Dataset):
+        return X
+    if Y is None:
+        from ..errors import ShapeError
+
+        raise ShapeError("`Y` is required when `X` is an array (or pass a nqf.data.Dataset as `X`)")
+    Xa = X.detach().cpu().numpy() if hasattr(X, "detach") else X
+    Ya = Y.detach().cpu().numpy() if hasattr(Y, "detach") else Y
+    return prepare(Xa, Ya, task="regression", standardize=False, one_hot=False, center=False, name=name or "arrays")
+
+
+def prepare_analysis(model, X, Y=None, *, units: str | None = None, seed: int = 0, data_name: str | None = None):
+    """The cheap, failing-early part: data, model, smoothness, units.  Returns ``(data, module, found, desc)``.
+
+    Raises
+    ------
+    NQFError
+        Bad data (NaN, mismatched lengths), a non-smooth layer, no interchangeable units.
+    """
+    data = _as_data(X, Y, data_name)
+    desc = model if isinstance(model, str) else type(model).__name__
+    module = build_model(model, data.n_features, data.n_outputs, seed=seed)
+    if not isinstance(model, str):
+        module = copy.deepcopy(module)
+    check_smooth(module)
+    found = choose_units(module, units)
+    return data, module, found, desc
+
+
+def _timed_step_cost(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) / 3.0
+
+
+def analyze(model, X, Y=None, *, eps: float = 1e-6, units: str | None = None, lr: float | None = None,
+            steps: int | None = None, loss: str = "mse", seed: int = 0, lr_fraction: float = 0.02,
+            save_points: int = 600, flat_threshold: float = FLAT_THRESHOLD, gap_tolerance: float = 0.05,
+            data_name: str | None = None, init_factor: float = 1.0, log=None) -> Analysis:
+    r"""Predict, simulate, train and compare: how a real network learns on real data, and how far to trust it.
+
+    Parameters
+    ----------
+    model : torch.nn.Module or str
+        A module (copied, converted to float64; parameters outside the units are
+        kept), a built-in spec (``"mlp:width=256,act=tanh"``) or ``"FILE.py:FACTORY"``.
+    X : array_like, shape (N, D), or nqf.data.Dataset
+        Inputs (used as given; :func:`nqf.data.load_dataset` prepares bundled data and files).
+    Y : array_like, shape (N,) or (N, C)
+        Targets (not needed with a Dataset).
+    eps : float
+        Initial scale: ``M(0) = εI`` (``W(0) = √ε Qᵀ``).
+    units : str, optional
+        Name of the layer of units (default: the first found).
+    lr, steps : optional
+        GD step and number of steps (default: ``0.02 / largest escape rate``, and
+        enough steps to pass the last predicted drop by 25 %).
+    loss : {"mse"}
+        Only the mean-squared error has a staircase prediction.
+    seed : int
+        Seed of the model factory and of the initial frame ``Q``.
+    lr_fraction : float
+        ``η ×`` largest escape rate.
+    save_points : int
+        Saved points of each curve.
+    flat_threshold : float
+        Largest (loss change across the middle of a plateau) / (adjacent drop) of a flat plateau.
+    gap_tolerance : float
+        Relative gap ``|L_real − L_NQF| / L_NQF`` beyond which the network has left the NQF.
+    init_factor : float
+        Multiplies the real network's ``W(0)`` only (1: the same start as the NQF).
+        A value ≠ 1 plants a wrong initial scale, for testing that the comparison notices.
+    log : callable, optional
+        Called with progress lines (the CLI prints them).
+
+    Returns
+    -------
+    Analysis
+
+    Raises
+    ------
+    NQFError
+        Bad data or model (see :func:`prepare_analysis`), the zero-gradient condition failing,
+        or a non-MSE loss.
+    """
+    from .._validation import float_param
+    from ..dynamics import simulate, train_network
+    from ..errors import InvalidParameterError
+
+    say = log or (lambda s: None)
+    eps = float_param("eps", eps, positive=True)
+    if not eps < 1:
+        raise InvalidParameterError(f"`eps` must lie in (0, 1); found {eps}")
+    if loss != "mse":
+        raise InvalidParameterError(f"`loss` must be 'mse' (the staircase is predicted for MSE); found {loss!r}")
+    timings = {}
+    t0 = time.perf_counter()
+    data, module, found, desc = prepare_analysis(model, X, Y, units=units, seed=seed, data_name=data_name)
+    say(f"units: {found.describe()}")
+    Xt = torch.as_tensor(data.X, dtype=torch.float64)
+    Yt = torch.as_tensor(data.Y, dtype=torch.float64)
+    op, f0, how = structure_of(module, found, Xt)
+    Ynqf = Yt - f0 if how == "analytic" else Yt
+    rows = [check_smooth(module)]
+    rows.append(check_symmetry(module, found.layout, Xt, seed=seed))
+    rows.append(check_zgz(op, f0, how, found.activation))
+    row, commuting = check_commutation(op)
+    rows.append(row)
+    p, m = found.p, found.n_units
+    rows.append(check_width(m, p))
+    timings["setup"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    W0 = initial_weights(p, m, eps, seed=seed)
+    M0 = W0 @ W0.T if m < p else None
+    pred = predict(op, Ynqf, eps, commuting=commuting, M0=M0)
+    timings["prediction"] = time.perf_counter() - t0
+    say(f"prediction: {pred.method}, {pred.n_drops} drops, levels {pred.levels[0]:.4g} → {pred.levels[-1]:.4g}")
+    if lr is None:
+        lr = stable_learning_rate(pred.rates, lr_fraction)
+    if steps is None:
+        steps = step_count(pred.times, lr)
+    save_every = max(1, steps // save_points)
+    form = "weights" if (eps <= WEIGHT_FORM_BELOW or m < p) else "order_parameter"
+
+    # memory and time, before the long runs: sizes and three timed steps of each
+    net = copy.deepcopy(module)
+    c_real = _timed_step_cost(lambda: train_network(copy.deepcopy(module), found.layout, Xt, Yt, W0=W0, lr=lr, steps=3,
+                                                    save_W=False, save_M=False))
+    c_nqf = _timed_step_cost(lambda: simulate(op, Ynqf, W0=W0, lr=lr, steps=3, form=form, save_M=False,
+                                              save_W=False))
+    n_saved = steps // save_every + 2
+    nbytes = 2 * n_saved * p * p * 8 + sum(v.numel() * 8 for v in module.parameters()) * 3
+    rows.append(estimate_row((c_real + c_nqf) * steps, nbytes))
+    say(f"estimate: {steps} steps (η = {lr:.4g}), ~{(c_real + c_nqf) * steps:.0f} s, {nbytes / 2**20:.0f} MiB")
+
+    t0 = time.perf_counter()
+    sim = simulate(op, Ynqf, W0=W0, lr=lr, steps=steps, form=form, save_every=save_every, save_W=False)
+    timings["nqf_simulation"] = time.perf_counter() - t0
+    say(f"NQF simulation: {timings['nqf_simulation']:.1f} s")
+    t0 = time.perf_counter()
+    real = train_network(net, found.layout, Xt, Yt, W0=init_factor * W0, lr=lr, steps=steps,
+                         save_every=save_every, save_W=False)
+    timings["real_training"] = time.perf_counter() - t0
+    say(f"real network: {timings['real_training']:.1f} s")
+
+    n = min(len(sim), len(real))
+    t = real.t[:n].numpy()
+    Lr, Ln = real.loss[:n].numpy(), sim.loss[:n].numpy()
+    cmp_nqf = compare_staircase(t, Ln, pred.levels, pred.times, flat_threshold=flat_threshold)
+    cmp_real = compare_staircase(t, Lr, pred.levels, pred.times, flat_threshold=flat_threshold)
+    Q = torch.as_tensor(pred.directions, dtype=torch.float64)
+    strength = {}
+    for key, tr in (("strength_real", real), ("strength_nqf", sim)):
+        strength[key] = (torch.einsum("pk,tpq,qk->tk", Q, tr.M[:n], Q).numpy() if tr.M is not None and Q.numel()
+                         else np.zeros((n, 0)))
+    val = validity(t, Lr, Ln, real.step[:n].numpy(), pred, gap_tolerance)
+    verdict = judge(pred, cmp_nqf, cmp_real, val, eps, found, m, p)
+    curves = {"t": t, "loss_real": Lr, "loss_nqf": Ln, "loss_predicted": pred.loss_curve(t), **strength}
+    return Analysis(model=desc, data=data.name, units=found.describe(), operator=how, p=p, width=m,
+                    n_samples=data.n_samples, n_outputs=data.n_outputs, eps=eps, lr=float(lr), steps=int(steps),
+                    checks=tuple(rows), prediction=pred, nqf=cmp_nqf, real=cmp_real, validity=val, verdict=verdict,
+                    curves=curves, timings={k: round(v, 3) for k, v in timings.items()})
+

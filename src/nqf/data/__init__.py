@@ -1,0 +1,40 @@
+r"""Data sets for ``nqf analyze``: bundled real data and the user's files, prepared the same way.
+
+:func:`load_dataset` takes a bundled name or a file and returns a :class:`Dataset`
+(inputs ``X`` of shape ``(N, D)``, targets ``Y`` of shape ``(N, C)``, float64),
+after the preprocessing the NQF conventions expect (docs/theory.md §0, MSE
+``ℓ = ½ ‖f − y‖²``):
+
+* **inputs standardised**: every column centred and divided by its standard
+  deviation (constant columns are only centred);
+* **classification targets → centred one-hot**: class ``k`` becomes ``e_k``,
+  then every column is centred (``Σ_n Y_n = 0``), so the network at ``W = 0``
+  (output 0) already predicts the class frequencies' mean and the loss measures
+  what is left to learn;
+* **regression targets centred** (each column minus its mean; not scaled).
+
+Each step is optional (``standardize``, ``one_hot``, ``center``) and recorded in
+:attr:`Dataset.preprocessing`.
+
+Sources
+-------
+* Bundled (no network access; the copies that ship with scikit-learn):
+  ``digits`` (1797 × 64, 10 classes), ``iris`` (150 × 4, 3), ``wine`` (178 × 13, 3),
+  ``breast_cancer`` (569 × 30, 2), ``diabetes`` (442 × 10, regression),
+  ``linnerud`` (20 × 3, 3 regression targets).
+* ``FILE.npz`` with arrays ``X`` and ``Y`` (or ``y``).
+* ``FILE.csv`` (header row; ``target`` names the target columns, comma-separated
+  names or 0-based indices; the other columns are the inputs).
+* ``FILE.pt``: a dict with tensors ``X`` and ``Y`` (or ``y``) or a tuple ``(X, Y)``,
+  read with ``torch.load(weights_only=True)`` (no code is executed).
+
+The task is ``"classification"`` when the targets are one column of integers
+(integer dtype, or float values that are all integers) with at most
+:data:`MAX_CLASSES` distinct values, else ``"regression"``; pass ``task`` to override.
+"""
+
+from __future__ import annotations
+
+from .datasets import BUILTIN, MAX_CLASSES, Dataset, load_dataset, prepare
+
+__all__ = ["Dataset", "load_dataset", "prepare", "BUILTIN", "MAX_CLASSES"]

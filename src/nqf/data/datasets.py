@@ -1,0 +1,289 @@
+"""Loading and preparing data sets (see :mod:`nqf.data` for the conventions)."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import DataError, NonFiniteError, ShapeError
+
+__all__ = ["Dataset", "load_dataset", "prepare", "BUILTIN", "MAX_CLASSES"]
+
+#: Bundled data sets: name → (scikit-learn loader, task).
+BUILTIN: dict[str, tuple[str, str]] = {
+    "digits": ("load_digits", "classification"),
+    "iris": ("load_iris", "classification"),
+    "wine": ("load_wine", "classification"),
+    "breast_cancer": ("load_breast_cancer", "classification"),
+    "diabetes": ("load_diabetes", "regression"),
+    "linnerud": ("load_linnerud", "regression"),
+}
+
+#: Integer targets with at most this many distinct values are read as class labels.
+MAX_CLASSES = 100
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A prepared data set.
+
+    Attributes
+    ----------
+    name : str
+        Bundled name or file path.
+    X : numpy.ndarray, shape (N, D)
+        Inputs (float64, standardised unless recorded otherwise).
+    Y : numpy.ndarray, shape (N, C)
+        Targets (float64): centred one-hot for classification, centred values for regression.
+    task : str
+        ``"classification"`` or ``"regression"``.
+    preprocessing : dict
+        What was done: ``standardize``, ``one_hot``, ``center``, ``n_classes``,
+        ``subset`` (JSON-ready).
+    classes : tuple
+        Class labels in one-hot order (classification), else empty.
+    """
+
+    name: str
+    X: np.ndarray = field(repr=False)
+    Y: np.ndarray = field(repr=False)
+    task: str
+    preprocessing: dict = field(default_factory=dict, repr=False)
+    classes: tuple = field(default=(), repr=False)
+
+    @property
+    def n_samples(self) -> int:
+        return int(self.X.shape[0])
+
+    @property
+    def n_features(self) -> int:
+        return int(self.X.shape[1])
+
+    @property
+    def n_outputs(self) -> int:
+        return int(self.Y.shape[1])
+
+    def __repr__(self) -> str:
+        return (f"Dataset({self.name!r}, N={self.n_samples}, D={self.n_features}, C={self.n_outputs}, "
+                f"task={self.task!r}, preprocessing={self.preprocessing})")
+
+    def to_dict(self) -> dict:
+        """JSON-ready description (no arrays)."""
+        return {"name": self.name, "n_samples": self.n_samples, "n_features": self.n_features,
+                "n_outputs": self.n_outputs, "task": self.task, "preprocessing": dict(self.preprocessing),
+                "classes": [c if isinstance(c, (int, float, str)) else str(c) for c in self.classes]}
+
+
+# --------------------------------------------------------------------------- raw sources
+def _builtin(name: str):
+    import sklearn.datasets as skd
+
+    loader, task = BUILTIN[name]
+    bunch = getattr(skd, loader)()  # reads the copy inside the scikit-learn package; no download
+    return np.asarray(bunch.data, dtype=np.float64), np.asarray(bunch.target), task
+
+
+def _split_columns(header: list[str], target: str | None, path: str) -> list[int]:
+    if not target:
+        raise DataError(f"`target`: a CSV file needs the target column(s) (--target NAME[,NAME…] or 0-based "
+                        f"indices); {path} has columns {header}")
+    idx = []
+    for tok in [t.strip() for t in str(target).split(",") if t.strip()]:
+        if tok in header:
+            idx.append(header.index(tok))
+        elif tok.lstrip("-").isdigit() and -len(header) <= int(tok) < len(header):
+            idx.append(int(tok) % len(header))
+        else:
+            raise DataError(f"`target`: column {tok!r} not found in {path}; its columns are {header}")
+    return idx
+
+
+def _read_csv(path: Path, target: str | None):
+    with open(path, newline="") as fh:
+        rows = list(csv.reader(fh))
+    if len(rows) < 2:
+        raise DataError(f"`data`: {path} needs a header row and at least one data row; found {len(rows)} rows")
+    header = [h.strip() for h in rows[0]]
+    idx = _split_columns(header, target, str(path))
+    try:
+        arr = np.array([[float(v) if v.strip() not in ("", "nan", "NaN", "NA") else np.nan for v in r]
+                        for r in rows[1:] if r], dtype=np.float64)
+    except ValueError as exc:
+        raise DataError(f"`data`: {path} has a non-numeric entry ({exc}); encode categories as numbers") from exc
+    if arr.ndim != 2 or arr.shape[1] != len(header):
+        raise DataError(f"`data`: every row of {path} must have {len(header)} fields")
+    rest = [j for j in range(len(header)) if j not in idx]
+    if not rest:
+        raise DataError(f"`target`: every column of {path} is a target; no inputs are left")
+    y = arr[:, idx]
+    return arr[:, rest], (y[:, 0] if y.shape[1] == 1 else y), None
+
+
+def _pick(obj, path: Path):
+    if isinstance(obj, (tuple, list)) and len(obj) == 2:
+        return obj[0], obj[1]
+    if hasattr(obj, "keys"):
+        keys = list(obj.keys())
+        if "X" in keys and ("Y" in keys or "y" in keys):
+            return obj["X"], obj["Y"] if "Y" in keys else obj["y"]
+        raise DataError(f"`data`: {path} must hold arrays `X` and `Y` (or `y`); found {sorted(keys)}")
+    raise DataError(f"`data`: {path} must hold a dict with `X` and `Y` or a pair (X, Y); found {type(obj).__name__}")
+
+
+def _read_file(path: Path, target: str | None):
+    suffix = path.suffix.lower()
+    if suffix == ".npz":
+        with np.load(path, allow_pickle=False) as z:
+            X, y = _pick({k: z[k] for k in z.files}, path)
+        return np.asarray(X), np.asarray(y), None
+    if suffix == ".csv":
+        return _read_csv(path, target)
+    if suffix in (".pt", ".pth"):
+        import torch
+
+        try:
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:  # noqa: BLE001 - one clear line for any unreadable file
+            raise DataError(f"`data`: {path} could not be read with torch.load(weights_only=True): {exc}") from exc
+        X, y = _pick(obj, path)
+        X = X.detach().cpu().numpy() if hasattr(X, "detach") else np.asarray(X)
+        y = y.detach().cpu().numpy() if hasattr(y, "detach") else np.asarray(y)
+        return X, y, None
+    raise DataError(f"`data`: expected a bundled name ({', '.join(BUILTIN)}) or a .npz, .csv or .pt file; "
+                    f"found {str(path)!r}")
+
+
+# --------------------------------------------------------------------------- preparation
+def _infer_task(y: np.ndarray) -> str:
+    if y.ndim == 1 or (y.ndim == 2 and y.shape[1] == 1):
+        v = y.reshape(-1)
+        integral = np.issubdtype(v.dtype, np.integer) or np.issubdtype(v.dtype, np.bool_) or (
+            np.issubdtype(v.dtype, np.floating) and np.all(np.isfinite(v)) and np.all(v == np.round(v)))
+        if integral and len(np.unique(v)) <= MAX_CLASSES:
+            return "classification"
+    return "regression"
+
+
+def prepare(X, y, *, task: str = "auto", standardize: bool = True, one_hot: bool = True, center: bool = True,
+            name: str = "data") -> Dataset:
+    """Validate and preprocess inputs and targets (see :mod:`nqf.data`).
+
+    Parameters
+    ----------
+    X : array_like, shape (N, D) or (N, ...)
+        Inputs; extra axes are kept only when ``standardize`` is False (images for a conv model).
+    y : array_like, shape (N,) or (N, C)
+        Class labels or regression targets.
+    task : {"auto", "classification", "regression"}
+    standardize, one_hot, center : bool
+        The preprocessing steps.
+    name : str
+
+    Returns
+    -------
+    Dataset
+
+    Raises
+    ------
+    ShapeError
+        ``X`` and ``y`` have different numbers of samples, or no samples.
+    NonFiniteError
+        NaN or infinite entries (the message gives the first one).
+    DataError
+        Unknown ``task``, or a one-hot encoding of non-integer targets.
+    """
+    try:
+        X = np.asarray(X, dtype=np.float64)
+        y = np.asarray(y)
+    except (TypeError, ValueError) as exc:
+        raise DataError(f"`data`: inputs and targets must be numeric arrays ({exc})") from exc
+    if X.ndim < 2 or X.shape[0] == 0:
+        raise ShapeError(f"`X` must have shape (N, D) with N ≥ 1; found {X.shape}")
+    if y.ndim not in (1, 2):
+        raise ShapeError(f"`Y` must have shape (N,) or (N, C); found {y.shape}")
+    if X.shape[0] != y.shape[0]:
+        raise ShapeError(f"`X` and `Y` must have the same number of samples; found {X.shape[0]} inputs and "
+                         f"{y.shape[0]} targets")
+    for nm, a in (("X", X), ("Y", y)):
+        if np.issubdtype(a.dtype, np.number) and not np.all(np.isfinite(a)):
+            bad = np.argwhere(~np.isfinite(a))[0]
+            raise NonFiniteError(f"`{nm}` must be finite; found {a[tuple(bad)]} at index {tuple(int(i) for i in bad)} "
+                                 "(remove or impute missing values first)")
+    if task == "auto":
+        task = _infer_task(y)
+    if task not in ("classification", "regression"):
+        raise DataError(f"`task` must be 'auto', 'classification' or 'regression'; found {task!r}")
+    rec = {"standardize": bool(standardize), "one_hot": False, "center": bool(center), "n_classes": None}
+    classes: tuple = ()
+    if task == "classification" and one_hot:
+        labels = y.reshape(-1) if y.ndim == 1 or y.shape[1] == 1 else None
+        if labels is None:
+            raise DataError(f"`Y`: classification with one-hot encoding needs one column of labels; found {y.shape}")
+        cls, inv = np.unique(labels, return_inverse=True)
+        Y = np.eye(len(cls))[inv]
+        classes = tuple(c.item() for c in cls)
+        rec.update(one_hot=True, n_classes=len(cls))
+    else:
+        Y = np.asarray(y, dtype=np.float64)
+        Y = Y[:, None] if Y.ndim == 1 else Y
+    if center:
+        Y = Y - Y.mean(0, keepdims=True)
+    if standardize:
+        Xf = X.reshape(X.shape[0], -1)
+        sd = Xf.std(0)
+        Xf = (Xf - Xf.mean(0)) / np.where(sd > 0, sd, 1.0)
+        X = Xf.reshape(X.shape)
+        rec["constant_columns"] = int((sd == 0).sum())
+    return Dataset(name=name, X=np.ascontiguousarray(X), Y=np.ascontiguousarray(Y, dtype=np.float64), task=task,
+                   preprocessing=rec, classes=classes)
+
+
+def load_dataset(source, *, target: str | None = None, task: str = "auto", standardize: bool = True,
+                 one_hot: bool = True, center: bool = True, subset: int | None = None, seed: int = 0) -> Dataset:
+    """Load a bundled data set or a file and prepare it.
+
+    Parameters
+    ----------
+    source : str or Path
+        A name in :data:`BUILTIN` or a ``.npz``/``.csv``/``.pt`` file.
+    target : str, optional
+        CSV target columns (names or 0-based indices, comma-separated).
+    task, standardize, one_hot, center
+        See :func:`prepare`.
+    subset : int, optional
+        Keep a random subset of this many samples (drawn with ``seed`` before
+        preprocessing; recorded).
+    seed : int
+
+    Returns
+    -------
+    Dataset
+
+    Raises
+    ------
+    DataError, ShapeError, NonFiniteError
+    """
+    src = str(source)
+    if src in BUILTIN:
+        X, y, builtin_task = _builtin(src)
+        if task == "auto":
+            task = builtin_task
+    else:
+        path = Path(src)
+        if not path.exists():
+            raise DataError(f"`data`: {src!r} is neither a bundled data set ({', '.join(BUILTIN)}) nor an existing "
+                            "file")
+        X, y, _ = _read_file(path, target)
+    if subset is not None and np.asarray(X).shape[:1] == np.asarray(y).shape[:1]:
+        n = int(np.asarray(X).shape[0])
+        if not 1 <= int(subset) <= n:
+            raise DataError(f"`subset` must lie in [1, {n}]; found {subset}")
+        keep = np.sort(np.random.default_rng(seed).permutation(n)[: int(subset)])
+        X, y = np.asarray(X)[keep], np.asarray(y)[keep]
+    ds = prepare(X, y, task=task, standardize=standardize, one_hot=one_hot, center=center, name=src)
+    if subset is not None:
+        ds.preprocessing["subset"] = {"n": int(subset), "seed": int(seed)}
+    return ds

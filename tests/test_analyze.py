@@ -1,0 +1,104 @@
+"""nqf.analyze: helpers, the API on a small bundled data set, and the CLI's one-line errors (exit code 2)."""
+
+import json
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import nqf
+from nqf.analysis.schedule import initial_weights, stable_learning_rate, step_count
+from nqf.analyze import find_unit_layers
+from nqf.cli import app
+from nqf.data import load_dataset
+from nqf.errors import InvalidParameterError, NormalFormError
+
+
+def test_initial_weights_full_and_rank_deficient():
+    W = initial_weights(6, 10, 1e-4, seed=1)
+    torch.testing.assert_close(W @ W.T, 1e-4 * torch.eye(6, dtype=torch.float64), rtol=0, atol=1e-17)
+    W = initial_weights(6, 3, 1e-4, seed=1)            # width < p: M(0) = ε Π, Π a rank-3 projector
+    P = (W @ W.T) / 1e-4
+    torch.testing.assert_close(P @ P, P, rtol=0, atol=1e-14)
+    assert torch.linalg.matrix_rank(P).item() == 3 and abs(float(torch.trace(P)) - 3) < 1e-12
+    with pytest.raises(InvalidParameterError, match="`eps`"):
+        initial_weights(6, 10, 1.5)
+
+
+def test_learning_rate_and_steps():
+    assert stable_learning_rate([1.5, 0.7, 0.0], 0.02) == pytest.approx(0.02 / 1.5)
+    assert step_count([4.0, 8.0], 0.1) == int(np.ceil((1.25 * 8 + 2) / 0.1))
+    with pytest.raises(InvalidParameterError):
+        stable_learning_rate([0.0, -1.0])
+
+
+def test_units_are_found_in_a_sequential_and_refused_in_a_linear():
+    seq = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 2))
+    (f,) = find_unit_layers(seq)
+    assert f.name == "0" and f.n_units == 7 and f.p == 2 + 5 + 1 and f.is_whole_mlp
+    assert find_unit_layers(torch.nn.Linear(3, 2)) == []
+
+
+@pytest.fixture(scope="module")
+def wine():
+    return load_dataset("wine")
+
+
+def _factory_file(tmp_path, body):
+    f = tmp_path / "model.py"
+    f.write_text("import torch\nfrom torch import nn\n\n" + body)
+    return f
+
+
+def test_factory_sequential_equals_builtin_spec(tmp_path, wine):
+    f = _factory_file(tmp_path, "def make(in_features, n_outputs):\n"
+                      "    return nn.Sequential(nn.Linear(in_features, 24, bias=False), nn.Tanh(),\n"
+                      "                         nn.Linear(24, n_outputs, bias=False))\n")
+    a = nqf.analyze(f"{f}:make", wine, eps=1e-6, steps=30)
+    b = nqf.analyze("mlp:width=24,act=tanh", wine, eps=1e-6, steps=30)
+    assert a.operator == b.operator == "analytic"
+    np.testing.assert_allclose(a.prediction.levels, b.prediction.levels, rtol=1e-10, atol=0)
+    np.testing.assert_allclose(a.prediction.times, b.prediction.times, rtol=1e-10, atol=0)
+    assert len(repr(a)) < 400 and "trust=" in repr(a)
+    json.dumps(a.to_dict())
+    c = pickle.loads(pickle.dumps(a))
+    np.testing.assert_array_equal(c.curves["loss_real"], a.curves["loss_real"])
+    assert [r.name for r in a.checks][:4] == ["smooth at 0", "unit symmetry", "zero-gradient condition",
+                                              "commutation"]
+    import matplotlib.pyplot as plt
+
+    plt.close(a.plot())
+
+
+def test_api_refuses_relu_and_missing_units(wine):
+    relu = torch.nn.Sequential(torch.nn.Linear(13, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+    with pytest.raises(NormalFormError, match="ReLU, which is not smooth at 0.*use tanh"):
+        nqf.analyze(relu, wine)
+    with pytest.raises(NormalFormError, match="no interchangeable units"):
+        nqf.analyze(torch.nn.Linear(13, 3), wine)
+
+
+@pytest.mark.parametrize("case", ["relu", "no-units", "nan", "lengths"])
+def test_cli_bad_input_one_line_exit_2(tmp_path, case):
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(20, 4)), rng.integers(0, 2, 20)
+    model, data = "mlp:width=8,act=tanh", tmp_path / "d.npz"
+    if case == "relu":
+        body = "def make():\n    return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))\n"
+        model = str(_factory_file(tmp_path, body)) + ":make"
+    if case == "no-units":
+        model = str(_factory_file(tmp_path, "def make():\n    return nn.Linear(4, 2)\n")) + ":make"
+    if case == "nan":
+        X[3, 2] = np.nan
+    if case == "lengths":
+        y = y[:-1]
+    np.savez(data, X=X, Y=y)
+    res = CliRunner().invoke(app, ["analyze", "--model", model, "--data", str(data), "--out", str(tmp_path / "run")])
+    assert res.exit_code == 2, res.output
+    lines = [ln for ln in res.output.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.output
+    assert {"relu": "ReLU", "no-units": "no interchangeable units", "nan": "finite",
+            "lengths": "same number of samples"}[case] in lines[0]
+    assert not (tmp_path / "run").exists()
