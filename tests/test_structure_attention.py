@@ -139,6 +139,181 @@ def test_torch_multihead_attention_matches_analytic(bias, causal, readout, math_
     torch.testing.assert_close(auto.offset, off, rtol=0, atol=1e-12)
 
 
+def _dense_head0_hessian(net, layout, X):
+    """½ ∂²f/∂w_0² at W = 0, naively: reverse-over-reverse per sample on the unmodified module."""
+    from torch.func import functional_call
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from nqf.structure.units import UnitScatter
+
+    net = net.eval()
+    sc = UnitScatter(net, layout)
+    fast = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)  # PyTorch's native fast path has no double backward
+    out = []
+    try:
+        with sdpa_kernel(SDPBackend.MATH):
+            for n in range(X.shape[0]):
+                def f(w, n=n):
+                    W = torch.cat([w[:, None], torch.zeros(sc.p, sc.m - 1, dtype=DT)], 1)
+                    return functional_call(net, sc(W), (X[n:n + 1],)).reshape(-1)
+
+                def jac(fun, w, **kw):
+                    return torch.autograd.functional.jacobian(fun, w, vectorize=True, **kw)
+
+                out.append(0.5 * jac(lambda w: jac(f, w, create_graph=True), torch.zeros(sc.p, dtype=DT)))
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fast)
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("bias,causal,readout", [(False, False, "mean"), (True, True, "mean"), (True, False, "last")])
+def test_torch_mha_need_weights_false_matches_analytic(bias, causal, readout):
+    """The fused SDPA path (no forward-mode AD) through from_module, plain need_weights=False."""
+
+    class Fused(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = nn.MultiheadAttention(6, 3, bias=bias, batch_first=True, dtype=DT)
+
+        def forward(self, x):
+            T = x.shape[1]
+            mask = torch.ones(T, T, dtype=torch.bool).triu(1) if causal else None
+            out, w = self.attn(x, x, x, need_weights=False, attn_mask=mask, is_causal=causal)
+            assert w is None
+            return out.mean(1) if readout == "mean" else out[:, -1]
+
+    net = Fused()
+    if bias:
+        with torch.no_grad():
+            net.attn.in_proj_bias.normal_()
+            net.attn.out_proj.bias.normal_()
+    X = _x(5, 4, 6, 11)
+    auto = from_module(net, attention_units(net.attn, "attn."), X)
+    op = multi_head_attention(X, 2, causal=causal, readout=readout, bias=bias)
+    assert auto.satisfies_zgz and float(op.dense().abs().max()) > 1e-2
+    torch.testing.assert_close(auto.dense(), op.dense(), rtol=0, atol=1e-10)
+
+
+class _Encoder(nn.Module):
+    """nn.TransformerEncoderLayer with a token readout; its self-attention heads are the units."""
+
+    def __init__(self, E=4, H=2, ff=6, norm_first=False, causal=False, readout="mean"):
+        super().__init__()
+        self.enc = nn.TransformerEncoderLayer(E, H, ff, dropout=0.1, batch_first=True, norm_first=norm_first,
+                                              dtype=DT)
+        self.causal, self.readout = causal, readout
+        with torch.no_grad():
+            self.enc.self_attn.in_proj_bias.normal_()
+            self.enc.self_attn.out_proj.bias.normal_()
+
+    def forward(self, x):
+        T = x.shape[1]
+        mask = nn.Transformer.generate_square_subsequent_mask(T, dtype=DT) if self.causal else None
+        y = self.enc(x, src_mask=mask, is_causal=self.causal)
+        return y.mean(1) if self.readout == "mean" else y[:, -1]
+
+
+def test_transformer_encoder_layer_reduces_to_attention_form():
+    """Identity norms and a zero feed-forward output: the layer is x + MHA(x), so A is the analytic MHA form.
+
+    The layer is built in training mode with dropout 0.1: from_module evaluates in eval mode (dropout off).
+    """
+    net = _Encoder(E=6, H=3)
+    net.enc.norm1, net.enc.norm2 = nn.Identity(), nn.Identity()
+    with torch.no_grad():
+        net.enc.linear2.weight.zero_()
+        net.enc.linear2.bias.zero_()
+    X = _x(5, 4, 6, 12)
+    auto = from_module(net, attention_units(net.enc.self_attn, "enc.self_attn."), X)
+    op = multi_head_attention(X, 2, bias=True)
+    torch.testing.assert_close(auto.dense(), op.dense(), rtol=0, atol=1e-10)
+    # f(0) = x̄ + b_O (the residual stream plus the shared output bias)
+    torch.testing.assert_close(auto.offset, X.mean(1) + net.enc.self_attn.out_proj.bias.detach(), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("norm_first,causal,readout", [(False, False, "mean"), (True, True, "last")])
+def test_transformer_encoder_layer_matches_dense_autodiff(norm_first, causal, readout):
+    """Full layer (LayerNorm, ReLU feed-forward, residuals): against the naive Hessian of PyTorch's own layer.
+
+    Non-causal post-norm also against the chain rule: heads enter the residual stream as
+    δ = Σ_h W_O^h (W_V^h x̄ + b_V^h) + O(‖w‖⁴), identical on every token, so A(x) = J̄(x) · A_MHA(x) with
+    J̄ = mean_t ∂g/∂z at z_t = x_t + b_O, g the rest of the layer per token.
+    """
+    net = _Encoder(norm_first=norm_first, causal=causal, readout=readout)
+    X = _x(2, 3, 4, 13)
+    lay = attention_units(net.enc.self_attn, "enc.self_attn.")
+    auto = from_module(net, lay, X)
+    ref = _dense_head0_hessian(net, lay, X)
+    assert float(ref.abs().max()) > 1e-2
+    torch.testing.assert_close(auto.dense(), ref, rtol=0, atol=1e-10)
+    if not norm_first and not causal:
+        enc = net.enc.eval()
+
+        def g(z):  # (E,) -> (E,): the layer after attention, for one token
+            h = enc.norm1(z)
+            return enc.norm2(h + enc.linear2(enc.activation(enc.linear1(h))))
+
+        z = X + enc.self_attn.out_proj.bias.detach()
+        J = torch.stack([torch.stack([torch.autograd.functional.jacobian(g, z[n, t]) for t in range(3)]).mean(0)
+                         for n in range(2)])                                           # (N, E, E)
+        chain = torch.einsum("nce,neij->ncij", J, multi_head_attention(X, 2, bias=True).dense())
+        torch.testing.assert_close(auto.dense(), chain, rtol=0, atol=1e-10)
+
+
+def test_wrong_attention_layout_is_caught():
+    """Heads without their value rows: each W_O^h meets a different fixed W_V^h, so the units differ."""
+    from nqf.errors import NormalFormError
+    from nqf.structure import UnitLayout, UnitSlice
+
+    net = _TorchMHA(6, 3, False, False)
+    X = _x(4, 3, 6, 14)
+    with pytest.raises(NormalFormError, match="units are not interchangeable"):
+        from_module(net, UnitLayout([UnitSlice("attn.out_proj.weight", axis=1, size=2)]), X)
+    # a head size that is not d_h mixes heads: also not interchangeable
+    wrong = UnitLayout([UnitSlice("attn.out_proj.weight", axis=1, size=3),
+                        UnitSlice("attn.in_proj_weight", axis=0, size=3, offset=12)])
+    with pytest.raises(NormalFormError, match="units are not interchangeable"):
+        from_module(net, wrong, X)
+
+
+_MEMORY_SCRIPT = """
+import resource, torch
+torch.set_num_threads(1)
+from torch import nn
+from nqf.structure import attention_units, from_module, multi_head_attention
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(16, 4, bias=False, batch_first=True, dtype=torch.float64)
+    def forward(self, x):
+        return self.attn(x, x, x, need_weights=False)[0].mean(1)
+net = Net()
+X = torch.randn(3, 8, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+op = from_module(net, attention_units(net.attn, "attn."), X)
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+err = float((op.dense() - multi_head_attention(X, 4).dense()).abs().max())
+print(op.p, peak, err)
+"""
+
+
+def test_mha_p256_memory_under_one_gigabyte():
+    """nn.MultiheadAttention(16, 4) heads: p = 16·4 + 3·4·16 = 256, C = 16 outputs; peak RSS of the process < 1 GiB.
+
+    A (N, C, p, p) is 25 MiB here; the joint two-unit Hessian with 256 samples per chunk (the former
+    implementation) needed several GiB.
+    """
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-c", _MEMORY_SCRIPT], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    p, peak, err = res.stdout.split()
+    assert int(p) == 256
+    assert float(err) < 1e-10
+    assert int(peak) < 2**30, f"peak RSS {int(peak) / 2**20:.0f} MiB"
+
+
 def test_attention_units_slices_separate_projections():
     E, H = 4, 2
     mha = nn.MultiheadAttention(E, H, kdim=3, vdim=5, add_bias_kv=True, dtype=DT)

@@ -53,7 +53,7 @@ from typing import Callable, Sequence
 
 import torch
 from torch import nn
-from torch.func import functional_call, hessian, jacfwd, jacrev, jvp, vmap
+from torch.func import functional_call, jacfwd, jacrev, jvp, vmap
 
 from .._validation import as_tensor, tolerance
 from ..errors import NormalFormError
@@ -100,7 +100,13 @@ def _scan_non_smooth(module: nn.Module) -> None:
 
 
 class _UnitFunction:
-    """``f(w_i, w_j; x)`` with all other units at zero, as a pure function for torch.func."""
+    """``f(w_i, w_j; x)`` with all other units at zero, as a pure function for torch.func.
+
+    :meth:`pieces` evaluates unit 0 given as one tensor per slice (the blocks
+    of ``w``); on a one-unit module a parameter tiled by the unit's slices is
+    assembled by concatenation instead of a scatter into a zero tensor, which
+    keeps the derivative passes free of parameter-sized temporaries.
+    """
 
     def __init__(self, module: nn.Module, layout: UnitLayout, output: Callable | None):
         self.module = module
@@ -109,15 +115,49 @@ class _UnitFunction:
         self.layout = layout.resolve(params)
         self.params = params
         self.base = {**params, **self.layout.zero_units(params)}
-        self.p = self.layout.p(params)
+        self.sizes = self.layout.block_sizes(params)
+        self.p = sum(self.sizes)
+        self.shapes = [tuple(s.block(params[s.param], 0).shape) for s in self.layout.slices]
         self.output = output
+        self.tiles: dict[str, tuple[int, list[int]]] = {}
+        if self.layout.n_units == 1:
+            groups: dict[str, list[int]] = {}
+            for j, s in enumerate(self.layout.slices):
+                groups.setdefault(s.param, []).append(j)
+            for name, js in groups.items():
+                ax = self.layout.slices[js[0]].axis % params[name].ndim
+                order = sorted(js, key=lambda j: self.layout.slices[j].offset)
+                spans = [(self.layout.slices[j].offset, self.layout.slices[j].offset + self.layout.slices[j].size)
+                         for j in order]
+                same_axis = all(self.layout.slices[j].axis % params[name].ndim == ax for j in js)
+                tiled = spans[0][0] == 0 and spans[-1][1] == params[name].shape[ax] and all(
+                    spans[i][1] == spans[i + 1][0] for i in range(len(spans) - 1))
+                if same_axis and tiled:
+                    self.tiles[name] = (ax, order)
+        self._rest = [j for j, s in enumerate(self.layout.slices) if s.param not in self.tiles]
 
-    def __call__(self, units: dict[int, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-        P = self.layout.place(self.base, units)
+    def zero_pieces(self, dtype, device) -> tuple[torch.Tensor, ...]:
+        return tuple(torch.zeros(k, dtype=dtype, device=device) for k in self.sizes)
+
+    def _run(self, P, x):
         out = functional_call(self.module, (P, self.buffers), (x.unsqueeze(0),))
         if self.output is not None:
             out = self.output(out)
         return out.reshape(-1)
+
+    def __call__(self, units: dict[int, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        return self._run(self.layout.place(self.base, units), x)
+
+    def pieces(self, pieces: Sequence[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        """``f(x)`` with unit 0 given blockwise (``pieces[j]`` of size ``block_sizes[j]``), others zero."""
+        P = dict(self.base)
+        for name, (axis, order) in self.tiles.items():
+            blocks = [pieces[j].reshape(self.shapes[j]) for j in order]
+            P[name] = blocks[0] if len(blocks) == 1 else torch.cat(blocks, axis)
+        if self._rest:
+            w = torch.cat([pieces[j].reshape(-1) for j in self._rest])
+            P = UnitLayout([self.layout.slices[j] for j in self._rest], self.layout.n_units).place(P, {0: w})
+        return self._run(P, x)
 
 
 def _auto_chunk(fn: _UnitFunction, x: torch.Tensor, C: int, p: int, N: int) -> int:
@@ -141,40 +181,83 @@ def _auto_chunk(fn: _UnitFunction, x: torch.Tensor, C: int, p: int, N: int) -> i
     return int(max(1, min(N, MEMORY_BUDGET // per_sample)))
 
 
-def _derivatives(fn: _UnitFunction, X: torch.Tensor, chunk: int, tol: float, seed: int):
-    """``f(0)`` (N, C), ``g = ∇_{w_1} f`` (N, C, p), ``H = ∇²_{w_1} f`` (N, C, p, p), ``H₁₂`` or None."""
+def _absmax(t: torch.Tensor) -> float:
+    lo, hi = torch.aminmax(t)
+    return max(-float(lo), float(hi))
+
+
+def _derivatives(fn: _UnitFunction, fn2: _UnitFunction, X: torch.Tensor, chunk: int, tol: float, seed: int):
+    r"""Derivatives of unit 0 (all others at zero), chunk by chunk into preallocated arrays.
+
+    ``fn`` holds at least one unit, ``fn2`` at least two (for the cross term).
+    Returns ``f(0)`` (N, C), ``b = ∇_{w_1} f`` (N, C, p), ``A = ¼(H + Hᵀ)`` with
+    ``H = ∇²_{w_1} f`` (N, C, p, p), ``H₁₂ = ∂²f/∂w_1∂w_2`` (N, C, p, p) or
+    ``None`` when ``H₁₂ v = 0`` for a random ``v``, and the scale
+    ``max(|H|, |b|)``.  One forward-over-reverse pass gives ``f``, ``b`` and
+    ``H`` together; a module without forward-mode rules is differentiated
+    reverse-over-reverse instead.
+    """
     p, dtype, device = fn.p, X.dtype, X.device
+    N = X.shape[0]
     zero = torch.zeros(p, dtype=dtype, device=device)
-
-    def single(w, x):
-        return fn({0: w}, x)
-
-    def pair(w0, w1, x):
-        return fn({0: w0, 1: w1}, x)
-
-    f0 = vmap(lambda x: single(zero, x), chunk_size=chunk)(X)                      # (N, C)
-    grad = vmap(jacrev(single), in_dims=(None, 0), chunk_size=chunk)(zero, X)      # (N, C, p)
-    try:
-        hess = vmap(hessian(single), in_dims=(None, 0), chunk_size=chunk)(zero, X)  # (N, C, p, p)
-        outer = jacfwd
-    except NotImplementedError as exc:  # a kernel without forward-mode AD: reverse-over-reverse
-        if "forward" not in str(exc).lower():
-            raise
-        hess = vmap(jacrev(jacrev(single)), in_dims=(None, 0), chunk_size=chunk)(zero, X)
-        outer = jacrev
-    scale = max(float(hess.abs().max()), float(grad.abs().max()), 1e-300)
     gen = torch.Generator(device="cpu").manual_seed(seed + 3)
     v = torch.randn(p, generator=gen, dtype=dtype).to(device)
 
-    def cross_v(x):  # (∂²f/∂w_0∂w_1) v = ∇_{w_0} [∇_{w_1} f · v], reverse over reverse
+    pieces0 = fn.zero_pieces(dtype, device)
+    bounds = torch.cumsum(torch.tensor([0, *fn.sizes]), 0).tolist()
+    rng = [slice(bounds[j], bounds[j + 1]) for j in range(len(fn.sizes))]
+
+    def value(pieces, x):
+        out = fn.pieces(pieces, x)
+        return out, out
+
+    def grad(pieces, x):
+        g, out = jacrev(value, has_aux=True)(pieces, x)
+        return g, (g, out)
+
+    def pair(w0, w1, x):
+        return fn2({0: w0, 1: w1}, x)
+
+    def cross_fwd(x):  # (∂²f/∂w_0∂w_1) v: forward (along v in w_1) over reverse (in w_0)
+        return jvp(lambda w1: jacrev(pair, argnums=0)(zero, w1, x), (zero,), (v,))[1]
+
+    def cross_rev(x):
         return jacrev(lambda w0: jacrev(pair, argnums=1)(w0, zero, x) @ v)(zero)
 
-    probe = vmap(cross_v, chunk_size=chunk)(X)                                    # (N, C, p)
+    plans = [(jacfwd, cross_fwd), (jacrev, cross_rev)]
+    f0 = g1 = A = probe = None
+    start = 0
+    while start < N:
+        xs = X[start:start + chunk]
+        try:
+            outer, cross = plans[0]
+            H, (g, out) = vmap(outer(grad, has_aux=True), in_dims=(None, 0))(pieces0, xs)
+            pr = vmap(cross)(xs)
+        except NotImplementedError as exc:  # a kernel without forward-mode AD: reverse over reverse
+            if "forward" not in str(exc).lower() or len(plans) == 1:
+                raise
+            plans.pop(0)
+            continue
+        if A is None:
+            C = out.shape[-1]
+            f0 = torch.empty(N, C, dtype=dtype, device=device)
+            g1 = torch.empty(N, C, p, dtype=dtype, device=device)
+            A = torch.empty(N, C, p, p, dtype=dtype, device=device)
+            probe = torch.empty(N, C, p, dtype=dtype, device=device)
+        sl = slice(start, start + xs.shape[0])
+        f0[sl], probe[sl] = out, pr
+        for i, ri in enumerate(rng):
+            g1[sl, :, ri] = g[i]
+            for j, rj in enumerate(rng):  # A = ¼(H + Hᵀ), block by block
+                A[sl, :, ri, rj].copy_(H[i][j]).add_(H[j][i].transpose(-1, -2)).mul_(0.25)
+        start += xs.shape[0]
+    scale = max(2 * _absmax(A), _absmax(g1), 1e-300)
     H12 = None
-    if float(probe.abs().max()) > 0.1 * tol * scale * float(v.abs().max()):
+    if _absmax(probe) > 0.1 * tol * scale * float(v.abs().max()):
+        outer = plans[0][0]
         H12 = vmap(outer(jacrev(pair, argnums=0), argnums=1), in_dims=(None, None, 0),
                    chunk_size=chunk)(zero, zero, X)                                # (N, C, p, p): [.., w0, w1]
-    return f0, grad, hess, H12, scale
+    return f0, g1, A, H12, scale
 
 
 def from_module(
@@ -256,32 +339,33 @@ def from_module(
     gen = torch.Generator(device="cpu").manual_seed(seed)
     sub = torch.randperm(N, generator=gen)[:CHECK_SAMPLES].sort().values.to(X.device)
     full = copy.deepcopy(module).eval()
-    found = faithful_reduced_copy(full, lay, X[sub], n_units=2, output=output, seed=seed) if reduce else None
-    if found is None:
-        if reduce and m > 64:
-            warnings.warn(f"from_module: no faithful two-unit copy of the module could be made; differentiating "
-                          f"all {m} units (cost grows with the width)", RuntimeWarning, stacklevel=2)
-        red, red_lay = full, lay
-    else:
-        red, red_lay = found
-    fn = _UnitFunction(red, red_lay, output)
+    copies = []
+    for k in (1, 2):
+        found = faithful_reduced_copy(full, lay, X[sub], n_units=k, output=output, seed=seed) if reduce else None
+        if found is None:
+            if reduce and m > 64:
+                warnings.warn(f"from_module: no faithful {k}-unit copy of the module could be made; "
+                              f"differentiating all {m} units (cost grows with the width)", RuntimeWarning,
+                              stacklevel=2)
+            found = (full, lay)
+        copies.append(found)
+    (red1, lay1), (red, red_lay) = copies
+    fn, fn2 = _UnitFunction(red1, lay1, output), _UnitFunction(red, red_lay, output)
     p = fn.p
     tol = tolerance(dtype, 1e4)
     with evaluation_mode():
         C = fn({}, X[0]).numel()
         chunk = chunk_size if chunk_size is not None else _auto_chunk(fn, X[0], C, p, N)
-        f0, g1, H11, H12, scale = _derivatives(fn, X, chunk, tol, seed)
+        f0, g1, A, H12, scale = _derivatives(fn, fn2, X, chunk, tol, seed)
     if check:
         check_permutation_symmetry(full, lay, X[sub], output=output, seed=seed)
-    A = (H11 + H11.transpose(-1, -2)).mul_(0.25)
-    del H11
     B = None if H12 is None else 0.25 * (H12 + H12.transpose(-1, -2))
-    has_b = float(g1.abs().max()) > tol * scale
-    has_B = B is not None and float(B.abs().max()) > tol * scale
+    has_b = _absmax(g1) > tol * scale
+    has_B = B is not None and _absmax(B) > tol * scale
     if (has_b or has_B) and zgz == "require":
         raise NormalFormError(
-            f"the zero-gradient condition fails: max |∇_w1 f(0)| = {float(g1.abs().max()):.3e}, max |B| = "
-            f"{0.0 if B is None else float(B.abs().max()):.3e}; a unit at zero still gets gradient. Use "
+            f"the zero-gradient condition fails: max |∇_w1 f(0)| = {_absmax(g1):.3e}, max |B| = "
+            f"{0.0 if B is None else _absmax(B):.3e}; a unit at zero still gets gradient. Use "
             "zgz='carry' to keep the linear term b(x) and the cross term B(x) (dynamics then close on (M, μ)).")
     op = DenseStructure(A, offset=f0, linear=g1 if has_b else None,
                         cross=B if has_B else None, layout=lay.describe(params), check_symmetric=False)
@@ -392,7 +476,7 @@ def check_truncation_order(module, layout: UnitLayout, op, X, *, output=None, se
     for s in scales:
         Ws = s * W
         with evaluation_mode():
-            f = vmap(lambda x: fn({i: Ws[:, i] for i in range(m)}, x), chunk_size=chunk_size)(X64)
+            f = vmap(lambda x, Ws=Ws: fn({i: Ws[:, i] for i in range(m)}, x), chunk_size=chunk_size)(X64)
         nf = op64.predict(Ws @ Ws.T, Ws.sum(1))
         nf = nf[:, None] if nf.ndim == 1 else nf
         errs.append(float((f - nf).norm()))
