@@ -33,13 +33,19 @@ Heavy-ball momentum β (``torch.optim.SGD`` convention): ``V ← βV + ∇_W L``
 this factored form — expanding ``M' = M − η(…) + η²Q'`` loses accuracy in the
 directions where ``M`` is small.
 
-Accuracy: both forms are exact in exact arithmetic, and they agree to
-round-off (~1e-15 relative) in the usual case.  One caveat: when ``M`` is rank
-deficient (width ``m < p``) and ``G`` has a negative eigenvalue on the null
-space of ``M`` (a rank-constrained stationary point that a wider network would
-leave), round-off in that null space grows in the order-parameter form like
-``Π_k (1 − η s_min)²`` — the weight form cannot leave rank ``m``.  Use the
-weight form (or compare both) for long runs in that situation.
+Implementation and accuracy: the order-parameter form propagates a factor
+``M = L Lᵀ`` (``L`` of shape ``p × r``, ``r ≤ p``; ``p + 1`` without ZGZ) by the
+same linear maps, ``L ← T L − η h cᵀ`` (:mod:`nqf.dynamics.factored`), and the
+saved states are ``L Lᵀ``.  ``M`` is positive semidefinite by construction and
+its rank cannot grow.  For ``r ≤ 256`` the columns of ``L`` are rotated
+(``L ← L O``, one-sided Jacobi) onto the eigenvectors of ``M`` whenever a column
+norm has changed by a factor 2 since the last rotation, so a direction in which
+``M`` is ``10⁻³⁰⁰`` small keeps relative round-off ``~1e-16`` even when other
+directions are ``O(1)``.  (The weight form does not: round-off relative to the
+largest mode in each unit seeds the small modes once ``ε ≲ 1e-30``.)  The
+operator enters only through ``op.forward_factor(L)`` and
+``op.adjoint_apply(R, L)``, so a two-layer structure never forms a ``p × p``
+product: a step costs two passes over the data plus ``O((C + D) r)``.
 
 Adam rescales each coordinate of ``W`` by its own running second moment; that
 map is not a function of ``M`` (it is not even rotation-equivariant), so it
@@ -55,6 +61,14 @@ import torch
 from .._validation import as_tensor, check_shape, tolerance
 from ..errors import NotClosedError
 from ..structure.operator import StructureOperator
+from .factored import (
+    apply_G,
+    factor_from_matrix,
+    factor_from_weights,
+    gradient_terms,
+    orthogonalize_columns,
+    predictions,
+)
 from .losses import check_loss, loss_value, prepare_targets, residual
 from .subspace import data_subspace, project_operator
 from .trajectory import DIVERGED, FINISHED, Trajectory
@@ -63,6 +77,7 @@ __all__ = ["simulate", "minibatch_indices", "FORMS", "OPTIMIZERS"]
 
 FORMS = ("order_parameter", "weights")
 OPTIMIZERS = ("gd", "sgd", "adam")
+POLISH_MAX_RANK = 256  # factors with more columns are not re-orthogonalised (O(p r²) per polish)
 
 
 # --------------------------------------------------------------------------- helpers shared with train_network
@@ -287,42 +302,51 @@ def simulate(op: StructureOperator, y, *, M0=None, W0=None, lr: float, steps: in
 # --------------------------------------------------------------------------- the loop
 def _run(op, y, M0, W0, s, track_transfer: bool = False) -> Trajectory:
     """Run the loop; with ``track_transfer`` also propagate the linear transfer map ``Φ`` (Φ(0) = I)
-    and the scalar factor ``a`` of directions with ``S = λ I`` (used by compression)."""
+    and the scalar factor ``a`` of directions with ``S = λ I`` (used by compression).
+
+    Both forms propagate a left factor of the units (:mod:`nqf.dynamics.factored`): the weight
+    form ``W`` itself (``c = 1``), the order-parameter form ``L`` with ``M = L Lᵀ`` (``r ≤ p``
+    columns, ``p + 1`` without ZGZ), the momentum buffer ``K`` with ``V = K Qᵀ``."""
     form, opt, lr, lam, beta = s["form"], s["optimizer"], s["lr"], s["weight_decay"], s["momentum"]
     p, N, dt, dev = op.p, op.n_samples, op.dtype, op.device
-    eye = torch.eye(p, dtype=dt, device=dev)
     zgz = op.satisfies_zgz
+    weights = form == "weights"
     if W0 is not None:
-        W = W0.clone()
-        m = W.shape[1]
-        M = W @ W.T
-        mu = W.sum(1) if not zgz else None
+        m = W0.shape[1]
+        if weights:
+            L = W0.clone()
+            c = None if zgz else torch.ones(m, dtype=dt, device=dev)
+        else:
+            L, c = factor_from_weights(W0, with_ones=not zgz)
     else:
-        W, m, M, mu = None, None, M0.clone(), None
+        m, c = None, None
+        L = factor_from_matrix(M0)
+    mu = None if zgz else L @ c
     mom = beta != 0.0
-    if form == "weights":
-        V = torch.zeros_like(W) if mom else None
-        if opt == "adam":
-            m1, m2 = torch.zeros_like(W), torch.zeros_like(W)
-    else:
-        if mom:
-            P, Q = torch.zeros(p, p, dtype=dt, device=dev), torch.zeros(p, p, dtype=dt, device=dev)
-            nu = torch.zeros(p, dtype=dt, device=dev) if mu is not None else None
+    K = torch.zeros_like(L) if mom else None
+    # keep the columns of the factor along eigenvectors of M (relative accuracy of small directions)
+    polish = not weights and zgz and L.shape[1] <= POLISH_MAX_RANK
+    if polish:
+        L = orthogonalize_columns(L)
+        ref_norm = L.norm(dim=0)
+    if opt == "adam":
+        m1, m2 = torch.zeros_like(L), torch.zeros_like(L)
     if track_transfer:
-        Phi, Psi = eye.clone(), torch.zeros(p, p, dtype=dt, device=dev)
+        Phi, Psi = torch.eye(p, dtype=dt, device=dev), torch.zeros(p, p, dtype=dt, device=dev)
         a_sc, b_sc = 1.0, 0.0
 
     rec = dict(step=[], loss=[], M=[], W=[], mu=[], Phi=[], a=[])
     full_loss0 = None
     status, message = FINISHED, f"finished {s['steps']} steps"
 
-    def save(k, L):
+    def save(k, Lv):
         rec["step"].append(k)
-        rec["loss"].append(L)
+        rec["loss"].append(Lv)
         if s["save_M"]:
-            rec["M"].append(M.clone())
-        if form == "weights" and s["save_W"]:
-            rec["W"].append(W.clone())
+            M = L @ L.T
+            rec["M"].append(0.5 * (M + M.T))
+        if weights and s["save_W"]:
+            rec["W"].append(L.clone())
         if mu is not None:
             rec["mu"].append(mu.clone())
         if track_transfer:
@@ -339,88 +363,70 @@ def _run(op, y, M0, W0, s, track_transfer: bool = False) -> Trajectory:
         else:
             idx = idx.to(dev)
             ob, yb, nb = op.take(idx), y[idx], idx.numel()
-        f = _fwd(ob, M, mu)
+        f = predictions(ob, L, mu)
         Lb = loss_value(f, yb, s["loss"])
+        saving = last or k % s["save_every"] == 0
         if idx is None:
             Lfull = Lb
-        elif last or k % s["save_every"] == 0:
-            Lfull = loss_value(_fwd(op, M, mu), y, s["loss"])
+        elif saving:
+            Lfull = loss_value(predictions(op, L, mu), y, s["loss"])
         else:
             Lfull = None
         if full_loss0 is None:
             full_loss0 = float(Lfull)
             limit = threshold * max(full_loss0, torch.finfo(dt).tiny)
         Lcheck = float(Lb)
-        if not math.isfinite(Lcheck) or Lcheck > limit or not bool(torch.isfinite(M).all()):
+        if not math.isfinite(Lcheck) or Lcheck > limit or (saving and not bool(torch.isfinite(L).all())):
             status = DIVERGED
             message = (f"diverged at step {k} (t = {k * lr:g}): loss {Lcheck:.4g} is not finite or exceeds "
                        f"`divergence_threshold` × L(0) = {limit:.4g}; the {len(rec['step'])} states saved "
                        f"before it are kept. Lower `lr` (η = {lr:g}); for MSE GD is stable while "
                        f"η·‖2G‖ stays below 2.")
             break
-        if last or k % s["save_every"] == 0:
+        if saving:
             save(k, float(Lfull))
         if last:
             break
         r = residual(f, yb, s["loss"])
-        G, h = _grad(ob, r, mu, nb)
-        S = 2.0 * G
+        GL, h = gradient_terms(ob, r, L, mu, nb)
+        g = 2.0 * GL  # S L = 2 G L + λ L; the gradient of the units is S L + h cᵀ
         if lam:
-            S = S + lam * eye
-        if form == "weights":
-            g = S @ W
-            if h is not None:
-                g = g + h[:, None]
-            if opt == "adam":
-                b1, b2 = s["adam_betas"]
-                m1.mul_(b1).add_(g, alpha=1 - b1)
-                m2.mul_(b2).addcmul_(g, g, value=1 - b2)
-                mhat = m1 / (1 - b1 ** (k + 1))
-                vhat = m2 / (1 - b2 ** (k + 1))
-                W = W - lr * mhat / (vhat.sqrt() + s["adam_eps"])
-            elif mom:
-                V = beta * V + g
-                W = W - lr * V
-            else:
-                W = W - lr * g
-            M = W @ W.T
-            if mu is not None:
-                mu = W.sum(1)
+            g = g + lam * L
+        if h is not None:
+            g = g + torch.outer(h, c)
+        if opt == "adam":
+            b1, b2 = s["adam_betas"]
+            m1.mul_(b1).add_(g, alpha=1 - b1)
+            m2.mul_(b2).addcmul_(g, g, value=1 - b2)
+            mhat = m1 / (1 - b1 ** (k + 1))
+            vhat = m2 / (1 - b2 ** (k + 1))
+            L = L - lr * mhat / (vhat.sqrt() + s["adam_eps"])
         elif mom:
-            # W' = T W − ηβ V − η h 1ᵀ with T = I − ηS, V' = βV + S W + h 1ᵀ (products kept factored for accuracy)
-            T = eye - lr * S
-            TP = T @ P
-            Qn = beta * beta * Q + beta * (S @ P + P.T @ S) + S @ M @ S
-            Pn = beta * TP + T @ M @ S - (lr * beta * beta) * Q - (lr * beta) * (P.T @ S)
-            Mn = T @ M @ T.T - (lr * beta) * (TP + TP.T) + (lr * lr * beta * beta) * Q
-            if h is not None:
-                Smu, Tmu = S @ mu, T @ mu
-                # the unit-independent shift d = −η(βν + m h)/m per unit enters through sums over units
-                Qn = Qn + beta * (torch.outer(nu, h) + torch.outer(h, nu)) \
-                    + torch.outer(Smu, h) + torch.outer(h, Smu) + m * torch.outer(h, h)
-                Pn = Pn + torch.outer(Tmu - lr * beta * nu, h) - lr * torch.outer(h, beta * nu + Smu + m * h)
-                Mn = Mn - lr * (torch.outer(Tmu - lr * beta * nu, h) + torch.outer(h, Tmu - lr * beta * nu)) \
-                    + (lr * lr * m) * torch.outer(h, h)
-                mu = Tmu - (lr * beta) * nu - (lr * m) * h
-                nu = beta * nu + Smu + m * h
-            P, Q = Pn, 0.5 * (Qn + Qn.T)
-            M = 0.5 * (Mn + Mn.T)
+            K = beta * K + g
+            L = L - lr * K
         else:
-            T = eye - lr * S
-            M = T @ M @ T.T
-            if h is not None:
-                Tmu = T @ mu
-                M = M - lr * (torch.outer(Tmu, h) + torch.outer(h, Tmu)) + (lr * lr * m) * torch.outer(h, h)
-                mu = Tmu - (lr * m) * h
-            M = 0.5 * (M + M.T)
+            L = L - lr * g
+        if mu is not None:
+            mu = L @ c
+        if polish:
+            nrm = L.norm(dim=0)
+            ratio = nrm / ref_norm
+            if bool(((ratio > 2.0) | (ratio < 0.5)).any()):
+                if mom:
+                    LK = orthogonalize_columns(torch.cat([L, K], 0))
+                    L, K = LK[:p], LK[p:]
+                else:
+                    L = orthogonalize_columns(L)
+                ref_norm = L.norm(dim=0)
         if track_transfer:
+            SPhi = 2.0 * apply_G(ob, r, Phi, nb) + lam * Phi
             if mom:
-                Psi = beta * Psi + S @ Phi
+                Psi = beta * Psi + SPhi
                 Phi = Phi - lr * Psi
                 b_sc = beta * b_sc + lam * a_sc
                 a_sc = a_sc - lr * b_sc
             else:
-                Phi = (eye - lr * S) @ Phi
+                Phi = Phi - lr * SPhi
                 a_sc = a_sc * (1.0 - lr * lam)
 
     step = torch.tensor(rec["step"], dtype=torch.long)
@@ -432,6 +438,8 @@ def _run(op, y, M0, W0, s, track_transfer: bool = False) -> Trajectory:
         W=torch.stack(rec["W"]) if rec["W"] else None,
         mu=torch.stack(rec["mu"]) if rec["mu"] else None,
         status=status, message=message, info=dict(s))
+    if not weights:
+        traj.info["factor_rank"] = int(L.shape[1])
     if track_transfer:
         traj.info["Phi"] = torch.stack(rec["Phi"]) if rec["Phi"] else None
         traj.info["a"] = torch.tensor(rec["a"], dtype=dt)
