@@ -1,3 +1,3 @@
 """Imports every built-in experiment so that it registers itself."""
 
-from . import demo, interacting, lv_staircase, modules, power_law, saddles, validity  # noqa: F401
+from . import demo, interacting, lv_staircase, modules, power_law, real_data, saddles, validity  # noqa: F401

@@ -1,0 +1,216 @@
+r"""Real data nobody here wrote: a real tanh MLP on scikit-learn's digits and wine, against the saddle sequence.
+
+For each bundled data set (inputs standardised, one-hot targets centred, MSE
+``L = (1/N) Σ ½‖f − y‖²``, see :mod:`nqf.data`) a real two-layer tanh MLP
+(:class:`nqf.networks.TwoLayerMLP`, width ``m ≥ p``) is trained by full-batch GD
+from ``M(0) = εI`` (``W(0) = √ε Qᵀ``) at two values of ``ε``, with
+``η = 0.02 / largest escape rate`` (:mod:`nqf.analysis.schedule`).  The data do
+not commute, so the prediction is the greedy saddle sequence
+(:func:`nqf.saddles.saddle_sequence`): plateau levels ``L_k`` and drop times
+``t_k`` (the first with its exact ``O(1)`` offset, the others leading order
+``τ_k ln(1/ε)``).  The order-parameter simulation of the NQF runs beside it.
+
+**Checks (against the real network, not the library).**  Per predicted drop
+``k`` and ``ε``: the real network's escape time (first downward crossing of
+``(L_{k−1} + L_k)/2``) and its plateau level (loss at the middle of the
+predicted plateau, the last one at the end of the run), with tolerances
+
+    time:  0.12 · ln(1e10) / ln(1/ε),    level: 0.08 · ln(1e10) / ln(1/ε),
+
+i.e. issue 11's acceptance at ε = 1e-10 on digits (times within 12 %, levels
+within 8 % of the real network), scaled with the theory's error order
+``O(1/ln(1/ε))`` to other ``ε``.  Per data set: the largest time and level error
+must not grow from the larger to the smaller ``ε`` (the error shrinks with ``ε``);
+and the real network must stay within 1 % of the NQF simulation up to the last
+predicted drop on digits (issue 11's acceptance for ``nqf analyze``; on wine the
+real network runs up to ~8 % ahead of its NQF in the second drop: reported, not judged).
+Plateau levels against the real network have an ``ε``-independent error floor (on a
+plateau the weights are ``O(1)``, where the network's terms beyond second order act),
+so only the *time* error is required to shrink.  A planted
+wrong initial scale of the real network (``planted_init_factor``) shifts every
+drop by ``ln(factor²)/rate`` and fails the time checks.  Flatness of each plateau
+(loss change across its middle third over the adjacent drop,
+:mod:`nqf.analysis.compare`) is reported, not assumed.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+from typing import Literal
+
+import numpy as np
+import torch
+from pydantic import Field
+
+from ..report.figures import new_figure
+from .base import Check, EpsList, Experiment, Outcome, Params, Table, register
+from .curves import to_cpu
+
+__all__ = ["RealData", "UpperBoundCheck"]
+
+_REF_EPS = 1e-10
+
+
+class UpperBoundCheck(Check):
+    """A one-sided check: passes when ``measured ≤ predicted`` (``predicted`` is an upper bound)."""
+
+    @property
+    def error(self) -> float | None:
+        if not (self._finite(self.predicted) and self._finite(self.measured)):
+            return None
+        return max(0.0, float(self.measured) - float(self.predicted))
+
+
+class RealDataParams(Params):
+    datasets: list[Literal["digits", "wine", "iris", "breast_cancer"]] = Field(["digits", "wine"], min_length=1)
+    eps: EpsList = Field([1e-6, 1e-10], min_length=2, description="at least two initial scales")
+    width: int = Field(256, ge=2, description="hidden units of the real MLP (≥ p = C + D)")
+    subset: int | None = Field(None, ge=10, description="random subset of each data set (None: all samples)")
+    lr_fraction: float = Field(0.02, gt=0, le=0.2, description="η × largest escape rate")
+    save_points: int = Field(600, ge=20)
+    time_tolerance: float = Field(0.12, gt=0, description="relative tolerance of drop times at ε = 1e-10")
+    level_tolerance: float = Field(0.08, gt=0, description="relative tolerance of plateau levels at ε = 1e-10")
+    gap_tolerance: float = Field(0.01, gt=0, description="max |L_real − L_NQF|/L_NQF up to the last drop")
+    gap_datasets: list[str] = Field(["digits"], description="data sets on which the gap tolerance is judged "
+                                                            "(issue 11 states it for digits; elsewhere reported)")
+    planted_init_factor: float = Field(1.0, gt=0, description="multiplies the real network's W(0) (≠ 1 plants "
+                                                              "a wrong initial scale that the checks must catch)")
+
+
+def _nqf_run(op, Y, W0, form, run):
+    from ..dynamics import simulate
+
+    return to_cpu(simulate(op, Y, W0=W0, form=form, **run))
+
+
+def _real_run(D, width, C, X, Y, W0, run):
+    from ..dynamics import train_network
+    from ..networks import TwoLayerMLP
+
+    net = TwoLayerMLP(D, width, C, "tanh")
+    return to_cpu(train_network(net, net.units, X, Y, W0=W0, **run))
+
+
+@register
+class RealData(Experiment):
+    name = "real-data"
+    description = "real tanh MLP on scikit-learn digits and wine vs the greedy saddle sequence, at two ε"
+    reproduces = ("issue 11: on real, non-commuting data the saddle sequence predicts the plateau levels and drop "
+                  "times of a real network, with errors that shrink like 1/ln(1/ε)")
+    Params = RealDataParams
+    tiny = {"datasets": ["wine"], "eps": [1e-4, 1e-8], "width": 20, "lr_fraction": 0.05, "save_points": 150}
+    checks = ("drop time per drop and ε — real network's first downward crossing of (L_{k−1}+L_k)/2 — "
+              "0.12·ln(1e10)/ln(1/ε) (issue 11 acceptance at 1e-10, scaled with the error order 1/ln(1/ε))",
+              "plateau level per drop and ε — real network's loss mid-plateau — 0.08·ln(1e10)/ln(1/ε) (same origin)",
+              "largest time error at the smaller ε ≤ at the larger ε — real network — one-sided (theory: shrinks)",
+              "max |L_real − L_NQF|/L_NQF up to the last drop — real network — 1 % on digits (issue 11 "
+              "acceptance); reported elsewhere")
+
+    def run(self, params: RealDataParams, ctx, out: Outcome) -> None:
+        P = params
+        fig, axes = new_figure(len(P.datasets), figsize=(6.2 * len(P.datasets), 4.4))
+        axes = np.atleast_1d(axes)
+        rows = []
+        for j, name in enumerate(ctx.progress(P.datasets, "datasets")):
+            self._dataset(P, ctx, out, name, axes[j], rows)
+        out.figures["real_data"] = fig
+        out.tables.append(Table(
+            "Per drop: predicted vs NQF vs real network",
+            ["data", "ε", "k", "L pred", "L NQF", "L real", "err L (real)", "t pred", "t NQF", "t real",
+             "err t (real)", "flatness (real)", "flat"], rows,
+            caption="flatness: loss change across the middle third of plateau k over the adjacent drop "
+                    "(flat ≤ 0.25); times: first downward crossing of (L_{k−1}+L_k)/2"))
+
+    def _dataset(self, P, ctx, out, name, ax, rows):
+        from ..analysis.compare import compare_staircase
+        from ..analysis.schedule import initial_weights, stable_learning_rate, step_count
+        from ..data import load_dataset
+        from ..saddles import saddle_sequence
+        from ..structure import mlp
+
+        d = load_dataset(name, subset=P.subset, seed=ctx.seed)
+        X = torch.as_tensor(d.X, dtype=torch.float64)
+        Y = torch.as_tensor(d.Y, dtype=torch.float64)
+        C, D = d.n_outputs, d.n_features
+        p = C + D
+        if P.width < p:
+            raise ValueError(f"`width` must be ≥ p = C + D = {p} for {name} (M(0) = εI); found {P.width}")
+        op = mlp(X, "tanh", n_outputs=C)
+        seq = saddle_sequence(op, Y)
+        levels = seq.plateau_levels
+        lr = stable_learning_rate(seq.escape_rates, P.lr_fraction)
+        errs = {}
+        for eps in P.eps:
+            times = seq.escape_times(eps)
+            steps = step_count(times, lr)
+            save = max(1, steps // P.save_points)
+            W0 = initial_weights(p, P.width, eps, seed=ctx.seed)
+            form = "weights" if eps <= 1e-13 else "order_parameter"
+            key = f"{name}-{eps:g}"
+            run = dict(lr=lr, steps=steps, save_every=save, save_M=False, save_W=False)
+            sim = ctx.checkpoint(f"{key}-nqf", partial(_nqf_run, op, Y, W0, form, run))
+            real = ctx.checkpoint(f"{key}-real", partial(_real_run, D, P.width, C, X, Y,
+                                                         P.planted_init_factor * W0, run))
+            n = min(len(sim), len(real))
+            t, Ln, Lr = real.t[:n].numpy(), sim.loss[:n].numpy(), real.loss[:n].numpy()
+            cr = compare_staircase(t, Lr, levels, times)
+            cn = compare_staircase(t, Ln, levels, times)
+            scale = math.log(1 / _REF_EPS) / math.log(1 / eps)
+            tol_t, tol_l = P.time_tolerance * scale, P.level_tolerance * scale
+            origin = (f"issue 11 acceptance at ε = 1e-10, × ln(1e10)/ln(1/ε) = {scale:.3g} (error order "
+                      "1/ln(1/ε))")
+            for k in range(len(times)):
+                out.checks.append(Check(f"{name} ε={eps:g}: t_{k + 1}", float(times[k]),
+                                        float(cr.times_measured[k]), tol_t,
+                                        reference="real network: first downward crossing of (L_{k-1}+L_k)/2",
+                                        tolerance_origin=origin))
+                out.checks.append(Check(f"{name} ε={eps:g}: L_{k + 1}", float(levels[k + 1]),
+                                        float(cr.levels_measured[k + 1]), tol_l,
+                                        reference="real network: loss mid-plateau (last: end of run)",
+                                        tolerance_origin=origin))
+            upto = t <= times[-1]
+            gap = float(np.max(np.abs(Lr[upto] - Ln[upto]) / Ln[upto]))
+            out.checks.append(Check(f"{name} ε={eps:g}: max |L_real − L_NQF|/L_NQF up to t_K", 0.0, gap,
+                                    P.gap_tolerance if name in P.gap_datasets else None, kind="absolute",
+                                    reference="real network vs NQF order-parameter simulation, same steps",
+                                    tolerance_origin="issue 11 acceptance (real network within 1 % of the NQF)"))
+            errs[eps] = (float(np.nanmax(cr.time_errors)), float(np.nanmax(cr.level_errors[1:])))
+            for k in range(len(levels)):
+                rows.append([name, eps, k, levels[k], cn.levels_measured[k], cr.levels_measured[k],
+                             cr.level_errors[k], times[k - 1] if k else None, cn.times_measured[k - 1] if k else None,
+                             cr.times_measured[k - 1] if k else None, cr.time_errors[k - 1] if k else None,
+                             cr.flatness[k], bool(cr.flat[k])])
+            L = math.log(1 / eps)
+            line, = ax.plot(t / L, Lr, lw=2.0, label=f"real, ε = {eps:g}")
+            ax.plot(t / L, Ln, "--", lw=1.2, color=line.get_color(), label=f"NQF, ε = {eps:g}")
+            out.arrays.update({f"{key}_t": t, f"{key}_loss_real": Lr, f"{key}_loss_nqf": Ln,
+                               f"{key}_times_predicted": times})
+            out.metrics[f"{key}_max_gap_to_last_drop"] = gap
+            out.metrics[f"{key}_flat_plateaus"] = int(cr.flat.sum())
+        e1, e2 = P.eps[0], P.eps[-1]
+        out.checks.append(UpperBoundCheck(
+            f"{name}: largest time error at ε={e2:g} ≤ at ε={e1:g}", errs[e1][0], errs[e2][0], 0.0,
+            kind="absolute", reference="real network's largest relative drop-time error",
+            tolerance_origin="one-sided: the theory's time error is O(1/ln(1/ε)), so it must not grow as ε falls"))
+        # levels: reported, not judged — on a plateau the weights are O(1), so the real network's deviation
+        # from its NQF there (terms beyond second order) does not shrink with ε; only the crowding part does
+        out.checks.append(Check(f"{name}: largest level error at ε={e2:g} (vs {errs[e1][1]:.3g} at ε={e1:g})",
+                                errs[e1][1], errs[e2][1], None, kind="absolute",
+                                reference="real network's largest relative plateau-level error",
+                                reason="not judged: the level error has an ε-independent floor (the network's "
+                                       "terms beyond second order at O(1) weights)"))
+        for Lk in levels:
+            ax.axhline(Lk, color="0.75", lw=0.6, zorder=0)
+        for tk in seq.taus[1:]:
+            ax.axvline(tk, color="C3", ls=":", lw=0.8)
+        ax.set_xlabel("t / ln(1/ε)  (dotted: predicted τ_k)")
+        ax.set_ylabel("loss L")
+        ax.set_title(f"{name}: N = {d.n_samples}, p = {p}, width {P.width}, {len(levels) - 1} predicted drops",
+                     fontsize=9)
+        ax.legend(fontsize=7)
+        out.metrics[f"{name}_drops"] = len(levels) - 1
+        out.metrics[f"{name}_global_minimum"] = float(levels[-1])
+        out.summary.append(f"{name}: saddle sequence ({seq.rule} rule) predicts {len(levels) - 1} drops, "
+                           f"L {levels[0]:.4g} → {levels[-1]:.4g}; largest real-network errors (time, level): "
+                           + "; ".join(f"ε = {e:g}: {a:.1%}, {b:.1%}" for e, (a, b) in errs.items()))
