@@ -56,3 +56,7 @@ class ModelSpecError(NQFError, ValueError):
 
 class SweepError(NQFError, ValueError):
     """A sweep specification (``--grid``, ``--zip``, ``--seeds`` or the ``[sweep]`` table) is invalid."""
+
+
+class NoUnitsError(NQFError, ValueError):
+    """No layer of interchangeable units was found in a module, or the choice among several is ambiguous."""
