@@ -3,19 +3,26 @@
 Prints, measured in this run:
 * op(M) + op.adjoint(R) time, dense (N, p, p) array ÷ structured, at a size where dense fits;
 * time and peak resident memory of the structured operator at N = 200 000, D = 512
-  (a dense array there would need N·p²·8 B ≈ 421 GB).
+  (a dense array there would need N·p²·8 B ≈ 421 GB);
+* ``from_module`` (autodiff) on a tanh ``nn.Sequential`` MLP ÷ the analytic operator
+  ``mlp(X).dense()`` (the same dense (N, p, p) array), at widths 256 and 4096: both ratios
+  and their quotient (acceptance: each ratio ≤ 10, quotient ≤ 1.5).  CPU time of this
+  process (``time.process_time``, best of 3, interleaved), robust to other load on the machine.
 
-Run: python benchmarks/bench_structure.py
+Run: python benchmarks/bench_structure.py            (all)
+     python benchmarks/bench_structure.py autodiff   (only the from_module comparison)
 """
 
 from __future__ import annotations
 
 import resource
+import sys
 import time
 
 import torch
+from torch import nn
 
-from nqf.structure import DenseStructure, mlp
+from nqf.structure import DenseStructure, from_module, mlp, mlp_units
 
 
 def _time(fn, repeat=5):
@@ -28,7 +35,44 @@ def _time(fn, repeat=5):
     return best
 
 
+def _cpu_best(fn, repeat=3):
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.process_time()
+        fn()
+        best = min(best, time.process_time() - t0)
+    return best
+
+
+def autodiff_vs_analytic(N=4000, D=64, widths=(256, 4096)):
+    """from_module on nn.Sequential(Linear(D, m), Tanh, Linear(m, 1)) vs mlp(X, 'tanh').dense()."""
+    torch.manual_seed(0)
+    X = torch.randn(N, D, dtype=torch.float64)
+    ratios = {}
+    for m in widths:
+        seq = nn.Sequential(nn.Linear(D, m, bias=False, dtype=torch.float64), nn.Tanh(),
+                            nn.Linear(m, 1, bias=False, dtype=torch.float64))
+        units = mlp_units(seq)
+        op = from_module(seq, units, X[:8])  # warm-up (first forward-AD call imports decompositions)
+        err = float((from_module(seq, units, X).dense() - mlp(X, "tanh").dense()).abs().max())
+        t_auto, t_ana = [], []
+        for _ in range(3):
+            t_auto.append(_cpu_best(lambda: from_module(seq, units, X), 1))
+            t_ana.append(_cpu_best(lambda: mlp(X, "tanh").dense(), 1))
+        ta, tn = min(t_auto), min(t_ana)
+        ratios[m] = ta / tn
+        print(f"tanh MLP N={N}, D={D}, p={op.p}, width {m:5d}: from_module {ta:.3f} s, analytic dense "
+              f"{tn:.4f} s, ratio {ta / tn:.1f}x  (max |ΔA| = {err:.1e})")
+    a, b = (ratios[w] for w in widths)
+    print(f"  ratio at width {widths[1]} ÷ ratio at width {widths[0]} = {b / a:.2f}")
+    return ratios
+
+
 def main():
+    torch.set_num_threads(1)
+    autodiff_vs_analytic()
+    if sys.argv[1:] == ["autodiff"]:
+        return
     torch.manual_seed(0)
     N, D, C = 2000, 127, 1
     X = torch.randn(N, D, dtype=torch.float64)
