@@ -57,7 +57,7 @@ def autodiff_vs_analytic(N=4000, D=64, widths=(256, 4096)):
         err = float((from_module(seq, units, X).dense() - mlp(X, "tanh").dense()).abs().max())
         t_auto, t_ana = [], []
         for _ in range(3):
-            t_auto.append(_cpu_best(lambda: from_module(seq, units, X), 1))
+            t_auto.append(_cpu_best(lambda seq=seq, units=units: from_module(seq, units, X), 1))
             t_ana.append(_cpu_best(lambda: mlp(X, "tanh").dense(), 1))
         ta, tn = min(t_auto), min(t_ana)
         ratios[m] = ta / tn
@@ -86,7 +86,7 @@ def main():
     print(f"  dense     op+adjoint: {t_d * 1e3:9.3f} ms")
     print(f"  structured op+adjoint: {t_s * 1e3:8.3f} ms")
     print(f"  ratio dense / structured = {t_d / t_s:.1f}x")
-    del dense
+    dense = None  # free the dense array before the large run
 
     N, D = 200_000, 512
     X = torch.randn(N, D, dtype=torch.float64)
