@@ -347,9 +347,9 @@ def from_module(
                 warnings.warn(f"from_module: no faithful {k}-unit copy of the module could be made; "
                               f"differentiating all {m} units (cost grows with the width)", RuntimeWarning,
                               stacklevel=2)
-            found = (full, lay)
+            found = (full, lay, True)
         copies.append(found)
-    (red1, lay1), (red, red_lay) = copies
+    (red1, lay1, same_f0), (red, red_lay, same_f0_2) = copies
     fn, fn2 = _UnitFunction(red1, lay1, output), _UnitFunction(red, red_lay, output)
     p = fn.p
     tol = tolerance(dtype, 1e4)
@@ -357,6 +357,12 @@ def from_module(
         C = fn({}, X[0]).numel()
         chunk = chunk_size if chunk_size is not None else _auto_chunk(fn, X[0], C, p, N)
         f0, g1, A, H12, scale = _derivatives(fn, fn2, X, chunk, tol, seed)
+        # the copy's zero units may not add what the module's add to f(0) (e.g. heads summed over fixed values):
+        # then f(0) comes from the module (one forward pass), and the truncation check uses the copy's own f(0)
+        f0_check = f0[sub] if same_f0 and same_f0_2 else vmap(lambda x: fn2({}, x))(X[sub])
+        if not same_f0:
+            fn_full = _UnitFunction(full, lay, output)
+            f0 = vmap(lambda x: fn_full({}, x), chunk_size=max(chunk, 256))(X)
     if check:
         check_permutation_symmetry(full, lay, X[sub], output=output, seed=seed)
     B = None if H12 is None else 0.25 * (H12 + H12.transpose(-1, -2))
@@ -370,7 +376,9 @@ def from_module(
     op = DenseStructure(A, offset=f0, linear=g1 if has_b else None,
                         cross=B if has_B else None, layout=lay.describe(params), check_symmetric=False)
     if check:
-        check_truncation_order(red, red_lay, op.take(sub), X[sub], output=output, seed=seed, chunk_size=chunk)
+        op_check = op.take(sub)
+        op_check.offset = f0_check
+        check_truncation_order(red, red_lay, op_check, X[sub], output=output, seed=seed, chunk_size=chunk)
     return op
 
 

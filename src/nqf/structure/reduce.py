@@ -130,19 +130,23 @@ def reduced_copy(module: nn.Module, layout: UnitLayout, n_units: int = 2) -> tup
 
 
 def check_reduced_copy(module: nn.Module, layout: UnitLayout, red: nn.Module, red_layout: UnitLayout, X: torch.Tensor,
-                       *, output=None, seed: int = 0) -> float:
-    """Largest relative difference between ``module`` and its reduced copy on the kept units.
+                       *, output=None, seed: int = 0) -> tuple[float, float]:
+    """How faithfully a reduced copy reproduces ``module`` on its kept units.
 
-    Evaluates both on ``X`` (a few samples) with the kept units at the
-    module's own values, then at random values of the same size, and every
-    other unit at zero (inside :func:`evaluation_mode`; put both modules in
-    eval mode first if they have dropout).
+    Evaluates both on ``X`` (a few samples) with every other unit at zero and
+    the kept units at zero, at the module's own values, and at random values
+    of the same size (inside :func:`evaluation_mode`; put both modules in eval
+    mode first if they have dropout).
 
     Returns
     -------
-    float
-        ``max |f_full − f_reduced| / (max |f_full| + tiny)``; a faithful copy
-        gives round-off (``≲ 1e3 · machine ε``).
+    (float, float)
+        ``max |Δf_full − Δf_reduced|`` with ``Δf = f(W) − f(0)`` (what the
+        derivatives at zero see), and ``max |f_full(0) − f_reduced(0)|``, both
+        relative to ``max |f_full|``.  A faithful copy gives round-off
+        (``≲ 1e3 · machine ε``) in the first; the second is also round-off
+        unless the zero units contribute to ``f(0)`` (e.g. heads summed over a
+        fixed value path), in which case ``f(0)`` must come from the module.
     """
     full = UnitScatter(module, layout)
     small = UnitScatter(red, red_layout)
@@ -151,31 +155,46 @@ def check_reduced_copy(module: nn.Module, layout: UnitLayout, red: nn.Module, re
     gen = torch.Generator(device="cpu").manual_seed(seed + 7)
     rms = float(W_own.pow(2).mean().sqrt()) if W_own.numel() else 0.0
     W_rand = torch.randn(W_own.shape, generator=gen, dtype=W_own.dtype).to(W_own.device) * (rms if rms > 0 else 0.3)
-    worst = 0.0
+
+    def both(Wk):
+        Wfull = torch.zeros(full.p, full.m, dtype=Wk.dtype, device=Wk.device)
+        Wfull[:, :k] = Wk
+        a = functional_call(module, full(Wfull), (X,))
+        b = functional_call(red, small(Wk), (X,))
+        return (a, b) if output is None else (output(a), output(b))
+
     with evaluation_mode(), torch.no_grad():
+        a0, b0 = both(torch.zeros_like(W_own))
+        if a0.shape != b0.shape:
+            return float("inf"), float("inf")
+        size = float(a0.abs().max())
+        worst = 0.0
         for Wk in (W_own, W_rand):
-            Wfull = torch.zeros(full.p, full.m, dtype=Wk.dtype, device=Wk.device)
-            Wfull[:, :k] = Wk
-            a = functional_call(module, full(Wfull), (X,))
-            b = functional_call(red, small(Wk), (X,))
-            if output is not None:
-                a, b = output(a), output(b)
-            if a.shape != b.shape:
-                return float("inf")
-            err = float((a - b).abs().max()) / (float(a.abs().max()) + 1e-300)
-            worst = max(worst, err if err == err else float("inf"))
-    return worst
+            a, b = both(Wk)
+            size = max(size, float(a.abs().max()), float((a - a0).abs().max()))
+            worst = max(worst, float(((a - a0) - (b - b0)).abs().max()))
+    size = size + 1e-300
+    nan = float("inf")
+    d, o = worst / size, float((a0 - b0).abs().max()) / size
+    return (d if d == d else nan), (o if o == o else nan)
 
 
 def faithful_reduced_copy(module: nn.Module, layout: UnitLayout, X: torch.Tensor, *, n_units: int = 2,
                           output=None, seed: int = 0):
-    """:func:`reduced_copy` checked by :func:`check_reduced_copy`; ``None`` when it is not faithful."""
+    """:func:`reduced_copy` checked by :func:`check_reduced_copy`.
+
+    Returns
+    -------
+    (nn.Module, UnitLayout, bool) or None
+        The copy, its layout, and whether its ``f(0)`` equals the module's;
+        ``None`` when the copy does not reproduce how the kept units act.
+    """
     try:
         red, red_layout = reduced_copy(module, layout, n_units)
-        err = check_reduced_copy(module, layout, red, red_layout, X, output=output, seed=seed)
+        err, off = check_reduced_copy(module, layout, red, red_layout, X, output=output, seed=seed)
     except (RuntimeError, ValueError, TypeError, IndexError, AssertionError, NormalFormError, KeyError):
         return None
     dtype = next(iter(red.parameters())).dtype
     if not err <= tolerance(dtype, 1e3):
         return None
-    return red, red_layout
+    return red, red_layout, off <= tolerance(dtype, 1e3)
