@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 import torch
 
-from nqf.dynamics import simulate
+from nqf.dynamics import gradient_flow, simulate
 from nqf.structure.mlp import mlp
+from nqf.structure.operator import DenseStructure
 from nqf.svd_modes import two_layer_modes
 
 F64 = torch.float64
@@ -248,3 +249,51 @@ def test_order_parameter_matches_60_digit_reference_fast():
     except IndexError:  # a level never reached
         err_old = math.inf
     assert not err_old < 1e-6
+
+
+# ------------------------------------------------------------------ gradient flow with default tolerances
+@pytest.mark.parametrize("eps", [1e-6, 1e-12, 1e-30])
+def test_gradient_flow_defaults_match_exact_riccati_flow(eps):
+    """Default tolerances: within relative 1e-6 of the exact isotropic-start flow (the Riccati closed
+    form of each SVD mode, :meth:`TwoLayerModes.order_parameter`) at every output time, for any ε."""
+    X, Y = _problem(whitened=True)
+    C = Y.shape[1]
+    modes = two_layer_modes(X, Y, "linear", eps=eps, init="isotropic")
+    op = mlp(X, "linear", n_outputs=C)
+    t_end = 1.5 * float(modes.switch_times.max())
+    te = np.linspace(0.0, t_end, 121)
+    tr = gradient_flow(op, Y, M0=eps * torch.eye(op.p, dtype=F64), t_span=(0.0, t_end), t_eval=te)
+    assert tr.success
+    ref = modes.order_parameter(te)
+    err = (tr.M - ref).flatten(1).norm(dim=1) / ref.flatten(1).norm(dim=1)
+    assert float(err.max()) < 1e-6
+    p_ref = modes.strength(te)
+    assert float(_rel(_strengths(tr.M, modes.left, modes.right, C), p_ref)[_measurable(p_ref, eps)].max()) < 1e-6
+    if eps == 1e-30:
+        # the check can fail: an absolute tolerance (here 1e-12 on the factor entries, which start at 1e-15)
+        bad = gradient_flow(op, Y, M0=eps * torch.eye(op.p, dtype=F64), t_span=(0.0, t_end), t_eval=te,
+                            atol=1e-12)
+        bad_err = (bad.M - ref).flatten(1).norm(dim=1) / ref.flatten(1).norm(dim=1)
+        assert float(bad_err.max()) > 1e-4
+
+
+def test_gradient_flow_defaults_match_logistic_closed_form():
+    """Commuting measurements A_n = diag(x_n) (orthogonal columns), M(0) = εI, ε = 1e-30: every diagonal
+    entry is an exact logistic z*/(1 + (z*/ε − 1) e^{−4βt}), in log form; relative 1e-6 throughout."""
+    g = torch.Generator().manual_seed(3)
+    N, p, eps = 12, 4, 1e-30
+    Q = torch.linalg.qr(torch.randn(N, p, generator=g, dtype=F64))[0]
+    X = Q * torch.tensor([4.0, 3.0, 2.5, 2.0], dtype=F64)
+    y = X @ torch.tensor([2.0, 1.0, 0.5, -0.3], dtype=F64)
+    op = DenseStructure(torch.diag_embed(X))
+    Cd, beta = (X ** 2).sum(0) / N, X.T @ y / N
+    zs = beta / Cd
+    t = torch.linspace(0.0, 1.3 * math.log(1 / eps) / (4 * float(beta[beta > 0].min())), 81, dtype=F64)
+    # z = ε / (e^{−4βt} + 4C ε (1 − e^{−4βt})/(4β)), evaluated without overflow
+    x = 4 * beta * t[:, None]
+    z = eps / (torch.exp(-x) + Cd * eps * (-torch.expm1(-x)) / beta)
+    tr = gradient_flow(op, y, M0=eps * torch.eye(p, dtype=F64), t_span=(0.0, float(t[-1])), t_eval=t.numpy())
+    d = torch.diagonal(tr.M, dim1=1, dim2=2)
+    assert float(_rel(d, z).max()) < 1e-6
+    assert torch.allclose(z[-1, :3], zs[:3], rtol=1e-9)
+    assert float((tr.M - torch.diag_embed(d)).abs().max()) < 1e-14 * float(d.max())

@@ -9,14 +9,24 @@ without weight decay ``dM/dt = −2 (G M + M G)``.  Without ZGZ the flow of
 (``h = (1/N) Σ r (b + 2Bμ)``, ``G`` from ``A − B``).  Time is the training time
 ``t = η · steps`` of the discrete runs.
 
-Accuracy: the ODE is integrated with :func:`scipy.integrate.solve_ivp` on the
-``p²`` (+ ``p``) entries in float64 on the CPU (the operator itself is applied on
-its own device); the error is controlled by ``rtol``/``atol`` per component
-(default ``1e-10``/``1e-12``, method ``"DOP853"``, an 8th-order explicit
-Runge–Kutta method), so the result agrees with the exact flow to roughly
-``rtol · |M| + atol`` per entry over times where the flow is not stiff.  For very
-small initial scales or long plateaus the flow is stiff: use ``method="Radau"``
-or ``"LSODA"``.
+Coordinates and accuracy: the flow is integrated on a factor ``M = L Lᵀ``
+(``L`` of shape ``p × r``, the same factor as the order-parameter form of
+:func:`~nqf.dynamics.simulate`, :mod:`nqf.dynamics.factored`):
+
+    dL/dt = −S L − h cᵀ,   μ = L c,
+
+which is positive semidefinite by construction.  The error of each column of
+``L`` is controlled relative to that column's own norm (``atol`` per column
+``= rtol · ‖l_j‖``), and whenever a column norm has changed by a factor 8 the
+integration is restarted from ``L O`` with the columns rotated onto the
+eigenvectors of ``M`` (one-sided Jacobi; with ZGZ, ``L O`` solves the same
+flow).  So every eigendirection of ``M`` — also one of size ``10⁻³⁰`` next to
+``O(1)`` ones — is integrated to relative accuracy ``~rtol``: the default
+``rtol = 1e-10`` gives the exact flow to ``~1e-8`` relative for any initial
+scale.  The default method ``"LSODA"`` switches between Adams (non-stiff) and
+BDF (stiff, once modes saturate); explicit ``"DOP853"`` is accurate at its
+steps but its dense output (at ``t_eval``) is noisy for saturated modes.  The ODE runs in float64 on the
+CPU (the operator itself is applied on its own device).
 """
 
 from __future__ import annotations
@@ -27,15 +37,18 @@ from scipy.integrate import solve_ivp
 
 from .._validation import as_tensor, check_shape
 from ..structure.operator import StructureOperator
+from .factored import factor_from_matrix, factor_from_weights, gradient_terms, orthogonalize_columns, predictions
 from .losses import check_loss, loss_value, prepare_targets, residual
-from .simulate import _fwd, _grad, check_psd
+from .simulate import POLISH_MAX_RANK, check_psd
 from .trajectory import DIVERGED, FINISHED, Trajectory
 
 __all__ = ["gradient_flow"]
 
+RESTART_FACTOR = 8.0  # restart from the polished factor when a column norm changed by this factor
+
 
 def gradient_flow(op: StructureOperator, y, *, M0=None, W0=None, t_span, t_eval=None, rtol: float = 1e-10,
-                  atol: float = 1e-12, method: str = "DOP853", loss: str = "mse", weight_decay: float = 0.0,
+                  atol: float | None = None, method: str = "LSODA", loss: str = "mse", weight_decay: float = 0.0,
                   max_step: float = np.inf) -> Trajectory:
     r"""Integrate the gradient flow ``dM/dt = −2(GM + MG)`` (plus weight decay / non-ZGZ terms).
 
@@ -52,10 +65,13 @@ def gradient_flow(op: StructureOperator, y, *, M0=None, W0=None, t_span, t_eval=
         Training-time interval ``(t0, t1)``.
     t_eval : array_like, shape (K,), optional
         Times at which to store the solution (default: the solver's own steps).
-    rtol, atol : float
-        Tolerances passed to ``solve_ivp``.
+    rtol : float
+        Relative tolerance (per column of the factor ``L``, see the module docstring).
+    atol : float, optional
+        Absolute tolerance on the entries of ``L`` (units ``√M``).  Default: ``rtol``
+        times each column's norm (scale-relative, valid for any ``ε``).
     method : str
-        Any ``solve_ivp`` method (``"DOP853"``, ``"RK45"``, ``"Radau"``, ``"BDF"``, ``"LSODA"``).
+        Any ``solve_ivp`` method (default ``"LSODA"``; ``"DOP853"``, ``"RK45"``, ``"Radau"``, ``"BDF"``).
     loss : {"mse", "logistic", "cross_entropy"}
     weight_decay : float
         λ (``G → G + λ/2 I``).
@@ -85,7 +101,7 @@ def gradient_flow(op: StructureOperator, y, *, M0=None, W0=None, t_span, t_eval=
     if not t1 > t0:
         raise ValueError(f"`t_span` must have t1 > t0; found {t_span!r}")
     y = prepare_targets(y, loss, op.n_samples, op.n_outputs, op.dtype, op.device)
-    p, N, dt, dev = op.p, op.n_samples, op.dtype, op.device
+    p, dt, dev = op.p, op.dtype, op.device
     if W0 is not None:
         W0 = as_tensor("W0", W0, ndim=2, dtype=dt, device=dev)
         check_shape("W0", W0, (p, None))
@@ -103,38 +119,91 @@ def gradient_flow(op: StructureOperator, y, *, M0=None, W0=None, t_span, t_eval=
         t_eval = np.asarray(t_eval, dtype=float).reshape(-1)
         if t_eval.size and (t_eval.min() < t0 or t_eval.max() > t1):
             raise ValueError(f"`t_eval` must lie within `t_span` {t_span}; found [{t_eval.min()}, {t_eval.max()}]")
-    eye = torch.eye(p, dtype=dt, device=dev)
-    has_mu = mu_init is not None
-
-    def unpack(z):
-        zt = torch.as_tensor(z, dtype=dt).to(dev)
-        M = zt[:p * p].reshape(p, p)
-        return 0.5 * (M + M.T), (zt[p * p:] if has_mu else None)
-
-    def rhs(_t, z):
-        M, mu = unpack(z)
-        r = residual(_fwd(op, M, mu), y, loss)
-        G, h = _grad(op, r, mu, N)
-        S = 2.0 * G + weight_decay * eye
-        dM = -(S @ M + M @ S)
-        parts = [dM]
-        if has_mu:
-            dM -= torch.outer(mu, h) + torch.outer(h, mu)
-            parts = [dM, -(S @ mu) - m * h]
-        return torch.cat([q.reshape(-1) for q in parts]).cpu().numpy()
-
-    z0 = torch.cat([M_init.reshape(-1)] + ([mu_init] if has_mu else [])).cpu().numpy().astype(np.float64)
-    sol = solve_ivp(rhs, (t0, t1), z0, method=method, t_eval=t_eval, rtol=rtol, atol=atol, max_step=max_step)
+    if W0 is not None:
+        L0, c = factor_from_weights(W0, with_ones=mu_init is not None)
+    else:
+        L0, c = factor_from_matrix(M_init), None
+    has_mu = c is not None
+    polish = not has_mu and L0.shape[1] <= POLISH_MAX_RANK
+    sol = _integrate(op, y, loss, weight_decay, L0, c, t0, t1, t_eval, rtol, atol, method, max_step, polish)
     Ms, mus, losses = [], [], []
-    for j in range(sol.y.shape[1]):
-        M, mu = unpack(sol.y[:, j])
-        Ms.append(M)
+    for L in sol["L"]:
+        M = L @ L.T
+        Ms.append(0.5 * (M + M.T))
+        mu = L @ c if has_mu else None
         if has_mu:
             mus.append(mu)
-        losses.append(float(loss_value(_fwd(op, M, mu), y, loss)))
-    status = FINISHED if sol.status >= 0 else DIVERGED
-    return Trajectory(t=torch.as_tensor(sol.t, dtype=dt).to(dev), loss=torch.tensor(losses, dtype=dt, device=dev),
+        losses.append(float(loss_value(predictions(op, L, mu), y, loss)))
+    status = FINISHED if sol["status"] >= 0 else DIVERGED
+    return Trajectory(t=torch.as_tensor(np.asarray(sol["t"]), dtype=dt).to(dev),
+                      loss=torch.tensor(losses, dtype=dt, device=dev),
                       step=None, M=torch.stack(Ms) if Ms else torch.zeros(0, p, p, dtype=dt, device=dev),
-                      mu=torch.stack(mus) if mus else None, status=status, message=str(sol.message),
-                      info=dict(form="gradient_flow", method=method, rtol=rtol, atol=atol, nfev=int(sol.nfev),
-                                loss=loss, weight_decay=weight_decay, width=m))
+                      mu=torch.stack(mus) if mus else None, status=status, message=sol["message"],
+                      info=dict(form="gradient_flow", method=method, rtol=rtol, atol=atol, nfev=sol["nfev"],
+                                restarts=sol["restarts"], loss=loss, weight_decay=weight_decay, width=m,
+                                factor_rank=int(L0.shape[1])))
+
+
+def _integrate(op, y, loss, lam, L0, c, t0, t1, t_eval, rtol, atol, method, max_step, polish):
+    """Integrate ``dL/dt = −S L − h cᵀ`` in segments; restart from the polished factor when a column
+    norm has changed by ``RESTART_FACTOR``.  Returns the factors at the output times."""
+    p, N, dt, dev = op.p, op.n_samples, op.dtype, op.device
+    r = L0.shape[1]
+    cc = None if c is None else c.to(dtype=dt, device=dev)
+
+    def rhs(_t, z):
+        L = torch.as_tensor(z, dtype=dt).to(dev).reshape(p, r)
+        mu = None if cc is None else L @ cc
+        res = residual(predictions(op, L, mu), y, loss)
+        GL, h = gradient_terms(op, res, L, mu, N)
+        dL = -2.0 * GL
+        if lam:
+            dL = dL - lam * L
+        if h is not None:
+            dL = dL - torch.outer(h, cc)
+        return dL.reshape(-1).cpu().numpy()
+
+    L = orthogonalize_columns(L0) if polish else L0
+    t, out_t, out_L = t0, [], []
+    nfev, restarts, status, message = 0, 0, 0, "The solver successfully reached the end of the integration interval."
+    if t_eval is None or (t_eval.size and t_eval[0] == t0):
+        out_t.append(t0)
+        out_L.append(L)
+    while True:
+        z0 = L.reshape(-1).cpu().numpy().astype(np.float64)
+        norms = np.linalg.norm(z0.reshape(p, r), axis=0)
+        tol_abs = atol if atol is not None else np.repeat((rtol * np.maximum(norms, 1e-300))[None, :], p, 0).ravel()
+        events = None
+        if polish:
+            ref = np.log(np.maximum(norms, 1e-300))
+
+            def grown(_t, z, ref=ref):
+                n = np.linalg.norm(z.reshape(p, r), axis=0)
+                return float(np.max(np.abs(np.log(np.maximum(n, 1e-300)) - ref))) - np.log(RESTART_FACTOR)
+            grown.terminal = True
+            grown.direction = 1
+            events = [grown]
+        te = None if t_eval is None else t_eval[(t_eval > t) & (t_eval <= t1)]
+        sol = solve_ivp(rhs, (t, t1), z0, method=method, t_eval=te, rtol=rtol, atol=tol_abs, max_step=max_step,
+                        events=events)
+        nfev += int(sol.nfev)
+        ts = np.asarray(sol.t, dtype=float).reshape(-1)
+        Z = np.asarray(sol.y, dtype=float).reshape(z0.shape[0], ts.shape[0])
+        if t_eval is None:  # the solver's own steps (the segment start is already stored)
+            ts, Z = ts[1:], Z[:, 1:]
+        for j in range(ts.shape[0]):
+            out_t.append(float(ts[j]))
+            out_L.append(torch.as_tensor(Z[:, j], dtype=dt).to(dev).reshape(p, r))
+        if sol.status < 0:
+            status, message = sol.status, str(sol.message)
+            break
+        if sol.status == 1 and sol.t_events[0].size:  # a column grew or shrank: polish and restart
+            t = float(sol.t_events[0][0])
+            L = orthogonalize_columns(torch.as_tensor(sol.y_events[0][0], dtype=dt).to(dev).reshape(p, r))
+            restarts += 1
+            if t_eval is None:
+                out_t.append(t)
+                out_L.append(L)
+            continue
+        break
+    return dict(t=out_t, L=out_L, status=status, message=message, nfev=nfev, restarts=restarts)
