@@ -117,3 +117,35 @@ def test_bad_input():
         predicted_curve([1.0], [1.0], [1.0], 1e-3, z0_convention="sigma")
     with pytest.raises(ValueError, match="`t`"):
         predicted_curve([-1.0], [1.0], [1.0], 1e-3)
+
+
+def test_predicted_curve_tail_matches_high_precision_expit():
+    """48 modes, β_k = 0.5/k, C = 1 (ζ = 2/k, z* = β, ℓ = ½β²), absolute start ε = 1e-6: the exact sum
+    Σ ℓ_k (q e^{−ζt}/(1 + q e^{−ζt}))² in 50-digit arithmetic (mpmath) is matched to relative 1e-10
+    wherever it exceeds 1e-300 — also deep in the exponential tail (1e-20 … 1e-300)."""
+    mp = pytest.importorskip("mpmath")
+    mp.mp.dps = 50
+    k = np.arange(1, 49, dtype=float)
+    beta = 0.5 / k
+    zeta, ell, eps = 4 * beta, 0.5 * beta ** 2, 1e-6
+    t = np.concatenate([np.geomspace(0.1, 100.0, 20), np.linspace(200.0, 9000.0, 60)])
+    got = predicted_curve(t, ell, zeta, eps, "absolute", z_star=beta)
+    ref = []
+    for tt in t:
+        s = mp.mpf(0)
+        for b in beta:
+            q = mp.mpf(b) / mp.mpf(eps) - 1
+            e = q * mp.exp(-4 * mp.mpf(b) * mp.mpf(tt))
+            s += mp.mpf(0.5) * mp.mpf(b) ** 2 * (e / (1 + e)) ** 2
+        ref.append(s)
+    live = np.array([r > mp.mpf("1e-300") for r in ref])
+    assert live.sum() > 60 and not live.all()  # the check reaches the far tail and stops at 1e-300
+    rel = np.array([float(abs(mp.mpf(g) - r) / r) for g, r in zip(got[live], np.array(ref, dtype=object)[live], strict=True)])
+    assert rel.max() < 1e-10
+    assert got[live].min() < 1e-250
+    # the check can fail: the former 0.5 (1 + tanh(x/2)) form has no correct digits in the tail
+    lq = np.log(beta / eps - 1.0)
+    arg = lq[None, :] - zeta[None, :] * t[live][:, None]
+    old = (ell[None, :] * (0.5 * (1.0 + np.tanh(0.5 * arg))) ** 2).sum(1)
+    rel_old = np.array([float(abs(mp.mpf(g) - r) / r) for g, r in zip(old, np.array(ref, dtype=object)[live], strict=True)])
+    assert rel_old.max() > 1e-2

@@ -32,6 +32,7 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.special import log_expit
 
 from ..errors import ShapeError
 from ._curves import _as_1d
@@ -190,7 +191,8 @@ def predicted_curve(t, ell, zeta, eps: float, z0_convention: str = "relative", z
     r"""Exact loss of a sum of independent logistic modes (see the module docstring).
 
     ``L(t) = L_∞ + Σ_k ℓ_k (q_k e^{−ζ_k t} / (1 + q_k e^{−ζ_k t}))²`` computed
-    stably for any ``ε`` (``q_k e^{−ζ_k t} = exp(ln q_k − ζ_k t)``).
+    stably for any ``ε``: each term is ``exp(ln ℓ_k + 2 log expit(ln q_k − ζ_k t))``, so
+    the exponential tail keeps full relative precision down to the smallest float64.
 
     Parameters
     ----------
@@ -222,13 +224,16 @@ def predicted_curve(t, ell, zeta, eps: float, z0_convention: str = "relative", z
     lq, pos = _q(zeta, eps, z0_convention, z_star)
     out = np.full(t.shape, float(L_inf))
     step = max(1, int(chunk) // max(ell.size, 1))
+    with np.errstate(divide="ignore"):
+        log_ell = np.log(ell)
     for s in range(0, t.size, step):
         tt = t[s:s + step, None]
-        # positive q: 1 − u = expit(ln q − ζt); q ≤ 0 (start above z*): direct formula, |q| < 1
+        # positive q: 1 − u = expit(ln q − ζt), and ℓ (1 − u)² = exp(ln ℓ + 2 log_expit(·)) keeps full
+        # relative precision in the exponential tail (no 1 + tanh cancellation, no underflow of 1 − u before
+        # the product does); q ≤ 0 (start above z*): direct formula, |q| < 1
         arg = lq[None, :] - zeta[None, :] * tt
-        one_minus_u_pos = 0.5 * (1.0 + np.tanh(0.5 * arg))
+        term_pos = np.exp(log_ell[None, :] + 2.0 * log_expit(arg))
         qe = lq[None, :] * np.exp(-zeta[None, :] * tt)
-        one_minus_u_neg = qe / (1.0 + qe)
-        omu = np.where(pos[None, :], one_minus_u_pos, one_minus_u_neg)
-        out[s:s + step] += (ell[None, :] * omu ** 2).sum(1)
+        term_neg = ell[None, :] * (qe / (1.0 + qe)) ** 2
+        out[s:s + step] += np.where(pos[None, :], term_pos, term_neg).sum(1)
     return out
