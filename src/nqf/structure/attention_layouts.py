@@ -155,6 +155,11 @@ class HeadSubsetAttention(nn.Module):
             self.register_parameter(name, getattr(mha, name, None))
         self.out_proj = mha.out_proj
 
+    def _param(self, name: str) -> torch.Tensor:
+        t = getattr(self, name)
+        assert isinstance(t, torch.Tensor)
+        return t
+
     def forward(self, query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
                 average_attn_weights=True, is_causal=False):
         batched = query.dim() == 3
@@ -167,11 +172,14 @@ class HeadSubsetAttention(nn.Module):
         T, B, _ = query.shape
         H, d = self.num_heads, self.head_dim
         dt = query.dtype
+        par = self._param
         if self._qkv_same_embed_dim:
-            w_q, w_k, w_v = self.in_proj_weight.chunk(3)
+            w_q, w_k, w_v = par("in_proj_weight").chunk(3)
         else:
-            w_q, w_k, w_v = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
-        b_q, b_k, b_v = (None,) * 3 if self.in_proj_bias is None else self.in_proj_bias.chunk(3)
+            w_q, w_k, w_v = par("q_proj_weight"), par("k_proj_weight"), par("v_proj_weight")
+        b_q = b_k = b_v = None
+        if self.in_proj_bias is not None:
+            b_q, b_k, b_v = par("in_proj_bias").chunk(3)
         q, k, v = F.linear(query, w_q, b_q), F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)
         if is_causal and attn_mask is None:
             attn_mask = torch.ones(T, key.shape[0], dtype=torch.bool, device=query.device).triu(1)
@@ -180,8 +188,8 @@ class HeadSubsetAttention(nn.Module):
         if mask is not None and mask.dim() == 3:  # (B·num_heads, T, S): keep the first H heads
             mask = mask.reshape(B, self.orig_heads, *mask.shape[1:])[:, :H].reshape(B * H, *mask.shape[1:])
         if self.bias_k is not None:
-            k = torch.cat([k, self.bias_k.repeat(1, B, 1)])
-            v = torch.cat([v, self.bias_v.repeat(1, B, 1)])
+            k = torch.cat([k, par("bias_k").repeat(1, B, 1)])
+            v = torch.cat([v, par("bias_v").repeat(1, B, 1)])
             mask = None if mask is None else F.pad(mask, (0, 1))
             kpm = None if kpm is None else F.pad(kpm, (0, 1))
         q = q.reshape(T, B * H, d).transpose(0, 1)
@@ -202,7 +210,7 @@ class HeadSubsetAttention(nn.Module):
         if self.training and self.dropout > 0:
             alpha = F.dropout(alpha, p=self.dropout)
         out = (alpha @ v).transpose(0, 1).reshape(T * B, H * d)
-        out = F.linear(out, self.out_proj.weight, self.out_proj.bias).reshape(T, B, -1)
+        out = self.out_proj(out).reshape(T, B, -1)
         weights = None
         if need_weights:
             weights = alpha.reshape(B, H, T, S)

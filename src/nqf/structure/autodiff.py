@@ -56,7 +56,7 @@ from torch import nn
 from torch.func import functional_call, jacfwd, jacrev, jvp, vmap
 
 from .._validation import as_tensor, tolerance
-from ..errors import NormalFormError
+from ..errors import InvalidParameterError, NormalFormError
 from .operator import DenseStructure
 from .reduce import evaluation_mode, faithful_reduced_copy
 from .units import UnitLayout, UnitScatter, UnitSlice
@@ -238,7 +238,7 @@ def _derivatives(fn: _UnitFunction, fn2: _UnitFunction, X: torch.Tensor, chunk: 
                 raise
             plans.pop(0)
             continue
-        if A is None:
+        if f0 is None or g1 is None or A is None or probe is None:
             C = out.shape[-1]
             f0 = torch.empty(N, C, dtype=dtype, device=device)
             g1 = torch.empty(N, C, p, dtype=dtype, device=device)
@@ -251,6 +251,7 @@ def _derivatives(fn: _UnitFunction, fn2: _UnitFunction, X: torch.Tensor, chunk: 
             for j, rj in enumerate(rng):  # A = ¼(H + Hᵀ), block by block
                 A[sl, :, ri, rj].copy_(H[i][j]).add_(H[j][i].transpose(-1, -2)).mul_(0.25)
         start += xs.shape[0]
+    assert f0 is not None and g1 is not None and A is not None and probe is not None  # N ≥ 1
     scale = max(2 * _absmax(A), _absmax(g1), 1e-300)
     H12 = None
     if _absmax(probe) > 0.1 * tol * scale * float(v.abs().max()):
@@ -319,22 +320,22 @@ def from_module(
     if not isinstance(module, nn.Module):
         raise TypeError(f"`module` must be a torch.nn.Module; found {type(module).__name__}")
     if zgz not in ("carry", "require"):
-        raise ValueError(f"`zgz` must be 'carry' or 'require'; found {zgz!r}")
+        raise InvalidParameterError(f"`zgz` must be 'carry' or 'require'; found {zgz!r}")
     layout = _as_layout(units)
     params = dict(module.named_parameters())
     if not params:
-        raise ValueError("`module` has no parameters")
+        raise InvalidParameterError("`module` has no parameters")
     dtype = next(iter(params.values())).dtype
     device = next(iter(params.values())).device
     X = as_tensor("inputs", inputs, dtype=dtype, device=device)
     if X.ndim < 1 or X.shape[0] == 0:
-        raise ValueError(f"`inputs` must have a leading sample axis with N ≥ 1; found shape {tuple(X.shape)}")
+        raise InvalidParameterError(f"`inputs` must have a leading sample axis with N ≥ 1; found shape {tuple(X.shape)}")
     if check:
         _scan_non_smooth(module)
     lay = layout.resolve(params)
-    m, N = lay.n_units, X.shape[0]
+    m, N = lay.m, X.shape[0]
     if m < 2:
-        raise ValueError(f"`units` describes {m} unit; at least 2 are needed to check the permutation symmetry "
+        raise InvalidParameterError(f"`units` describes {m} unit; at least 2 are needed to check the permutation symmetry "
                          "and the cross-unit term (A does not depend on the width, so build the module wider)")
     gen = torch.Generator(device="cpu").manual_seed(seed)
     sub = torch.randperm(N, generator=gen)[:CHECK_SAMPLES].sort().values.to(X.device)
@@ -475,7 +476,7 @@ def check_truncation_order(module, layout: UnitLayout, op, X, *, output=None, se
     """
     mod = copy.deepcopy(module).to(torch.float64).eval()
     fn = _UnitFunction(mod, layout, output)
-    m, p = fn.layout.n_units, fn.p
+    m, p = fn.layout.m, fn.p
     gen = torch.Generator(device="cpu").manual_seed(seed + 2)
     W = torch.randn(p, m, generator=gen, dtype=torch.float64).to(X.device) / math.sqrt(m)
     X64 = X.to(torch.float64)

@@ -228,9 +228,9 @@ def find_units(module: nn.Module) -> list[UnitCandidate]:
             layout = _prefixed(own, name).resolve(params)
             kind = _KINDS.get(type(sub).__name__, "custom")
             p = layout.p(params)
-            desc = (f"{layout.n_units} units ({kind}) of `{name or '(module)'}` ({type(sub).__name__}.units: "
+            desc = (f"{layout.m} units ({kind}) of `{name or '(module)'}` ({type(sub).__name__}.units: "
                     f"{', '.join(s.param for s in layout.slices)}), p = {p}")
-            found.append(UnitCandidate((name,), kind, layout.n_units, p, layout, desc, True))
+            found.append(UnitCandidate((name,), kind, layout.m, p, layout, desc, True))
             if name == "":
                 return found
             continue

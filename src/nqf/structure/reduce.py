@@ -90,7 +90,7 @@ def reduced_copy(module: nn.Module, layout: UnitLayout, n_units: int = 2) -> tup
     """
     params = dict(module.named_parameters())
     lay = layout.resolve(params)
-    m, k = lay.n_units, int(n_units)
+    m, k = lay.m, int(n_units)
     red = copy.deepcopy(module).eval()
     if k >= m:
         return red, lay

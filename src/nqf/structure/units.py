@@ -22,7 +22,7 @@ from typing import Mapping, Sequence
 import torch
 
 from .._validation import as_tensor, check_shape
-from ..errors import ShapeError
+from ..errors import InvalidParameterError, ShapeError
 
 __all__ = ["UnitSlice", "UnitLayout", "UnitScatter", "get_unit_weights", "set_unit_weights"]
 
@@ -71,9 +71,16 @@ class UnitLayout:
 
     def __init__(self, slices: Sequence[UnitSlice], n_units: int | None = None):
         if not slices:
-            raise ValueError("`slices` must name at least one parameter slice")
+            raise InvalidParameterError("`slices` must name at least one parameter slice")
         self.slices = tuple(slices)
         self.n_units = n_units
+
+    @property
+    def m(self) -> int:
+        """Number of units of a resolved layout (see :meth:`resolve`)."""
+        if self.n_units is None:
+            raise InvalidParameterError("the layout's number of units is not known yet: call `resolve(params)`")
+        return self.n_units
 
     def resolve(self, params: Mapping[str, torch.Tensor]) -> "UnitLayout":
         """Check the layout against a module's parameters; fill in ``n_units``.
@@ -130,7 +137,7 @@ class UnitLayout:
             for s in lay.slices:
                 if s.param != name:
                     continue
-                t.index_fill_(s.axis % t.ndim, torch.cat([s.indices(i, t.device) for i in range(lay.n_units)]), 0.0)
+                t.index_fill_(s.axis % t.ndim, torch.cat([s.indices(i, t.device) for i in range(lay.m)]), 0.0)
             out[name] = t
         return out
 
@@ -205,7 +212,7 @@ class UnitScatter:
         params = dict(module.named_parameters())
         self.layout = units.resolve(params)
         sizes = self.layout.block_sizes(params)
-        self.p, self.m = sum(sizes), self.layout.n_units
+        self.p, self.m = sum(sizes), self.layout.m
         self.base = {k: v.detach() for k, v in params.items()}
         rows: dict[str, tuple[list, list]] = {}
         start = 0
