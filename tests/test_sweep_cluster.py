@@ -59,7 +59,7 @@ def lv_sweep(cluster, tmp_path_factory):
     """One sweep with valid points, points with invalid values and points that raise at run time."""
     tmp = tmp_path_factory.mktemp("lv")
     cfg = _write_config(tmp / "lv.toml", "lv-staircase", REGISTRY["lv-staircase"].tiny)
-    args = ["sweep", str(cfg), "--grid", "eps=1e-3,1e-5,2", "--grid", "n_samples=2,8", "--seeds", "0-1",
+    args = ["sweep", str(cfg), "--grid", "eps=1e-3,1e-5,2", "--grid", "device=cpu,tpu", "--seeds", "0-1",
             "--scheduler", cluster[0].scheduler_address, "--out", str(tmp / "S"), "--json"]
     r = runner.invoke(app, args)
     return tmp / "S", args, r
@@ -71,17 +71,17 @@ def test_failed_points_are_recorded_and_the_others_finish(lv_sweep):
     doc = json.loads(r.output)
     assert doc["counts"] == {"complete": 4, "failed": 8, "interrupted": 0, "pending": 0, "total": 12, "reused": 0}
     for row in doc["rows"]:
-        eps, n = row["swept"]["eps"], row["swept"]["n_samples"]
+        eps, device = row["swept"]["eps"], row["swept"]["device"]
         if eps == 2:  # invalid parameter value: never run, error names the key
             assert row["status"] == "failed" and row["error_type"] == "ConfigError" and "params.eps" in row["error"]
             assert row["directory"] is None
-        elif n == 2:  # valid parameters that raise inside the experiment
-            assert row["status"] == "failed" and row["error_type"] == "ValueError" and "n_samples" in row["error"]
+        elif device == "tpu":  # a valid config that raises when run
+            assert row["status"] == "failed" and row["error_type"] == "ValueError" and "--device" in row["error"]
         else:
             assert row["status"] == "complete" and row["error"] is None
             assert set(row["measured"]) == {"t_1", "t_2", "t_3"}
     csv_lines = (root / "sweep.csv").read_text().strip().splitlines()
-    assert len(csv_lines) == 13 and csv_lines[0].startswith("point,eps,n_samples,seed,status")
+    assert len(csv_lines) == 13 and csv_lines[0].startswith("point,eps,device,seed,status")
     assert "measured: t_1" in csv_lines[0]
     html = (root / "report.html").read_text()
     assert html.count("<img") >= 1 and "ConfigError" in html
@@ -116,7 +116,9 @@ def _assert_bit_identical(swept, ref):
 def test_point_is_bit_identical_to_nqf_run(lv_sweep, tmp_path):
     root, _, r = lv_sweep
     row = next(row for row in json.loads(r.output)["rows"] if row["status"] == "complete" and row["seed"] == 1)
-    params = dict(REGISTRY["lv-staircase"].tiny, eps=[row["swept"]["eps"]], n_samples=row["swept"]["n_samples"])
+    recorded = json.loads((root / row["directory"] / "results.json").read_text())["config"]
+    assert recorded["params"]["eps"][-1] == row["swept"]["eps"]
+    params = dict(REGISTRY["lv-staircase"].tiny, eps=recorded["params"]["eps"])
     cfg = _write_config(tmp_path / "point.toml", "lv-staircase", params, seed=1)
     r = runner.invoke(app, ["run", str(cfg), "--out", str(tmp_path / "ref"), "--json"])
     assert r.exit_code == 0, r.output

@@ -1,9 +1,11 @@
 """Sweep specification (grid, zip, seeds, [sweep] table), points and their hashes, `--set` over every parameter."""
 
 import json
+import math
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -82,30 +84,42 @@ def test_table_and_command_line_combine():
 LV = {"experiment": "lv-staircase", "params": dict(REGISTRY["lv-staircase"].tiny)}
 
 
-def test_points_hash_their_resolved_config_and_scalar_eps_becomes_a_list(tmp_path):
-    spec = SweepSpec(grid={"eps": [1e-3, 1e-6]}, seeds=[0, 1])
+def test_points_hash_their_resolved_config(tmp_path):
+    spec = SweepSpec(grid={"ratio": [0.5, 0.4]}, seeds=[0, 1])
     pts = build_points(LV, spec)
     assert len(pts) == 4 and all(p.valid for p in pts)
-    assert [p.resolved["params"]["eps"] for p in pts] == [[1e-3], [1e-3], [1e-6], [1e-6]]
-    assert [p.seed for p in pts] == [0, 1, 0, 1]
+    assert [(p.swept["ratio"], p.seed) for p in pts] == [(0.5, 0), (0.5, 1), (0.4, 0), (0.4, 1)]
     # the hash is config_hash of the full resolved config (defaults included), independent of how it was written
     exp = REGISTRY["lv-staircase"]
     full = {"experiment": "lv-staircase", "seed": 1, "device": "cpu",
-            "params": exp.Params(**dict(LV["params"], eps=[1e-3])).model_dump(mode="json")}
+            "params": exp.Params(**dict(LV["params"], ratio=0.5)).model_dump(mode="json")}
     assert pts[1].hash == config_hash(full)
     assert point_dir(tmp_path, pts[1]) == tmp_path / "points" / config_hash(full)[:12]
-    # a default changed explicitly to its own value is the same point; any other change is a new point
-    same = build_points(apply_overrides(LV, {"save_points": exp.Params().save_points if "save_points" not in
-                                             LV["params"] else LV["params"]["save_points"]}), spec)
+    # a default written out explicitly is the same point; any other change is a new point
+    same = build_points(apply_overrides(LV, {"z_first": exp.Params().z_first}), spec)
     assert [p.hash for p in same] == [p.hash for p in pts]
-    changed = build_points(apply_overrides(LV, {"ratio": 0.4}), spec)
+    changed = build_points(apply_overrides(LV, {"z_first": 0.9}), spec)
     assert not {p.hash for p in changed} & {p.hash for p in pts}
+    assert len({p.hash for p in pts}) == 4
+
+
+def test_scalar_values_for_list_parameters():
+    pts = build_points(LV, SweepSpec(grid={"eps": [1e-4, 1e-12]}))
+    assert all(p.valid for p in pts), [p.error for p in pts]
+    for p, v in zip(pts, [1e-4, 1e-12], strict=True):
+        eps = p.resolved["params"]["eps"]
+        assert eps[-1] == v and all(0 < e < 1 for e in eps) and len(set(eps)) == len(eps)
+        if len(eps) == 2:  # a list that needs two scales is completed geometrically: [√v, v]
+            assert eps[0] == pytest.approx(math.sqrt(v), rel=1e-15)
+    demo = build_points({"experiment": "demo"}, SweepSpec(grid={"singular_values": [3.0, [2.0, 1.0]]}))
+    assert [p.resolved["params"]["singular_values"] for p in demo] == [[3.0], [2.0, 1.0]]
 
 
 def test_invalid_point_values_are_points_with_an_error_not_exceptions():
-    pts = build_points(LV, SweepSpec(grid={"eps": [1e-3, 2.0, "x"]}))
+    pts = build_points(LV, SweepSpec(grid={"ratio": [0.5, 2.0, "x"]}))
     assert [p.valid for p in pts] == [True, False, False]
-    assert "params.eps" in pts[1].error and "(0, 1)" in pts[1].error
+    assert "params.ratio" in pts[1].error and "less than 1" in pts[1].error
+    assert "params.ratio" in pts[2].error
     with pytest.raises(SweepError, match="not a parameter"):
         build_points(LV, SweepSpec(grid={"epsilon": [1e-3]}))
     with pytest.raises(SweepError, match="unknown experiment"):
@@ -128,10 +142,11 @@ SET_CASES = [(name, key, value) for name in sorted(REGISTRY)
 def test_set_accepts_every_listed_parameter_and_validates_its_type(name, key, value, tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text(f'experiment = "{name}"\n')
-    _, _, params = load_config(cfg, parse_set([f"{key}={_toml(value)}"]))
-    assert params.model_dump(mode="json")[key] == value
-    _, _, params = load_config(cfg, parse_set([f"params.{key}={_toml(value)}"]))
-    assert params.model_dump(mode="json")[key] == value
+    if value is not None:  # (TOML has no null: an optional parameter's default None cannot be written)
+        _, _, params = load_config(cfg, parse_set([f"{key}={_toml(value)}"]))
+        assert params.model_dump(mode="json")[key] == value
+        _, _, params = load_config(cfg, parse_set([f"params.{key}={_toml(value)}"]))
+        assert params.model_dump(mode="json")[key] == value
     for bad in ("{bogus = 1}", "not-a-valid-value"):
         with pytest.raises(ConfigError, match=f"params.{key}"):
             load_config(cfg, parse_set([f"{key}={bad}"]))
@@ -150,10 +165,11 @@ def test_set_on_the_command_line(tmp_path):
     r = runner.invoke(app, ["demo", "--set", "experiment=lv-staircase"])
     assert r.exit_code == 2
     out = tmp_path / "run"
-    r = runner.invoke(app, ["run", str(cfg), "--set", "eps=[1e-4]", "--set", "seed=2", "--out", str(out), "--json"])
+    r = runner.invoke(app, ["run", str(cfg), "--set", "eps=[1e-2, 1e-4]", "--set", "seed=2", "--out", str(out),
+                            "--json"])
     assert r.exit_code == 0, r.output
     res = json.loads((out / "results.json").read_text())
-    assert res["config"]["params"]["eps"] == [1e-4] and res["seed"] == 2
+    assert res["config"]["params"]["eps"] == [1e-2, 1e-4] and res["seed"] == 2
 
 
 def test_version_and_sweep_module_import_no_dask():
@@ -175,3 +191,46 @@ def test_sweep_without_dask_is_one_clear_line(tmp_path, monkeypatch):
     assert r.exit_code == 2
     assert r.output.strip().count("\n") == 0 and "pip install 'nqf[dask]'" in r.output
     assert not (tmp_path / "s").exists()
+
+
+# ----------------------------------------------------------------------------- report (planted data)
+def test_report_recovers_a_planted_slope_and_band(tmp_path):
+    from nqf.sweep.report import write_sweep_report
+    from nqf.sweep.table import build_table, read_table, write_table
+
+    spec = SweepSpec(grid={"eps": [1e-4, 1e-6, 1e-8, 2.0]}, seeds=[0, 1, 2])
+    pts = build_points(LV, spec)
+    rows, rng = {}, np.random.default_rng(0)
+    noise = {}
+    for p in pts:
+        if not p.valid:
+            continue
+        e = p.swept["eps"]
+        n = rng.normal(0, 0.05)
+        noise.setdefault(e, []).append(n)
+        checks = [{"name": f"t_{k} at ε = {e:g} (ζ = {4 / 2 ** (k - 1):g})",
+                   "predicted": 2 ** (k - 1) / 4 * math.log(1 / e),
+                   "measured": (2 ** (k - 1) / 4) * math.log(1 / e) + 1.0 + n, "relative_error": None, "passed": None}
+                  for k in (1, 2)]
+        rows[p.short] = {"status": "complete", "wall_seconds": 1.0, "error_type": None, "error": None,
+                         "checks": checks, "metrics": {"x": 1.0}}
+    doc = build_table(pts, rows, experiment="lv-staircase", base=LV, spec=spec, root=tmp_path)
+    assert doc["counts"]["complete"] == 9 and doc["counts"]["pending"] == 3
+    write_table(tmp_path, doc)
+    assert read_table(tmp_path)["rows"][0]["measured"].keys() == {"t_1", "t_2"}
+    write_sweep_report(tmp_path)
+    html = (tmp_path / "report.html").read_text()
+    assert "<img" in html and "t_k_vs_eps" in html
+    from nqf.sweep.report import sweep_figures
+
+    (fig,) = sweep_figures(read_table(tmp_path), tmp_path)
+    logs = np.log(1 / np.array([1e-4, 1e-6, 1e-8]))
+    means = [np.mean(noise[e]) for e in (1e-4, 1e-6, 1e-8)]
+    for k, lab in ((1, "t_1"), (2, "t_2")):
+        fit = fig["fits"][lab]
+        expected = np.polyfit(logs, (2 ** (k - 1) / 4) * logs + 1.0 + np.array(means), 1)[0]
+        assert fit["slope"] == pytest.approx(expected, rel=1e-10)
+        assert fit["predicted_slope"] == pytest.approx(2 ** (k - 1) / 4, rel=1e-10)
+        assert fit["sd_max"] == pytest.approx(max(np.std(noise[e]) for e in noise), rel=1e-10)
+    csv_lines = (tmp_path / "sweep.csv").read_text().splitlines()
+    assert len(csv_lines) == 13 and csv_lines[0].split(",")[:3] == ["point", "eps", "seed"]

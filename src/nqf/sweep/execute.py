@@ -113,9 +113,9 @@ def run_point(config: dict, out_dir: str) -> dict[str, Any]:
     t0 = time.perf_counter()
     try:
         cfg, exp, params = parse_config(config, "point")
-        out = Path(out_dir)
-        resume = out.is_dir() and any(out.iterdir())
-        results = run_experiment(exp, params, out, seed=cfg.seed, device=cfg.device, resume=resume,
+        # resume: a point rerun after a failure or a killed worker reuses the finished parts of the same
+        # config (the directory is named by the config hash); a fresh directory starts from scratch
+        results = run_experiment(exp, params, Path(out_dir), seed=cfg.seed, device=cfg.device, resume=True,
                                  show_progress=False)
     except Exception as exc:  # noqa: BLE001 - recorded in the sweep table, the sweep goes on
         return {"status": "failed", "wall_seconds": round(time.perf_counter() - t0, 3),

@@ -18,9 +18,13 @@ brackets or quotes do not split.  The same may be written in the config::
 
 A command-line key replaces the table's entry for the same key.
 
-A scalar value for a list-valued parameter (e.g. ``eps`` of ``lv-staircase``,
-a list of initial scales) is taken as the one-element list ``[v]``: each point
-then runs one ε, and the sweep varies it.
+A scalar value ``v`` for a list-valued parameter is taken as the one-element
+list ``[v]``.  The lists of initial scales ε (``eps`` of ``lv-staircase``,
+``interacting-modes``, ``validity``) need at least ``L = 2`` values (each run
+compares several ε); a scalar ``0 < v < 1`` for such a list becomes the
+geometric completion ``[v^{1/L}, …, v]`` — for ``L = 2`` that is ``[√v, v]`` —
+whose smallest value is ``v``.  These experiments take their checks at the
+smallest ε, so each point measures at ``v``, and the sweep varies it.
 """
 
 from __future__ import annotations
@@ -217,9 +221,20 @@ def _is_list_annotation(ann) -> bool:
     return ann in (list, tuple)
 
 
+def _min_length(field) -> int:
+    return max([int(getattr(m, "min_length", 0) or 0) for m in getattr(field, "metadata", ())] + [0])
+
+
 def coerce_for_param(params_cls, key: str, value):
-    """A scalar swept value for a list-valued parameter becomes ``[value]`` (see module docstring)."""
+    """A scalar swept value for a list-valued parameter becomes a list (see module docstring).
+
+    ``[v]``; for a list of initial scales that needs ``L ≥ 2`` entries and ``0 < v < 1``:
+    ``[v^{1/L}, v^{2/L}, …, v]`` (distinct, in (0, 1), smallest ``v``).
+    """
     fields = getattr(params_cls, "model_fields", {})
-    if key in fields and not isinstance(value, list) and _is_list_annotation(fields[key].annotation):
-        return [value]
-    return value
+    if key not in fields or isinstance(value, list) or not _is_list_annotation(fields[key].annotation):
+        return value
+    n = _min_length(fields[key])
+    if n >= 2 and isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1:
+        return [float(value) ** (j / n) for j in range(1, n)] + [value]
+    return [value]

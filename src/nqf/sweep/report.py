@@ -124,6 +124,7 @@ def sweep_figures(doc: dict, root) -> list[dict]:
             fig = Figure(figsize=(7.2, 4.6), constrained_layout=True)
             ax = fig.add_subplot()
             groups = defaultdict(list)
+            fits: dict[str, dict] = {}
             for r, x in zip(rows, xs_all, strict=False):
                 groups[tuple(_fmt(r["swept"].get(k)) for k in others)].append((x, r))
             ci = 0
@@ -133,7 +134,9 @@ def sweep_figures(doc: dict, root) -> list[dict]:
                     ci += 1
                     where = ", ".join(f"{k}={v}" for k, v in zip(others, gkey, strict=True))
                     label = q + (f" ({where})" if others else "")
-                    _plot_one(ax, members, q, transform, color, label)
+                    fit = _plot_one(ax, members, q, transform, color, label)
+                    if fit:
+                        fits[label] = fit
             ax.set_xlabel(xlabel)
             ax.set_ylabel(fam.replace("#", "k"))
             if logx:
@@ -151,12 +154,16 @@ def sweep_figures(doc: dict, root) -> list[dict]:
                 files[ext] = f"figures/{name}.{ext}"
                 if ext == "png":
                     data = base64.b64encode(buf.getvalue()).decode("ascii")
-            out.append({"name": name, "png": files["png"], "svg": files["svg"], "data": data,
-                        "caption": f"{fam.replace('#', 'k')} against {xlabel}"})
+            slopes = "; ".join(f"{lab}: slope {f['slope']:.4g}" + (
+                f" (predicted {f['predicted_slope']:.4g})" if f.get("predicted_slope") is not None else "")
+                for lab, f in fits.items() if f.get("slope") is not None)
+            out.append({"name": name, "png": files["png"], "svg": files["svg"], "data": data, "fits": fits,
+                        "caption": f"{fam.replace('#', 'k')} against {xlabel}" + (f" — {slopes}" if slopes else "")})
     return out
 
 
-def _plot_one(ax, members, q, transform, color, label) -> None:
+def _plot_one(ax, members, q, transform, color, label) -> dict | None:
+    """Draw one quantity; returns ``{slope, predicted_slope, sd_max}`` (slopes in the plotted x coordinate)."""
     by_x = defaultdict(list)
     pred = defaultdict(list)
     for x, r in members:
@@ -167,7 +174,7 @@ def _plot_one(ax, members, q, transform, color, label) -> None:
         if p is not None:
             pred[x].append(p)
     if not by_x:
-        return
+        return None
     xs = np.array(sorted(by_x))
     tx = transform(xs)
     order = np.argsort(tx)
@@ -177,17 +184,24 @@ def _plot_one(ax, members, q, transform, color, label) -> None:
     for x, t in zip(xs, tx, strict=False):
         ax.plot([t] * len(by_x[x]), by_x[x], ".", color=color, ms=4, alpha=0.6)
     ax.fill_between(tx, mean - sd, mean + sd, color=color, alpha=0.25, lw=0)
-    slope = ""
+    note = []
+    fit = {"slope": None, "predicted_slope": None, "sd_max": float(sd.max())}
     if len(xs) >= 2:
-        s = float(np.polyfit(tx, mean, 1)[0])
-        slope = f": slope {s:.3g}"
-    ax.plot(tx, mean, "-o", color=color, ms=3, lw=1.6, label=label + slope)
+        fit["slope"] = float(np.polyfit(tx, mean, 1)[0])
+        note.append(f"slope {fit['slope']:.3g}")
+    if max(len(v) for v in by_x.values()) > 1:
+        note.append(f"sd ≤ {float(sd.max()):.2g}")
+    ax.plot(tx, mean, "-o", color=color, ms=3, lw=1.6, label=label + (": " + ", ".join(note) if note else ""))
     px = [x for x in xs if pred.get(x)]
     if px:
         tp = transform(np.array(px))
         pm = np.array([np.mean(pred[x]) for x in px])
-        ps = f" (slope {float(np.polyfit(tp, pm, 1)[0]):.3g})" if len(px) >= 2 else ""
+        ps = ""
+        if len(px) >= 2:
+            fit["predicted_slope"] = float(np.polyfit(tp, pm, 1)[0])
+            ps = f" (slope {fit['predicted_slope']:.3g})"
         ax.plot(tp, pm, "--", color=color, lw=1, label=f"{q} predicted{ps}")
+    return fit
 
 
 def write_sweep_report(root, doc: dict | None = None) -> Path:
