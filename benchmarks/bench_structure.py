@@ -68,11 +68,7 @@ def autodiff_vs_analytic(N=4000, D=64, widths=(256, 4096)):
     return ratios
 
 
-def main():
-    torch.set_num_threads(1)
-    autodiff_vs_analytic()
-    if sys.argv[1:] == ["autodiff"]:
-        return
+def dense_vs_structured():
     torch.manual_seed(0)
     N, D, C = 2000, 127, 1
     X = torch.randn(N, D, dtype=torch.float64)
@@ -86,8 +82,14 @@ def main():
     print(f"  dense     op+adjoint: {t_d * 1e3:9.3f} ms")
     print(f"  structured op+adjoint: {t_s * 1e3:8.3f} ms")
     print(f"  ratio dense / structured = {t_d / t_s:.1f}x")
-    dense = None  # free the dense array before the large run
 
+
+def main():
+    torch.set_num_threads(1)
+    autodiff_vs_analytic()
+    if sys.argv[1:] == ["autodiff"]:
+        return
+    dense_vs_structured()
     N, D = 200_000, 512
     X = torch.randn(N, D, dtype=torch.float64)
     op = mlp(X, "tanh")

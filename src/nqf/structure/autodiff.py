@@ -49,7 +49,7 @@ from __future__ import annotations
 import copy
 import math
 import warnings
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -329,14 +329,16 @@ def from_module(
     device = next(iter(params.values())).device
     X = as_tensor("inputs", inputs, dtype=dtype, device=device)
     if X.ndim < 1 or X.shape[0] == 0:
-        raise InvalidParameterError(f"`inputs` must have a leading sample axis with N ≥ 1; found shape {tuple(X.shape)}")
+        raise InvalidParameterError(f"`inputs` must have a leading sample axis with N ≥ 1; found shape "
+                                    f"{tuple(X.shape)}")
     if check:
         _scan_non_smooth(module)
     lay = layout.resolve(params)
     m, N = lay.m, X.shape[0]
     if m < 2:
-        raise InvalidParameterError(f"`units` describes {m} unit; at least 2 are needed to check the permutation symmetry "
-                         "and the cross-unit term (A does not depend on the width, so build the module wider)")
+        raise InvalidParameterError(f"`units` describes {m} unit; at least 2 are needed to check the permutation "
+                                    "symmetry and the cross-unit term (A does not depend on the width, so build the "
+                                    "module wider)")
     gen = torch.Generator(device="cpu").manual_seed(seed)
     sub = torch.randperm(N, generator=gen)[:CHECK_SAMPLES].sort().values.to(X.device)
     full = copy.deepcopy(module).eval()

@@ -16,8 +16,8 @@ which gives ``w_i = (a_i ∈ R^C, u_i ∈ R^D)``, ``p = C + D``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 import torch
 
@@ -82,7 +82,7 @@ class UnitLayout:
             raise InvalidParameterError("the layout's number of units is not known yet: call `resolve(params)`")
         return self.n_units
 
-    def resolve(self, params: Mapping[str, torch.Tensor]) -> "UnitLayout":
+    def resolve(self, params: Mapping[str, torch.Tensor]) -> UnitLayout:
         """Check the layout against a module's parameters; fill in ``n_units``.
 
         Raises
@@ -106,7 +106,7 @@ class UnitLayout:
                                  f"axis {s.axis} of shape {tuple(t.shape)}")
             counts.append(avail // s.size)
         m = self.n_units if self.n_units is not None else counts[0]
-        for s, c in zip(self.slices, counts):
+        for s, c in zip(self.slices, counts, strict=True):
             if c < m:
                 raise ShapeError(f"unit slice of `{s.param}` holds {c} units, the layout needs {m}")
         return UnitLayout(self.slices, m)
@@ -158,7 +158,7 @@ class UnitLayout:
         out = dict(base)
         for i, w in units.items():
             start = 0
-            for s, k in zip(self.slices, sizes):
+            for s, k in zip(self.slices, sizes, strict=True):
                 t = out[s.param]
                 shape = list(t.shape)
                 shape[s.axis % t.ndim] = s.size
@@ -169,7 +169,7 @@ class UnitLayout:
 
     def describe(self, params: Mapping[str, torch.Tensor]) -> str:
         parts, start = [], 0
-        for s, k in zip(self.slices, self.block_sizes(params)):
+        for s, k in zip(self.slices, self.block_sizes(params), strict=True):
             parts.append(f"[{start}:{start + k}] {s.param} (axis {s.axis}, size {s.size})")
             start += k
         return "; ".join(parts)
@@ -216,7 +216,7 @@ class UnitScatter:
         self.base = {k: v.detach() for k, v in params.items()}
         rows: dict[str, tuple[list, list]] = {}
         start = 0
-        for s, k in zip(self.layout.slices, sizes):
+        for s, k in zip(self.layout.slices, sizes, strict=True):
             t = self.base[s.param]
             flat = torch.arange(t.numel(), device=t.device).reshape(t.shape)
             rows.setdefault(s.param, ([], []))
