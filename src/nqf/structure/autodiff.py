@@ -13,20 +13,31 @@ with ``A = ½ ∇²_{w_1} f_x(0)``, ``B = ½ ∂²f_x/∂w_1∂w_2 (0)``, ``b = 
 
 How :func:`from_module` computes it
 -----------------------------------
-* **On a two-unit copy.**  ``A``, ``b``, ``B`` and ``f(0)`` are taken with all
-  other units at zero, so they are the same for the module and for a copy that
-  keeps only units 0 and 1 (:func:`nqf.structure.reduce.reduced_copy`, checked
-  against the module before use).  The derivatives are taken on that copy, so
-  the cost does not grow with the width ``m``; if no faithful copy can be made
-  (e.g. a buffer sized by the width) the full module is used.
-* **Hessian** ``∇²_{w_1} f`` of unit 0 alone (``p × p`` per sample and output),
-  forward-over-reverse (``torch.func.hessian``), vectorised over samples in
-  chunks sized to a memory budget.  Modules without forward-mode rules fall
-  back to reverse-over-reverse (``jacrev(jacrev)``).  Everything runs inside
-  :func:`nqf.structure.reduce.evaluation_mode` (PyTorch's attention fast paths
-  off, ``scaled_dot_product_attention`` on its math kernel) and in eval mode
-  (dropout off), so ``nn.MultiheadAttention(need_weights=False)`` and
-  ``nn.TransformerEncoderLayer`` work.
+* **On copies with one and two units.**  ``A``, ``b`` and ``B`` are taken with
+  all other units at zero, so they are the same for the module and for a copy
+  that keeps only unit 0 (for ``A``, ``b``) or units 0 and 1 (for ``B``)
+  (:func:`nqf.structure.reduce.reduced_copy`).  Each copy is checked against
+  the module before use: on a few samples, ``f(W) − f(0)`` with only the kept
+  units non-zero must agree to round-off.  ``f(0)`` itself is taken from the
+  copy when it agrees too, else from the module (one forward pass; e.g. heads
+  summed over a fixed value path each add to ``f(0)``).  The derivatives cost
+  what one unit costs, independent of the width ``m``; when no faithful copy
+  exists (a buffer sized by the width, a softmax gate over all experts whose
+  ``1/m`` enters ``A``) the full module is differentiated.
+* **One pass** of forward-over-reverse (``jacfwd(jacrev)`` with the function
+  value and gradient as auxiliary outputs) gives ``f(0)``, ``b`` and the
+  Hessian ``∇²_{w_1} f`` (``p × p`` per sample and output), per slice block,
+  vectorised over samples in chunks sized to :data:`MEMORY_BUDGET` and written
+  straight into the symmetrised ``A``.  Modules without forward-mode rules
+  fall back to reverse-over-reverse (``jacrev(jacrev)``).  Everything runs
+  inside :func:`nqf.structure.reduce.evaluation_mode` (PyTorch's attention
+  fast paths off, ``scaled_dot_product_attention`` on its math kernel) on an
+  eval-mode copy (dropout off), and ``nn.MultiheadAttention`` layers of the
+  reduced copies are replaced by the explicit-softmax
+  :class:`~nqf.structure.attention_layouts.HeadSubsetAttention`, so
+  ``nn.MultiheadAttention(need_weights=False)`` and
+  ``nn.TransformerEncoderLayer`` work (their heads are the units; residual,
+  layer norms and feed-forward are part of the fixed map that reads them out).
 * **Cross term** ``B``: the product ``(∂²f/∂w_1∂w_2) v`` for a random ``v`` is
   computed first; only when it is non-zero is the full ``p × p`` block built.
 
@@ -59,6 +70,7 @@ from .._validation import as_tensor, tolerance
 from ..errors import InvalidParameterError, NormalFormError
 from .operator import DenseStructure
 from .reduce import evaluation_mode, faithful_reduced_copy
+from .unit_function import UnitFunction as _UnitFunction
 from .units import UnitLayout, UnitScatter, UnitSlice
 
 __all__ = ["from_module", "NON_SMOOTH_MODULES", "check_truncation_order", "check_permutation_symmetry"]
@@ -97,67 +109,6 @@ def _scan_non_smooth(module: nn.Module) -> None:
                 "W = 0 is not defined, and autodiff would silently return a zero matrix). Use a smooth "
                 "activation such as tanh, gelu, erf, sin or a centred softplus."
             )
-
-
-class _UnitFunction:
-    """``f(w_i, w_j; x)`` with all other units at zero, as a pure function for torch.func.
-
-    :meth:`pieces` evaluates unit 0 given as one tensor per slice (the blocks
-    of ``w``); on a one-unit module a parameter tiled by the unit's slices is
-    assembled by concatenation instead of a scatter into a zero tensor, which
-    keeps the derivative passes free of parameter-sized temporaries.
-    """
-
-    def __init__(self, module: nn.Module, layout: UnitLayout, output: Callable | None):
-        self.module = module
-        params = {k: v.detach() for k, v in module.named_parameters()}
-        self.buffers = {k: v.detach() for k, v in module.named_buffers()}
-        self.layout = layout.resolve(params)
-        self.params = params
-        self.base = {**params, **self.layout.zero_units(params)}
-        self.sizes = self.layout.block_sizes(params)
-        self.p = sum(self.sizes)
-        self.shapes = [tuple(s.block(params[s.param], 0).shape) for s in self.layout.slices]
-        self.output = output
-        self.tiles: dict[str, tuple[int, list[int]]] = {}
-        if self.layout.n_units == 1:
-            groups: dict[str, list[int]] = {}
-            for j, s in enumerate(self.layout.slices):
-                groups.setdefault(s.param, []).append(j)
-            for name, js in groups.items():
-                ax = self.layout.slices[js[0]].axis % params[name].ndim
-                order = sorted(js, key=lambda j: self.layout.slices[j].offset)
-                spans = [(self.layout.slices[j].offset, self.layout.slices[j].offset + self.layout.slices[j].size)
-                         for j in order]
-                same_axis = all(self.layout.slices[j].axis % params[name].ndim == ax for j in js)
-                tiled = spans[0][0] == 0 and spans[-1][1] == params[name].shape[ax] and all(
-                    spans[i][1] == spans[i + 1][0] for i in range(len(spans) - 1))
-                if same_axis and tiled:
-                    self.tiles[name] = (ax, order)
-        self._rest = [j for j, s in enumerate(self.layout.slices) if s.param not in self.tiles]
-
-    def zero_pieces(self, dtype, device) -> tuple[torch.Tensor, ...]:
-        return tuple(torch.zeros(k, dtype=dtype, device=device) for k in self.sizes)
-
-    def _run(self, P, x):
-        out = functional_call(self.module, (P, self.buffers), (x.unsqueeze(0),))
-        if self.output is not None:
-            out = self.output(out)
-        return out.reshape(-1)
-
-    def __call__(self, units: dict[int, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-        return self._run(self.layout.place(self.base, units), x)
-
-    def pieces(self, pieces: Sequence[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-        """``f(x)`` with unit 0 given blockwise (``pieces[j]`` of size ``block_sizes[j]``), others zero."""
-        P = dict(self.base)
-        for name, (axis, order) in self.tiles.items():
-            blocks = [pieces[j].reshape(self.shapes[j]) for j in order]
-            P[name] = blocks[0] if len(blocks) == 1 else torch.cat(blocks, axis)
-        if self._rest:
-            w = torch.cat([pieces[j].reshape(-1) for j in self._rest])
-            P = UnitLayout([self.layout.slices[j] for j in self._rest], self.layout.n_units).place(P, {0: w})
-        return self._run(P, x)
 
 
 def _auto_chunk(fn: _UnitFunction, x: torch.Tensor, C: int, p: int, N: int) -> int:

@@ -12,6 +12,12 @@ nn.Linear(m, C))`` in the order (readout, input weights)::
     UnitLayout([UnitSlice("2.weight", axis=1), UnitSlice("0.weight", axis=0)])
 
 which gives ``w_i = (a_i ∈ R^C, u_i ∈ R^D)``, ``p = C + D``.
+
+:func:`get_unit_weights` / :func:`set_unit_weights` read and write the unit
+weights as ``W`` of shape ``(p, m)`` (e.g. ``W = √ε Q`` for ``M(0) = εI``), and
+:class:`UnitScatter` is the differentiable map ``W ↦ parameters`` used to train
+the units with :func:`torch.func.functional_call`; all three share one set of
+index maps.  Layouts are found automatically by :func:`nqf.structure.find_units`.
 """
 
 from __future__ import annotations
