@@ -261,6 +261,33 @@ def test_transformer_encoder_layer_matches_dense_autodiff(norm_first, causal, re
         torch.testing.assert_close(auto.dense(), chain, rtol=0, atol=1e-10)
 
 
+def test_transformer_encoder_stack_heads_of_each_layer():
+    """Two-layer nn.TransformerEncoder + linear head: each layer's heads (found by name) vs the naive Hessian.
+
+    Layer 0's heads are read out through all of layer 1 (its attention included), layer 1's through the head.
+    """
+    from nqf.structure import select_units
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            layer = nn.TransformerEncoderLayer(4, 2, 6, batch_first=True, activation="gelu", dtype=DT)
+            self.enc = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+            self.head = nn.Linear(4, 2, dtype=DT)
+
+        def forward(self, x):
+            return self.head(self.enc(x).mean(1))
+
+    net = Net()
+    X = _x(2, 3, 4, 15)
+    for name in ("enc.layers.0", "enc.layers.1.self_attn"):
+        layout = select_units(net, name).layout
+        auto = from_module(net, layout, X)
+        ref = _dense_head0_hessian(net, layout, X)
+        assert auto.satisfies_zgz and float(ref.abs().max()) > 1e-2
+        torch.testing.assert_close(auto.dense(), ref, rtol=0, atol=1e-10)
+
+
 def test_wrong_attention_layout_is_caught():
     """Heads without their value rows: each W_O^h meets a different fixed W_V^h, so the units differ."""
     from nqf.errors import NormalFormError
