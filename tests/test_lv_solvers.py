@@ -173,3 +173,35 @@ def test_bad_inputs():
 
     with pytest.raises(DivergenceError, match="diverged"):
         LotkaVolterra(beta, np.eye(2), 1.0).gd(50.0, 200)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_final_state_singular_commuting_is_the_end_of_the_flow(seed):
+    """Underdetermined commuting sensing (K = 6 modes, N = 4 measurements: C = AᵀA of rank 4).
+
+    Reference: an independent stiff integration of du/dt = 4(β − C e^u) (scipy LSODA, rtol 1e-12, in log
+    coordinates) from z(0) = ε to t = 400.  final_state must equal its end to 1e-8 and switch_times must
+    be finite for every mode the flow learns.  The NNLS minimiser (the previous answer) is a different
+    point of the same optimal face."""
+    from scipy.integrate import solve_ivp
+    from scipy.optimize import nnls
+
+    rng = np.random.default_rng(seed)
+    N, K, eps = 4, 6, 1e-12
+    A = rng.standard_normal((N, K)) / np.sqrt(N)
+    b = A @ rng.uniform(0.5, 1.5, K) + 0.05 * rng.standard_normal(N)
+    C, beta = A.T @ A, A.T @ b
+    lv = LotkaVolterra(beta, C, eps, factor=(A, b))
+    sol = solve_ivp(lambda t, u: 4 * (beta - C @ np.exp(u)), (0, 400.0), np.full(K, np.log(eps)), method="LSODA",
+                    rtol=1e-12, atol=1e-12, jac=lambda t, u: -4 * C * np.exp(u)[None, :])
+    z_end = np.exp(sol.y[:, -1])
+    zf = lv.final_state().numpy()
+    assert np.max(np.abs(zf - z_end)) < 1e-8 * max(1.0, z_end.max())
+    # same loss as any minimiser, but a different point than NNLS picks
+    x_nnls, _ = nnls(A, b)
+    assert abs(0.5 * np.sum((A @ zf - b) ** 2) - 0.5 * np.sum((A @ x_nnls - b) ** 2)) < 1e-12
+    if seed == 1:  # the check can fail: here NNLS picks another minimiser (mode 4 at 0 instead of 5.5e-4)
+        assert np.max(np.abs(x_nnls - z_end)) > 1e-4
+    learned = z_end > 1e-6
+    st = lv.flow(400.0, n_points=801).switch_times().numpy()
+    assert np.isfinite(st[learned]).all()

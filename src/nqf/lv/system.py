@@ -30,237 +30,21 @@ Solvers (all on a :class:`LotkaVolterra`):
 * :meth:`LotkaVolterra.final_state` — the minimiser of ``L`` over ``z ≥ 0``.
 """
 
-from __future__ import annotations
-
-from dataclasses import dataclass, field
-from typing import Any
-
 import numpy as np
 import scipy.sparse as sp
 import torch
 from scipy.integrate import solve_ivp
-from scipy.optimize import brentq, minimize, nnls
 
 from .._validation import as_tensor
 from ..errors import DivergenceError, NonFiniteError, ShapeError
-from .qp import ActiveSetQP, UnboundedError
+from .final import FinalState, Plateaus
+from .logistic import LogisticSolutions
+from .solution import LVSolution, _np, _t, switch_times
 
 __all__ = ["LotkaVolterra", "LVSolution", "switch_times", "Plateaus"]
 
 
-def _np(name: str, value, ndim) -> np.ndarray:
-    return as_tensor(name, value, ndim=ndim, dtype=torch.float64).cpu().numpy()
-
-
-def _t(x) -> torch.Tensor:
-    return torch.as_tensor(np.asarray(x, dtype=np.float64))
-
-
-@dataclass
-class Plateaus:
-    """Plateau sequence of a staircase.
-
-    Attributes
-    ----------
-    times : torch.Tensor, shape (J,)
-        Switch-on times ``t_j`` (training time, ``t = η · steps``), increasing.
-    modes : torch.Tensor of int64, shape (J,)
-        Mode switching on (or off, see ``kinds``) at ``t_j``.
-    kinds : list of str, length J
-        ``"on"`` or ``"off"``.
-    losses : torch.Tensor, shape (J + 1,)
-        ``losses[0]`` is the initial plateau, ``losses[j]`` the plateau after event ``j − 1``.
-    """
-
-    times: torch.Tensor
-    modes: torch.Tensor
-    kinds: list
-    losses: torch.Tensor
-
-
-@dataclass
-class LVSolution:
-    """A trajectory of a :class:`LotkaVolterra` system.
-
-    Attributes
-    ----------
-    t : torch.Tensor, shape (T,)
-        Training times.
-    log_z : torch.Tensor, shape (T, K)
-        ``ln z_k(t)`` (``−inf`` for modes that start at exactly zero).
-    system : LotkaVolterra
-        The system that produced it.
-    method : str
-        ``"gd"``, ``"Radau"``, ``"BDF"`` or ``"logistic"``.
-    success : bool
-        False when the integrator stopped early (see ``message``).
-    message : str
-    stats : dict
-        Integrator counters (``nfev``, ``njev``, ``nlu``) or GD step count.
-    """
-
-    t: torch.Tensor
-    log_z: torch.Tensor
-    system: "LotkaVolterra"
-    method: str
-    success: bool = True
-    message: str = ""
-    stats: dict = field(default_factory=dict)
-    _dense: Any = field(default=None, repr=False)
-    _mask: Any = field(default=None, repr=False)
-
-    @property
-    def z(self) -> torch.Tensor:
-        """``z_k(t)``, shape (T, K)."""
-        return torch.exp(self.log_z)
-
-    @property
-    def loss(self) -> torch.Tensor:
-        """``L(z(t))``, shape (T,) (see :meth:`LotkaVolterra.loss`)."""
-        return self.system.loss(self.z)
-
-    def switch_times(self, fraction: float = 0.5, final=None, *, refine: bool | None = None) -> torch.Tensor:
-        """First time each ``z_k`` reaches ``fraction`` of its final value (half saturation).
-
-        Parameters
-        ----------
-        fraction : float in (0, 1]
-        final : array_like, shape (K,), optional
-            Reference final values; default :meth:`LotkaVolterra.final_state`.
-        refine : bool, optional
-            See :meth:`crossing_times`.
-
-        Returns
-        -------
-        torch.Tensor, shape (K,)
-            ``inf`` for modes whose final value is 0 or that never reach the level.
-
-        See Also
-        --------
-        crossing_times : the same for arbitrary levels.
-        """
-        if not 0 < fraction <= 1:
-            raise ValueError(f"`fraction` must lie in (0, 1]; found {fraction}")
-        final = self.system.final_state() if final is None else final
-        fin = _np("final", final, 1)
-        with np.errstate(divide="ignore"):
-            levels = np.where(fin > 0, fraction * fin, np.inf)
-        return self.crossing_times(levels, refine=refine)
-
-    def crossing_times(self, levels, *, refine: bool | None = None) -> torch.Tensor:
-        """First time each ``z_k`` reaches ``levels_k`` from below.
-
-        Brackets the crossing on the stored grid and, for an ODE solution with dense
-        output, refines it by root finding (Brent) on the interpolant of ``u = ln z``
-        (accurate to the integrator tolerance); otherwise (GD) interpolates linearly in
-        ``(ln t, ln z)``.
-
-        Parameters
-        ----------
-        levels : array_like, shape (K,)
-            Positive levels; ``inf`` skips a mode.
-        refine : bool, optional
-            Root-find on the dense output (each evaluation costs ``O(K)``, so ``O(K²)`` in
-            all); default: refine when ``K ≤ 500``.
-
-        Returns
-        -------
-        torch.Tensor, shape (K,)
-            ``inf`` where the level is never reached; ``t[0]`` where ``z_k(0) ≥ levels_k``.
-        """
-        lev = as_tensor("levels", levels, ndim=1, dtype=torch.float64, finite=False).numpy()
-        if lev.shape != (self.log_z.shape[1],):
-            raise ShapeError(f"`levels` must have shape ({self.log_z.shape[1]},); found {lev.shape}")
-        if np.isnan(lev).any() or (lev <= 0).any():
-            raise ValueError("`levels` must be positive (inf to skip a mode); found NaN or ≤ 0")
-        fin = np.where(np.isfinite(lev), lev, 0.0)
-        times = switch_times(self.t, self.log_z, fin, fraction=1.0, log=True)
-        if refine is None:
-            refine = lev.shape[0] <= 500
-        if self._dense is None or not refine:
-            return times
-        t = self.t.numpy()
-        lz = self.log_z.numpy()
-        out = times.numpy().copy()
-        cols = np.flatnonzero(self._mask)
-        for k in range(lz.shape[1]):
-            if not np.isfinite(out[k]) or fin[k] <= 0:
-                continue
-            target = np.log(fin[k])
-            i = int(np.argmax(lz[:, k] >= target))
-            if i == 0:
-                continue
-            j = int(np.searchsorted(cols, k))
-            f = lambda s, j=j, target=target: float(self._dense(s)[j]) - target  # noqa: E731
-            a, b = t[i - 1], t[i]
-            if f(a) < 0 < f(b):
-                out[k] = brentq(f, a, b, xtol=1e-13 * max(b, 1.0), rtol=1e-14)
-        return _t(out)
-
-
-def switch_times(t, z, final, *, fraction: float = 0.5, log: bool = False) -> torch.Tensor:
-    """First time each mode reaches ``fraction`` of its final value (half-saturation time).
-
-    Interpolates linearly in ``(ln t, ln z)`` between the two grid points that
-    bracket the crossing (linearly in ``t`` when the left point is ``t = 0``).
-
-    Parameters
-    ----------
-    t : array_like, shape (T,)
-        Increasing times, ``t ≥ 0``.
-    z : array_like, shape (T, K)
-        Trajectory (``ln z`` if ``log`` is True).
-    final : array_like, shape (K,)
-        Final values ``z_k(∞)``; modes with ``final ≤ 0`` get ``inf``.
-    fraction : float in (0, 1]
-    log : bool
-        ``z`` holds ``ln z``.
-
-    Returns
-    -------
-    torch.Tensor, shape (K,)
-        ``inf`` where the level is never reached; ``t[0]`` where it is reached at the start.
-    """
-    t = _np("t", t, 1)
-    lz = as_tensor("z", z, ndim=2, dtype=torch.float64, finite=False).cpu().numpy()
-    if np.isnan(lz).any():
-        raise NonFiniteError("`z` must not contain NaN")
-    if lz.shape[0] != t.shape[0]:
-        raise ShapeError(f"`z` must have shape ({t.shape[0]}, K) to match `t`; found {lz.shape}")
-    if t.shape[0] < 1:
-        raise ShapeError("`t` must contain at least one time; found an empty array")
-    if np.any(np.diff(t) < 0) or t[0] < 0:
-        raise ValueError("`t` must be non-negative and increasing")
-    if not 0 < fraction <= 1:
-        raise ValueError(f"`fraction` must lie in (0, 1]; found {fraction}")
-    fin = _np("final", final, 1)
-    if fin.shape[0] != lz.shape[1]:
-        raise ShapeError(f"`final` must have shape ({lz.shape[1]},); found {fin.shape}")
-    if not log:
-        with np.errstate(divide="ignore"):
-            lz = np.log(np.maximum(lz, 0.0))
-    K = lz.shape[1]
-    out = np.full(K, np.inf)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        target = np.where(fin > 0, np.log(fraction * np.where(fin > 0, fin, 1.0)), np.inf)
-        hit = lz >= target[None, :]
-        reached = hit.any(axis=0) & (fin > 0)
-        first = np.argmax(hit, axis=0)
-        for k in np.flatnonzero(reached):
-            i = first[k]
-            if i == 0:
-                out[k] = t[0]
-                continue
-            t0, t1, l0, l1 = t[i - 1], t[i], lz[i - 1, k], lz[i, k]
-            w = 1.0 if not np.isfinite(l0) or l1 == l0 else (target[k] - l0) / (l1 - l0)
-            if t0 > 0:
-                out[k] = np.exp(np.log(t0) + w * (np.log(t1) - np.log(t0)))
-            else:
-                out[k] = t0 + w * (t1 - t0)
-    return _t(out)
-
-
-class LotkaVolterra:
+class LotkaVolterra(LogisticSolutions, FinalState):
     r"""Generalised Lotka–Volterra system ``dz/dt = 4 z ⊙ (β − C z)`` of commuting data.
 
     Usually built by :func:`nqf.lv.reduce` from a structure operator; can also be
@@ -449,6 +233,7 @@ class LotkaVolterra:
         new = object.__new__(LotkaVolterra)
         new.__dict__.update(self.__dict__)
         new._z0 = self._check_z0(z0)
+        new._final = None  # with singular C the selected final state depends on z(0)
         return new
 
     def __repr__(self) -> str:
@@ -466,54 +251,6 @@ class LotkaVolterra:
         """``g = C z − β`` (``∂L/∂z``), shape like ``z`` ((K,) or (T, K))."""
         zz = _np("z", z, (1, 2))
         return _t(self._matvec(zz) - self._beta)
-
-    def final_state(self) -> torch.Tensor:
-        r"""Minimiser ``z∞`` of ``L(z)`` over ``z ≥ 0`` (where gradient flow ends).
-
-        The problem is a convex quadratic program with a PSD, possibly singular ``C``.
-        Diagonal ``C``: ``z∞_k = max(β_k, 0)/C_kk``.  With the least-squares factor of
-        :func:`reduce` (``L = ½‖Az − b‖²``): :func:`scipy.optimize.nnls` on ``(A, b)``,
-        which never forms ``C`` and is exact for singular ``C``.  Dense ``C`` without a
-        factor: the finite active-set method of :class:`nqf.lv.qp.ActiveSetQP`
-        (Lawson–Hanson on the quadratic form, with ray steps along null directions of
-        singular ``C``).  Sparse non-diagonal ``C``: L-BFGS-B with bounds (iterative,
-        converged to a projected-gradient tolerance ``1e-12``).  When ``C`` is singular the
-        minimiser may be non-unique; the loss value is unique.
-
-        Returns
-        -------
-        torch.Tensor, shape (K,)
-        """
-        if self._final is None:
-            self._final = self._compute_final()
-        return _t(self._final)
-
-    def _compute_final(self) -> np.ndarray:
-        b, d = self._beta, self._diag
-        if self.is_diagonal:
-            return np.where((b > 0) & (d > 0), np.maximum(b, 0) / np.where(d > 0, d, 1.0), 0.0)
-        if self._factor is not None:
-            A, y = self._factor
-            x, _ = nnls(A, y, maxiter=50 * self.K)
-            return x
-        if self._dense is not None:
-            lam, V = np.linalg.eigh(self._dense)
-            pos = lam > 1e-12 * max(float(lam[-1]), 1e-300)
-            Vp, lp = V[:, pos], lam[pos]
-            proj = Vp.T @ b
-            if np.linalg.norm(b - Vp @ proj) <= 1e-9 * max(float(np.linalg.norm(b)), 1e-300):
-                # β ∈ range(C): L + const = ½‖R z − r‖² with R = diag(√λ) Vᵀ, r = diag(1/√λ) Vᵀβ
-                x, _ = nnls(np.sqrt(lp)[:, None] * Vp.T, proj / np.sqrt(lp), maxiter=50 * self.K)
-                return x
-            try:  # β has a component outside range(C): exact active-set QP (detects unboundedness)
-                return ActiveSetQP(self._dense, b).solve()
-            except UnboundedError as exc:
-                raise ValueError(f"`beta`, `C`: {exc}") from None
-        C = self._sparse
-        res = minimize(lambda z: (-b @ z + 0.5 * z @ (C @ z), C @ z - b), np.zeros(self.K), jac=True,
-                       method="L-BFGS-B", bounds=[(0, None)] * self.K,
-                       options={"maxiter": 100000, "ftol": 1e-15, "gtol": 1e-12})
-        return res.x
 
     def _loss_parts(self):
         zf = self._final if self._final is not None else self._compute_final()
@@ -581,130 +318,6 @@ class LotkaVolterra:
         zz = as_tensor("z", z, ndim=1, dtype=torch.float64)
         M = (self.basis * zz) @ self.basis.T
         return M if self.rest is None else M + self.rest
-
-    # ---------------------------------------------------------- logistic
-    def _require_diagonal(self, what: str):
-        if not self.is_diagonal:
-            raise ValueError(f"`{what}` needs a diagonal `C` (orthogonal features); this system has "
-                             "interacting modes — use `flow`, `gd` or `limit`")
-
-    def logistic(self, t, *, log: bool = False) -> torch.Tensor:
-        r"""Exact solution for diagonal ``C`` (each mode a logistic), any sign of ``β_k``.
-
-        With ``c = C_kk``, ``ζ = 4β_k``: ``dz/dt = ζz − 4cz²`` is a Bernoulli equation,
-        ``1/z(t) = 1/z* + (1/z(0) − 1/z*) e^{−ζt}`` (``z* = β/c``), i.e.
-
-        .. math::
-
-            z(t) = \frac{z(0)}{e^{−ζt} + 4 c\, z(0)\, φ(t)}, \qquad φ(t) = \frac{1 − e^{−ζt}}{ζ}
-
-        (``φ = t`` for ``ζ = 0``).  For ``β > 0`` this is
-        ``z*/(1 + (z*/z(0) − 1) e^{−ζt})``; for ``β ≤ 0`` the mode decays to 0.  Evaluated
-        in log space (``logaddexp``, ``expm1``), so no overflow for any ``t`` or ``z(0)``.
-
-        Parameters
-        ----------
-        t : array_like, shape (T,)
-            Training times ``t = η · steps`` (gradient-flow limit).
-        log : bool
-            Return ``ln z`` instead of ``z``.
-
-        Returns
-        -------
-        torch.Tensor, shape (T, K)
-        """
-        self._require_diagonal("logistic")
-        tt = _np("t", t, (0, 1)).reshape(-1)[:, None]
-        zeta = 4.0 * self._beta[None, :]
-        c = self._diag[None, :]
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            lz0 = np.log(self._z0)[None, :]
-            x = zeta * tt
-            pos = zeta > 0
-            neg = zeta < 0
-            lphi = np.where(pos, np.log(-np.expm1(-x)) - np.log(np.where(pos, zeta, 1.0)),
-                            np.where(neg, -x + np.log(-np.expm1(x)) - np.log(np.where(neg, -zeta, 1.0)),
-                                     np.log(tt + 0 * zeta)))
-            second = np.where(c > 0, np.log(4.0 * np.where(c > 0, c, 1.0)) + lz0 + lphi, -np.inf)
-            lz = lz0 - np.logaddexp(-x, second)
-            lz = np.where(np.isfinite(lz0), lz, -np.inf)
-        return _t(lz) if log else _t(np.exp(lz))
-
-    def logistic_switch_times(self, fraction: float = 0.5) -> torch.Tensor:
-        r"""Exact time at which a logistic mode reaches ``fraction · z*`` (diagonal ``C``).
-
-        ``t_k = [ln(z*_k/z_k(0) − 1) − ln(1/f − 1)]/ζ_k`` (half saturation ``f = ½``:
-        ``ln(z*/z(0) − 1)/ζ``, ``≈ ln(1/ε)/ζ_k`` for ``z(0) = ε``); 0 if ``z(0) ≥ f z*``;
-        ``inf`` for modes with ``β_k ≤ 0`` (they never switch on).
-
-        Returns
-        -------
-        torch.Tensor, shape (K,)
-        """
-        self._require_diagonal("logistic_switch_times")
-        if not 0 < fraction <= 1:
-            raise ValueError(f"`fraction` must lie in (0, 1]; found {fraction}")
-        b, c, z0 = self._beta, self._diag, self._z0
-        out = np.full(self.K, np.inf)
-        on = (b > 0) & (c > 0) & (z0 > 0)
-        zs = b[on] / c[on]
-        lr = np.log(zs) - np.log(z0[on])  # ln(z*/z0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            num = lr + np.log1p(-np.exp(-lr))  # ln(z*/z0 − 1)
-            lf = np.log(1.0 / fraction - 1.0) if fraction < 1 else -np.inf
-            t = (num - lf) / (4.0 * b[on])
-        t = np.where(z0[on] >= fraction * zs, 0.0, t)
-        out[on] = t
-        return _t(out)
-
-    def switch_times(self, solution: LVSolution | None = None, fraction: float = 0.5) -> torch.Tensor:
-        """Half-saturation (switch-on) times: analytic for diagonal ``C``, else from a trajectory.
-
-        Parameters
-        ----------
-        solution : LVSolution, optional
-            A trajectory from :meth:`flow` or :meth:`gd`; required when ``C`` is not diagonal.
-            Without it the exact logistic times (:meth:`logistic_switch_times`) are returned.
-        fraction : float in (0, 1]
-            Level as a fraction of the final value (``½``: half saturation).
-
-        Returns
-        -------
-        torch.Tensor, shape (K,)
-            ``inf`` for modes that end at 0.
-        """
-        if solution is None:
-            return self.logistic_switch_times(fraction)
-        return solution.switch_times(fraction)
-
-    def plateaus(self, eps: float | None = None) -> Plateaus:
-        """Switch-on times and plateau losses.
-
-        Diagonal ``C``: exact logistic half-saturation times
-        (:meth:`logistic_switch_times`) in increasing order; the plateau after the
-        ``j``-th switch has the first ``j`` modes at ``z*`` and the others at 0 (exact up
-        to ``O(z(0))``).  Interacting ``C``: the ε → 0 limit (:meth:`limit`), with times
-        ``t = τ ln(1/ε)``.
-
-        Parameters
-        ----------
-        eps : float, optional
-            Initial scale for the interacting case (default ``max z(0)``).
-        """
-        if not self.is_diagonal:
-            res = self.limit(eps)
-            L = -np.log(res.eps)
-            losses = [self.loss(np.zeros(self.K)).item()] + [self.loss(zz).item() for zz in res._z_after]
-            return Plateaus(_t(res.taus.numpy() * L), res.modes, list(res.kinds), _t(losses))
-        ts = self.logistic_switch_times().numpy()
-        order = [int(k) for k in np.argsort(ts, kind="stable") if np.isfinite(ts[k])]
-        # excess of the plateau after j switches = Σ of the not-yet-learned contributions
-        # β_k²/(2 C_kk) (a reverse cumulative sum: no cancellation), plus L(z∞)
-        gain = np.maximum(self._beta[order], 0.0) ** 2 / (2.0 * self._diag[order])
-        excess = np.concatenate([np.cumsum(gain[::-1])[::-1], [0.0]])
-        losses = self.final_loss() + excess
-        return Plateaus(_t(ts[order]), torch.as_tensor(order, dtype=torch.int64), ["on"] * len(order),
-                        _t(losses))
 
     # ------------------------------------------------------------ GD map
     def gd(self, eta: float, steps: int, *, record_every: int = 1) -> LVSolution:
@@ -853,3 +466,4 @@ class LotkaVolterra:
         res = limit(self._beta, C, s0, y2=self.y2)
         res.eps = eps
         return res
+
