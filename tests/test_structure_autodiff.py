@@ -115,3 +115,17 @@ def test_float32_module():
     op = from_module(net, net.units, X)
     assert op.dtype == torch.float32
     torch.testing.assert_close(op.dense(), mlp(X, n_outputs=2).dense(), rtol=1e-6, atol=1e-6)
+
+
+def test_one_odd_unit_in_a_wide_module_at_small_init_is_caught():
+    """m = 300 units already at the small-initialisation scale (‖W‖ ~ 1e-4), one with a 1.5× output coefficient.
+
+    The symmetry check must not inherit the module's tiny scale (it tests at unit weights of size ≥ 0.1). A
+    buffer sized by the width cannot be narrowed: from_module says it falls back to the full module.
+    """
+    net = _Functional(torch.tanh, D=5, m=300, scales=[1.5 if i == 7 else 1.0 for i in range(300)])
+    W = torch.randn(6, 300, dtype=DT)
+    net.units.set_W(net, 1e-4 * W / W.norm())
+    with pytest.warns(RuntimeWarning, match="no faithful 1-unit copy"), \
+            pytest.raises(NormalFormError, match="units are not interchangeable: unit 7"):
+        from_module(net, net.units, torch.randn(10, 5, dtype=DT))

@@ -135,7 +135,7 @@ def check_reduced_copy(module: nn.Module, layout: UnitLayout, red: nn.Module, re
 
     Evaluates both on ``X`` (a few samples) with every other unit at zero and
     the kept units at zero, at the module's own values, and at random values
-    of the same size (inside :func:`evaluation_mode`; put both modules in eval
+    of the same size (at least 0.1) (inside :func:`evaluation_mode`; put both modules in eval
     mode first if they have dropout).
 
     Returns
@@ -153,8 +153,8 @@ def check_reduced_copy(module: nn.Module, layout: UnitLayout, red: nn.Module, re
     k = small.m
     W_own = full.gather()[:, :k]
     gen = torch.Generator(device="cpu").manual_seed(seed + 7)
-    rms = float(W_own.pow(2).mean().sqrt()) if W_own.numel() else 0.0
-    W_rand = torch.randn(W_own.shape, generator=gen, dtype=W_own.dtype).to(W_own.device) * (rms if rms > 0 else 0.3)
+    rms = max(float(W_own.pow(2).mean().sqrt()) if W_own.numel() else 0.0, 0.1)
+    W_rand = torch.randn(W_own.shape, generator=gen, dtype=W_own.dtype).to(W_own.device) * rms
 
     def both(Wk):
         Wfull = torch.zeros(full.p, full.m, dtype=Wk.dtype, device=Wk.device)
