@@ -15,7 +15,7 @@ def _run(tmp_path, name, **over):
 def test_real_data_checks_pass_and_a_planted_initial_scale_fails(tmp_path):
     ok = _run(tmp_path, "honest")
     judged = [c for c in ok["checks"] if c["passed"] is not None]
-    assert len(judged) >= 9
+    assert len(judged) >= 5
     assert all(c["passed"] for c in judged), [c for c in judged if not c["passed"]]
     assert all(c["tolerance_origin"] for c in judged)
     # W(0) × 30 starts the real network at M(0) = 900 ε I: every drop comes ln(900)/rate earlier
