@@ -27,8 +27,15 @@ the thin QR factorisation ``A = Q R`` (``R`` is ``s × s``): with
     L_b = \tfrac1{2N}\big(‖ρ_b‖² + ‖(I − QQᵀ) d‖²\big),\qquad Aᵀ r_b = Rᵀ ρ_b,
 
 a sum of squares (no cancellation), so a step costs two ``(B, s) × (s, s)``
-products and two batched ``p × p`` products instead of ``B`` passes over the
+products and a few batched ``p × p`` products instead of ``B`` passes over the
 data.  Other losses use ``f_b = f(0) + A c(M_b)`` directly.
+
+As :func:`nqf.dynamics.simulate`, each run propagates a factor ``M_b = F_b F_bᵀ``
+(``F ← T F``, see :mod:`nqf.dynamics.factored`) whose columns are re-rotated onto
+eigenvectors of ``M_b`` whenever a column norm has changed by a factor 2, so a
+direction in which ``M_b`` is ε-small keeps its relative accuracy — propagating
+``T M Tᵀ`` instead puts an absolute round-off ``10⁻¹⁶ ‖M‖`` into it, which at
+ε = 10⁻⁸ already shifts the switch-on times by a relative 10⁻¹¹.
 
 Accuracy: the algebra is exact; in floating point the result agrees with
 :func:`nqf.dynamics.simulate` run one at a time to round-off — in practice
@@ -44,10 +51,13 @@ import torch
 from .._validation import as_tensor
 from ..errors import InvalidParameterError, NotClosedError, ShapeError
 from ..structure.operator import StructureOperator
+from .factored import factor_from_matrix
 from .losses import check_loss, prepare_targets
 from .trajectory import DIVERGED, FINISHED, Trajectory
 
-__all__ = ["simulate_batched", "operator_matrix"]
+__all__ = ["simulate_batched", "operator_matrix", "orthogonalize_columns_batched"]
+
+POLISH_MAX_RANK = 256  # as nqf.simulate: factors with more columns are not re-orthogonalised
 
 
 def operator_matrix(op: StructureOperator) -> torch.Tensor:
@@ -94,7 +104,7 @@ def simulate_batched(op: StructureOperator, y, *, M0, lr, steps: int, weight_dec
                      save_M: bool = True) -> list[Trajectory]:
     r"""Simulate ``B`` full-batch GD runs of the NQF on shared data as one batched computation.
 
-    The update is ``M_b ← T_b M_b T_bᵀ``, ``T_b = I − η_b (2 G_b + λ_b I)``,
+    The update is ``M_b ← T_b M_b T_bᵀ`` (propagated on a factor ``M_b = F_b F_bᵀ``), ``T_b = I − η_b (2 G_b + λ_b I)``,
     ``G_b = (1/N) 𝒜^*(r_b)`` (module docstring); each run is what
     ``simulate(op, y, M0=M0[b], lr=lr[b], steps=steps, weight_decay=weight_decay[b], ...)``
     returns, to round-off.
@@ -187,7 +197,16 @@ def simulate_batched(op: StructureOperator, y, *, M0, lr, steps: int, weight_dec
         back = R @ Pm                                                       # ρ ↦ vec(Rᵀρ) placed symmetrically
     else:
         fwd = Cm @ A.T                                                      # vec(M) ↦ 𝒜(M)
-    eye = torch.eye(p, dtype=dt, device=dev)
+    # the factor M_b = F_b F_bᵀ (as nqf.simulate): PSD by construction, small directions keep relative accuracy
+    factors = [factor_from_matrix(M[b]) for b in range(B)]
+    r_max = max(max(f.shape[1] for f in factors), 1)
+    F = torch.zeros(B, p, r_max, dtype=dt, device=dev)
+    for b, f in enumerate(factors):
+        F[b, :, :f.shape[1]] = f
+    if r_max <= POLISH_MAX_RANK:
+        F = orthogonalize_columns_batched(F)
+    polish = r_max <= POLISH_MAX_RANK
+    ref_norm = F.norm(dim=1)                                                # (B, r)
     active = torch.ones(B, dtype=torch.bool, device=dev)
     rec_step = [[] for _ in range(B)]
     rec_loss = [[] for _ in range(B)]
@@ -197,7 +216,7 @@ def simulate_batched(op: StructureOperator, y, *, M0, lr, steps: int, weight_dec
     message = [f"finished {steps} steps"] * B
     for k in range(steps + 1):
         last = k == steps
-        Mf = M.reshape(B, p * p)
+        Mf = (F @ F.transpose(1, 2)).reshape(B, p * p)
         if loss == "mse":
             rho = Mf @ fwd + d_par                                          # (B, s): Qᵀ r_b
             L = ((rho * rho).sum(1) + d_perp2) / (2 * N)
@@ -219,18 +238,27 @@ def simulate_batched(op: StructureOperator, y, *, M0, lr, steps: int, weight_dec
                 rec_step[b].append(k)
                 rec_loss[b].append(Lc[b])
                 if save_M:
-                    rec_M[b].append(M[b].clone())
+                    Mb = F[b] @ F[b].T
+                    rec_M[b].append(0.5 * (Mb + Mb.T))
         if last or not bool(active.any()):
             break
         if loss == "mse":
             G = (rho @ back).reshape(B, p, p) / N                           # (1/N) 𝒜*(r_b) = (1/N) Aᵀ r_b, placed
         else:
             G = ((r.reshape(B, -1) @ A) @ Pm).reshape(B, p, p) / N
-        S = 2.0 * G + lam[:, None, None] * eye
-        T = eye - eta[:, None, None] * S
-        Mn = T @ M @ T.transpose(1, 2)
-        Mn = 0.5 * (Mn + Mn.transpose(1, 2))
-        M = torch.where(active[:, None, None], Mn, M)
+        g = 2.0 * (G @ F)                                                   # S F = 2 G F + λ F
+        g = g + lam[:, None, None] * F
+        Fn = F - eta[:, None, None] * g                                     # F ← T F,  T = I − η S
+        F = torch.where(active[:, None, None], Fn, F)
+        if polish:
+            # re-orthogonalise the columns (onto eigenvectors of M_b) when a column norm of some run has changed
+            # 2× — then of every run at once: each run is polished at least as often as nqf.simulate does
+            ratio = F.norm(dim=1) / torch.where(ref_norm > 0, ref_norm, 1.0)
+            due = (((ratio > 2.0) | (ratio < 0.5)) & (ref_norm > 0)).any(1) & active
+            if bool(due.any()):
+                idx = torch.nonzero(active).flatten()
+                F[idx] = orthogonalize_columns_batched(F[idx])
+                ref_norm[idx] = F[idx].norm(dim=1)
     out = []
     for b in range(B):
         step = torch.tensor(rec_step[b], dtype=torch.long)
@@ -261,3 +289,66 @@ def _check_psd_batch(M: torch.Tensor) -> torch.Tensor:
         raise InvalidParameterError(f"`M0` must be positive semidefinite; run {b} has smallest eigenvalue "
                                     f"{float(lam[b]):.3e}")
     return M
+
+
+_ROUNDS: dict[int, list] = {}
+
+
+def _rounds(r: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Round-robin pairings of ``r`` (even) columns: ``r − 1`` rounds of ``r/2`` disjoint pairs (cached)."""
+    if r not in _ROUNDS:
+        idx, out = list(range(r)), []
+        for _ in range(r - 1):
+            out.append((torch.tensor(idx[: r // 2]), torch.tensor(idx[r // 2:][::-1])))
+            idx = [idx[0], idx[-1]] + idx[1:-1]
+        _ROUNDS[r] = out
+    return _ROUNDS[r]
+
+
+def orthogonalize_columns_batched(F: torch.Tensor, *, tol: float = 1e-15, max_sweeps: int = 8) -> torch.Tensor:
+    """:func:`nqf.dynamics.factored.orthogonalize_columns` (one-sided Jacobi) for every ``F_b`` of a batch at once.
+
+    The same rotations, round-robin pairings and stopping rule as the single-matrix version, applied to
+    each run independently: a run whose columns are already orthogonal (all cosines ``≤ tol``) is left
+    exactly unchanged.  ``F_b F_bᵀ`` is preserved to round-off relative to each column.
+
+    Parameters
+    ----------
+    F : torch.Tensor, shape (B, p, r)
+
+    Returns
+    -------
+    torch.Tensor, shape (B, p, r)
+    """
+    B, p, r = F.shape
+    if r < 2 or B == 0:
+        return F
+    pad = r % 2
+    L = torch.cat([F, F.new_zeros(B, p, 1)], 2) if pad else F.clone()
+    for _ in range(max_sweeps):
+        worst = 0.0
+        for a, b in _rounds(L.shape[2]):
+            if a.device != L.device:
+                a, b = a.to(L.device), b.to(L.device)
+            La, Lb = L[:, :, a], L[:, :, b]
+            na, nb = La.norm(dim=1, keepdim=True), Lb.norm(dim=1, keepdim=True)
+            ok = (na > 0) & (nb > 0)
+            sa, sb = torch.where(ok, na, 1.0), torch.where(ok, nb, 1.0)
+            gam = ((La / sa) * (Lb / sb)).sum(1, keepdim=True)  # cosines of the angles, (B, 1, r/2)
+            act = ok & (gam.abs() > tol)
+            if not bool(act.any()):
+                continue
+            worst = max(worst, float(gam.abs().max()))
+            g = torch.where(act, gam, 1.0)
+            rho = sb / sa
+            zeta = (rho - 1.0 / rho) / (2.0 * g)
+            t = torch.sign(zeta) / (zeta.abs() + torch.hypot(torch.ones_like(zeta), zeta))
+            t = torch.where(zeta == 0, torch.ones_like(t), t)
+            cs = 1.0 / torch.sqrt(1.0 + t * t)
+            sn = cs * t
+            cs, sn = torch.where(act, cs, 1.0), torch.where(act, sn, 0.0)
+            L[:, :, a] = cs * La - sn * Lb
+            L[:, :, b] = sn * La + cs * Lb
+        if worst <= tol:
+            break
+    return L[:, :, :r] if pad else L
