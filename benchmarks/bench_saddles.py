@@ -8,12 +8,14 @@ the wall time of :func:`nqf.saddles.saddle_sequence` (all saddles, the escape
 trajectory and the bookkeeping), the per-saddle levels and how far they are
 from the closed-form reduced-rank-regression losses.
 
-Run: ``python benchmarks/bench_saddles.py`` (``--p`` to change the size).
+Run: ``python benchmarks/bench_saddles.py`` (``--p`` to change the size, ``--threads N`` for the torch
+CPU threads; default: every CPU of the machine, ``os.cpu_count()``).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import torch
@@ -47,8 +49,13 @@ def rrr_losses(X, Y, kmax):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--p", type=int, default=500)
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch CPU threads (default: the machine's CPU count, os.cpu_count())")
     args = ap.parse_args()
-    torch.set_num_threads(2)
+    threads = args.threads or os.cpu_count() or 1
+    if threads < 1:
+        ap.error(f"--threads must be ≥ 1; found {threads}")
+    torch.set_num_threads(threads)
     op, X, Y = make_problem(args.p)
     t0 = time.perf_counter()
     seq = saddle_sequence(op, Y)
@@ -57,7 +64,7 @@ def main():
     err = max(abs(a - b) for a, b in zip(seq.plateau_levels, truth))
     print(f"p = {op.p}, N = {op.n_samples}, C = {op.n_outputs}: {len(seq) - 1} saddles, final rank "
           f"{seq.ranks[-1]}, global minimum: {seq.global_minimum} ({seq.message})")
-    print(f"saddle sequence wall time: {dt:.2f} s")
+    print(f"saddle sequence wall time: {dt:.2f} s ({threads} torch thread(s))")
     print(f"max |plateau − RRR closed form| = {err:.2e} (plateau 0 = {truth[0]:.3f})")
     for s in seq.saddles:
         print(f"  k={s.index:2d} rank={s.rank:2d} loss={s.loss:.6e} escape rate={s.escape_rate:.4e} "

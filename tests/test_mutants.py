@@ -102,8 +102,8 @@ def test_balanced_start_switch_times_and_gd_are_exact():
     assert np.allclose(modes.switch_times.numpy(), t_ref, rtol=1e-12)
     # the flow integrated independently crosses λ/2 at those times
     for k in range(3):
-        sol = solve_ivp(lambda t, p, l=lam[k]: [2 * p[0] * (l - p[0])], (0, 2 * t_ref[k]), [p0], rtol=1e-12,
-                        atol=1e-16, events=lambda t, p, l=lam[k]: p[0] - l / 2)
+        sol = solve_ivp(lambda t, p, lk=lam[k]: [2 * p[0] * (lk - p[0])], (0, 2 * t_ref[k]), [p0], rtol=1e-12,
+                        atol=1e-16, events=lambda t, p, lk=lam[k]: p[0] - lk / 2)
         assert sol.t_events[0][0] == pytest.approx(t_ref[k], rel=1e-8)
     # exact GD in the mode basis: z⁺ ← (1 − 2ηg)² z⁺, g = ½(p − λ), p = z⁺/2 (σ₁ = 1, z⁻ = 0)
     eta, steps = 0.05, 200

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar, Literal, get_args
 
@@ -25,6 +26,9 @@ class Params(BaseModel):
         field = cls.model_fields.get(info.field_name) if info.field_name else None
         if field is not None and _has_bool(value) and not _admits_bool(field.annotation):
             raise ValueError("expected a number, found a boolean (true/false)")
+        if _has_subnormal(value):
+            raise ValueError(f"a subnormal number (nonzero, below {sys.float_info.min:.3g}) has too few significant "
+                             "digits to compute with")
         return value
 
 
@@ -32,6 +36,14 @@ def _admits_bool(annotation) -> bool:
     if annotation is bool or annotation is Any:
         return True
     return any(_admits_bool(a) for a in get_args(annotation))
+
+
+def _has_subnormal(value) -> bool:
+    if isinstance(value, float):
+        return value != 0.0 and abs(value) < sys.float_info.min
+    if isinstance(value, (list, tuple)):
+        return any(_has_subnormal(v) for v in value)
+    return False
 
 
 def _has_bool(value) -> bool:
@@ -112,9 +124,9 @@ class Check:
 
     @property
     def relative_error(self) -> float | None:
-        if not (self._finite(self.predicted) and self._finite(self.measured)):
+        if not (self._finite(self.predicted) and self._finite(self.measured)) or float(self.predicted) == 0:
             return None
-        return abs(float(self.measured) - float(self.predicted)) / max(abs(float(self.predicted)), 1e-300)
+        return abs(float(self.measured) - float(self.predicted)) / abs(float(self.predicted))
 
     @property
     def error(self) -> float | None:

@@ -1,21 +1,29 @@
-"""Power law from merged modes: an MLP on Fourier features with a power-law teacher.
+"""Power law from merged modes: the headline exponent ``(a−1)/b`` and where it holds.
 
-Inputs are Fourier features of a phase, ``x_{n,k} = √2 cos(k θ_n)``,
-``θ_n = 2π n/N``, ``k = 1..K`` — exactly whitened for ``N > 2K``. The teacher
-maps them to ``K`` outputs, ``y = diag(c) x`` with ``c_k = k^{−γ}``, so the
-input–output correlation has singular values ``λ_k = c_k``. A two-layer tanh
-MLP learns it mode by mode (:mod:`nqf.svd_modes`): rates ``ζ_k = 2λ_k`` and
-loss contributions ``ℓ_k = ½λ_k²``, i.e. ``ζ_k ~ k^{−b}``, ``ℓ_k ~ k^{−a}`` with
-``a = 2γ``, ``b = γ`` and (docs/theory.md §5) a loss decaying like
-``(t/ln(1/ε))^{−(a−1)/b}`` once the steps merge.
+Convention (docs/theory.md §5): modes sorted by rate, ``ℓ_k ~ k^{−a}`` (loss each
+mode removes), ``ζ_k ~ k^{−b}`` (its rate); once many steps merge the loss decays
+like ``(t/ln(1/ε))^{−(a−1)/b}``.  The asymptotic statement needs many modes and
+``ln(1/ε) ≫ b ln K``, so the experiment has two parts.
 
-Three exponents are reported over the same window ``[t*_{k_lo}, t*_{k_hi}]``
-(predicted switch-on times of the ``k_lo``-th and ``k_hi``-th modes): the
-asymptotic ``(a − 1)/b`` from the spectra (:func:`nqf.analysis.predict_exponent`),
-the exponent of the exact predicted sum of modes (finite ``K`` included), and
-the exponent fitted, with a bootstrap interval, on the measured loss of the
-NQF order-parameter GD (and, optionally, of the real tanh network).
-Initial scale: ``M(0) = εI`` (``W0 = √ε Q``, ``Q`` with orthonormal rows).
+**Asymptotic regime (K ≥ 10³, LV flow).** A commuting Lotka–Volterra system
+``dz_k/dt = 4 z_k (β_k − z_k)`` with ``β_k = k^{−γ}`` (so ``ζ_k = 4k^{−γ}``,
+``ℓ_k = ½k^{−2γ}``: ``a = 2γ``, ``b = γ``), ``z_k(0) = ε``, solved by the library
+(:meth:`nqf.lv.LotkaVolterra.logistic`, :meth:`~nqf.lv.LotkaVolterra.loss`).
+Headline: ``(a−1)/b`` from the spectra (:func:`nqf.analysis.predict_exponent`).
+Reference, independent of the library: the exact mode sum
+``L(t) − L∞ = Σ_k ℓ_k (1 − expit(ζ_k t − ln(β_k/ε − 1)))²`` written out with numpy
+and ``scipy.special.expit``, its exponent fitted by ordinary least squares of
+``ln(L − L∞)`` on ``ln t`` over the switch-on times of modes ``k_lo … K/30`` (far from
+the truncation at ``K``).  The same reference over a grid of ``K`` and ε shows the
+finite-K, finite-ε deviations.
+
+**A real network (finite K).** Inputs are Fourier features of a phase,
+``x_{n,k} = √2 cos(k θ_n)`` (exactly whitened), teacher ``y = diag(c) x`` with
+``c_k = k^{−γ}``; a two-layer tanh MLP learns it mode by mode (:mod:`nqf.svd_modes`:
+``ζ_k = 2λ_k``, ``ℓ_k = ½λ_k²``).  The NQF order-parameter GD (and the real
+network) are fitted over a window and compared with the independent exact mode
+sum at the same ``K`` and ε, whose exponent is far from ``(a−1)/b`` at this ``K``.
+Initial scale ``M(0) = εI`` (``W0 = √ε Q``).
 """
 
 from __future__ import annotations
@@ -25,32 +33,47 @@ import math
 import numpy as np
 import torch
 from pydantic import Field, model_validator
+from scipy.special import expit
 
 from ..report.figures import new_figure
 from .base import Check, Experiment, Outcome, Params, Table, register
-from .curves import to_cpu
+from .curves import initial_weights, mark_stop, mark_unfinished, stop_reason, to_cpu
 
-__all__ = ["PowerLaw", "fourier_task"]
+__all__ = ["PowerLaw", "fourier_task", "exact_mode_sum", "isotropic_mode_sum", "ols_exponent"]
 
 
 class PowerLawParams(Params):
-    n_modes: int = Field(48, ge=4, description="K Fourier features = outputs")
-    gamma: float = Field(1.0, gt=0.5, description="teacher spectrum c_k = k^(−γ); exponent (2γ − 1)/γ")
-    eps: float = Field(1e-6, gt=0, lt=1)
-    step_fraction: float = Field(0.05, gt=0, le=0.25, description="η · ζ_max per GD step")
-    fit_from_mode: int = Field(3, ge=1, description="window start: predicted switch-on of this mode")
-    fit_to_fraction: float = Field(0.4, gt=0, le=1, description="window end: mode ⌈fraction · K⌉")
+    gamma: float = Field(1.0, gt=0.5, le=3.0, description="spectra β_k, c_k = k^(−γ): a = 2γ, b = γ")
+    asymptotic_modes: int = Field(4000, ge=1000, le=100_000, description="K of the LV system (≥ 10³)")
+    asymptotic_eps: float = Field(1e-300, gt=0, lt=1e-20, description="ε of the asymptotic configuration")
+    first_mode: int = Field(10, ge=2, description="fit windows start at the switch-on of this mode")
+    headline_tolerance: float = Field(0.05, gt=0, lt=1, description="relative |headline − reference| allowed")
+    grid_modes: list[int] = Field([400, 1000, 4000, 16000], min_length=1, description="K of the deviation grid")
+    grid_eps: list[float] = Field([1e-6, 1e-20, 1e-80, 1e-300], min_length=1, description="ε of the grid")
+    n_modes: int = Field(16, ge=4, le=256, description="K Fourier features = outputs of the network part")
+    eps: float = Field(1e-6, gt=0, lt=1, description="ε of the network part")
+    step_fraction: float = Field(0.1, gt=0, le=0.25, description="η · ζ_max per GD step")
+    fit_to_fraction: float = Field(0.5, gt=0, le=1, description="network window ends at mode ⌈fraction · K⌉")
     real_network: bool = Field(True, description="also train the real tanh MLP")
     width_factor: int = Field(2, ge=1, description="real network width = factor × 2K")
-    save_points: int = Field(1500, ge=50)
-    n_boot: int = Field(300, ge=0)
-    exponent_tolerance: float = Field(0.05, gt=0, description="|NQF fit − exact-sum fit| allowed")
+    save_points: int = Field(800, ge=50)
+    n_boot: int = Field(200, ge=0)
+    exponent_tolerance: float = Field(0.05, gt=0, description="|NQF fit − exact-sum fit| allowed (absolute)")
 
     @model_validator(mode="after")
-    def _window(self):
-        if self.fit_from_mode >= math.ceil(self.fit_to_fraction * self.n_modes):
-            raise ValueError(f"fit window empty: fit_from_mode = {self.fit_from_mode} must be below "
-                             f"⌈fit_to_fraction · n_modes⌉ = {math.ceil(self.fit_to_fraction * self.n_modes)}")
+    def _windows(self):
+        k_hi = self.asymptotic_modes // 30
+        if self.first_mode + 3 > k_hi:
+            raise ValueError(f"asymptotic fit window empty: `first_mode` = {self.first_mode} must be ≤ "
+                             f"`asymptotic_modes`/30 − 3 = {k_hi - 3}")
+        if 3 >= math.ceil(self.fit_to_fraction * self.n_modes):
+            raise ValueError(f"network fit window empty: ⌈`fit_to_fraction` · `n_modes`⌉ = "
+                             f"{math.ceil(self.fit_to_fraction * self.n_modes)} must exceed 3")
+        if any(k // 30 < self.first_mode + 3 for k in self.grid_modes):
+            raise ValueError(f"every `grid_modes` entry must be ≥ 30 · (`first_mode` + 3) = "
+                             f"{30 * (self.first_mode + 3)}; found {self.grid_modes}")
+        if any(not 0 < e < 1 for e in self.grid_eps):
+            raise ValueError(f"every `grid_eps` entry must lie in (0, 1); found {self.grid_eps}")
         return self
 
 
@@ -72,109 +95,261 @@ def fourier_task(n_modes: int, gamma: float):
     return X, X * c[None, :], c.numpy()
 
 
+def exact_mode_sum(t, ell, zeta, log_ratio) -> np.ndarray:
+    """``Σ_k ℓ_k (1 − expit(ζ_k t − r_k))²`` with ``r_k = ln(z*_k/z_k(0) − 1)`` (logistic modes).
+
+    Written out with numpy and ``scipy.special.expit`` only (the independent reference).
+
+    Parameters
+    ----------
+    t : array_like, shape (T,)
+    ell, zeta, log_ratio : array_like, shape (K,)
+
+    Returns
+    -------
+    numpy.ndarray, shape (T,)
+    """
+    t = np.asarray(t, float)[:, None]
+    out = np.zeros(t.shape[0])
+    for s in range(0, len(ell), 2048):  # chunks of modes keep the (T, chunk) array small
+        sl = slice(s, s + 2048)
+        out += ((1.0 - expit(zeta[sl] * t - log_ratio[sl])) ** 2 * ell[sl]).sum(1)
+    return out
+
+
+def isotropic_mode_sum(t, lam, eps) -> np.ndarray:
+    r"""Exact loss above ``L∞`` of two-layer modes from the isotropic start ``M(0) = εI`` (σ'(0) = 1).
+
+    Each mode has ``z^±(0) = ε``, ``dz^±/dt = ±2(λ − p) z^±``, ``p = (z^+ − z^−)/2``; since
+    ``z^+ z^− = ε²`` is conserved, ``u = z^+`` obeys the Riccati equation ``du/dt = ε² + 2λu − u²``
+    with roots ``u_± = λ ± √(λ² + ε²)``: ``u = u_+ s + u_−(1 − s)``,
+    ``s = expit(κt − ln(−R))``, ``κ = 2√(λ² + ε²)``, ``R = (ε − u_+)/(ε − u_−)``.  Written out
+    here with numpy/``scipy.special.expit`` (independent of :mod:`nqf.svd_modes`).
+
+    Parameters
+    ----------
+    t : array_like, shape (T,)
+    lam : array_like, shape (K,)
+        Singular values ``λ_k > 0``.
+    eps : float
+
+    Returns
+    -------
+    numpy.ndarray, shape (T,): ``½ Σ_k (λ_k − p_k(t))²``
+    """
+    lam = np.asarray(lam, float)
+    root = np.sqrt(lam ** 2 + eps ** 2)
+    up, um = lam + root, lam - root  # u_− = −ε²/u_+ < 0 (computed without cancellation below)
+    um = -eps ** 2 / up
+    log_mR = np.log(up - eps) - np.log(eps - um)
+    s = expit(2 * root * np.asarray(t, float)[:, None] - log_mR)
+    u = up * s + um * (1 - s)
+    p = 0.5 * (u - eps ** 2 / u)
+    return 0.5 * ((lam - p) ** 2).sum(1)
+
+
+def ols_exponent(t, L, window) -> float:
+    """``−slope`` of the least-squares line of ``ln L`` on ``ln t`` over ``window`` (numpy only)."""
+    t, L = np.asarray(t, float), np.asarray(L, float)
+    sel = (t >= window[0]) & (t <= window[1]) & (L > 0)
+    return float(-np.polyfit(np.log(t[sel]), np.log(L[sel]), 1)[0])
+
+
+def _reference(K: int, gamma: float, eps: float, first: int, n_t: int = 600):
+    """Independent exact-sum exponent of the LV power-law system, window modes ``first … K//30``."""
+    k = np.arange(1, K + 1, dtype=float)
+    beta = k ** -gamma
+    ell, zeta = 0.5 * beta ** 2, 4 * beta
+    lr = np.log(beta) - math.log(eps)
+    log_ratio = lr + np.log1p(-np.exp(-lr))  # ln(β/ε − 1), no overflow
+    t_on = log_ratio / zeta
+    window = (float(t_on[first - 1]), float(t_on[K // 30 - 1]))
+    t = np.geomspace(*window, n_t)
+    return ols_exponent(t, exact_mode_sum(t, ell, zeta, log_ratio), window), window, (ell, zeta, log_ratio)
+
+
 @register
 class PowerLaw(Experiment):
     name = "power-law"
-    description = "MLP on Fourier features with a power-law teacher: fitted loss exponent (with CI) vs predicted"
+    description = ("headline loss exponent (a−1)/b at K ≥ 10³ modes and small ε vs the independent exact mode "
+                   "sum; finite-K/ε deviations; NQF and a real MLP at small K")
     reproduces = ("Theorems 8–11: when many modes switch on at nearby times the steps merge into "
                   "L − L∞ ~ (t/ln(1/ε))^(−(a−1)/b)")
     Params = PowerLawParams
-    tiny = {"n_modes": 10, "gamma": 1.0, "eps": 1e-3, "step_fraction": 0.1, "fit_from_mode": 2,
-            "fit_to_fraction": 0.6, "width_factor": 1, "save_points": 200, "n_boot": 20,
-            "exponent_tolerance": 0.3}
+    tiny = {"asymptotic_modes": 1000, "grid_modes": [1000], "grid_eps": [1e-6, 1e-300], "n_modes": 8,
+            "eps": 1e-3, "step_fraction": 0.15, "fit_to_fraction": 0.75, "width_factor": 1, "save_points": 200,
+            "n_boot": 20, "exponent_tolerance": 0.15, "first_mode": 5}
+    checks = ("headline exponent (a−1)/b (nqf.analysis.predict_exponent on the spectra) vs the exponent fitted by "
+              "OLS on the exact mode sum written out with numpy/scipy.special.expit at K = `asymptotic_modes`, "
+              "ε = `asymptotic_eps`; relative tolerance `headline_tolerance` (5%: discreteness of the sum and "
+              "the theory's O(b ln k/ln(1/ε)) and O(k/K) corrections over the window, each ≲ 2%)",
+              "loss of the library's LV solution (nqf.lv.LotkaVolterra.logistic/loss) vs the independent "
+              "exact sum at the same K and ε over the window; relative tolerance 1e-9 (round-off)",
+              "exponent fitted on the NQF order-parameter GD of the Fourier-feature MLP vs the OLS exponent of "
+              "the independent exact mode sum at the same K and ε; absolute tolerance `exponent_tolerance` "
+              "(GD vs flow O(η ζ) and the fit's bootstrap spread)")
 
     def run(self, params: PowerLawParams, ctx, out: Outcome) -> None:
-        from ..analysis import fit_power_law, predict_exponent
+        P = params
+        self._asymptotic(P, ctx, out)
+        self._network(P, ctx, out)
+
+    # ------------------------------------------------------------------ asymptotic regime (LV flow)
+    def _asymptotic(self, P: PowerLawParams, ctx, out: Outcome) -> None:
+        from .. import lv
+        from ..analysis import predict_exponent
+
+        K, e = P.asymptotic_modes, P.asymptotic_eps
+        ref, window, (ell, zeta, log_ratio) = _reference(K, P.gamma, e, P.first_mode)
+        beta = zeta / 4
+        pred = predict_exponent(ell, zeta)
+        headline = pred.exponent
+        system = lv.LotkaVolterra(beta, np.ones(K), e)
+        t = np.geomspace(*window, 400)
+        L_lib = system.excess_loss(system.logistic(t)).numpy()
+        L_ref = exact_mode_sum(t, ell, zeta, log_ratio)
+        curve_err = float(np.max(np.abs(L_lib - L_ref) / L_ref))
+        rel = abs(headline - ref) / abs(ref)
+        out.checks.append(Check(
+            f"headline exponent (a−1)/b at K = {K}, ε = {e:g}", headline, ref, P.headline_tolerance,
+            reference="OLS exponent of the exact mode sum (numpy + scipy.special.expit)",
+            tolerance_origin="discreteness of the sum, O(b ln k / ln(1/ε)) and O(k/K) over the window"))
+        out.checks.append(Check(
+            f"LV loss curve at K = {K} (max relative difference)", 0.0, curve_err, 1e-9, kind="absolute",
+            reference="exact mode sum (numpy + scipy.special.expit)", tolerance_origin="round-off"))
+        rows = []
+        grid = np.full((len(P.grid_modes), len(P.grid_eps)), np.nan)
+        for i, Kg in enumerate(ctx.progress(P.grid_modes, "finite-K grid")):
+            for j, eg in enumerate(P.grid_eps):
+                grid[i, j], _, (ell_g, zeta_g, _) = _reference(Kg, P.gamma, eg, P.first_mode, 300)
+                pg = predict_exponent(ell_g, zeta_g).exponent
+                rows.append([Kg, eg, math.log(1 / eg), pg, grid[i, j], (grid[i, j] - pg) / pg])
+        out.tables.append(Table(
+            "Headline exponent (asymptotic regime)", ["quantity", "value"],
+            [["a (ℓ_k ~ k^−a)", pred.a], ["b (ζ_k ~ k^−b)", pred.b], ["headline (a−1)/b", headline],
+             ["reference: exact mode sum, OLS", ref], ["relative difference", rel],
+             ["window t", f"[{window[0]:.4g}, {window[1]:.4g}] (modes {P.first_mode}…{K // 30})"]],
+            caption=f"LV system with β_k = k^−{P.gamma:g}, K = {K}, z(0) = ε = {e:g}"))
+        out.tables.append(Table(
+            "Finite-K, finite-ε deviations", ["K", "ε", "ln(1/ε)", "(a−1)/b", "exact-sum exponent",
+                                              "relative deviation"], rows,
+            caption=f"window: switch-on of modes {P.first_mode} … K/30; the deviation shrinks as K and ln(1/ε) grow"))
+        out.metrics.update({"headline_exponent": headline, "reference_exponent": ref,
+                            "headline_relative_difference": rel, "a": pred.a, "b": pred.b,
+                            "asymptotic_modes": K, "asymptotic_eps": e})
+        out.arrays.update({"asymptotic_t": t, "asymptotic_loss_lv": L_lib, "asymptotic_loss_reference": L_ref,
+                           "grid_modes": np.asarray(P.grid_modes), "grid_eps": np.asarray(P.grid_eps),
+                           "grid_exponent": grid})
+        out.summary.append(f"headline exponent (a−1)/b = {headline:.4f}; independent exact mode sum at K = {K}, "
+                           f"ε = {e:g}: {ref:.4f} (relative difference {rel:.2%})")
+        fig, (ax, ax2) = new_figure(2, figsize=(12, 4.6))
+        ax.loglog(t, L_ref, lw=2.4, label=f"exact mode sum (numpy), K = {K}")
+        ax.loglog(t, L_lib, "--", lw=1.3, color="C1", label="LV logistic (library)")
+        icpt = float(np.mean(np.log(L_ref) + headline * np.log(t)))
+        ax.loglog(t, np.exp(icpt) * t ** -headline, ":", color="k", lw=1.5,
+                  label=f"slope −(a−1)/b = −{headline:.3f} (fitted intercept)")
+        ax.set_xlabel("training time t (dimensionless)")
+        ax.set_ylabel("L − L∞")
+        ax.set_title(f"asymptotic regime: ε = {e:g}, window of modes {P.first_mode}…{K // 30}", fontsize=10)
+        ax.legend(fontsize=8)
+        for i, Kg in enumerate(P.grid_modes):
+            ax2.plot(np.log10(1 / np.asarray(P.grid_eps)), grid[i], "o-", label=f"exact sum, K = {Kg}")
+        ax2.axhline(headline, color="k", ls=":", label=f"(a−1)/b = {headline:.3f}")
+        ax2.axhspan(headline * (1 - P.headline_tolerance), headline * (1 + P.headline_tolerance), color="0.9",
+                    zorder=0, label=f"±{P.headline_tolerance:.0%}")
+        ax2.set_xlabel("log₁₀(1/ε)")
+        ax2.set_ylabel("fitted exponent (dimensionless)")
+        ax2.set_title("finite-K, finite-ε deviations of the exponent", fontsize=10)
+        ax2.legend(fontsize=8)
+        out.figures["asymptotic_exponent"] = fig
+
+    # ------------------------------------------------------------------ NQF and real network at finite K
+    def _network(self, P: PowerLawParams, ctx, out: Outcome) -> None:
+        from ..analysis import fit_power_law
         from ..dynamics import simulate, train_network
         from ..networks import TwoLayerMLP
         from ..structure import mlp
         from ..svd_modes import two_layer_modes
 
-        P = params
         K = P.n_modes
         X, Y, c = fourier_task(K, P.gamma)
         modes = two_layer_modes(X, Y, "tanh", eps=P.eps, init="isotropic")
         lam = modes.singular_values.numpy()
         zeta = modes.rates.numpy()
-        ell = 0.5 * lam**2
-        pred = predict_exponent(ell, zeta)
         t_switch = np.sort(modes.switch_times.numpy())
         k_hi = math.ceil(P.fit_to_fraction * K)
-        window = (float(t_switch[P.fit_from_mode - 1]), float(t_switch[k_hi - 1]))
+        k_lo = min(3, k_hi - 2)
+        window = (float(t_switch[k_lo - 1]), float(t_switch[k_hi - 1]))
         lr = P.step_fraction / float(zeta.max())
-        t_end = 1.5 * float(t_switch[-1])
-        steps = int(math.ceil(t_end / lr))
+        steps = int(math.ceil(1.5 * float(t_switch[-1]) / lr))
         save = max(steps // P.save_points, 1)
         p = 2 * K
         op = mlp(X, "tanh", n_outputs=K)
         m = P.width_factor * p
-        Qm, _ = torch.linalg.qr(torch.randn(m, p, dtype=torch.float64, generator=ctx.generator(5)))
-        W0 = math.sqrt(P.eps) * Qm.T
-        sim = ctx.checkpoint("nqf", lambda: to_cpu(simulate(op, Y, M0=W0 @ W0.T, lr=lr, steps=steps,
-                                                           save_every=save, save_M=False)))
+        W0 = initial_weights(p, m, P.eps, ctx.generator(5))
+        parts = ["nqf"] + (["real"] if P.real_network else [])
+        runs = {}
+        for part in ctx.progress(parts, "GD runs"):
+            if part == "nqf":
+                runs[part] = ctx.checkpoint("nqf", lambda: to_cpu(simulate(
+                    op, Y, M0=W0 @ W0.T, lr=lr, steps=steps, save_every=save, save_M=False)))
+            else:
+                net = TwoLayerMLP(K, m, K, "tanh")
+                runs[part] = ctx.checkpoint("real", lambda: to_cpu(train_network(
+                    net, net.units, X, Y, W0=W0, lr=lr, steps=steps, save_every=save, save_W=False,
+                    save_M=False)))
+        sim = runs["nqf"]
         t = sim.t.numpy()[1:]
         L_sim = sim.loss.numpy()[1:]
-        L_pred = modes.loss(t).numpy()
-        fit_sim = fit_power_law(t, L_sim, window=window, L_inf=modes.loss_inf, n_boot=P.n_boot, seed=ctx.seed)
-        fit_pred = fit_power_law(t, L_pred, window=window, L_inf=modes.loss_inf, n_boot=0)
-        # finite K and the absolute start z_k(0) = ε bend the asymptotic rule: the loss still to learn is the
-        # tail T(k) = Σ_{j ≥ k} ℓ_j (slope −(a_eff − 1) in k) and t_k = ln(z*_k/ε)/ζ_k (slope b_eff in k)
-        ranks = np.arange(1, K + 1)
-        o = np.argsort(modes.switch_times.numpy())
-        tail = np.cumsum(ell[o][::-1])[::-1]
-        sel = slice(P.fit_from_mode - 1, k_hi)
-        a_eff_1 = -np.polyfit(np.log(ranks[sel]), np.log(tail[sel]), 1)[0]
-        b_eff = np.polyfit(np.log(ranks[sel]), np.log(modes.switch_times.numpy()[o][sel]), 1)[0]
-        rows = [["asymptotic (a − 1)/b from the spectra", pred.exponent, None, None],
-                ["(a_eff − 1)/b_eff over the window (finite K, z(0) = ε)", a_eff_1 / b_eff, None, None],
-                ["exact sum of predicted modes (same window)", fit_pred.exponent, None, None],
-                ["NQF order-parameter GD (measured)", fit_sim.exponent, fit_sim.ci[0], fit_sim.ci[1]]]
-        out.checks.append(Check("exponent: NQF measured vs exact mode sum", fit_pred.exponent, fit_sim.exponent,
-                                P.exponent_tolerance / max(abs(fit_pred.exponent), 1e-12)))
-        out.arrays.update({"t": t, "loss_nqf": L_sim, "loss_predicted": L_pred, "lambda": lam, "zeta": zeta,
-                           "switch_times": t_switch})
-        fig, (ax, ax2) = new_figure(2, figsize=(11.5, 4.3))
+        ref_curve = isotropic_mode_sum(t, lam, P.eps)
+        ref = ols_exponent(t, ref_curve, window)
+        reason = stop_reason(nqf=sim)
+        fit_sim = (fit_power_law(t, L_sim, window=window, L_inf=modes.loss_inf, n_boot=P.n_boot, seed=ctx.seed)
+                   if not reason else None)
+        measured = fit_sim.exponent if fit_sim is not None else None
+        out.checks.append(Check(
+            f"exponent at K = {K}, ε = {P.eps:g}: NQF GD vs exact mode sum", ref, measured, P.exponent_tolerance,
+            kind="absolute", reference="NQF order-parameter GD (simulate), fitted with bootstrap CI",
+            tolerance_origin="GD vs flow O(η ζ) and the fit's bootstrap spread"))
+        mark_unfinished(out.checks[-1:], reason)
+        rows = [["(a−1)/b from the spectra (asymptotic)", out.metrics["headline_exponent"], None, None],
+                ["exact mode sum at this K, ε (numpy)", ref, None, None],
+                ["NQF order-parameter GD", measured, *(fit_sim.ci if fit_sim is not None else (None, None))]]
+        fig, ax = new_figure(figsize=(7.5, 4.6))
         ax.loglog(t, L_sim - modes.loss_inf, lw=2.2, label="NQF (order-parameter GD)")
-        ax.loglog(t, L_pred - modes.loss_inf, ":", color="k", lw=1.3, label="exact sum of modes")
+        ax.loglog(t, ref_curve, ":", color="k", lw=1.4, label="exact mode sum (numpy)")
+        mark_stop(ax, sim, y=float(L_sim[-1] - modes.loss_inf) if len(L_sim) else None, label="NQF run stopped")
         if P.real_network:
-            net = TwoLayerMLP(K, m, K, "tanh")
-            real = ctx.checkpoint("real", lambda: to_cpu(train_network(
-                net, net.units, X, Y, W0=W0, lr=lr, steps=steps, save_every=save, save_W=False, save_M=False)))
+            real = runs["real"]
             L_real = real.loss.numpy()[1:]
-            fit_real = fit_power_law(t, L_real, window=window, L_inf=0.0, n_boot=P.n_boot, seed=ctx.seed)
-            rows.append(["real tanh MLP (measured)", fit_real.exponent, fit_real.ci[0], fit_real.ci[1]])
-            ax.loglog(t, L_real, lw=1.5, alpha=0.8, label="real tanh MLP")
+            n = min(len(L_real), len(t))
+            ok = not stop_reason(real=real)
+            fit_real = fit_power_law(t[:n], L_real[:n], window=window, L_inf=0.0, n_boot=P.n_boot,
+                                     seed=ctx.seed) if ok else None
+            rows.append(["real tanh MLP", fit_real.exponent if ok else None,
+                         *(fit_real.ci if ok else (None, None))])
+            ax.loglog(t[:n], L_real[:n], lw=1.5, alpha=0.8, label="real tanh MLP")
+            mark_stop(ax, real, label="real network stopped")
             out.arrays["loss_real"] = L_real
-            out.metrics["exponent_real_network"] = fit_real.exponent
-        tt = np.geomspace(*window, 20)
-        ax.loglog(tt, 1.3 * fit_sim(tt) - 1.3 * fit_sim.L_inf, "--", color="C3",
-                  label=f"fit: α = {fit_sim.exponent:.3f} [{fit_sim.ci[0]:.3f}, {fit_sim.ci[1]:.3f}]")
+            out.metrics["exponent_real_network"] = fit_real.exponent if ok else None
+        if fit_sim is not None:
+            tt = np.geomspace(*window, 20)
+            ax.loglog(tt, 1.3 * (fit_sim(tt) - fit_sim.L_inf), "--", color="C3",
+                      label=f"fit ×1.3: α = {fit_sim.exponent:.3f} [{fit_sim.ci[0]:.3f}, {fit_sim.ci[1]:.3f}]")
         for w in window:
             ax.axvline(w, color="0.6", lw=0.8)
-        ax.set_xlabel("t = η·steps")
+        ax.set_xlabel("training time t = η·steps (dimensionless)")
         ax.set_ylabel("L − L∞")
-        ax.set_title(f"merged steps (K = {K}, γ = {P.gamma:g}, ε = {P.eps:g}); grey: fit window")
-        ax.legend(fontsize=7)
-        k = np.arange(1, K + 1)
-        order = pred.order
-        ax2.loglog(k, ell[order], "o", ms=3, label="ℓ_k = ½λ_k²")
-        ax2.loglog(k, zeta[order], "s", ms=3, label="ζ_k = 2λ_k")
-        ax2.set_xlabel("mode rank k (by rate)")
-        ax2.set_title(f"spectra: a = {pred.a:.3f}, b = {pred.b:.3f} → (a−1)/b = {pred.exponent:.3f}")
-        ax2.legend(fontsize=7)
-        out.figures["power_law"] = fig
-        out.tables.append(Table("Loss exponent", ["source", "exponent", "CI low", "CI high"], rows,
-                                caption=f"window t ∈ [{window[0]:.3g}, {window[1]:.3g}] (switch-on of modes "
-                                        f"{P.fit_from_mode} and {k_hi}); L∞ = {modes.loss_inf:.3g}"))
-        out.metrics.update({"a": pred.a, "b": pred.b, "exponent_predicted_asymptotic": pred.exponent,
-                            "exponent_predicted_exact_sum": fit_pred.exponent, "exponent_nqf": fit_sim.exponent,
-                            "exponent_nqf_ci_low": fit_sim.ci[0], "exponent_nqf_ci_high": fit_sim.ci[1],
-                            "window_start": window[0], "window_end": window[1], "lr": lr, "steps": steps})
-        out.summary.append("the asymptotic (a−1)/b needs K → ∞ and ln(1/ε) ≫ γ ln K; at finite K the unlearned tail "
-                           "is truncated and with z(0) = ε the late modes switch on relatively early — both steepen "
-                           "the decay (the exact mode sum includes both)")
-        out.metrics["exponent_predicted_effective"] = a_eff_1 / b_eff
-        out.summary.append(f"exponent: predicted (a−1)/b = {pred.exponent:.3f}, exact mode sum {fit_pred.exponent:.3f},"
-                           f" measured on the NQF {fit_sim.exponent:.3f} "
-                           f"[{fit_sim.ci[0]:.3f}, {fit_sim.ci[1]:.3f}]"
-                           + (f", real network {out.metrics['exponent_real_network']:.3f}" if P.real_network else ""))
+        ax.set_title(f"finite K = {K}, ε = {P.eps:g}: grey lines bound the fit window", fontsize=10)
+        ax.legend(fontsize=8, loc="lower left")
+        out.figures["network_power_law"] = fig
+        out.arrays.update({"t": t, "loss_nqf": L_sim, "loss_exact_sum": ref_curve, "lambda": lam, "zeta": zeta,
+                           "switch_times": t_switch})
+        out.tables.append(Table("Loss exponent at finite K (network)", ["source", "exponent", "CI low", "CI high"],
+                                rows, caption=f"window t ∈ [{window[0]:.3g}, {window[1]:.3g}] (switch-on of modes "
+                                              f"{k_lo} and {k_hi}); L∞ = {modes.loss_inf:.3g}"))
+        out.metrics.update({"exponent_exact_sum_network_K": ref, "exponent_nqf": measured, "lr": lr,
+                            "steps": steps, "window_start": window[0], "window_end": window[1]})
+        out.summary.append(f"at K = {K}, ε = {P.eps:g} the exact mode sum decays with exponent {ref:.3f} (the "
+                           "unlearned tail is truncated and late modes start relatively early, both steepen the "
+                           f"decay); NQF GD measures {measured if measured is None else round(measured, 3)}")

@@ -19,10 +19,10 @@ from typing import Literal
 
 import numpy as np
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from ..report.figures import new_figure
-from .base import EpsList, Experiment, Outcome, Params, Table, register
+from .base import Check, EpsList, Experiment, Outcome, Params, Table, register
 
 __all__ = ["Validity"]
 
@@ -37,8 +37,22 @@ class ValidityParams(Params):
     teacher_width: int = Field(3, ge=1, description="teacher units")
     step_fraction: float = Field(0.05, gt=0, le=0.5, description="η · 4λ_max per step")
     horizon: float = Field(2.5, gt=0, description="steps cover this multiple of ln(1/ε)/4λ_max")
-    fraction: float = Field(0.1, gt=0, description="separation threshold (fraction of the total loss drop)")
+    fraction: float = Field(0.02, gt=0, description="separation threshold (fraction of the total loss drop; the gap "
+                            "at the first switch-on is ≈ 4% of it for the default MLP)")
     save_points: int = Field(150, ge=10, description="saved states per run")
+    slope_tolerance: float = Field(0.1, gt=0, lt=1, description="relative tolerance on the separation-time slope")
+    early_slope_tolerance: float = Field(0.15, gt=0, lt=1, description="absolute tolerance on the early-gap slope")
+
+    @model_validator(mode="after")
+    def _sizes(self):
+        if len(self.eps) < 3:
+            raise ValueError(f"`eps` needs at least 3 values to fit the separation-time slope; found {len(self.eps)}")
+        if self.fraction >= 1:
+            raise ValueError(f"`fraction` = {self.fraction:g} must be < 1 (a fraction of the loss drop)")
+        if self.teacher_width > self.width:
+            raise ValueError(f"`teacher_width` = {self.teacher_width} must be ≤ `width` = {self.width} for the "
+                             "student to represent the teacher")
+        return self
 
 
 def _student_teacher(P: ValidityParams, gen: torch.Generator):
@@ -75,8 +89,15 @@ class Validity(Experiment):
     reproduces = ("the reviewers' test of Theorem 1's transfer claim: the NQF is exact as ε → 0 at fixed early "
                   "times; whether the normalised gap at the first switch-on shrinks is measured, not assumed")
     Params = ValidityParams
-    tiny = {"eps": [1e-2, 1e-4], "n_samples": 16, "dim": 3, "width": 4, "teacher_width": 2, "horizon": 1.5,
-            "save_points": 20, "step_fraction": 0.1}
+    tiny = {"eps": [1e-2, 1e-4, 1e-6], "n_samples": 16, "dim": 3, "width": 4, "teacher_width": 2, "horizon": 2.0,
+            "save_points": 40, "step_fraction": 0.1}
+    checks = ("slope of the separation time (network leaves its NQF by `fraction` of the loss drop) against "
+              "ln(1/ε), fitted with an intercept over the ε sweep, vs the predicted 1/(4λ_max) (the time the "
+              "weights need to grow from √ε to O(1)); relative tolerance `slope_tolerance` (GD vs flow O(η ζ) "
+              "plus the theory's O(1/ln(1/ε)) drift of the O(1) term across the sweep)",
+              "log–log slope of the network–NQF gap at a fixed early time against ε vs 1 (the remainder of tanh "
+              "and of QK attention is quartic in W: relative size ∝ ‖W‖² ∝ ε); absolute tolerance "
+              "`early_slope_tolerance` (next order O(ε) at the largest ε, and GD)")
 
     def run(self, params: ValidityParams, ctx, out: Outcome) -> None:
         from ..analysis.validity import validity_sweep
@@ -99,35 +120,76 @@ class Validity(Experiment):
         sweep = ctx.checkpoint("sweep", lambda: validity_sweep(
             student, student.units, X, y, op, W_dir, P.eps, lr=lr, steps=steps, fraction=P.fraction,
             early_time=early_time, save_every=lambda e: max(steps(e) // P.save_points, 1)))
-        rows = []
-        fig, (a1, a2, a3) = new_figure(3, figsize=(14, 4))
-        for e, rep in zip(P.eps, sweep.reports):
+        rows, reasons = [], []
+        fig, axs = new_figure(2, 2, figsize=(12, 8.4))
+        a1, a2, a3, a4 = axs.ravel()
+        for e, rep in zip(P.eps, sweep.reports, strict=True):
             t = rep.t.numpy()
-            line, = a1.semilogy(t, rep.loss_network.numpy(), lw=2, label=f"ε = {e:g} network")
-            a1.semilogy(t, rep.loss_nqf.numpy(), "--", color=line.get_color(), lw=1.2)
+            Ln, Lq = rep.loss_network.numpy(), rep.loss_nqf.numpy()
+            if not (np.isfinite(Ln).all() and np.isfinite(Lq).all()):
+                reasons.append(f"ε = {e:g}: a run did not finish (non-finite loss)")
+            line, = a1.semilogy(t, Ln, lw=2, label=f"ε = {e:g}")
+            a1.semilogy(t, Lq, "--", color=line.get_color(), lw=1.2)
             a2.semilogy(t, rep.remainder_ratio.numpy(), color=line.get_color(), label=f"ε = {e:g}")
             if rep.separation_time is not None:
-                a1.axvline(rep.separation_time, color=line.get_color(), ls=":", lw=1)
+                a1.axvline(rep.separation_time, color=line.get_color(), ls=":", lw=1.5)
             rows.append([e, rep.switch_time, rep.separation_time, rep.gap_at_switch, rep.normalised_gap_at_switch])
             key = f"eps_{e:g}"
-            out.arrays.update({f"{key}_t": t, f"{key}_loss_network": rep.loss_network.numpy(),
-                               f"{key}_loss_nqf": rep.loss_nqf.numpy(),
+            out.arrays.update({f"{key}_t": t, f"{key}_loss_network": Ln, f"{key}_loss_nqf": Lq,
                                f"{key}_remainder_ratio": rep.remainder_ratio.numpy()})
-        a1.set_xlabel("t = η·steps")
-        a1.set_ylabel("loss (solid: network, dashed: NQF)")
-        a1.set_title("loss; dotted: separation time")
-        a1.legend(fontsize=7)
-        a2.set_xlabel("t")
-        a2.set_ylabel("‖f_net − f(0) − Tr[WWᵀA]‖ / ‖Tr[WWᵀA]‖")
-        a2.set_title("remainder ratio along the network trajectory")
+        a1.plot([], [], "k-", lw=2, label="network")
+        a1.plot([], [], "k--", lw=1.2, label="NQF")
+        a1.plot([], [], "k:", lw=1.5, label="separation time")
+        a1.set_xlabel("training time t = η·steps (dimensionless)")
+        a1.set_ylabel("loss L")
+        a1.set_title("loss: network vs NQF; dotted: separation time", fontsize=10)
+        a1.legend(fontsize=7, ncol=2)
+        a2.set_xlabel("training time t = η·steps (dimensionless)")
+        a2.set_ylabel("remainder ratio ‖f − f(0) − Tr[WWᵀA]‖ / ‖Tr[WWᵀA]‖", fontsize=8)
+        a2.set_title("remainder ratio along the network trajectory", fontsize=10)
         a2.legend(fontsize=7)
         eps = np.asarray(P.eps)
         a3.loglog(eps, sweep.normalised_gap_at_switch, "o-", label="gap at first switch-on / loss drop")
         if sweep.early_normalised_gap is not None:
             a3.loglog(eps, sweep.early_normalised_gap, "s--", label=f"gap at t = {early_time:.3g} / its drop")
-        a3.set_xlabel("ε")
-        a3.set_title(f"slopes: at switch {sweep.slope:.2f}, early {sweep.early_slope:.2f}")
+            g0 = float(sweep.early_normalised_gap[0])
+            a3.loglog(eps, g0 * eps / eps[0], ":", color="k", lw=1, label="slope 1 (quartic remainder)")
+        a3.set_xlabel("initial scale ε")
+        a3.set_ylabel("normalised gap |L_net − L_NQF| / loss drop")
+        a3.set_title(f"log–log slopes: at switch-on {sweep.slope:.2f}, early {sweep.early_slope:.2f}", fontsize=10)
         a3.legend(fontsize=7)
+        # separation time against ln(1/ε): predicted slope 1/(4λ_max), intercept fitted
+        logs = np.log(1 / eps)
+        sep = np.array([np.nan if v is None else v for v in sweep.separation_time], float)
+        have = np.isfinite(sep)
+        slope = float(np.polyfit(logs[have], sep[have], 1)[0]) if have.sum() >= 2 else None
+        check = Check("slope of the separation time vs ln(1/ε)", 1 / rate, slope, P.slope_tolerance,
+                      reference="least-squares slope (with intercept) of the measured separation times",
+                      tolerance_origin="GD vs flow O(η ζ) and the O(1/ln(1/ε)) drift of the O(1) term")
+        if have.sum() < len(eps):
+            check.inputs_finished = False
+            check.reason = (f"the network never separated from its NQF within the run at ε = "
+                            f"{', '.join(f'{e:g}' for e in eps[~have])} (raise `horizon`)")
+        out.checks.append(check)
+        early = sweep.early_slope if sweep.early_normalised_gap is not None else None
+        out.checks.append(Check("log–log slope of the early gap vs ε", 1.0, early, P.early_slope_tolerance,
+                                kind="absolute", reference="network vs NQF run from the same W(0), gap at a "
+                                f"fixed early time t = {early_time:.3g}",
+                                tolerance_origin="next order O(ε) of the remainder at the largest ε, and GD"))
+        if reasons:
+            for c in out.checks:
+                c.inputs_finished, c.reason = False, "; ".join(reasons)
+        a4.plot(logs[have], sep[have], "o", ms=7, label="measured separation time")
+        if have.any():
+            b0 = float(np.mean(sep[have] - logs[have] / rate))
+            grid = np.linspace(logs.min() * 0.9, logs.max() * 1.05, 20)
+            a4.plot(grid, grid / rate + b0, "-", color="C3",
+                    label=f"predicted slope 1/(4λ_max) = {1 / rate:.3g}, fitted intercept {b0:.2g}")
+        a4.set_xlabel("ln(1/ε)")
+        a4.set_ylabel("separation time t = η·steps")
+        a4.set_title("separation time vs ln(1/ε)" + (f": fitted slope {slope:.3g}" if slope is not None else ""),
+                     fontsize=10)
+        a4.legend(fontsize=7, loc="upper left")
         out.figures["validity"] = fig
         out.tables.append(Table(
             "Validity over ε", ["ε", "first switch-on t*", "separation time", "gap at t*", "gap at t* / loss drop"],
@@ -136,7 +198,8 @@ class Validity(Experiment):
         out.arrays.update({"eps": eps, "normalised_gap_at_switch": sweep.normalised_gap_at_switch,
                            "early_normalised_gap": sweep.early_normalised_gap})
         out.metrics.update({"slope_gap_at_switch_vs_eps": sweep.slope, "slope_early_gap_vs_eps": sweep.early_slope,
-                            "early_time": early_time, "lr": lr})
+                            "early_time": early_time, "lr": lr, "separation_slope_measured": slope,
+                            "separation_slope_predicted": 1 / rate})
         shrinks = sweep.slope > 0.1
         out.summary += [
             f"normalised gap at the first switch-on vs ε: log–log slope {sweep.slope:.3f} — "
