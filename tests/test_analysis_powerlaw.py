@@ -107,3 +107,50 @@ def test_bad_input():
         fit_power_law(T, L, bootstrap="blocks")
     with pytest.raises(ValueError, match="still on the first plateau"):
         fit_power_law(T, np.full(T.size, 1.0))
+
+
+def _modes48(t):
+    """Exact loss of 48 logistic modes, β_k = 0.5/k, C = 1 (ζ = 2/k, ℓ = ½β²), z(0) = ε = 1e-6."""
+    from nqf.analysis import predicted_curve
+
+    k = np.arange(1, 49, dtype=float)
+    beta = 0.5 / k
+    return predicted_curve(t, 0.5 * beta ** 2, 4 * beta, 1e-6, "absolute", z_star=beta), 4 * beta
+
+
+@pytest.mark.parametrize("sampling", ["log", "uniform"])
+def test_auto_window_does_not_depend_on_how_far_the_tail_is_sampled(sampling):
+    """Same exact 48-mode curve sampled to t = 1e3 and to t = 1e4: exponents within 5 % (the former rule gave
+    1.32 and 3.19); the window ends before the exponential tail of the last mode, and the result reports
+    window, interval and goodness of fit."""
+    fits = []
+    for T in (1e3, 1e4):
+        t = np.geomspace(0.1, T, 3000) if sampling == "log" else np.linspace(T / 20000, T, 20000)
+        L, zeta = _modes48(t)
+        f = fit_power_law(t, L, n_boot=100)
+        fits.append(f)
+        last_switch = np.log(0.5 / 48 / 1e-6 - 1) / zeta[-1]  # t*_48 ≈ 221
+        assert f.window[1] < last_switch and f.window_source == "automatic"
+        assert f.ci[0] <= f.exponent <= f.ci[1] and f.r_squared > 0.99 and f.rms_residual < 0.1
+        assert "r_squared" in f.to_dict() and len(repr(f)) < 400
+    assert abs(fits[1].exponent / fits[0].exponent - 1) < 0.05
+    # the check can fail: a window running into the tail gives a very different exponent
+    t = np.geomspace(0.1, 1e3, 3000)
+    L, _ = _modes48(t)
+    assert fit_power_law(t, L, window=(fits[0].window[0], 900.0), n_boot=0).exponent > 1.5 * fits[0].exponent
+
+
+def test_no_power_law_range_is_reported():
+    """A single logistic mode (plateau, then an exponential drop) and a flat curve have no power-law range:
+    NoPowerLawError (a ValueError) instead of a number."""
+    from nqf.analysis import predicted_curve
+    from nqf.errors import NoPowerLawError
+
+    t = np.geomspace(0.01, 100.0, 2000)
+    L = predicted_curve(t, [1.0], [1.0], 1e-6, "absolute", z_star=[1.0])
+    with pytest.raises(NoPowerLawError, match="no power-law window"):
+        fit_power_law(t, L)
+    with pytest.raises(NoPowerLawError, match="first plateau"):
+        auto_window(t, np.full(t.size, 2.0))
+    # a clean power law over the same range is accepted
+    assert abs(fit_power_law(t, 1.0 / (1.0 + t ** 2), n_boot=0).exponent - 2.0) < 0.1

@@ -60,3 +60,7 @@ class SweepError(NQFError, ValueError):
 
 class NoUnitsError(NQFError, ValueError):
     """No layer of interchangeable units was found in a module, or the choice among several is ambiguous."""
+
+
+class NoPowerLawError(NQFError, ValueError):
+    """A loss curve has no power-law range to fit (too short, or no straight stretch in log–log)."""

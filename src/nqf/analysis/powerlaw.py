@@ -33,7 +33,10 @@ neighbouring residuals are uncorrelated.
 
 Automatic window (``window=None``)
 ----------------------------------
-On the smoothed log-time curve of the excess ``E = L − L_∞``:
+On the smoothed curve of ``ln E``, ``E = L − L_∞``, on a log-time grid of fixed
+spacing (``GRID_DX = 0.025`` in ``ln t``), every rule looking forward from the
+start of the window — so the window does not change when the same curve is
+sampled further into its tail:
 
 1. **start** — the end of the first plateau: the first time the smoothed excess
    has fallen below ``start_fraction`` (default ½) of its initial value;
@@ -41,20 +44,24 @@ On the smoothed log-time curve of the excess ``E = L − L_∞``:
    smoothed excess falls below ``floor_factor`` (default 10) times the noise
    floor ``F``, the smallest absolute scatter of the loss about its smoothed
    curve in any neighbourhood ±0.25 of ``ln t`` (1.4826 × median absolute
-   deviation).  Multiplicative noise of relative size ``σ`` gives ``F = σ L_end``
-   and never ends the window early for ``σ < 0.1``; an additive noise floor
-   keeps ``F`` fixed while the excess decays, and ends it where the
-   signal-to-noise ratio drops to ``floor_factor``; (ii) the end of the power-law regime: the last time at which
-   the local log–log slope (smoothed over 0.5 in ``ln t``) is at most
-   ``max_slope_ratio`` (default 3) times its median over the window — beyond it
-   the slope only grows (the exponential tail once the modes are exhausted) —
-   and at least ``1/max_slope_ratio`` times it — beyond it the curve only
-   flattens (an unmodelled floor: noise bias or a wrong ``L_∞``); isolated
-   early steps, whose slope spikes and dips are followed by more decay, do
-   not end the window,
-   (iii) the last point with a positive excess;
-3. the window is then trimmed by ``margin`` (default 10 %) of its length in
+   deviation; multiplicative noise of relative size ``σ`` gives ``F = σ L_end``
+   and never ends the window early, an additive floor ends it where the
+   signal-to-noise ratio drops to ``floor_factor``); (ii) the end of the power-law
+   regime: the first time at which the local log–log slope (smoothed over 0.5 in
+   ``ln t``) leaves ``[α̂/r, r α̂]`` (``r = max_slope_ratio``, default 3; ``α̂`` the
+   exponent fitted from the start to that time) and stays out for one unit of
+   ``ln t`` or to the end of the data — the exponential tail once the modes are
+   exhausted only steepens, an unmodelled floor only flattens, an isolated step
+   returns; (iii) the last point with a positive excess;
+3. a window shorter than ``min_decades`` (default one decade of ``t``) is not a
+   power-law range: :class:`~nqf.errors.NoPowerLawError` says so (as it does for a
+   curve still on its first plateau) instead of returning a number;
+4. the window is then trimmed by ``margin`` (default 10 %) of its length in
    ``ln t`` at both ends.
+
+The result reports the window (and whether it was automatic), the bootstrap
+interval and the goodness of fit (``r_squared``, ``rms_residual`` of
+``ln E`` about the line).
 
 With ``L_inf="fit"`` the window is chosen with ``L_∞ = 0``, ``L_∞`` fitted, and
 the window chosen again with that ``L_∞`` (one refinement).
@@ -65,14 +72,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.ndimage import gaussian_filter1d
 from scipy.optimize import minimize_scalar
 
-from ..errors import ShapeError
-from scipy.ndimage import gaussian_filter1d
-
+from ..errors import NoPowerLawError, ShapeError
 from ._curves import as_curve, log_grid
 
-__all__ = ["PowerLawFit", "fit_power_law", "auto_window"]
+__all__ = ["PowerLawFit", "fit_power_law", "auto_window", "GRID_DX"]
+
+GRID_DX = 0.025  # spacing of the automatic window's log-time grid (in ln t)
 
 
 @dataclass
@@ -100,6 +108,13 @@ class PowerLawFit:
         Log-time cells used in the regression.
     boot : ndarray, shape (n_boot,)
         Bootstrap replicates of ``α``.
+    r_squared : float
+        Coefficient of determination of the cell regression (goodness of fit).
+    rms_residual : float
+        Root-mean-square residual of ``ln(L − L_∞)`` about the fitted line, over the cells
+        (``0.01`` means the curve stays within about 1 % of the power law).
+    window_source : str
+        ``"given"`` or ``"automatic"``.
     """
 
     exponent: float
@@ -112,6 +127,22 @@ class PowerLawFit:
     n_points: int
     n_bins: int
     boot: np.ndarray
+    r_squared: float = float("nan")
+    rms_residual: float = float("nan")
+    window_source: str = "given"
+
+    def __repr__(self) -> str:
+        return (f"PowerLawFit(exponent={self.exponent:.4g}, ci=({self.ci[0]:.4g}, {self.ci[1]:.4g}), "
+                f"window=({self.window[0]:.4g}, {self.window[1]:.4g}) [{self.window_source}], "
+                f"L_inf={self.L_inf:.4g}, r_squared={self.r_squared:.6f}, rms_residual={self.rms_residual:.3g}, "
+                f"n_points={self.n_points})")
+
+    def to_dict(self) -> dict:
+        """JSON-ready summary (without the bootstrap replicates)."""
+        return {"exponent": self.exponent, "prefactor": self.prefactor, "L_inf": self.L_inf,
+                "window": list(self.window), "window_source": self.window_source, "ci": list(self.ci),
+                "ci_level": self.ci_level, "stderr": self.stderr, "n_points": self.n_points,
+                "n_bins": self.n_bins, "r_squared": self.r_squared, "rms_residual": self.rms_residual}
 
     def __call__(self, t) -> np.ndarray:
         """The fitted curve ``L_∞ + c t^{−α}`` at times ``t`` (array_like, shape (T,))."""
@@ -168,9 +199,13 @@ def _fit_once(lt, L, L_inf, n_bins):
 
 
 def auto_window(t, loss, L_inf: float = 0.0, *, start_fraction: float = 0.5, floor_factor: float = 10.0,
-                max_slope_ratio: float = 3.0, margin: float = 0.1, n_grid: int = 400,
-                smooth: float | None = None) -> tuple[float, float]:
+                max_slope_ratio: float = 3.0, margin: float = 0.1, n_grid: int | None = None,
+                smooth: float | None = None, min_decades: float = 1.0) -> tuple[float, float]:
     """The automatic power-law window of a loss curve (see the module docstring).
+
+    Every rule is decided from the start of the window onwards, on a log-time grid of
+    fixed spacing (``GRID_DX`` in ``ln t``), so the window does not depend on how far
+    beyond it the curve is sampled.
 
     Parameters
     ----------
@@ -179,14 +214,21 @@ def auto_window(t, loss, L_inf: float = 0.0, *, start_fraction: float = 0.5, flo
         Final loss subtracted (``loss > L_inf`` required).
     start_fraction, floor_factor, max_slope_ratio, margin : float
         Rules 1–3 of the module docstring.
-    n_grid : int
-        Cells of the log-time grid.
+    n_grid : int, optional
+        Cells of the log-time grid (default: spacing ``GRID_DX``, at least 50 cells).
     smooth : float, optional
-        Gaussian smoothing in ``ln t`` (default 3 cells).
+        Gaussian smoothing in ``ln t`` (default ``3 · GRID_DX``).
+    min_decades : float
+        Shortest accepted power-law range (decades of ``t``, before the margins).
 
     Returns
     -------
     (t0, t1) : tuple of float
+
+    Raises
+    ------
+    NoPowerLawError
+        Still on the first plateau, or no straight stretch of at least ``min_decades``.
     """
     t, loss = as_curve(t, loss, min_points=4)
     E = loss - L_inf
@@ -198,38 +240,58 @@ def auto_window(t, loss, L_inf: float = 0.0, *, start_fraction: float = 0.5, flo
                              f"window; found loss[{n}] = {loss[n]:.3g}")
         t, loss, E = t[:n], loss[:n], E[:n]
     ly = np.log(E)
-    x, _ = log_grid(t, ly, n_grid, 0.0)
-    dx = x[1] - x[0]
-    smooth = 3 * dx if smooth is None else smooth
+    span = float(np.log(t[-1]) - np.log(t[0]))
+    if n_grid is None:
+        n_grid = max(50, int(round(span / GRID_DX)))
+    dx = span / n_grid
+    smooth = 3 * GRID_DX if smooth is None else smooth
     x, ys = log_grid(t, ly, n_grid, smooth)
     # absolute scatter of the loss about its smoothed curve, per neighbourhood of ±0.25 in ln t
     lt = np.log(t)
     absres = np.abs(loss - (np.exp(np.interp(lt, x, ys)) + L_inf))
     lo_i = np.searchsorted(lt, x - 0.25)
     hi_i = np.searchsorted(lt, x + 0.25)
-    scat = np.array([1.4826 * np.median(absres[a:b]) if b - a >= 5 else np.nan for a, b in zip(lo_i, hi_i)])
-    F = np.nanmin(scat) if np.any(np.isfinite(scat)) else 0.0
+    scat = np.array([1.4826 * np.median(absres[a:b]) if b - a >= 5 else np.nan
+                     for a, b in zip(lo_i, hi_i, strict=True)])
     below = np.nonzero(ys <= ys[0] + np.log(start_fraction))[0]
     if below.size == 0:
-        raise ValueError(f"no power-law window: the loss never falls below {start_fraction:g} × its initial "
-                         f"excess (still on the first plateau?) — pass `window=(t0, t1)`")
+        raise NoPowerLawError(f"no power-law window: the loss never falls below {start_fraction:g} × its initial "
+                              f"excess (still on the first plateau?) — pass `window=(t0, t1)`")
     i0 = int(below[0])
     i1 = n_grid - 1
+    # (i) noise floor: the smallest local scatter anywhere (an additive floor keeps it fixed; multiplicative
+    # noise of relative size σ gives σ L_end, which never ends the window early)
+    F = np.nanmin(scat) if np.any(np.isfinite(scat)) else 0.0
     if F > 0:
         fl = np.nonzero(np.exp(ys[i0:]) < floor_factor * F)[0]
         if fl.size:
             i1 = min(i1, i0 + int(fl[0]))
-    # end rules on a slope smoothed over half a unit of ln t (robust to noise and to early discrete steps)
+    # (ii) end of the power-law regime: the first place where the local slope (smoothed over 0.5 in ln t)
+    # leaves [α̂/r, r α̂] — α̂ fitted from the start to there — and stays out for one unit of ln t (or to the
+    # end of the data): the exponential tail only steepens, a floor only flattens, an isolated step returns
     D = gaussian_filter1d(-np.gradient(ys, dx), 0.5 / dx, mode="nearest")
-    med = np.median(D[i0:i1 + 1])
-    if med > 0:
-        seg = D[i0:i1 + 1]
-        steep = np.nonzero(seg <= max_slope_ratio * med)[0]
-        flat = np.nonzero(seg >= med / max_slope_ratio)[0]
-        i1 = i0 + min(int(steep[-1]) if steep.size else 0, int(flat[-1]) if flat.size else 0)
-    if i1 - i0 < 4:
-        raise ValueError("no power-law window: the decay between the first plateau and the noise floor / "
-                         "exponential tail spans fewer than 4 log-time cells — pass `window=(t0, t1)`")
+    w = max(int(np.ceil(1.0 / dx)), 1)
+    m0 = max(int(np.ceil(0.5 / dx)), 2)
+    xs, ysl = x[i0:i1 + 1], ys[i0:i1 + 1]
+    n = np.arange(1, xs.size + 1)
+    sx, sy = np.cumsum(xs), np.cumsum(ysl)
+    sxx, sxy = np.cumsum(xs * xs), np.cumsum(xs * ysl)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        alpha = -(sxy - sx * sy / n) / (sxx - sx * sx / n)
+    for j in range(m0, xs.size):
+        a = alpha[j]
+        if not a > 0:
+            continue
+        seg = D[i0 + j: min(i0 + j + w, i1) + 1]
+        if np.all(seg > max_slope_ratio * a) or np.all(seg < a / max_slope_ratio):
+            i1 = i0 + j
+            break
+    if (i1 - i0) * dx < min_decades * np.log(10.0) or i1 - i0 < 4:
+        raise NoPowerLawError(
+            f"no power-law window: the straight stretch of ln(L − L_∞) against ln t after the first plateau "
+            f"spans {(i1 - i0) * dx / np.log(10.0):.2f} decades of t (t ∈ [{np.exp(x[i0]):.3g}, "
+            f"{np.exp(x[i1]):.3g}]), less than `min_decades` = {min_decades:g} — before the exponential tail, a "
+            f"floor or the end of the data; pass `window=(t0, t1)` to fit anyway")
     a, b = x[i0], x[i1]
     a, b = a + margin * (b - a), b - margin * (b - a)
     return float(np.exp(a)), float(np.exp(b))
@@ -333,6 +395,10 @@ def fit_power_law(t, loss, window=None, L_inf=0.0, *, n_boot: int = 500, seed: i
         else:
             boot[b] = -_ols(xb, yb)[0]
     lo, hi = (np.quantile(boot, [(1 - ci) / 2, (1 + ci) / 2]) if n_boot > 0 else (np.nan, np.nan))
+    ss_tot = float(((by - by.mean()) ** 2).sum())
+    r2 = 1.0 - float((res ** 2).sum()) / ss_tot if ss_tot > 0 else 1.0
     return PowerLawFit(exponent=float(-slope), prefactor=float(np.exp(icpt)), L_inf=float(linf),
                        window=(float(w[0]), float(w[1])), ci=(float(lo), float(hi)), ci_level=float(ci),
-                       stderr=stderr, n_points=int(sel.sum()), n_bins=int(bx.size), boot=boot)
+                       stderr=stderr, n_points=int(sel.sum()), n_bins=int(bx.size), boot=boot, r_squared=r2,
+                       rms_residual=float(np.sqrt((res ** 2).mean())),
+                       window_source="automatic" if window is None else "given")
