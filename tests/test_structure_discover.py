@@ -86,6 +86,22 @@ def test_nested_and_named_selection():
     torch.testing.assert_close(op.dense(), expect, rtol=0, atol=1e-12)
 
 
+def test_custom_activation_module_and_linear_network():
+    """A user's parameter-free activation module is taken as elementwise; no activation = linear hidden units."""
+
+    class Sin(nn.Module):
+        def forward(self, x):
+            return torch.sin(x)
+
+    X = torch.randn(5, 3, dtype=DT)
+    for middle, act in (([Sin()], "sin"), ([nn.Identity()], "linear"), ([], "linear")):
+        seq = nn.Sequential(nn.Linear(3, 6, bias=False, dtype=DT), *middle, nn.Linear(6, 1, bias=False, dtype=DT))
+        cand = select_units(seq)
+        assert cand.kind == "mlp-hidden" and cand.n_units == 6
+        assert ("taken as elementwise" in cand.description) == (act == "sin")
+        torch.testing.assert_close(from_module(seq, cand.layout, X).dense(), mlp(X, act).dense(), rtol=0, atol=1e-12)
+
+
 def test_relu_mlp_found_but_flagged_and_refused():
     seq = _mlp(act=nn.ReLU)
     cand = select_units(seq)
@@ -95,7 +111,7 @@ def test_relu_mlp_found_but_flagged_and_refused():
 
 
 def test_no_units_and_unknown_layers():
-    for model in (nn.Sequential(nn.Linear(3, 4)), nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2)),
+    for model in (nn.Sequential(nn.Linear(3, 4)), nn.Sequential(nn.Linear(3, 4), nn.Softmax(-1), nn.Linear(4, 2)),
                   nn.Sequential(nn.Linear(3, 4), nn.LayerNorm(4), nn.Linear(4, 2))):
         assert find_units(model) == []
         with pytest.raises(NoUnitsError, match=r"no interchangeable units found in Sequential: looked for hidden "

@@ -6,8 +6,10 @@ set of ``m`` parameter blocks ``w_1 … w_m`` such that permuting them leaves th
 module's function unchanged.  It recognises, by structure (no forward pass):
 
 * ``"mlp-hidden"``: hidden neurons between two ``nn.Linear`` layers joined by
-  elementwise activations (``nn.Tanh``, ``nn.GELU``, …; ``nn.Dropout`` and
-  ``nn.Identity`` may sit in between) inside an ``nn.Sequential`` at any depth.
+  elementwise activations (``nn.Tanh``, ``nn.GELU``, …, or a user's leaf module
+  without parameters or buffers, e.g. a ``Sin`` module, taken as elementwise;
+  ``nn.Dropout`` and ``nn.Identity`` may sit in between; with no activation at
+  all, the hidden units of a linear network) inside an ``nn.Sequential`` at any depth.
   Unit ``i`` = (column ``i`` of the second weight, row ``i`` of the first
   [, its bias ``i``]), the layout of :func:`~nqf.structure.mlp_units`.
 * ``"attention-heads"``: the heads of every ``nn.MultiheadAttention``,
@@ -58,6 +60,21 @@ ELEMENTWISE_MODULES: tuple[type[nn.Module], ...] = (
 _PASS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.AlphaDropout, nn.Identity)
 _POOL = (nn.AvgPool1d, nn.AvgPool2d, nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d, nn.Flatten,
          nn.MaxPool1d, nn.MaxPool2d, nn.AdaptiveMaxPool1d, nn.AdaptiveMaxPool2d)
+#: Parameter-free layers that do not act feature by feature (never taken for an activation).
+_NOT_FEATUREWISE = _POOL + (
+    nn.Softmax, nn.LogSoftmax, nn.Softmin, nn.Softmax2d, nn.Unflatten, nn.Upsample, nn.PixelShuffle,
+    nn.PixelUnshuffle, nn.ChannelShuffle, nn.Fold, nn.Unfold, nn.ZeroPad2d, nn.ConstantPad1d, nn.ConstantPad2d,
+    nn.ReflectionPad1d, nn.ReplicationPad1d, nn.AvgPool3d, nn.MaxPool3d, nn.LPPool1d, nn.LPPool2d)
+
+
+def _custom_activation(mod: nn.Module) -> bool:
+    """A leaf module with no parameters or buffers, not a known shape/mixing layer: taken as elementwise.
+
+    (E.g. a user's ``Sin`` module.)  Safe to assume: :func:`~nqf.structure.from_module` checks the
+    permutation symmetry and the smoothness of the result numerically.
+    """
+    return (not isinstance(mod, _NOT_FEATUREWISE) and next(mod.parameters(), None) is None
+            and next(mod.buffers(), None) is None and next(mod.children(), None) is None)
 _KINDS = {"TwoLayerMLP": "mlp-hidden", "MultiHeadAttention": "attention-heads", "QKAttention": "attention-heads",
           "ConvNet1d": "conv-channels", "ConvNet2d": "conv-channels", "MixtureOfExperts": "experts",
           "Factorization": "factor-columns", "MatrixSensing": "factor-columns"}
@@ -130,7 +147,10 @@ def _prefixed(layout: UnitLayout, prefix: str) -> UnitLayout:
 
 
 def _act_names(mods) -> str:
-    return " → ".join(type(a).__name__ for a in mods) or "nothing"
+    if not [a for a in mods if not isinstance(a, _PASS + _POOL)]:
+        return " → ".join([type(a).__name__ for a in mods] + ["no activation (linear)"])
+    return " → ".join(type(a).__name__ if isinstance(a, ELEMENTWISE_MODULES + _PASS + _POOL)
+                      else f"{type(a).__name__} (taken as elementwise)" for a in mods)
 
 
 def _smooth_note(between) -> tuple[bool, str]:
@@ -147,11 +167,13 @@ def _sequential(root: nn.Module, prefix: str, seq: nn.Sequential, out: list) -> 
         if not isinstance(first, (nn.Linear, nn.Conv1d, nn.Conv2d)):
             continue
         between, j = [], i + 1
-        allowed = ELEMENTWISE_MODULES + _PASS + (_POOL if not isinstance(first, nn.Linear) else ())
-        while j < len(children) and isinstance(children[j][1], allowed):
+        conv = not isinstance(first, nn.Linear)
+        allowed = ELEMENTWISE_MODULES + _PASS + (_POOL if conv else ())
+        while j < len(children) and (isinstance(children[j][1], allowed) or _custom_activation(children[j][1])):
             between.append(children[j][1])
             j += 1
-        if j >= len(children) or not any(isinstance(a, ELEMENTWISE_MODULES) for a in between):
+        acts = [a for a in between if not isinstance(a, _PASS + _POOL)]
+        if j >= len(children) or (conv and not acts):
             continue
         n2, second = children[j]
         name1, name2 = _join(prefix, n1), _join(prefix, n2)
