@@ -102,3 +102,21 @@ def test_cli_bad_input_one_line_exit_2(tmp_path, case):
     assert {"relu": "ReLU", "no-units": "no interchangeable units", "nan": "finite",
             "lengths": "same number of samples"}[case] in lines[0]
     assert not (tmp_path / "run").exists()
+
+
+def test_cli_run_directory_and_rank_deficient_start(tmp_path):
+    """A width below p (rank-deficient M(0) = εΠ) runs end to end and writes a valid run directory."""
+    from nqf.report.schema import validate_results
+
+    out = tmp_path / "run"
+    res = CliRunner().invoke(app, ["analyze", "--model", "mlp:width=12,act=tanh", "--data", "wine", "--eps", "1e-4",
+                                   "--out", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)["analysis"]
+    assert data["width"] == 12 and data["p"] == 16
+    assert {c["name"]: c["status"] for c in data["checks"]}["width vs p"] == "warn"
+    r = validate_results(out)
+    assert r.status == "complete" and r.experiment == "analyze"
+    assert (out / r.figures["analysis"]["png"]).stat().st_size > 0 and (out / "arrays.npz").exists()
+    names = [t.name for t in r.tables]
+    assert names[:2] == ["Assumption checks", "Plateaus and drops"]
