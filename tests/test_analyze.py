@@ -120,3 +120,28 @@ def test_cli_run_directory_and_rank_deficient_start(tmp_path):
     assert (out / r.figures["analysis"]["png"]).stat().st_size > 0 and (out / "arrays.npz").exists()
     names = [t.name for t in r.tables]
     assert names[:2] == ["Assumption checks", "Plateaus and drops"]
+
+
+def test_predict_uses_lotka_volterra_on_commuting_data():
+    """Diagonal structure matrices with orthogonal measurement columns commute: the prediction is the
+    Lotka–Volterra reduction, whose plateaus are ½E y² − Σ_{learned} β_k²/(2 C_kk) in closed form."""
+    from nqf.analyze import predict
+    from nqf.analyze.checks import check_commutation
+    from nqf.structure import DenseStructure
+
+    N, p = 8, 3
+    a = torch.zeros(N, p, dtype=torch.float64)
+    a[0:3, 0], a[3:6, 1], a[6:8, 2] = 2.0, 1.0, 0.5           # orthogonal columns: C diagonal
+    A = torch.diag_embed(a)[:, None]                            # (N, 1, p, p), diagonal
+    y = torch.tensor([3.0, 3.0, 3.0, 1.0, 1.0, 1.0, 0.2, 0.2], dtype=torch.float64)[:, None]
+    op = DenseStructure(A)
+    row, commuting = check_commutation(op)
+    assert commuting and float(row.value) < 1e-12
+    pred = predict(op, y, 1e-6, commuting=True)
+    assert pred.method == "lotka-volterra"
+    beta = (a * y).sum(0) / N
+    Ckk = (a * a).sum(0) / N
+    gains = (beta ** 2 / (2 * Ckk)).numpy()
+    order = np.argsort(-beta.numpy() * 4)                        # fastest growth first
+    expected = 0.5 * float((y ** 2).sum()) / N - np.concatenate([[0.0], np.cumsum(gains[order])])
+    np.testing.assert_allclose(pred.levels, expected, rtol=1e-10, atol=1e-12)
