@@ -124,11 +124,14 @@ class Demo(Experiment):
         X, Y, W0 = X.to(dev), Y.to(dev), W0.to(dev)
 
         net = TwoLayerMLP(D, P.width, C, "tanh").to(dev)
-        real = ctx.checkpoint("real_network", lambda: to_cpu(train_network(
-            net, net.units, X, Y, W0=W0, lr=P.lr, steps=steps, save_every=P.save_every, save_W=False)))
         op = mlp(X, "tanh", n_outputs=C)
-        nqf_run = ctx.checkpoint("nqf_order_parameter", lambda: to_cpu(simulate(
-            op, Y, M0=W0 @ W0.T, lr=P.lr, steps=steps, save_every=P.save_every)))
+        for part in ctx.progress(["real network", "NQF"], "GD runs"):
+            if part == "real network":
+                real = ctx.checkpoint("real_network", lambda: to_cpu(train_network(
+                    net, net.units, X, Y, W0=W0, lr=P.lr, steps=steps, save_every=P.save_every, save_W=False)))
+            else:
+                nqf_run = ctx.checkpoint("nqf_order_parameter", lambda: to_cpu(simulate(
+                    op, Y, M0=W0 @ W0.T, lr=P.lr, steps=steps, save_every=P.save_every)))
 
         t = real.t.numpy()
         U, V = modes.left, modes.right

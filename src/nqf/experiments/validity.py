@@ -15,6 +15,7 @@ against ε, reported either way. At a fixed early time the gap must shrink
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 from typing import Literal
 
 import numpy as np
@@ -82,6 +83,25 @@ def _student_teacher(P: ValidityParams, gen: torch.Generator):
     return X, y, student, op
 
 
+def _loglog_slope(x, y) -> float:
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    ok = np.isfinite(x) & np.isfinite(y) & (x > 0) & (y > 0)
+    return float(np.polyfit(np.log(x[ok]), np.log(y[ok]), 1)[0]) if ok.sum() >= 2 else math.nan
+
+
+def _combine(parts, eps: np.ndarray) -> SimpleNamespace:
+    """One sweep per ε (run one at a time, for progress and checkpoints) joined into the sweep over ε."""
+    def cat(name):
+        vals = [getattr(s, name) for s in parts]
+        return None if any(v is None for v in vals) else np.concatenate([np.asarray(v, float) for v in vals])
+
+    ng, early = cat("normalised_gap_at_switch"), cat("early_normalised_gap")
+    return SimpleNamespace(reports=[s.reports[0] for s in parts], separation_time=cat("separation_time"),
+                           normalised_gap_at_switch=ng, early_normalised_gap=early,
+                           slope=_loglog_slope(eps, ng),
+                           early_slope=_loglog_slope(eps, early) if early is not None else math.nan)
+
+
 @register
 class Validity(Experiment):
     name = "validity"
@@ -117,9 +137,12 @@ class Validity(Experiment):
             return max(int(P.horizon * math.log(1 / e) / rate / lr), 10)
 
         early_time = 0.5 * math.log(1 / P.eps[0]) / rate
-        sweep = ctx.checkpoint("sweep", lambda: validity_sweep(
-            student, student.units, X, y, op, W_dir, P.eps, lr=lr, steps=steps, fraction=P.fraction,
-            early_time=early_time, save_every=lambda e: max(steps(e) // P.save_points, 1)))
+        parts = []
+        for e in ctx.progress(P.eps, "ε (network and NQF runs)"):
+            parts.append(ctx.checkpoint(f"eps_{e:g}", lambda e=e: validity_sweep(
+                student, student.units, X, y, op, W_dir, [e], lr=lr, steps=steps, fraction=P.fraction,
+                early_time=early_time, save_every=lambda e: max(steps(e) // P.save_points, 1))))
+        sweep = _combine(parts, np.asarray(P.eps))
         rows, reasons = [], []
         fig, axs = new_figure(2, 2, figsize=(12, 8.4))
         a1, a2, a3, a4 = axs.ravel()
