@@ -81,9 +81,10 @@ def predictions(op: StructureOperator, L: torch.Tensor, mu: torch.Tensor | None)
 
 def apply_G(op: StructureOperator, r: torch.Tensor, X: torch.Tensor, nb: int) -> torch.Tensor:
     """``G X`` with ``G = (1/N)(𝒜* − 𝒜_B*)(r)`` (the cross term only without ZGZ), shape like ``X`` (p × k)."""
-    GX = op.adjoint_apply(r, X) / nb
+    rs = r / nb  # (N, C): scale the residual, not the (p, k) result
+    GX = op.adjoint_apply(rs, X)
     if op.cross is not None:
-        GX = GX - op.cross.adjoint_apply(r, X) / nb
+        GX = GX - op.cross.adjoint_apply(rs, X)
     return GX
 
 

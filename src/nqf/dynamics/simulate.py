@@ -39,7 +39,7 @@ same linear maps, ``L ← T L − η h cᵀ`` (:mod:`nqf.dynamics.factored`), an
 saved states are ``L Lᵀ``.  ``M`` is positive semidefinite by construction and
 its rank cannot grow.  For ``r ≤ 256`` the columns of ``L`` are rotated
 (``L ← L O``, one-sided Jacobi) onto the eigenvectors of ``M`` whenever a column
-norm has changed by a factor 2 since the last rotation, so a direction in which
+norm has changed by a factor 100 since the last rotation (checked every 8 steps), so a direction in which
 ``M`` is ``10⁻³⁰⁰`` small keeps relative round-off ``~1e-16`` even when other
 directions are ``O(1)``.  (The weight form does not: round-off relative to the
 largest mode in each unit seeds the small modes once ``ε ≲ 1e-30``.)  The
@@ -78,6 +78,8 @@ __all__ = ["simulate", "minibatch_indices", "FORMS", "OPTIMIZERS"]
 FORMS = ("order_parameter", "weights")
 OPTIMIZERS = ("gd", "sgd", "adam")
 POLISH_MAX_RANK = 256  # factors with more columns are not re-orthogonalised (O(p r²) per polish)
+POLISH_FACTOR = 100.0  # re-orthogonalise when a column norm has changed by this factor since the last time
+POLISH_EVERY = 8  # … checked every this many steps
 
 
 # --------------------------------------------------------------------------- helpers shared with train_network
@@ -354,6 +356,7 @@ def _run(op, y, M0, W0, s, track_transfer: bool = False) -> Trajectory:
             rec["a"].append(a_sc)
 
     batches = minibatch_indices(N, s["batch_size"], s["steps"], s["seed"])
+    mse = s["loss"] == "mse"
     threshold = s["divergence_threshold"]
     for k in range(s["steps"] + 1):
         last = k == s["steps"]
@@ -364,7 +367,12 @@ def _run(op, y, M0, W0, s, track_transfer: bool = False) -> Trajectory:
             idx = idx.to(dev)
             ob, yb, nb = op.take(idx), y[idx], idx.numel()
         f = predictions(ob, L, mu)
-        Lb = loss_value(f, yb, s["loss"])
+        if mse:  # ½ Σ (f − y)² / N with one reduction; the residual is the same difference
+            r = f - yb
+            rf = r.reshape(-1)
+            Lb = 0.5 * torch.dot(rf, rf) / nb
+        else:
+            Lb = loss_value(f, yb, s["loss"])
         saving = last or k % s["save_every"] == 0
         if idx is None:
             Lfull = Lb
@@ -387,14 +395,21 @@ def _run(op, y, M0, W0, s, track_transfer: bool = False) -> Trajectory:
             save(k, float(Lfull))
         if last:
             break
-        r = residual(f, yb, s["loss"])
+        if not mse:
+            r = residual(f, yb, s["loss"])
         GL, h = gradient_terms(ob, r, L, mu, nb)
-        g = 2.0 * GL  # S L = 2 G L + λ L; the gradient of the units is S L + h cᵀ
-        if lam:
-            g = g + lam * L
-        if h is not None:
-            g = g + torch.outer(h, c)
-        if opt == "adam":
+        if opt != "adam" and not mom and not lam and h is None:
+            L = torch.add(L, GL, alpha=-2.0 * lr)  # plain GD: L ← (I − 2ηG) L in one pass
+            g = None
+        else:
+            g = 2.0 * GL  # S L = 2 G L + λ L; the gradient of the units is S L + h cᵀ
+            if lam:
+                g = g + lam * L
+            if h is not None:
+                g = g + torch.outer(h, c)
+        if g is None:
+            pass
+        elif opt == "adam":
             b1, b2 = s["adam_betas"]
             m1.mul_(b1).add_(g, alpha=1 - b1)
             m2.mul_(b2).addcmul_(g, g, value=1 - b2)
@@ -408,10 +423,9 @@ def _run(op, y, M0, W0, s, track_transfer: bool = False) -> Trajectory:
             L = L - lr * g
         if mu is not None:
             mu = L @ c
-        if polish:
-            nrm = L.norm(dim=0)
-            ratio = nrm / ref_norm
-            if bool(((ratio > 2.0) | (ratio < 0.5)).any()):
+        if polish and k % POLISH_EVERY == 0:
+            ratio = L.norm(dim=0) / ref_norm
+            if bool(((ratio > POLISH_FACTOR) | (ratio * POLISH_FACTOR < 1.0)).any()):
                 if mom:
                     LK = orthogonalize_columns(torch.cat([L, K], 0))
                     L, K = LK[:p], LK[p:]

@@ -514,10 +514,14 @@ class BilinearStructure(StructureOperator):
 
     def adjoint_apply(self, R, L):
         # 𝒜*(R) L = ½ [K̄ L_right; K̄ᵀ L_left] on the two blocks, zero elsewhere
-        Kbar = self.kernel.adjoint(R)
+        Kbar = 0.5 * self.kernel.adjoint(R)
+        top, bottom = Kbar @ L[self.right], Kbar.T @ L[self.left]
+        lo, hi = range(self.p)[self.left], range(self.p)[self.right]
+        if lo.step == 1 and hi.step == 1 and lo.start == 0 and hi.start == lo.stop and hi.stop == self.p:
+            return torch.cat([top, bottom], 0)  # the two blocks tile the unit (MLP layout): no zero fill
         out = torch.zeros(self.p, L.shape[1], dtype=self.dtype, device=self.device)
-        out[self.left] = 0.5 * (Kbar @ L[self.right])
-        out[self.right] = 0.5 * (Kbar.T @ L[self.left])
+        out[self.left] = top
+        out[self.right] = bottom
         return out
 
     def _dense(self):

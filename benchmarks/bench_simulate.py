@@ -1,0 +1,97 @@
+"""Benchmark of one step of the closed dynamics (`nqf.simulate`, order-parameter form) against the
+implementation before the factored update (loaded from git at run time) — side by side, in one run.
+
+Prints, for a tanh MLP on N = 2048 inputs of width D ∈ {64, 1024} (``p = D + C``, ``M(0) = εI``):
+
+* the time per GD step of the previous implementation (``M ← T M Tᵀ`` with dense ``p × p`` products),
+* the time per step now (factor ``L ← T L`` through ``op.forward_factor`` / ``op.adjoint_apply``),
+* the time of two passes over ``X`` (``X v`` and ``Xᵀ r``), the floor of any step,
+* the speed-up, the ratio to two passes, and the largest relative difference of the saved ``M``
+  (the results must agree to 1e-10).
+
+Run: ``python benchmarks/bench_simulate.py [--steps 40] [--ref acb10c4]`` (``--ref`` is the git revision
+of the previous implementation).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import math
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+import nqf
+from nqf.dynamics import simulate
+from nqf.structure import mlp
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_previous(ref: str):
+    """The `simulate` module of git revision ``ref``, imported inside the ``nqf.dynamics`` package."""
+    src = subprocess.run(["git", "-C", str(ROOT), "show", f"{ref}:src/nqf/dynamics/simulate.py"],
+                         check=True, capture_output=True, text=True).stdout
+    path = Path(tempfile.mkdtemp()) / "_simulate_before.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location("nqf.dynamics._simulate_before", path)
+    mod = importlib.util.module_from_spec(spec)
+    mod.__package__ = "nqf.dynamics"
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def best_of(fn, repeat: int = 3) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def bench(D: int, N: int, C: int, steps: int, old) -> None:
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(N, D, generator=g, dtype=torch.float64) / math.sqrt(D)
+    y = torch.tanh(X @ torch.randn(D, C, generator=g, dtype=torch.float64))
+    op = mlp(X, "tanh", n_outputs=C)
+    M0 = 1e-6 * torch.eye(op.p, dtype=torch.float64)
+    kw = dict(M0=M0, lr=0.05, steps=steps, save_every=steps)
+
+    def per_step(fn, repeat):
+        # marginal cost of a step: runs of 2s and s steps, no saving (set-up and checks cancel)
+        t2 = best_of(lambda: fn(op, y, **dict(kw, steps=2 * steps, save_every=2 * steps), save_M=False), repeat)
+        t1 = best_of(lambda: fn(op, y, **kw, save_M=False), repeat)
+        return max(t2 - t1, 1e-12) / steps
+
+    t_old = per_step(old.simulate, 2)
+    t_new = per_step(simulate, 3)
+    a, b = old.simulate(op, y, **kw), simulate(op, y, **kw)
+    diff = float(((a.M - b.M).flatten(1).norm(dim=1) / b.M.flatten(1).norm(dim=1)).max())
+    v, r = torch.randn(D, C, dtype=torch.float64), torch.randn(N, C, dtype=torch.float64)
+    t_pass = best_of(lambda: [(X @ v, X.T @ r) for _ in range(200)], 5) / 200
+    print(f"N = {N}, D = {D}, C = {C} (p = {op.p}): per step before {1e3 * t_old:8.3f} ms, now "
+          f"{1e3 * t_new:7.3f} ms  -> {t_old / t_new:6.1f}x faster; two passes over X {1e3 * t_pass:6.3f} ms "
+          f"(now / two passes = {t_new / t_pass:4.2f}); max rel. difference of M {diff:.1e}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--ref", default="acb10c4", help="git revision of the previous implementation")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    old = load_previous(args.ref)
+    print(f"nqf {getattr(nqf, '__version__', '')}; previous implementation from git {args.ref}; one thread")
+    bench(64, 2048, 1, args.steps * 10, old)
+    bench(1024, 2048, 1, args.steps, old)
+
+
+if __name__ == "__main__":
+    main()
