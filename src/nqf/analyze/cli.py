@@ -42,6 +42,7 @@ def register(app: typer.Typer) -> None:
         import datetime as _dt
 
         import torch
+        from pydantic import ValidationError
 
         from ..errors import NQFError
         from .output import AnalyzeExperiment, AnalyzeParams, load_data, print_analysis
@@ -55,9 +56,9 @@ def register(app: typer.Typer) -> None:
         try:
             params = AnalyzeParams(model=model, data=data, target=target, units=units, eps=eps, lr=lr, steps=steps,
                                    subset=subset, standardize=not no_standardize)
-        except Exception as exc:  # noqa: BLE001 - pydantic: one line naming the flag
-            errs = exc.errors() if hasattr(exc, "errors") else [{"loc": ("?",), "msg": str(exc)}]
-            fail(f"--{errs[0]['loc'][0]}: {errs[0]['msg']}")
+        except ValidationError as exc:  # one line naming the flag
+            err = exc.errors()[0]
+            fail(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}")
         try:  # everything that can be wrong with the input fails here, before any run directory exists
             ds = load_data(params, seed)
             _, _, found, _ = prepare_analysis(model, ds, units=units, seed=seed)
@@ -82,6 +83,7 @@ def register(app: typer.Typer) -> None:
                 raise
             fail(f"analysis failed: {type(exc).__name__}: {exc} (set NQF_TRACEBACK=1 for the traceback)", code=1)
         a = exp.analysis
+        assert a is not None  # set by a complete run
         if as_json:
             typer.echo(json.dumps({"analysis": a.to_dict(), "run_directory": str(out),
                                    "wall_seconds": results["wall_seconds"]}, indent=2))

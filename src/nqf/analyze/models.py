@@ -110,9 +110,13 @@ def load_factory(spec: str):
     mod_name = f"_nqf_model_{abs(hash(str(path.resolve())))}"
     try:
         loader_spec = importlib.util.spec_from_file_location(mod_name, path)
+        if loader_spec is None or loader_spec.loader is None:
+            raise ModelSpecError(f"`model`: {path_s} cannot be imported as a Python module")
         module = importlib.util.module_from_spec(loader_spec)
         sys.modules[mod_name] = module
         loader_spec.loader.exec_module(module)
+    except ModelSpecError:
+        raise
     except Exception as exc:  # noqa: BLE001 - the user's file: one clear line
         raise ModelSpecError(f"`model`: importing {path_s} failed: {type(exc).__name__}: {exc}") from exc
     fn = getattr(module, name, None)
