@@ -23,7 +23,7 @@ class AnalyzeParams(Params):
     units: str | None = Field(None, description="layer of units (default: the first found)")
     eps: float = Field(1e-6, gt=0, lt=1, description="initial scale: M(0) = εI")
     lr: float | None = Field(None, gt=0, description="GD step (default 0.02 / largest escape rate)")
-    steps: int | None = Field(None, ge=1, description="GD steps (default: past the last predicted drop)")
+    steps: int | None = Field(None, ge=1, description="GD steps (default: to t = 1.5 t_K + 5)")
     subset: int | None = Field(None, ge=1, description="random subset of the samples")
     standardize: bool = Field(True, description="standardise the inputs")
     one_hot: bool = Field(True, description="classification targets as centred one-hot")

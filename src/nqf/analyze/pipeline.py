@@ -11,7 +11,7 @@ Pipeline (docs/analyze.md):
    adjoints; nothing dense), memory/time estimate;
 4. prediction: Lotka–Volterra reduction (commuting data) or greedy saddle
    sequence (:func:`nqf.saddles.saddle_sequence`);
-5. learning rate ``0.02 / largest escape rate`` and steps to ``1.25 t_K + 2``;
+5. learning rate ``0.02 / largest escape rate`` and steps to ``1.5 t_K + 5``;
 6. the NQF simulation (:func:`nqf.simulate`; weight form for ``ε ≤ 1e-13`` or
    width ``< p``) and the real module trained with full-batch GD from the same
    ``W(0)`` (:func:`nqf.train_network`);
@@ -42,6 +42,8 @@ __all__ = ["analyze", "predict", "prepare_analysis"]
 
 #: Largest dense Lotka–Volterra structure array (N·C·p² entries) built for commuting data.
 LV_MAX_ENTRIES = 2e7
+#: Default run length ``t_end = HORIZON_MARGIN · t_K + HORIZON_EXTRA`` (``t_K`` the last predicted drop).
+HORIZON_MARGIN, HORIZON_EXTRA = 1.5, 5.0
 #: Below this ε the NQF is simulated in weight form (the order-parameter form is exact at larger ε).
 WEIGHT_FORM_BELOW = 1e-13
 
@@ -148,7 +150,7 @@ def analyze(model, X, Y=None, *, eps: float = 1e-6, units: str | None = None, lr
         Name of the layer of units (default: the first found).
     lr, steps : optional
         GD step and number of steps (default: ``0.02 / largest escape rate``, and
-        enough steps to pass the last predicted drop by 25 %).
+        steps to ``t = 1.5 t_K + 5``, ``t_K`` the last predicted drop).
     loss : {"mse"}
         Only the mean-squared error has a staircase prediction.
     seed : int
@@ -212,8 +214,8 @@ def analyze(model, X, Y=None, *, eps: float = 1e-6, units: str | None = None, lr
     say(f"prediction: {pred.method}, {pred.n_drops} drops, levels {pred.levels[0]:.4g} → {pred.levels[-1]:.4g}")
     if lr is None:
         lr = stable_learning_rate(pred.rates, lr_fraction)
-    if steps is None:
-        steps = step_count(pred.times, lr)
+    if steps is None:  # past the last drop far enough to see a network leave the NQF (width 64 on digits: t = 46)
+        steps = step_count(pred.times, lr, margin=HORIZON_MARGIN, extra=HORIZON_EXTRA)
     save_every = max(1, steps // save_points)
     form = "weights" if (eps <= WEIGHT_FORM_BELOW or m < p) else "order_parameter"
 
