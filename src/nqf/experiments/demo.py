@@ -196,7 +196,8 @@ class Demo(Experiment):
         for Lk in L_pred[:-1]:
             ax.axhline(Lk, color="0.7", lw=0.6, zorder=0)
         for k in range(K):
-            ax.text(t[-1], L_pred[k], f"L{k}", fontsize=7, color="0.4", va="bottom", ha="right")
+            ax.text(1.005, L_pred[k], f"L{k}", fontsize=7, color="0.4", va="center", ha="left",
+                    transform=ax.get_yaxis_transform())
         mark_stop(ax, real, label="real network stopped")
         mark_stop(ax, nqf_run, color="C1", label="NQF run stopped")
         ax.set_ylim(bottom=max(float(loss_real.min()), 1e-5 * float(loss_real[0])) / 3)

@@ -222,7 +222,8 @@ class Saddles(Experiment):
             for k, L in enumerate(levels):
                 if L > 0:
                     ax.axhline(L, color="0.6", lw=0.7, zorder=0)
-                    ax.text(t[-1], L, f"L{k}", fontsize=7, color="0.35", va="bottom", ha="right")
+                    ax.text(1.005, L, f"L{k}", fontsize=7, color="0.35", va="center", ha="left",
+                            transform=ax.get_yaxis_transform())
             ax.plot([], [], color="0.6", lw=0.7, label="predicted plateaus L_k")
             mark_times(ax, t_esc, [f"t{k + 1}" for k in range(len(t_esc))])
             ax.plot([], [], color="C3", ls="--", lw=0.9, label="predicted escapes t_k")
