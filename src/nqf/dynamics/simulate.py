@@ -151,30 +151,6 @@ def check_psd(name: str, M: torch.Tensor) -> torch.Tensor:
     return M
 
 
-def _fwd(op: StructureOperator, M, mu):
-    """Normal-form predictions ``(N, C)`` without re-validation (hot loop)."""
-    f = op.offset + op._forward(M)
-    if op.linear is not None:
-        f = f + op.linear @ mu
-    if op.cross is not None:
-        f = f + op.cross._forward(torch.outer(mu, mu) - M)
-    return f
-
-
-def _grad(op: StructureOperator, r, mu, nb):
-    """``(G, h)``: ``G = (1/N) 𝒜_{A−B}*(r)``, ``h = (1/N) Σ r (b + 2Bμ)`` (``None`` with ZGZ)."""
-    G = op._adjoint(r) / nb
-    h = None
-    if op.cross is not None:
-        Gb = op.cross._adjoint(r) / nb
-        G = G - Gb
-        h = 2.0 * Gb @ mu
-    if op.linear is not None:
-        hb = torch.einsum("nc,ncp->p", r, op.linear) / nb
-        h = hb if h is None else h + hb
-    return G, h
-
-
 # --------------------------------------------------------------------------- entry point
 def simulate(op: StructureOperator, y, *, M0=None, W0=None, lr: float, steps: int,
              form: str = "order_parameter", optimizer: str = "gd", batch_size: int | None = None,
