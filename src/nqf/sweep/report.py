@@ -91,12 +91,14 @@ def _axis(key: str, xs: np.ndarray):
     pos = bool(np.all(xs > 0))
     span = pos and xs.max() / xs.min() >= 100
     if pos and (key.lower().startswith("eps") or (span and xs.max() < 1)):
-        return (lambda v: np.log(1.0 / v)), f"ln(1/{key})", False
+        sym = "ε" if key.lower() == "eps" else key
+        return (lambda v: np.log(1.0 / v)), f"ln(1/{sym})", False
     return (lambda v: v), key, bool(span)
 
 
 def _family(q: str) -> str:
-    return re.sub(r"\d+", "#", q)
+    """Quantities that differ only in an index (``t_1``, ``t_2``; ``mode 1``, ``mode 2``) share a family."""
+    return re.sub(r"(?<=_)\d+|(?<=mode )\d+", "#", q)
 
 
 def sweep_figures(doc: dict, root) -> list[dict]:
@@ -121,7 +123,7 @@ def sweep_figures(doc: dict, root) -> list[dict]:
         others = [k for k in doc["keys"] if k != key]
         transform, xlabel, logx = _axis(key, np.array(xs_all))
         for fam, qs in families.items():
-            fig = Figure(figsize=(7.2, 4.6), constrained_layout=True)
+            fig = Figure(figsize=(10.0, 4.6), constrained_layout=True)
             ax = fig.add_subplot()
             groups = defaultdict(list)
             fits: dict[str, dict] = {}
@@ -144,7 +146,7 @@ def sweep_figures(doc: dict, root) -> list[dict]:
             nseeds = len(doc["sweep"].get("seeds") or [None])
             ax.set_title(f"{fam.replace('#', 'k')} vs {xlabel}: mean ± sd over {nseeds} seed(s), dots: seeds, "
                          "dashed: predicted", fontsize=9)
-            ax.legend(fontsize=7)
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
             name = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{fam.replace('#', 'k')}_vs_{key}").strip("_")
             files = {}
             for ext in ("png", "svg"):
