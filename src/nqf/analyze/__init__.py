@@ -7,16 +7,50 @@ initial state ``M(0) = εI``, compares per plateau, and returns an
 :class:`Analysis` with assumption checks and a verdict.
 
 Public helpers: :func:`initial_weights`, :func:`stable_learning_rate`,
-:func:`step_count`, :func:`predict`, :func:`find_unit_layers`,
-:func:`choose_units`, :func:`build_model`; curve comparison lives in
-:mod:`nqf.analysis.compare`.
+:func:`step_count` (from :mod:`nqf.analysis.schedule`), :func:`predict`,
+:func:`find_unit_layers`, :func:`choose_units`, :func:`build_model`; curve
+comparison lives in :mod:`nqf.analysis.compare`.
+
+Names are imported on first use (PEP 562), so that ``nqf --version`` — whose
+command table imports :mod:`nqf.analyze.cli` — does not load torch.
 """
 
-from ..analysis.schedule import initial_weights, stable_learning_rate, step_count
-from .discover import FoundUnits, choose_units, find_unit_layers
-from .models import build_model
-from .pipeline import analyze, predict, prepare_analysis
-from .result import Analysis, CheckRow, Prediction
+from __future__ import annotations
 
-__all__ = ["analyze", "Analysis", "Prediction", "CheckRow", "predict", "prepare_analysis", "initial_weights",
-           "stable_learning_rate", "step_count", "find_unit_layers", "choose_units", "FoundUnits", "build_model"]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_ATTRS: dict[str, str] = {
+    "analyze": "pipeline", "predict": "pipeline", "prepare_analysis": "pipeline",
+    "Analysis": "result", "Prediction": "result", "CheckRow": "result",
+    "FoundUnits": "discover", "choose_units": "discover", "find_unit_layers": "discover",
+    "build_model": "models",
+    "initial_weights": "..analysis.schedule", "stable_learning_rate": "..analysis.schedule",
+    "step_count": "..analysis.schedule",
+}
+
+__all__ = [  # equal to the keys of _ATTRS
+    "Analysis", "CheckRow", "FoundUnits", "Prediction", "analyze", "build_model", "choose_units", "find_unit_layers",
+    "initial_weights", "predict", "prepare_analysis", "stable_learning_rate", "step_count",
+]
+
+if TYPE_CHECKING:
+    from ..analysis.schedule import initial_weights, stable_learning_rate, step_count
+    from .discover import FoundUnits, choose_units, find_unit_layers
+    from .models import build_model
+    from .pipeline import analyze, predict, prepare_analysis
+    from .result import Analysis, CheckRow, Prediction
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _ATTRS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    mod = _ATTRS[name]
+    module = importlib.import_module(mod if mod.startswith("..") else f".{mod}", __name__)
+    value = getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_ATTRS))
