@@ -96,8 +96,8 @@ def test_bad_input():
     Ln[10] = np.nan
     with pytest.raises(NonFiniteError, match="`loss` must be finite"):
         detect_steps(t, Ln)
-    with pytest.raises(ValueError, match="`t` must be positive"):
-        detect_steps(np.linspace(0, 1, 50), L)
+    with pytest.raises(ValueError, match="`t` must be positive"):  # t = 0 alone is accepted (issue 11)
+        detect_steps(np.linspace(-1, 1, 50), L)
     with pytest.raises(ValueError, match="strictly increasing"):
         detect_steps(t[::-1], L)
     with pytest.raises(ValueError, match="loss_floor"):
