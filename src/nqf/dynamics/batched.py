@@ -197,6 +197,7 @@ def simulate_batched(op: StructureOperator, y, *, M0, lr, steps: int, weight_dec
         back = R @ Pm                                                       # ρ ↦ vec(Rᵀρ) placed symmetrically
     else:
         fwd = Cm @ A.T                                                      # vec(M) ↦ 𝒜(M)
+        back = A @ Pm                                                       # r ↦ vec(Aᵀ r) placed symmetrically
     # the factor M_b = F_b F_bᵀ (as nqf.simulate): PSD by construction, small directions keep relative accuracy
     factors = [factor_from_matrix(M[b]) for b in range(B)]
     r_max = max(max(f.shape[1] for f in factors), 1)
@@ -218,11 +219,12 @@ def simulate_batched(op: StructureOperator, y, *, M0, lr, steps: int, weight_dec
         last = k == steps
         Mf = (F @ F.transpose(1, 2)).reshape(B, p * p)
         if loss == "mse":
-            rho = Mf @ fwd + d_par                                          # (B, s): Qᵀ r_b
-            L = ((rho * rho).sum(1) + d_perp2) / (2 * N)
+            z = Mf @ fwd + d_par                                            # (B, s): ρ_b = Qᵀ r_b
+            L = ((z * z).sum(1) + d_perp2) / (2 * N)
         else:
             f = (Mf @ fwd + op.offset.reshape(-1)).reshape(B, N, -1)
             L, r = _loss_and_grad(loss, f, y)
+            z = r.reshape(B, -1)                                            # (B, N·C): r_b
         if limit is None:
             limit = divergence_threshold * torch.clamp(L, min=torch.finfo(dt).tiny)
         bad = active & ~(torch.isfinite(L) & (L <= limit) & torch.isfinite(Mf).all(1))
@@ -242,10 +244,7 @@ def simulate_batched(op: StructureOperator, y, *, M0, lr, steps: int, weight_dec
                     rec_M[b].append(0.5 * (Mb + Mb.T))
         if last or not bool(active.any()):
             break
-        if loss == "mse":
-            G = (rho @ back).reshape(B, p, p) / N                           # (1/N) 𝒜*(r_b) = (1/N) Aᵀ r_b, placed
-        else:
-            G = ((r.reshape(B, -1) @ A) @ Pm).reshape(B, p, p) / N
+        G = (z @ back).reshape(B, p, p) / N                                 # (1/N) 𝒜*(r_b) = (1/N) Aᵀ r_b, placed
         g = 2.0 * (G @ F)                                                   # S F = 2 G F + λ F
         g = g + lam[:, None, None] * F
         Fn = F - eta[:, None, None] * g                                     # F ← T F,  T = I − η S

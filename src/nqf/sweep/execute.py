@@ -60,7 +60,7 @@ def require_dask():
 def open_client(scheduler: str | None = None, workers: int | None = None, retries: int = 3):
     """A ``distributed.Client`` for the executor (see module docstring); closes what it started."""
     distributed = require_dask()
-    import dask
+    import dask.config
 
     if scheduler not in (None, "local"):
         if not str(scheduler).startswith(("tcp://", "tls://", "ucx://", "inproc://")):
@@ -74,7 +74,8 @@ def open_client(scheduler: str | None = None, workers: int | None = None, retrie
     n = workers or os.cpu_count() or 1
     with dask.config.set({"distributed.scheduler.allowed-failures": int(retries)}):
         cluster = distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                                           dashboard_address=None, silence_logs=logging.ERROR,
+                                           dashboard_address=None,  # pyright: ignore[reportArgumentType]
+                                           silence_logs=logging.ERROR,
                                            env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
         client = distributed.Client(cluster)
     try:
@@ -154,7 +155,7 @@ def execute(points: list[Point], root, client, *, on_point: Callable[[Point, dic
                    "checks": [], "metrics": {}, "reused": False}
             _finish(state, pt, row, on_point)
         elif is_finished(root, pt):
-            row = dict(row_from_results(read_results(point_dir(root, pt))), reused=True)
+            row = dict(row_from_results(read_results(point_dir(root, pt)) or {}), reused=True)
             state.skipped += 1
             _finish(state, pt, row, on_point)
         else:
