@@ -25,7 +25,8 @@ def analysis_figure(a):
         ax.axvline(a.validity["left_time"], color="C2", lw=1.2, label="left the quadratic regime")
     ax.set_xlabel("training time t = η·steps")
     ax.set_ylabel("loss L")
-    ax.set_title(f"{a.data}: ε = {a.eps:g}, width {a.width}, p = {a.p} (dashed red: predicted drops)", fontsize=9)
+    ax.set_title(f"{a.data}: ε = {a.eps:g}, width {a.width}, p = {a.p} (dashed red: predicted drops)", fontsize=9,
+                 pad=14)
     ax.legend(fontsize=8, loc="upper right")
     S_real, S_nqf = c.get("strength_real"), c.get("strength_nqf")
     if S_real is not None and S_real.shape[1]:
