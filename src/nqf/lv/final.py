@@ -1,4 +1,4 @@
-"""Where the Lotka–Volterra flow ends, and the plateaus on the way (THEORY.md section 4).
+"""Where the Lotka–Volterra flow ends, and the plateaus on the way (docs/theory.md §4).
 
 * :meth:`FinalState.final_state` — the state the flow from ``z(0)`` ends in;
 * :meth:`FinalState.plateaus` — switch-on times and plateau losses.

@@ -1,4 +1,4 @@
-"""Exact logistic solutions of a Lotka–Volterra system with diagonal ``C`` (THEORY.md section 4).
+"""Exact logistic solutions of a Lotka–Volterra system with diagonal ``C`` (docs/theory.md §4).
 
 With ``C`` diagonal (orthogonal features) every mode is an independent Bernoulli
 equation ``dz/dt = ζz − 4cz²`` with the closed form of :meth:`LogisticSolutions.logistic`

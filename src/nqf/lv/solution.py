@@ -1,4 +1,4 @@
-"""Trajectories of a Lotka–Volterra system and their switch-on times (THEORY.md section 4).
+"""Trajectories of a Lotka–Volterra system and their switch-on times (docs/theory.md §4).
 
 * :class:`LVSolution` — ``ln z(t)`` on a time grid (from :meth:`LotkaVolterra.flow`,
   :meth:`LotkaVolterra.gd` or the logistic closed form) with crossing/switch times;
