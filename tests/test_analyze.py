@@ -70,6 +70,12 @@ def test_factory_sequential_equals_builtin_spec(tmp_path, wine):
     import matplotlib.pyplot as plt
 
     plt.close(a.plot())
+    from nqf.analyze.output import save_analysis
+    from nqf.report.schema import validate_results
+
+    save_analysis(a, tmp_path / "saved")
+    r = validate_results(tmp_path / "saved")
+    assert r.status == "complete" and r.metrics["drops"] == a.prediction.n_drops
 
 
 def test_api_refuses_relu_and_missing_units(wine):
