@@ -23,11 +23,14 @@ trajectory is a chain: plateau ``k`` (``G = G_k``, constant) and, around time
   ``Ż = −2 G(Φ_k(s)) Z`` (continuously, from the reference point on the previous
   plateau to the first point where the small part grows purely exponentially,
   ``d ln a/dt = 4h`` within 2 % while ``a < 1e-2``) and projected on the new
-  complement: ``Z ← P_{k} Ψ_{k−1} (I − q_{k−1} q_{k−1}ᵀ) Z``.  The escaping
-  direction ``q_{k−1}`` itself becomes part of ``range(M_k)`` (it is the factor
-  ``V`` of ``Φ``, which obeys the same linear equation), so its component is
-  removed before the jump; what ``Ψ`` carries into ``range(M_k)`` is absorbed by
-  the large part.  Both removals are exact in the limit of long plateaus.
+  complement: ``Z ← P_k Ψ_{k−1} Z (I − c cᵀ)`` with ``c ∝ Zᵀ q_{k−1}``.  The
+  escaping *unit* — the column combination ``c`` that carries ``q_{k−1}``, with all
+  its other components — becomes the factor ``V`` of ``Φ`` (which obeys the same
+  linear equation), so it is removed before the jump: the rest of that unit is a
+  perturbation of ``Φ``, relaxed by the full variational dynamics, not a free
+  small part.  (Removing only the ``q``-part, ``(I − q qᵀ) Z``, keeps that rest
+  and makes the third drop wrong by an amount growing with ``ln(1/ε)``.)  What
+  ``Ψ`` carries into ``range(M_k)`` is absorbed by the large part.
 
 Status (validated against independent flows; numbers in docs/analyze.md)
 -------------------------------------------------------------------------
@@ -186,8 +189,13 @@ def corrected_escape_times(prob, saddles, eps: float, *, delta: float = 1e-16, r
             P = _projector(saddles[k].V, p)
             Z = _expm_sym(P @ saddles[k].G @ P, J.s_lo - s_from) @ Z
             s_from = J.s_lo
+        # the escaping unit joins the large part (it becomes Φ): remove the whole column combination
+        # c ∝ Zᵀq that carries the escaping direction — not only its q-part: the rest of that unit is a
+        # perturbation of Φ itself, relaxed by the full variational dynamics, not a free small part
         q_esc = saddles[k].escape_direction[:, :1]
-        Z = Z - q_esc @ (q_esc.T @ Z)              # the escaping direction joins the large part (it is Φ)
+        c = Z.T @ q_esc
+        c = c / torch.linalg.norm(c)
+        Z = Z - (Z @ c) @ c.T
         nxt = saddles[k + 1]
         q = nxt.escape_direction[:, :1]
         h = nxt.escape_rate / 4.0
@@ -198,8 +206,8 @@ def corrected_escape_times(prob, saddles, eps: float, *, delta: float = 1e-16, r
         _, (ss, Zs) = J.propagate(Z, s_from, J.s_hi, n_out=300)
         la = np.array([math.log(eps * float((z.T @ q).pow(2).sum())) for z in Zs])
         slope = np.gradient(la, ss)
-        # reference point: the first of ≥ 5 consecutive points after the drop where the small part grows
-        # purely exponentially (slope 4h) while it is still small (a < 1e-2, linear regime)
+        # reference point: a point after the drop where the small part grows purely exponentially (slope 4h,
+        # ≥ 5 consecutive points) while it is still small (a < 1e-2, linear regime)
         good = (ss > J.s_mid) & (np.abs(slope - 4 * h) <= rate_tol * 4 * h) & (la < math.log(1e-2))
         run = np.convolve(good.astype(int), np.ones(5, int), mode="valid") == 5
         starts = np.nonzero(run)[0]
@@ -209,7 +217,9 @@ def corrected_escape_times(prob, saddles, eps: float, *, delta: float = 1e-16, r
                         "later drops not predicted")
             out.extend([math.nan] * (K - 1 - k))
             break
-        i = int(starts[0])
+        # the latest such point that is still small: the relaxation transient into the saddle has decayed most
+        last = np.nonzero(good)[0]
+        i = int(last[-1]) if last.size and last[-1] >= starts[0] else int(starts[0])
         info.append(f"k={k + 1}: pure growth from s={ss[i]:.3g} (window {ss[0]:.3g}..{ss[-1]:.3g}), "
                     f"ln a={la[i]:.3g}")
         Z = _projector(nxt.V, p) @ Zs[i]           # what went into range(M_{k+1}) is part of the large part
