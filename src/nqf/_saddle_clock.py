@@ -34,19 +34,13 @@ trajectory is a chain: plateau ``k`` (``G = G_k``, constant) and, around time
 
 Status (validated against independent flows; numbers in docs/analyze.md)
 -------------------------------------------------------------------------
-* **Second drop: holds.**  On the correlated-input tanh MLP of
-  tests/test_saddles.py the leading-order offset of drop 2 against the exact
-  flow (DOP853) is −0.151 at ε = 1e-16 and 1e-24; the recursion leaves
-  −0.019 at both (constant in ε, i.e. the O(1) term is captured to 13 %).  On
-  digits at ε = 1e-10 it moves drop 2 from 12.4 % to 2.5 % of the NQF simulation.
-* **Third and later drops: does not hold yet.**  On the same MLP the recursion
-  puts drop 3 at 27.1 instead of 35.8 (ε = 1e-16), an error that grows with
-  ``ln(1/ε)``, so the small part carried through the *second* jump has a
-  component with the right rate but the wrong exponent (``ε^0.54`` where the
-  generic rule's ``ε^0.77`` agrees with the flow); on digits at 1e-10 plateau 2 is
-  shorter than the relaxation into the saddle and the recursion stops.  The
-  public predictions therefore keep the leading order for drops ``k ≥ 2``
-  (:meth:`nqf.saddles.SaddleSequence.escape_times`); this module is not used by them.
+* Against the exact flow (DOP853) of the correlated-input tanh MLP of
+  tests/test_saddles.py, drops 2 and 3 are within 0.006 at ε = 1e-16 and 1e-24
+  (leading order: 0.15 and 0.11 off); on digits drop 2 moves from 12.4 % to
+  2.5 % (ε = 1e-10) and from 2.9 % to 0.13 % (ε = 1e-30) of the NQF simulation.
+* A plateau shorter than the relaxation into its saddle has no stretch of pure
+  exponential growth; the recursion then stops (NaN for the later drops) —
+  digits' plateau 2 (``τ = 0.824 → 0.854``) at every ε reachable in float64.
 """
 
 from __future__ import annotations
