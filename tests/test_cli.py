@@ -170,3 +170,75 @@ def test_seed_reproducible_bit_for_bit(tmp_path):
 def test_report_of_a_non_run_directory(tmp_path):
     r = runner.invoke(app, ["report", str(tmp_path)])
     assert r.exit_code == 2 and "no results.json" in r.output
+
+
+def test_ctrl_c_exits_130_keeps_finished_parts_and_quotes_the_resume_hint(tmp_path, monkeypatch):
+    exp = REGISTRY["lv-staircase"]
+    cfg = write_config(tmp_path / "my config.toml", "lv-staircase", exp.tiny)
+    out = tmp_path / "run dir; rm -rf x"
+    orig = type(exp).run
+
+    def interrupted(self, params, ctx, out_):
+        """Ctrl-C after the first checkpoint."""
+        real, done = ctx.checkpoint, []
+
+        def checkpoint(key, compute):
+            if done:
+                raise KeyboardInterrupt
+            done.append(key)
+            return real(key, compute)
+
+        ctx.checkpoint = checkpoint
+        return orig(self, params, ctx, out_)
+
+    monkeypatch.setattr(type(exp), "run", interrupted)
+    r = runner.invoke(app, ["run", str(cfg), "--out", str(out)])
+    assert r.exit_code == 130, r.output
+    import shlex
+
+    assert f"--out {shlex.quote(str(out))} --resume" in r.output
+    assert f"nqf run {shlex.quote(str(cfg))}" in r.output
+    res = validate_results(out)
+    assert res.status == "interrupted" and len(list((out / "checkpoints").iterdir())) == 1
+    monkeypatch.setattr(type(exp), "run", orig)
+    r = runner.invoke(app, ["run", str(cfg), "--out", str(out), "--resume"])
+    assert r.exit_code == 0, r.output
+    assert validate_results(out).status == "complete"
+
+
+def test_unexpected_errors_exit_1_in_one_line_and_debug_shows_the_traceback(tmp_path, monkeypatch):
+    exp = REGISTRY["lv-staircase"]
+    cfg = write_config(tmp_path / "c.toml", "lv-staircase", exp.tiny)
+
+    def broken(self, params, ctx, out_):
+        raise RuntimeError("a bug\nover two lines")
+
+    monkeypatch.setattr(type(exp), "run", broken)
+    monkeypatch.delenv("NQF_TRACEBACK", raising=False)
+    r = runner.invoke(app, ["run", str(cfg), "--out", str(tmp_path / "a")])
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and "RuntimeError: a bug over two lines" in lines[0]
+    assert "--debug" in lines[0]
+    assert validate_results(tmp_path / "a").status == "failed"
+    r = runner.invoke(app, ["--debug", "run", str(cfg), "--out", str(tmp_path / "b")])
+    assert isinstance(r.exception, RuntimeError)
+    monkeypatch.setenv("NQF_TRACEBACK", "1")
+    r = runner.invoke(app, ["run", str(cfg), "--out", str(tmp_path / "c")])
+    assert isinstance(r.exception, RuntimeError)
+
+
+def test_library_errors_exit_2(tmp_path, monkeypatch):
+    from nqf.errors import DivergenceError
+
+    exp = REGISTRY["lv-staircase"]
+    cfg = write_config(tmp_path / "c.toml", "lv-staircase", exp.tiny)
+
+    def diverges(self, params, ctx, out_):
+        raise DivergenceError("diverged at step 3: lower `lr`")
+
+    monkeypatch.setattr(type(exp), "run", diverges)
+    r = runner.invoke(app, ["run", str(cfg), "--out", str(tmp_path / "a")])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "`lr`" in lines[0]

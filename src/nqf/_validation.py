@@ -1,14 +1,31 @@
-"""Input validation shared by all modules: conversion to tensors with clear errors."""
+"""Input validation shared by all modules: conversion to tensors with clear errors.
+
+Scalar checks (:func:`positive_float`, :func:`positive_int`, :func:`seed_value`, …)
+raise :class:`ParameterError`, an :class:`~nqf.errors.NQFError` that is also a
+``ValueError`` and a ``TypeError``, with a message that names the parameter, says
+what was expected and what was found.  Tensors passed in are never attached to the
+caller's autograd graph (:func:`as_tensor` detaches them).
+"""
 
 from __future__ import annotations
 
+import math
 import numbers
+import os
 from typing import Sequence
 
 import numpy as np
 import torch
 
-from .errors import NonFiniteError, ShapeError
+from .errors import InvalidParameterError, NonFiniteError, ShapeError
+
+
+class ParameterError(InvalidParameterError, TypeError):
+    """A scalar parameter has the wrong type or an invalid value (the message names it).
+
+    An :class:`~nqf.errors.InvalidParameterError` (so an ``NQFError`` and a ``ValueError``)
+    and also a ``TypeError``, so callers may catch whichever they expect.
+    """
 
 DEFAULT_DTYPE = torch.float64
 
@@ -24,6 +41,7 @@ def as_tensor(
     dtype: torch.dtype | None = None,
     device: torch.device | str | None = None,
     finite: bool = True,
+    copy: bool = False,
 ) -> torch.Tensor:
     """Convert ``value`` to a floating tensor, checking dimensions and finiteness.
 
@@ -41,9 +59,14 @@ def as_tensor(
         Target device. Default: the tensor's own device (CPU for arrays).
     finite : bool
         Raise :class:`NonFiniteError` if any entry is NaN or infinite.
+    copy : bool
+        Return a tensor that never shares memory with ``value`` (for inputs the
+        callee keeps, so that the caller mutating its array later changes nothing).
+
+    A tensor with ``requires_grad`` is detached: no autograd graph grows from an input.
     """
     if isinstance(value, torch.Tensor):
-        t = value
+        t = value.detach()
     else:
         try:
             t = torch.as_tensor(np.asarray(value))
@@ -55,7 +78,10 @@ def as_tensor(
         raise TypeError(f"`{name}` must be a real floating array; found dtype {t.dtype}")
     if dtype is None:
         dtype = t.dtype if t.is_floating_point() else DEFAULT_DTYPE
+    src = t
     t = t.to(dtype=dtype, device=device if device is not None else t.device)
+    if copy and (t is src or t.data_ptr() == src.data_ptr()):
+        t = t.clone()
     if ndim is not None:
         allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)
         if t.ndim not in allowed:
@@ -86,7 +112,7 @@ def all_finite(t: torch.Tensor) -> bool:
 def positive_int(name: str, value) -> int:
     """``value`` as an ``int`` ≥ 1; a bool, a non-integer or a value below 1 raises ``ValueError`` naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < 1:
-        raise ValueError(f"`{name}` must be a positive integer; found {value!r}")
+        raise ParameterError(f"`{name}` must be a positive integer; found {value!r}")
     return int(value)
 
 
@@ -101,3 +127,298 @@ def check_shape(name: str, t: torch.Tensor, shape: Sequence[int | None]) -> None
 def tolerance(dtype: torch.dtype, factor: float = 1e3) -> float:
     """Relative tolerance for a check dominated by round-off in ``dtype``."""
     return factor * EPS.get(dtype, EPS[torch.float32])
+
+
+# --------------------------------------------------------------------------- scalar parameters
+def _is_int(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+
+def _describe(value) -> str:
+    return f"{value!r} ({type(value).__name__})"
+
+
+def int_param(name: str, value, *, minimum: int | None = None, maximum: int | None = None) -> int:
+    """``value`` as an ``int`` in ``[minimum, maximum]``; bools, floats, None and strings are refused."""
+    if not _is_int(value):
+        kind = "a boolean" if isinstance(value, (bool, np.bool_)) else _describe(value)
+        raise ParameterError(f"`{name}` must be an integer; found {kind}")
+    v = int(value)
+    if (minimum is not None and v < minimum) or (maximum is not None and v > maximum):
+        lo = "-inf" if minimum is None else str(minimum)
+        hi = "inf" if maximum is None else str(maximum)
+        raise ParameterError(f"`{name}` must be an integer in [{lo}, {hi}]; found {v}")
+    return v
+
+
+def float_param(name: str, value, *, positive: bool = False, nonnegative: bool = False,
+                finite: bool = True, allow_inf: bool = False) -> float:
+    """``value`` as a real ``float`` (numpy scalars and 0-d tensors accepted; bools, NaN and inf refused).
+
+    ``positive``/``nonnegative`` add a sign condition; ``allow_inf`` accepts ``+inf`` (never NaN).
+    """
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1 or value.is_complex() or value.dtype == torch.bool:
+            raise ParameterError(f"`{name}` must be a real number; found a tensor of shape {tuple(value.shape)} "
+                                 f"and dtype {value.dtype}")
+        value = value.detach().item()
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        kind = "a boolean" if isinstance(value, (bool, np.bool_)) else _describe(value)
+        raise ParameterError(f"`{name}` must be a real number; found {kind}")
+    v = float(value)
+    if math.isnan(v):
+        raise ParameterError(f"`{name}` must be a number; found NaN")
+    if math.isinf(v) and finite and not (allow_inf and v > 0):
+        raise ParameterError(f"`{name}` must be finite; found {v}")
+    if positive and not v > 0:
+        raise ParameterError(f"`{name}` must be a positive {'finite ' if finite else ''}number; found {v!r}")
+    if nonnegative and not v >= 0:
+        raise ParameterError(f"`{name}` must be a non-negative {'finite ' if finite else ''}number; found {v!r}")
+    return v
+
+
+def positive_float(name: str, value) -> float:
+    """A finite real ``> 0`` (learning rates, tolerances)."""
+    return float_param(name, value, positive=True)
+
+
+def seed_value(value, name: str = "seed") -> int:
+    """A random seed: an ``int`` in ``[0, 2**32)`` (what NumPy accepts); bools refused."""
+    return int_param(name, value, minimum=0, maximum=2 ** 32 - 1)
+
+
+def steps_value(value, name: str = "steps") -> int:
+    """A number of steps: an ``int`` ≥ 0 (``inf``, ``None``, floats and bools refused)."""
+    if isinstance(value, float) and value.is_integer() and not isinstance(value, bool):
+        raise ParameterError(f"`{name}` must be an integer (write {int(value)}, not {value!r})")
+    return int_param(name, value, minimum=0)
+
+
+def check_run_scalars(lr, steps, momentum, weight_decay, save_every, divergence_threshold=None):
+    """The scalar settings of a discrete run, validated; returns ``(lr, steps, momentum, weight_decay, save_every)``.
+
+    ``save_every`` may be ``None`` (the caller picks a default).
+    """
+    lr = positive_float("lr", lr)
+    steps = steps_value(steps)
+    momentum = float_param("momentum", momentum)
+    if not 0.0 <= momentum < 1.0:
+        raise ParameterError(f"`momentum` must lie in [0, 1); found {momentum!r}")
+    weight_decay = float_param("weight_decay", weight_decay, nonnegative=True)
+    if save_every is not None:
+        save_every = int_param("save_every", save_every, minimum=1)
+    if divergence_threshold is not None:
+        divergence_threshold_value(divergence_threshold)
+    return lr, steps, momentum, weight_decay, save_every
+
+
+def divergence_threshold_value(value) -> float:
+    """The ``divergence_threshold`` of a run: a real number > 1 (``inf`` allowed: never stop; NaN refused)."""
+    thr = float_param("divergence_threshold", value, allow_inf=True)
+    if not thr > 1:
+        raise ParameterError(f"`divergence_threshold` must be > 1; found {thr!r}")
+    return thr
+
+
+def check_flow_scalars(t_span, rtol, atol, weight_decay, max_step):
+    """Settings of an ODE integration, validated up front (a NaN or infinite one would make the solver hang).
+
+    Returns ``(t0, t1, rtol, atol, weight_decay, max_step)``.
+    """
+    try:
+        t0, t1 = t_span
+    except (TypeError, ValueError):
+        raise ParameterError(f"`t_span` must be a pair (t0, t1); found {t_span!r}") from None
+    t0 = float_param("t_span[0]", t0)
+    t1 = float_param("t_span[1]", t1)
+    if not t1 > t0:
+        raise ParameterError(f"`t_span` must have t1 > t0; found {t_span!r}")
+    rtol = positive_float("rtol", rtol)
+    atol = positive_float("atol", atol)
+    weight_decay = float_param("weight_decay", weight_decay, nonnegative=True)
+    max_step = float_param("max_step", max_step, positive=True, allow_inf=True)
+    return t0, t1, rtol, atol, weight_decay, max_step
+
+
+def check_inputs(name: str, X, *, device=None) -> torch.Tensor:
+    """Network inputs: a tensor (or array) with a sample axis of at least one sample; floats must be finite.
+
+    Integer inputs (token indices) keep their dtype; the result is detached from any autograd graph.
+    """
+    if isinstance(X, torch.Tensor):
+        t = X.detach()
+    else:
+        try:
+            t = torch.as_tensor(np.asarray(X))
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise ParameterError(f"`{name}` must be a tensor or array of numbers; found {type(X).__name__} "
+                                 f"({exc})") from None
+    if t.is_complex() or t.dtype == torch.bool:
+        raise ParameterError(f"`{name}` must hold real numbers; found dtype {t.dtype}")
+    if t.ndim < 1 or t.shape[0] < 1:
+        raise ShapeError(f"`{name}` must have a sample axis with at least one sample; found shape {tuple(t.shape)}")
+    if t.is_floating_point() and t.numel() and not all_finite(t):
+        bad = int((~torch.isfinite(t)).sum())
+        raise NonFiniteError(f"`{name}` must be finite; found {bad} NaN/inf entries out of {t.numel()}")
+    if device is not None:
+        t = t.to(device)
+    return t
+
+
+# --------------------------------------------------------------------------- memory
+def available_memory(device=None) -> int | None:
+    """Bytes of memory available for new allocations: ``MemAvailable`` of ``/proc/meminfo`` on the host,
+    free memory of the GPU for a CUDA device; ``None`` when unknown."""
+    if device is not None and torch.device(device).type == "cuda":
+        try:
+            return int(torch.cuda.mem_get_info(torch.device(device))[0])
+        except Exception:  # noqa: BLE001 - unknown is acceptable
+            return None
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def memory_limit(device=None) -> int | None:
+    """The most bytes a run may keep in saved states: ``NQF_MEMORY_LIMIT`` (bytes) if set, else a quarter
+    of :func:`available_memory`."""
+    env = os.environ.get("NQF_MEMORY_LIMIT")
+    if env:
+        try:
+            return int(float(env))
+        except ValueError:
+            raise ParameterError(f"`NQF_MEMORY_LIMIT` must be a number of bytes; found {env!r}") from None
+    avail = available_memory(device)
+    return None if avail is None else avail // 4
+
+
+def _saved_states(steps: int, save_every: int) -> int:
+    return steps // save_every + 2  # step 0, every save_every-th step, and the last step
+
+
+def check_saved_memory(steps: int, save_every: int, bytes_per_state: int, *, device=None,
+                       limit: int | None = None) -> int:
+    """Estimate the bytes kept by saving every ``save_every``-th state; refuse above the limit.
+
+    Returns the estimate.  Raises :class:`ParameterError` naming ``save_every`` and the smallest
+    value that would fit when the estimate exceeds ``limit`` (default :func:`memory_limit`).
+    """
+    n = _saved_states(steps, save_every)
+    total = n * int(bytes_per_state)
+    if limit is None:
+        limit = memory_limit(device)
+    if limit is None or total <= limit:
+        return total
+    per = max(int(bytes_per_state), 1)
+    fit_states = limit // per
+    if fit_states < 3:
+        raise ParameterError(
+            f"`save_every`: one saved state takes {_bytes(per)}, more than the memory limit {_bytes(limit)} allows "
+            f"for even the first and last state; save fewer arrays (save_M=False / save_W=False)")
+    fit = max(save_every, math.ceil(steps / (fit_states - 2)))
+    while _saved_states(steps, fit) * per > limit:
+        fit += 1
+    raise ParameterError(
+        f"`save_every`={save_every} keeps {n} states of {_bytes(per)} each = {_bytes(total)}, above the limit of "
+        f"{_bytes(limit)} (a quarter of the available memory, or NQF_MEMORY_LIMIT); use save_every ≥ {fit}, "
+        f"or save fewer arrays (save_M=False / save_W=False)")
+
+
+def _bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+# --------------------------------------------------------------------------- divergence
+def divergence_message(*, step: int, t: float, loss: float, limit: float, lr: float, saved: int,
+                       curvature: float | None = None, momentum: float = 0.0, optimizer: str = "gd") -> str:
+    """The message of a run stopped by divergence: step, loss and a learning rate that would be stable.
+
+    ``curvature`` is an estimate of the largest eigenvalue of the Hessian in weight space (e.g. the spectral
+    norm of ``S = 2G + λI`` at the last finite state); gradient descent with heavy-ball momentum β is
+    stable for ``η · curvature < 2 (1 + β)``.
+    """
+    msg = (f"diverged at step {step} (t = {t:g}): loss {loss:.4g} is not finite or exceeds "
+           f"`divergence_threshold` × L(0) = {limit:.4g}; the {saved} states saved before it are kept. ")
+    if optimizer == "adam":
+        return msg + f"`lr` = {lr:g} is too large for Adam here (no curvature estimate for Adam); try {lr / 10:g}."
+    if curvature is not None and math.isfinite(curvature) and curvature > 0:
+        stable = 2.0 * (1.0 + momentum) / curvature
+        suggest = 0.5 * stable
+        return msg + (f"Lower `lr` (η = {lr:g}): the curvature estimate {curvature:.4g} at the last finite state "
+                      f"makes η < {stable:.4g} stable; try lr = {suggest:.3g}.")
+    return msg + (f"Lower `lr` (η = {lr:g}); no curvature estimate is available here, so try lr = {lr / 10:g} "
+                  f"(GD on MSE is stable while η·‖2G‖ stays below 2).")
+
+
+def spectral_norm(S: torch.Tensor | None) -> float | None:
+    """Largest absolute eigenvalue of a symmetric matrix (``None`` if unavailable or not finite)."""
+    if S is None:
+        return None
+    try:
+        S = S.detach()
+        if not bool(torch.isfinite(S).all()):
+            return None
+        return float(torch.linalg.eigvalsh(0.5 * (S + S.T)).abs().max())
+    except Exception:  # noqa: BLE001 - an estimate only
+        return None
+
+
+def divergence_curvature(op, L: torch.Tensor, r: torch.Tensor, weight_decay: float, n_samples: int, *,
+                         loss: str = "mse", iters: int = 40) -> float | None:
+    """Largest eigenvalue of the loss Hessian in unit space at the factor ``L`` (``M = L Lᵀ``), for full-batch
+    MSE with the zero-gradient condition (else ``None``); ``r`` is the residual at ``L``.
+
+    Hessian-vector products are exact, ``H(D) = S D + (2/N) 𝒜*(𝒜(L Dᵀ + D Lᵀ)) L`` with ``S = 2G + λI``;
+    the top eigenvalue is found by power iteration (shifted when the largest in magnitude is negative) and
+    combined with ``λ_max(S)`` (the directions of a wider ``W`` outside the span of ``L``).  GD with step η
+    (heavy-ball β) is stable near ``L`` when ``η · curvature < 2 (1 + β)``.
+    """
+    try:
+        if loss != "mse" or getattr(op, "linear", None) is not None or getattr(op, "cross", None) is not None:
+            return None
+        if L is None or r is None or not bool(torch.isfinite(L).all()) or not bool(torch.isfinite(r).all()):
+            return None
+        with torch.no_grad():
+            N = float(n_samples)
+            G = op._adjoint(r) / N
+            S = 2.0 * G + weight_decay * torch.eye(G.shape[0], dtype=G.dtype, device=G.device)
+            top_S = float(torch.linalg.eigvalsh(0.5 * (S + S.T)).max())
+
+            def hvp(D):
+                dr = op._forward(L @ D.T + D @ L.T)
+                return S @ D + (2.0 / N) * (op._adjoint(dr) @ L)
+
+            def power(shift: float) -> float:
+                gen = torch.Generator(device="cpu").manual_seed(0)
+                D = torch.randn(L.shape, generator=gen, dtype=L.dtype).to(L.device)
+                D = D / D.norm()
+                lam = 0.0
+                for _ in range(iters):
+                    HD = hvp(D) - shift * D
+                    lam = float((D * HD).sum())
+                    n = float(HD.norm())
+                    if not math.isfinite(n) or n == 0.0:
+                        break
+                    D = HD / n
+                return lam + shift
+
+            if L.numel() == 0:
+                return top_S if top_S > 0 else None
+            lam1 = power(0.0)
+            top = lam1 if lam1 > 0 else power(lam1)
+            best = max(top, top_S)
+            return best if math.isfinite(best) and best > 0 else None
+    except Exception:  # noqa: BLE001 - an estimate for a message only
+        return None

@@ -22,7 +22,6 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-import click
 import typer
 from typer.core import TyperGroup
 
@@ -30,6 +29,42 @@ from . import __version__
 from .errors import NQFError
 
 _DEBUG = {"on": False}
+
+
+def _cli_exceptions() -> tuple:
+    """Exit/usage exceptions of click and of typer's own copy of click: passed through untouched."""
+    import importlib
+
+    out = [typer.Exit, typer.Abort]
+    for name in ("typer._click.exceptions", "click.exceptions"):
+        try:
+            mod = importlib.import_module(name)
+        except ImportError:
+            continue
+        out += [getattr(mod, n) for n in ("ClickException", "Exit", "Abort") if isinstance(getattr(mod, n, None), type)]
+    return tuple(out)
+
+
+_PASS_THROUGH = _cli_exceptions()
+
+
+def _usage_errors() -> tuple[tuple, tuple]:
+    """(usage errors shown as one line, usage errors left to click: `no_args_is_help`)."""
+    import importlib
+
+    usage, keep = [], []
+    for name in ("typer._click.exceptions", "click.exceptions"):
+        try:
+            mod = importlib.import_module(name)
+        except ImportError:
+            continue
+        for attr, bucket in (("UsageError", usage), ("NoArgsIsHelpError", keep)):
+            if isinstance(getattr(mod, attr, None), type):
+                bucket.append(getattr(mod, attr))
+    return tuple(usage), tuple(keep)
+
+
+_USAGE, _HELP = _usage_errors()
 
 
 def _one_line(text: str) -> str:
@@ -46,7 +81,13 @@ class _Group(TyperGroup):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+        except _HELP:
+            raise
+        except _USAGE as exc:  # bad flags of a command: one line, exit 2
+            cmd = exc.ctx.command_path if getattr(exc, "ctx", None) is not None else "nqf"
+            typer.echo(f"error: {_one_line(exc.format_message())} (see `{cmd} --help`)", err=True)
+            raise typer.Exit(2) from None
+        except _PASS_THROUGH:
             raise
         except KeyboardInterrupt:
             typer.echo("\ninterrupted", err=True)
@@ -133,7 +174,7 @@ def _execute(exp, params, *, out, seed, device, force, resume, as_json, threads,
                        f"`{rerun or 'nqf run CONFIG'} --out {q} --resume` or rebuild the report with "
                        f"`nqf report {q}`", err=True)
         else:
-            typer.echo("\ninterrupted before the run started; nothing was written", err=True)
+            typer.echo(f"\ninterrupted before anything was saved; {q} is as it was", err=True)
         raise typer.Exit(130) from None
     except Exception as exc:  # noqa: BLE001 - the group maps the type to the exit code; add where results are
         if getattr(exc, "run_directory", None) is not None and not _debug():
@@ -183,7 +224,8 @@ def demo(out: Optional[Path] = _OUT, force: bool = _FORCE, resume: bool = _RESUM
         _fail(str(exc))
     if cfg.experiment != "demo":
         _fail("--set: `experiment` cannot be changed for `nqf demo`; use `nqf run CONFIG --set …`")
-    _execute(exp, params, out=out, seed=cfg.seed if seed is None else seed, device=device or cfg.device,
+    _execute(exp, params, out=out, seed=cfg.seed if seed is None else seed,
+             device=cfg.device if device is None else device,
              force=force, resume=resume, as_json=as_json, threads=threads,
              rerun=_rerun(["nqf", "demo"], set_, seed, device))
 
@@ -200,7 +242,8 @@ def run_cmd(config: Path = typer.Argument(..., help="TOML config file (see `nqf 
         cfg, exp, params = load_config(config, parse_set(set_) if set_ else None)
     except ConfigError as exc:
         _fail(str(exc))
-    _execute(exp, params, out=out, seed=cfg.seed if seed is None else seed, device=device or cfg.device,
+    _execute(exp, params, out=out, seed=cfg.seed if seed is None else seed,
+             device=cfg.device if device is None else device,
              force=force, resume=resume, as_json=as_json, threads=threads,
              rerun=_rerun(["nqf", "run", str(config)], set_, seed, device))
 

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from scipy.integrate import solve_ivp
 
-from .._validation import as_tensor, check_shape
+from .._validation import as_tensor, check_flow_scalars, check_shape
 from ..structure.operator import StructureOperator
 from .factored import factor_from_matrix, factor_from_weights, gradient_terms, orthogonalize_columns, predictions
 from .losses import check_loss, loss_value, prepare_targets, residual
@@ -92,14 +92,11 @@ def gradient_flow(op: StructureOperator, y, *, M0=None, W0=None, t_span, t_eval=
     if (M0 is None) == (W0 is None):
         raise ValueError("exactly one of `M0` (p×p order parameter) and `W0` (p×m weights) must be given; found "
                          + ("both" if M0 is not None else "neither"))
-    if weight_decay < 0:
-        raise ValueError(f"`weight_decay` must be non-negative; found {weight_decay!r}")
-    try:
-        t0, t1 = (float(v) for v in t_span)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"`t_span` must be a pair (t0, t1); found {t_span!r}") from exc
-    if not t1 > t0:
-        raise ValueError(f"`t_span` must have t1 > t0; found {t_span!r}")
+    atol_given = atol
+    # non-finite spans, tolerances or rates would make the integrator run for ever: refused up front
+    t0, t1, rtol, atol, weight_decay, max_step = check_flow_scalars(t_span, rtol, 1.0 if atol is None else atol,
+                                                                       weight_decay, max_step)
+    atol = None if atol_given is None else atol
     y = prepare_targets(y, loss, op.n_samples, op.n_outputs, op.dtype, op.device)
     p, dt, dev = op.p, op.dtype, op.device
     if W0 is not None:
@@ -116,7 +113,7 @@ def gradient_flow(op: StructureOperator, y, *, M0=None, W0=None, t_span, t_eval=
         M_init = check_psd("M0", M_init)
         m, mu_init = None, None
     if t_eval is not None:
-        t_eval = np.asarray(t_eval, dtype=float).reshape(-1)
+        t_eval = as_tensor("t_eval", t_eval, ndim=(0, 1), dtype=torch.float64).cpu().numpy().reshape(-1)
         if t_eval.size and (t_eval.min() < t0 or t_eval.max() > t1):
             raise ValueError(f"`t_eval` must lie within `t_span` {t_span}; found [{t_eval.min()}, {t_eval.max()}]")
     if W0 is not None:

@@ -22,7 +22,8 @@ import math
 import torch
 from torch.func import functional_call
 
-from .._validation import as_tensor, check_shape
+from .._validation import (as_tensor, check_inputs, check_saved_memory, check_shape, divergence_message,
+                           divergence_threshold_value)
 from ..structure.units import UnitLayout, UnitScatter  # noqa: F401  (re-exported; one implementation)
 from .losses import check_loss, loss_value, prepare_targets
 from .simulate import check_run_args, minibatch_indices
@@ -67,14 +68,22 @@ def train_network(module: torch.nn.Module, units: UnitLayout, X, y, *, W0, lr: f
         (K, p, p); ``info["f0"]`` holds the network output at ``W = 0`` (N, C).
     """
     check_loss(loss)
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"`module` must be a torch.nn.Module; found {type(module).__name__}")
+    X = check_inputs("X", X)
     N = int(X.shape[0])
     lr, steps, batch_size, save_every = check_run_args(lr, steps, optimizer, batch_size, momentum,
                                                        weight_decay, N, save_every)
+    divergence_threshold = divergence_threshold_value(divergence_threshold)
     scatter = UnitScatter(module, units)
     ref = next(iter(scatter.base.values()))
     dt, dev = ref.dtype, ref.device
+    X = X.to(dev)
     W = as_tensor("W0", W0, ndim=2, dtype=dt, device=dev)
     check_shape("W0", W, (scatter.p, scatter.m))
+    itemsize = torch.empty((), dtype=dt).element_size()
+    check_saved_memory(steps, save_every, itemsize * ((scatter.p * scatter.m if save_W else 0)
+                                                      + (scatter.p ** 2 if save_M else 0)) + 16, device=dev)
 
     def predict(Wt, xb):
         out = functional_call(module, scatter(Wt), (xb,))
@@ -110,9 +119,8 @@ def train_network(module: torch.nn.Module, units: UnitLayout, X, y, *, W0, lr: f
             limit = divergence_threshold * max(Lfull, torch.finfo(dt).tiny)
         if not math.isfinite(Lb_val) or Lb_val > limit:
             status = DIVERGED
-            message = (f"diverged at step {k} (t = {k * lr:g}): loss {Lb_val:.4g} is not finite or exceeds "
-                       f"`divergence_threshold` × L(0) = {limit:.4g}; states saved before it are kept. "
-                       f"Lower `lr`.")
+            message = divergence_message(step=k, t=k * lr, loss=Lb_val, limit=limit, lr=lr, saved=len(rec["step"]),
+                                         curvature=None, momentum=momentum, optimizer=optimizer)
             break
         if want_save:
             rec["step"].append(k)

@@ -58,7 +58,8 @@ import math
 
 import torch
 
-from .._validation import as_tensor, check_shape, tolerance
+from .._validation import (as_tensor, check_run_scalars, check_saved_memory, check_shape, divergence_curvature,
+                           divergence_message, divergence_threshold_value, int_param, tolerance)
 from ..errors import NotClosedError
 from ..structure.operator import StructureOperator
 from .factored import (
@@ -110,29 +111,19 @@ def minibatch_indices(n_samples: int, batch_size: int | None, steps: int, seed: 
 
 def check_run_args(lr, steps, optimizer, batch_size, momentum, weight_decay, n_samples, save_every):
     """Validate the optimisation settings; returns ``(lr, steps, batch_size, save_every)``."""
-    if not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0:
-        raise ValueError(f"`lr` must be a positive finite number; found {lr!r}")
-    if int(steps) != steps or steps < 0:
-        raise ValueError(f"`steps` must be a non-negative integer; found {steps!r}")
+    lr, steps, momentum, weight_decay, save_every = check_run_scalars(lr, steps, momentum, weight_decay, save_every)
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"`optimizer` must be one of {OPTIMIZERS}; found {optimizer!r}")
     if optimizer == "gd" and batch_size is not None:
         raise ValueError("`batch_size` must be None for `optimizer`='gd' (full batch); use 'sgd' for minibatches")
     if optimizer == "sgd" and batch_size is None:
         raise ValueError("`optimizer`='sgd' needs `batch_size` (minibatch size)")
-    if batch_size is not None and (int(batch_size) != batch_size or not 1 <= batch_size <= n_samples):
-        raise ValueError(f"`batch_size` must be an integer in [1, {n_samples}]; found {batch_size!r}")
-    if not 0.0 <= momentum < 1.0:
-        raise ValueError(f"`momentum` must lie in [0, 1); found {momentum!r}")
+    if batch_size is not None:
+        batch_size = int_param("batch_size", batch_size, minimum=1, maximum=n_samples)
     if optimizer == "adam" and momentum != 0.0:
         raise ValueError("`momentum` is for 'gd'/'sgd'; Adam has its own `adam_betas`")
-    if not (math.isfinite(weight_decay) and weight_decay >= 0.0):
-        raise ValueError(f"`weight_decay` must be a non-negative finite number; found {weight_decay!r}")
-    steps = int(steps)
     if save_every is None:
         save_every = max(1, steps // 1000)
-    if int(save_every) != save_every or save_every < 1:
-        raise ValueError(f"`save_every` must be a positive integer; found {save_every!r}")
     return float(lr), steps, None if batch_size is None else int(batch_size), int(save_every)
 
 
@@ -260,8 +251,11 @@ def simulate(op: StructureOperator, y, *, M0=None, W0=None, lr: float, steps: in
         check_shape("M0", M0, (p, p))
         M0 = check_psd("M0", M0)
         width = None
-    if divergence_threshold <= 1:
-        raise ValueError(f"`divergence_threshold` must be > 1; found {divergence_threshold!r}")
+    divergence_threshold = divergence_threshold_value(divergence_threshold)
+    itemsize = torch.empty((), dtype=op.dtype).element_size()
+    check_saved_memory(steps, save_every, itemsize * ((p * p if save_M else 0) + (p if not op.satisfies_zgz else 0)
+                                                      + (p * width if form == "weights" and save_W else 0)) + 16,
+                       device=op.device)
 
     settings = dict(form=form, optimizer=optimizer, lr=lr, steps=steps, batch_size=batch_size,
                     weight_decay=float(weight_decay), momentum=float(momentum), loss=loss, seed=seed,
@@ -334,6 +328,7 @@ def _run(op, y, M0, W0, s, track_transfer: bool = False) -> Trajectory:
     batches = minibatch_indices(N, s["batch_size"], s["steps"], s["seed"])
     mse = s["loss"] == "mse"
     threshold = s["divergence_threshold"]
+    L_prev = r = None  # the last finite state and its residual (for the curvature in a divergence message)
     for k in range(s["steps"] + 1):
         last = k == s["steps"]
         idx = None if last else next(batches)
@@ -362,10 +357,10 @@ def _run(op, y, M0, W0, s, track_transfer: bool = False) -> Trajectory:
         Lcheck = float(Lb)
         if not math.isfinite(Lcheck) or Lcheck > limit or (saving and not bool(torch.isfinite(L).all())):
             status = DIVERGED
-            message = (f"diverged at step {k} (t = {k * lr:g}): loss {Lcheck:.4g} is not finite or exceeds "
-                       f"`divergence_threshold` × L(0) = {limit:.4g}; the {len(rec['step'])} states saved "
-                       f"before it are kept. Lower `lr` (η = {lr:g}); for MSE GD is stable while "
-                       f"η·‖2G‖ stays below 2.")
+            curv = divergence_curvature(op, L_prev, r, lam, N, loss=s["loss"]) \
+                if s["batch_size"] is None and opt != "adam" else None
+            message = divergence_message(step=k, t=k * lr, loss=Lcheck, limit=limit, lr=lr, saved=len(rec["step"]),
+                                         curvature=curv, momentum=beta, optimizer=opt)
             break
         if saving:
             save(k, float(Lfull))
@@ -373,6 +368,7 @@ def _run(op, y, M0, W0, s, track_transfer: bool = False) -> Trajectory:
             break
         if not mse:
             r = residual(f, yb, s["loss"])
+        L_prev = L
         GL, h = gradient_terms(ob, r, L, mu, nb)
         if opt != "adam" and not mom and not lam and h is None:
             L = torch.add(L, GL, alpha=-2.0 * lr)  # plain GD: L ← (I − 2ηG) L in one pass

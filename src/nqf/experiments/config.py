@@ -21,6 +21,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ..errors import NQFError
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -30,8 +32,8 @@ __all__ = ["RunConfig", "ConfigError", "load_config", "parse_config", "format_va
            "parse_set", "apply_overrides", "resolved_config", "config_hash", "read_config_data"]
 
 
-class ConfigError(ValueError):
-    """A configuration file or value is invalid; the message is one line."""
+class ConfigError(NQFError, ValueError):
+    """A configuration file or value is invalid; the message is one line (the CLI exits with code 2)."""
 
 
 class RunConfig(BaseModel):
@@ -40,7 +42,7 @@ class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     experiment: str
-    seed: int = Field(0, ge=0)
+    seed: int = Field(0, ge=0, lt=2 ** 32, strict=True, description="an integer in [0, 2**32); not a boolean")
     device: str = "cpu"
     params: dict[str, Any] = Field(default_factory=dict)
 
@@ -81,15 +83,29 @@ def parse_config(data: dict, source: str = "config"):
     return cfg, exp, params
 
 
+_MAX_CONFIG_BYTES = 16 * 2 ** 20
+
+
 def read_config_data(path) -> dict:
     """Read a TOML config file into a mapping (not yet validated); one-line :class:`ConfigError` on failure."""
     path = Path(path)
     if path.is_dir():
         raise ConfigError(f"config file {path} is a directory; expected a TOML file")
-    if not path.is_file():
+    if not path.exists():
         raise ConfigError(f"config file {path} does not exist")
+    if not path.is_file():
+        raise ConfigError(f"config file {path} is not a regular file; expected a TOML file")
     try:
-        text = path.read_bytes().decode("utf-8")
+        if path.stat().st_size > _MAX_CONFIG_BYTES:
+            raise ConfigError(f"config file {path} is larger than {_MAX_CONFIG_BYTES // 2**20} MiB; "
+                              "expected a TOML file")
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"config file {path} cannot be read: {exc.strerror or exc}") from None
+    if b"\x00" in raw:
+        raise ConfigError(f"config file {path} is a binary file (it holds NUL bytes); expected a TOML file")
+    try:
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"config file {path} is not UTF-8 text (a binary file?); expected a TOML file") from None
     try:

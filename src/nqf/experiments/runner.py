@@ -1,38 +1,61 @@
-"""Run an experiment into a run directory: seeding, progress, interruption, atomic outputs."""
+"""Run an experiment into a run directory: seeding, progress, interruption, all-or-nothing outputs.
+
+The run directory is written by :class:`~nqf.report.rundir.RunDirectory`: into a
+staging sibling, committed atomically at the end (also after Ctrl-C or a
+failure, with status ``"interrupted"``/``"failed"``), under a lock.  Every run
+records its identity — the full resolved config and its hash, the seed and the
+nqf version — in ``results.json`` and in every checkpoint, and ``--resume``
+refuses parts of a different run.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import platform
+import shlex
+import signal
 import sys
+import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import torch
 
+from .._validation import ParameterError, seed_value
 from ..report.html import write_report
 from ..report.rundir import RunDirectory
 from ..report.schema import SCHEMA_VERSION
 from .base import Experiment, Outcome, Params
 
-__all__ = ["RunContext", "run_experiment", "resolve_device", "versions"]
+__all__ = ["RunContext", "run_experiment", "resolve_device", "versions", "run_identity"]
 
 
 def resolve_device(name: str) -> torch.device:
-    """``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"`` → a device that exists here."""
+    """``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"`` → a device that exists here (else :class:`ParameterError`)."""
+    expected = "expected 'cpu', 'cuda', 'cuda:N' or 'auto'"
+    if not isinstance(name, str):
+        raise ParameterError(f"--device (`device`): {expected}; found {name!r} ({type(name).__name__})")
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if not name.strip() or name != name.strip():
+        raise ParameterError(f"--device (`device`): {expected}; found {name!r}")
     try:
         dev = torch.device(name)
-    except RuntimeError:
-        raise ValueError(f"--device: expected 'cpu', 'cuda', 'cuda:N' or 'auto'; found {name!r}") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"--device: {name!r} requested but CUDA is not available on this machine; use --device cpu")
-    if dev.type not in ("cpu", "cuda"):
-        raise ValueError(f"--device: expected 'cpu', 'cuda', 'cuda:N' or 'auto'; found {name!r}")
+    except (RuntimeError, ValueError):
+        raise ParameterError(f"--device (`device`): {expected}; found {name!r}") from None
+    if dev.type not in ("cpu", "cuda") or (dev.type == "cpu" and dev.index not in (None, 0)):
+        raise ParameterError(f"--device (`device`): {expected}; found {name!r}")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ParameterError(f"--device (`device`): {name!r} requested but CUDA is not available on this "
+                                 "machine; use --device cpu")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ParameterError(f"--device (`device`): {name!r} requested but this machine has "
+                                 f"{torch.cuda.device_count()} CUDA device(s)")
     return dev
 
 
@@ -78,6 +101,33 @@ class RunContext:
         return torch.Generator(device="cpu").manual_seed(self.seed + offset)
 
 
+def run_identity(exp: Experiment, params: Params, *, seed: int, device: str) -> dict[str, Any]:
+    """What a run is: the full resolved config, its hash, the seed and the nqf version (compared by ``--resume``)."""
+    from .. import __version__
+    from .config import RunConfig, config_hash, resolved_config
+
+    resolved = resolved_config(RunConfig(experiment=exp.name, seed=seed, device=device), params)
+    return {"config": resolved, "config_hash": config_hash(resolved), "seed": seed, "nqf_version": __version__}
+
+
+@contextlib.contextmanager
+def _deferred_interrupts():
+    """Hold SIGINT while the outputs are written and committed; yields a list that is non-empty if one came."""
+    got: list = []
+    if threading.current_thread() is not threading.main_thread():
+        yield got
+        return
+    try:
+        old = signal.signal(signal.SIGINT, lambda signum, frame: got.append(signum))
+    except (ValueError, OSError):  # pragma: no cover - no signals here
+        yield got
+        return
+    try:
+        yield got
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
@@ -86,37 +136,62 @@ def run_experiment(exp: Experiment, params: Params, out_dir, *, seed: int = 0, d
                    force: bool = False, resume: bool = False, show_progress: bool = False) -> dict[str, Any]:
     """Run ``exp`` and write its run directory; returns the results dictionary.
 
-    A ``KeyboardInterrupt`` stops the experiment, keeps everything it had
-    finished (outputs written atomically, status ``"interrupted"``) and is
-    re-raised; any other exception is recorded as status ``"failed"`` and re-raised.
+    The run directory appears all at once when the run ends (see
+    :mod:`nqf.report.rundir`).  A ``KeyboardInterrupt`` stops the experiment, keeps
+    everything it had finished (status ``"interrupted"``, checkpoints included, so
+    ``resume=True`` continues it) and is re-raised; any other exception is recorded
+    as status ``"failed"`` and re-raised (with ``.run_directory`` set to the path).
+
+    Raises
+    ------
+    ParameterError
+        ``seed`` not an int in ``[0, 2**32)``, an unknown or unavailable ``device``.
+    RunDirectoryExistsError, RunDirectoryLockedError, ResumeMismatchError
+        See :class:`~nqf.report.rundir.RunDirectory`.
     """
+    seed = seed_value(seed)
     dev = resolve_device(device)
-    rundir = RunDirectory(out_dir, force=force, resume=resume)
-    torch.manual_seed(seed)
-    np.random.seed(seed)
-    ctx = RunContext(rundir, dev, seed, show_progress)
-    out = Outcome()
-    started, t0 = _now(), time.perf_counter()
-    status, message, error = "complete", "", None
+    identity = run_identity(exp, params, seed=seed, device=str(dev))
+    rundir = RunDirectory(out_dir, force=force, resume=resume, identity=identity)
     try:
-        exp.run(params, ctx, out)
-    except KeyboardInterrupt as exc:
-        status, error = "interrupted", exc
-        message = (f"interrupted: partial results kept in {rundir.path}; continue with "
-                   f"`nqf run CONFIG --out {rundir.path} --resume` (finished parts are reused) "
-                   f"or rebuild the report with `nqf report {rundir.path}`")
-    except Exception as exc:  # noqa: BLE001 - recorded, then re-raised
-        status, error = "failed", exc
-        message = f"{type(exc).__name__}: {exc}"
-    results = _write_outputs(exp, params, out, rundir, seed=seed, device=str(dev), status=status,
-                             message=message, started=started, wall=time.perf_counter() - t0)
+        torch.manual_seed(seed)
+        np.random.seed(seed)
+        ctx = RunContext(rundir, dev, seed, show_progress)
+        out = Outcome()
+        started, t0 = _now(), time.perf_counter()
+        status, message, error = "complete", "", None
+        try:
+            exp.run(params, ctx, out)
+        except KeyboardInterrupt as exc:
+            status, error = "interrupted", exc
+            q = shlex.quote(str(rundir.path))
+            message = (f"interrupted: partial results kept in {q}; continue with "
+                       f"`nqf run CONFIG --out {q} --resume` (finished parts are reused) "
+                       f"or rebuild the report with `nqf report {q}`")
+        except Exception as exc:  # noqa: BLE001 - recorded, then re-raised
+            status, error = "failed", exc
+            message = f"{type(exc).__name__}: {exc}"
+        with _deferred_interrupts() as late:  # a second Ctrl-C must not lose what is being saved
+            results = _write_outputs(exp, params, out, rundir, identity=identity, seed=seed, device=str(dev),
+                                     status=status, message=message, started=started,
+                                     wall=time.perf_counter() - t0)
+            rundir.commit()
+    except BaseException:
+        rundir.discard()
+        raise
+    if late and error is None:
+        error = KeyboardInterrupt()
     if error is not None:
+        try:
+            error.run_directory = rundir.path
+        except AttributeError:  # pragma: no cover - exceptions without a __dict__
+            pass
         raise error
     return results
 
 
-def _write_outputs(exp, params, out: Outcome, rundir: RunDirectory, *, seed, device, status, message, started,
-                   wall) -> dict[str, Any]:
+def _write_outputs(exp, params, out: Outcome, rundir: RunDirectory, *, identity, seed, device, status, message,
+                   started, wall) -> dict[str, Any]:
     import matplotlib.pyplot as plt
 
     figures = {}
@@ -130,11 +205,13 @@ def _write_outputs(exp, params, out: Outcome, rundir: RunDirectory, *, seed, dev
 
     results = {
         "schema": SCHEMA_VERSION,
+        "run_id": rundir.run_id,
+        "config_hash": identity["config_hash"],
         "experiment": exp.name,
         "description": exp.description,
         "status": status,
         "message": message,
-        "config": {"experiment": exp.name, "seed": seed, "device": device, "params": params.model_dump(mode="json")},
+        "config": identity["config"],
         "seed": seed,
         "device": device,
         "versions": versions(),
@@ -148,6 +225,6 @@ def _write_outputs(exp, params, out: Outcome, rundir: RunDirectory, *, seed, dev
         "arrays": arrays,
         "summary": list(out.summary),
     }
-    rundir.write_json("results.json", results)
-    write_report(rundir.path, results)
+    write_report(rundir.staging, results)
+    rundir.write_json("results.json", results)  # last: a staged run with results.json is complete
     return results

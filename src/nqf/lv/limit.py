@@ -179,6 +179,8 @@ def limit(beta, C, s0=None, *, y2: float | None = None, max_events: int | None =
     """
     b = as_tensor("beta", beta, ndim=1, dtype=torch.float64).numpy().copy()
     K = b.shape[0]
+    if K == 0:
+        raise ShapeError("`beta` must have at least one mode (K ≥ 1); found shape (0,)")
     Cn = as_tensor("C", C, ndim=2, dtype=torch.float64).numpy()
     if Cn.shape != (K, K):
         raise ShapeError(f"`C` must have shape ({K}, {K}) to match `beta`; found {Cn.shape}")

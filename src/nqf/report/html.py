@@ -1,15 +1,27 @@
-"""One self-contained HTML report per run (figures embedded as base64 PNG; opens offline)."""
+"""One self-contained HTML report per run (figures embedded as base64 data; opens offline).
+
+The page is rendered by jinja2 with autoescaping, so every string from
+``results.json`` is text, never markup.  Figures are embedded only when their
+path is a relative path *inside* the run directory (after resolving symbolic
+links) with a known image extension and matching file contents; absolute
+paths, ``../`` traversal, URLs of any scheme (``javascript:``, ``http:``,
+``file:``, ``data:``) and other files are refused: the report then says that
+the figure was not shown, without echoing the path.
+"""
 
 from __future__ import annotations
 
 import base64
-import html
 import json
-from pathlib import Path
+import re
+from pathlib import Path, PurePosixPath
 
-from .rundir import atomic_write_text
+import jinja2
+from markupsafe import Markup
 
-__all__ = ["render_report", "write_report", "rebuild_report"]
+from .rundir import RUN_ID_KEY, atomic_write_text
+
+__all__ = ["render_report", "write_report", "rebuild_report", "safe_figure_path"]
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
@@ -21,6 +33,48 @@ figure{margin:1em 0} figure img{max-width:100%;border:1px solid #eee} pre{backgr
 .status-interrupted,.status-failed{background:#fff3cd;padding:0.6em;border:1px solid #e0c97a}
 """
 
+_TEMPLATE = """<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>
+<meta name="{{ run_id_key }}" content="{{ r.run_id }}">
+<title>nqf — {{ r.experiment }}</title><style>{{ css }}</style></head><body>
+<h1>{{ r.experiment }}</h1><p>{{ r.description }}</p>
+<p class='meta'>status: <b>{{ r.status }}</b> · seed {{ r.seed }} · device {{ r.device }} · {{ r.wall_seconds }} s · \
+started {{ r.started }} · run {{ r.run_id }}{% for k, v in r.versions.items() %} · {{ k }} {{ v }}{% endfor %}</p>
+{% if r.status != 'complete' %}<p class='status-{{ r.status }}'>{{ r.message }}</p>
+{% endif %}{% if r.summary %}<ul>{% for s in r.summary %}<li>{{ s }}</li>{% endfor %}</ul>
+{% endif %}{% if r.checks %}<h2>Predicted vs measured</h2><table><tr><th>quantity</th><th>predicted</th>\
+<th>measured</th><th>relative error</th><th>tolerance</th><th>within</th><th>note</th></tr>
+{% for c in r.checks %}<tr><td>{{ c.name }}</td><td>{{ fmt(c.predicted) }}</td>\
+<td>{{ fmt(c.measured) }}</td><td>{{ fmt(c.relative_error) }}</td><td>{{ fmt(c.tolerance) }}</td>\
+<td{% if c.passed is true %} class='pass'{% elif c.passed is false %} class='fail'{% endif %}>\
+{{ fmt(c.passed) }}</td><td>{{ c.get('reason') or '' }}</td></tr>
+{% endfor %}</table>
+{% endif %}{% for f in figures %}{% if f.src %}<figure><img alt='{{ f.name }}' src='{{ f.src }}'>\
+<figcaption>{{ f.name }}{% if f.svg %} (<a href='{{ f.svg }}'>SVG</a>){% endif %}</figcaption></figure>
+{% else %}<p class='meta'>figure {{ f.name }} not shown: its file is not an image inside the run directory</p>
+{% endif %}{% endfor %}{% for t in r.tables %}<h2>{{ t.name }}</h2>
+{% if t.caption %}<p>{{ t.caption }}</p>
+{% endif %}<table><tr>{% for c in t.columns %}<th>{{ c }}</th>{% endfor %}</tr>
+{% for row in t.rows %}<tr>{% for v in row %}<td>{{ fmt(v) }}</td>{% endfor %}</tr>
+{% endfor %}</table>
+{% endfor %}{% if r.metrics %}<h2>Metrics</h2><table>{% for k, v in r.metrics.items() %}<tr><td>{{ k }}</td>\
+<td>{{ fmt(v) }}</td></tr>{% endfor %}</table>
+{% endif %}<h2>Configuration</h2><pre>{{ config }}</pre>
+</body></html>
+"""
+
+_ENV = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+_PAGE = _ENV.from_string(_TEMPLATE)
+
+#: extension -> (MIME type, accepted leading bytes); only these files are ever embedded.
+IMAGE_TYPES = {
+    ".png": ("image/png", (b"\x89PNG\r\n\x1a\n",)),
+    ".jpg": ("image/jpeg", (b"\xff\xd8\xff",)),
+    ".jpeg": ("image/jpeg", (b"\xff\xd8\xff",)),
+    ".gif": ("image/gif", (b"GIF87a", b"GIF89a")),
+    ".svg": ("image/svg+xml", (b"<?xml", b"<svg")),
+}
+_SCHEME = re.compile(r"^\s*[A-Za-z][A-Za-z0-9+.\-]*:")
+
 
 def _fmt(v) -> str:
     if v is None:
@@ -29,52 +83,67 @@ def _fmt(v) -> str:
         return "yes" if v else "no"
     if isinstance(v, float):
         return f"{v:.4g}"
-    return html.escape(str(v))
+    return str(v)
+
+
+def safe_figure_path(rundir: Path, rel) -> Path | None:
+    """The file ``rel`` names inside ``rundir``, or ``None`` when it must not be embedded or linked.
+
+    Accepted: a relative POSIX path without ``..``, without a URL scheme, with an
+    extension of :data:`IMAGE_TYPES`, naming a regular file that lies inside the run
+    directory after resolving symbolic links and starts like an image of that type.
+    """
+    if not isinstance(rel, str) or not rel or len(rel) > 1024:
+        return None
+    if any(ch in rel for ch in ("\x00", "\\", "?", "#", "%")) or any(ord(ch) < 32 for ch in rel):
+        return None
+    if _SCHEME.match(rel) or rel.startswith(("/", "~")):
+        return None
+    parts = PurePosixPath(rel).parts
+    if not parts or any(p in ("..", "") for p in parts):
+        return None
+    ext = PurePosixPath(rel).suffix.lower()
+    if ext not in IMAGE_TYPES:
+        return None
+    try:
+        root = Path(rundir).resolve(strict=True)
+        p = (root / rel).resolve(strict=True)
+    except (OSError, RuntimeError):
+        return None
+    if not p.is_relative_to(root) or not p.is_file():
+        return None
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(16).lstrip()
+    except OSError:
+        return None
+    if not head.startswith(IMAGE_TYPES[ext][1]):
+        return None
+    return p
+
+
+def _figures(results: dict, rundir: Path) -> list[dict]:
+    out = []
+    figures = results.get("figures") or {}
+    for name, files in figures.items():
+        files = files if isinstance(files, dict) else {}
+        src = svg = None
+        for key in ("png", "svg"):  # the PNG is embedded; an SVG only when there is no PNG
+            p = safe_figure_path(rundir, files.get(key))
+            if p is not None:
+                mime = IMAGE_TYPES[p.suffix.lower()][0]
+                src = f"data:{mime};base64," + base64.b64encode(p.read_bytes()).decode("ascii")
+                break
+        if safe_figure_path(rundir, files.get("svg")) is not None:
+            svg = files["svg"]
+        out.append({"name": str(name), "src": src, "svg": svg})
+    return out
 
 
 def render_report(results: dict, rundir: Path) -> str:
     """HTML text of the report for ``results`` (figures read from ``rundir``)."""
-    e = html.escape
-    parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
-             f"<title>nqf — {e(results['experiment'])}</title><style>{_CSS}</style></head><body>"]
-    parts.append(f"<h1>{e(results['experiment'])}</h1><p>{e(results['description'])}</p>")
-    parts.append(f"<p class='meta'>status: <b>{e(results['status'])}</b> · seed {results['seed']} · device "
-                 f"{e(results['device'])} · {results.get('wall_seconds')} s · started {e(results['started'])} · "
-                 + " · ".join(f"{k} {e(v)}" for k, v in results["versions"].items()) + "</p>")
-    if results["status"] != "complete":
-        parts.append(f"<p class='status-{e(results['status'])}'>{e(results['message'])}</p>")
-    if results.get("summary"):
-        parts.append("<ul>" + "".join(f"<li>{e(s)}</li>" for s in results["summary"]) + "</ul>")
-    if results["checks"]:
-        parts.append("<h2>Predicted vs measured</h2><table><tr><th>quantity</th><th>predicted</th>"
-                     "<th>measured</th><th>relative error</th><th>tolerance</th><th>within</th></tr>")
-        for c in results["checks"]:
-            ok = c["passed"]
-            cls = "" if ok is None else (" class='pass'" if ok else " class='fail'")
-            parts.append(f"<tr><td>{e(c['name'])}</td><td>{_fmt(c['predicted'])}</td><td>{_fmt(c['measured'])}</td>"
-                         f"<td>{_fmt(c['relative_error'])}</td><td>{_fmt(c['tolerance'])}</td>"
-                         f"<td{cls}>{_fmt(ok)}</td></tr>")
-        parts.append("</table>")
-    for name, files in results["figures"].items():
-        png = rundir / files["png"]
-        if png.exists():
-            data = base64.b64encode(png.read_bytes()).decode("ascii")
-            parts.append(f"<figure><img alt='{e(name)}' src='data:image/png;base64,{data}'>"
-                         f"<figcaption>{e(name)} (<a href='{e(files['svg'])}'>SVG</a>)</figcaption></figure>")
-    for t in results["tables"]:
-        parts.append(f"<h2>{e(t['name'])}</h2>")
-        if t.get("caption"):
-            parts.append(f"<p>{e(t['caption'])}</p>")
-        parts.append("<table><tr>" + "".join(f"<th>{e(c)}</th>" for c in t["columns"]) + "</tr>")
-        for row in t["rows"]:
-            parts.append("<tr>" + "".join(f"<td>{_fmt(v)}</td>" for v in row) + "</tr>")
-        parts.append("</table>")
-    if results["metrics"]:
-        parts.append("<h2>Metrics</h2><table>" + "".join(
-            f"<tr><td>{e(k)}</td><td>{_fmt(v)}</td></tr>" for k, v in results["metrics"].items()) + "</table>")
-    parts.append("<h2>Configuration</h2><pre>" + e(json.dumps(results["config"], indent=2)) + "</pre>")
-    parts.append("</body></html>")
-    return "\n".join(parts)
+    return _PAGE.render(r=results, css=Markup(_CSS), run_id_key=RUN_ID_KEY, fmt=_fmt,
+                        figures=_figures(results, Path(rundir)), config=json.dumps(results["config"], indent=2))
 
 
 def write_report(rundir, results: dict) -> Path:
@@ -85,12 +154,20 @@ def write_report(rundir, results: dict) -> Path:
 
 
 def rebuild_report(rundir) -> Path:
-    """Rebuild ``report.html`` from a run directory's saved ``results.json`` and figures."""
-    from .schema import validate_results
+    """Rebuild ``report.html`` from a run directory's saved ``results.json`` and figures.
+
+    Raises :class:`~nqf.report.schema.ResultsFileError` (one line) when ``results.json``
+    is missing, malformed or of another schema version, and
+    :class:`~nqf.report.rundir.RunDirectoryLockedError` while a run is writing the directory.
+    """
+    from .rundir import acquire_lock
+    from .schema import read_results_json, validate_results
 
     rundir = Path(rundir)
-    if not (rundir / "results.json").is_file():
-        raise FileNotFoundError(f"{rundir} holds no results.json (not a run directory?)")
-    validate_results(rundir)
-    results = json.loads((rundir / "results.json").read_text())
-    return write_report(rundir, results)
+    validate_results(rundir)  # before taking the lock: no lock file beside a directory that is not a run
+    lock = acquire_lock(rundir)  # no run may swap the directory while its report is rebuilt
+    try:
+        validate_results(rundir)
+        return write_report(rundir, read_results_json(rundir))
+    finally:
+        lock.release()

@@ -1,43 +1,135 @@
-"""The run directory: atomic writes of results, arrays, figures and checkpoints.
+"""The run directory: written all or nothing, by one writer at a time, and never holding a pickle.
 
-Layout of a run directory::
+Layout of a run directory ``NAME/``::
 
-    results.json      versioned summary (schema ``nqf.results/1``, see :mod:`nqf.report.schema`)
-    arrays.npz        every array the experiment produced
-    figures/NAME.png  and figures/NAME.svg
-    report.html       self-contained report (figures embedded)
-    checkpoints/      finished parts, reused by ``--resume``
+    results.json              versioned summary (schema ``nqf.results/2``, see :mod:`nqf.report.schema`)
+    arrays.npz                every array the experiment produced
+    figures/FIG.png, FIG.svg  the figures
+    report.html               self-contained report (figures embedded)
+    checkpoints/KEY.ckpt.npz  finished parts, reused by ``--resume`` (JSON + arrays, no pickle:
+                              see :mod:`nqf.report.codec`)
 
-Every file is written to a temporary name in the same directory and moved into
-place with :func:`os.replace`, so an interrupted run never leaves a truncated file.
+**Run id.**  Every run gets a fresh id (:attr:`RunDirectory.run_id`), recorded in
+``results.json`` (``run_id``), in the zip comment of ``arrays.npz``
+(``nqf-run-id=ID``), in a PNG text chunk (``nqf-run-id``) and the SVG
+``dc:identifier`` (``nqf-run-id:ID``) of every figure, in ``report.html``
+(``<meta name="nqf-run-id">``) and in every checkpoint header.  :func:`verify_run`
+checks that they all agree.
+
+**All or nothing.**  A run never writes into ``NAME/`` itself.  It writes into a
+fresh sibling ``.NAME.nqf-new-RUNID/`` and :meth:`RunDirectory.commit` moves that
+into place: renamed to ``NAME`` when there is none, else exchanged with the
+existing ``NAME`` in one atomic step (Linux ``renameat2(RENAME_EXCHANGE)``; where
+that is unavailable, the old directory is renamed to ``.NAME.nqf-old-RUNID`` and
+the new one renamed in, and a kill between the two renames is repaired by the
+next writer, which puts the old run back).  The previous run, now in the
+sibling, is then deleted.  Hence a kill (even ``SIGKILL``) at any moment leaves
+``NAME/`` holding either the complete previous run or the complete new run.
+Entries of the previous directory that are not run outputs (anything but the
+names above) are carried over into the new one as hard links (copies across
+file systems), so ``--force`` never deletes a file nqf did not write.
+
+**One writer.**  A lock file ``.NAME.nqf-lock`` beside the directory is taken
+(without waiting) for the whole life of the :class:`RunDirectory`; a second
+writer fails at once with :class:`RunDirectoryLockedError`.  Stale siblings
+left by a killed writer (``.NAME.nqf-new-*``, ``.NAME.nqf-old-*``) are removed
+by the next writer, which holds the lock, so they are never in use.
+
+**Interrupted runs.**  Where the partial state of an interrupted run lives:
+
+* Ctrl-C (``KeyboardInterrupt``) or a failing experiment: the runner writes what
+  was finished (status ``"interrupted"`` / ``"failed"``, the finished
+  checkpoints included) and commits it, so ``NAME/`` holds that run;
+  ``--resume`` then reuses ``NAME/checkpoints/``.
+* A kill that cannot be caught (``SIGKILL``, power loss): ``NAME/`` keeps the
+  previous run, and the killed run's finished checkpoints stay in its sibling
+  ``.NAME.nqf-new-RUNID/checkpoints/``.  ``--resume`` adopts those that match
+  the run (same identity, see below) before deleting the sibling; any other run
+  just deletes it.
+
+**Resume cannot mix runs.**  Every checkpoint header and ``results.json`` record
+the hash of the full resolved config (:func:`nqf.experiments.config.config_hash`),
+the config itself, the seed, the nqf version and the format version.  With
+``resume=True`` these are compared before any work starts; anything different
+raises :class:`ResumeMismatchError` naming what differs.  A pickle found in
+``checkpoints/`` is refused, never loaded.
+
+**Permissions.**  Files are created ``0666 & ~umask`` (``0644`` with the usual
+umask ``022``), directories ``0777 & ~umask`` (``0755``).
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import glob
+import hashlib
 import io
 import json
 import os
-import pickle
+import re
+import secrets
+import shutil
+import sys
 import tempfile
+import zipfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
-__all__ = ["RunDirectory", "atomic_write_bytes", "atomic_write_text", "RunDirectoryExistsError"]
+from ..errors import NQFError
+from . import codec
+
+__all__ = ["RunDirectory", "atomic_write_bytes", "atomic_write_text", "RunDirectoryError", "RunDirectoryExistsError",
+           "RunDirectoryLockedError", "ResumeMismatchError", "verify_run", "read_run_ids", "RUN_OUTPUTS"]
+
+#: Entries of a run directory that belong to the run (everything else is carried over by ``--force``).
+RUN_OUTPUTS = ("results.json", "arrays.npz", "report.html", "figures", "checkpoints")
+_CKPT_SUFFIX = ".ckpt.npz"
+_PICKLE_SUFFIXES = (".pkl", ".pickle", ".pck", ".p")
+RUN_ID_KEY = "nqf-run-id"
 
 
-class RunDirectoryExistsError(FileExistsError):
+class RunDirectoryError(NQFError):
+    """A run directory cannot be used as asked."""
+
+
+class RunDirectoryExistsError(RunDirectoryError, FileExistsError):
     """The run directory already holds results and neither ``force`` nor ``resume`` was given."""
 
 
+class RunDirectoryLockedError(RunDirectoryError, RuntimeError):
+    """Another process is writing the same run directory."""
+
+
+class ResumeMismatchError(RunDirectoryError, ValueError):
+    """``--resume`` found parts written by a different run (config, seed, version or format), or unsafe files."""
+
+
+# --------------------------------------------------------------------------- files
+def _umask() -> int:
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (temporary file + ``os.replace``)."""
+    """Write ``data`` to ``path`` atomically (temporary file + ``os.replace``), mode ``0666 & ~umask``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), 0o666 & ~_umask())
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
@@ -54,67 +146,459 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def _checkpoint_name(key: str) -> str:
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"checkpoint key must be a non-empty string; found {key!r}")
+    if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,100}", key):
+        return key + _CKPT_SUFFIX
+    safe = re.sub(r"[^A-Za-z0-9._+-]", "_", key)[:60].lstrip(".") or "key"
+    return f"{safe}-{hashlib.sha256(key.encode('utf-8')).hexdigest()[:12]}{_CKPT_SUFFIX}"
+
+
+def _figure_stem(name: str) -> str:
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,100}", name) or ".." in name:
+        raise ValueError(f"figure name must be a plain file name (letters, digits, . _ + -); found {name!r}")
+    return name
+
+
+# --------------------------------------------------------------------------- atomic exchange
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two paths (Linux ``renameat2``); False where unsupported."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    if fn(_AT_FDCWD, os.fsencode(str(a)), _AT_FDCWD, os.fsencode(str(b)), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV):
+        return False
+    raise OSError(err, os.strerror(err), str(a), None, str(b))
+
+
+def _link_or_copy(src, dst, *, follow_symlinks=True):
+    try:
+        os.link(src, dst, follow_symlinks=False)
+    except OSError:
+        shutil.copy2(src, dst, follow_symlinks=False)
+    return dst
+
+
+def _carry(entry: Path, dst: Path) -> None:
+    if entry.is_symlink():
+        os.symlink(os.readlink(entry), dst)
+    elif entry.is_dir():
+        shutil.copytree(entry, dst, symlinks=True, copy_function=_link_or_copy)
+    else:
+        _link_or_copy(entry, dst)
+
+
+def _rmtree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- lock
+def lock_path(path) -> Path:
+    """The lock file of run directory ``path``: ``.NAME.nqf-lock`` beside it."""
+    real = Path(os.path.realpath(path))
+    return real.parent / f".{real.name}.nqf-lock"
+
+
+def acquire_lock(path):
+    """Take the lock of run directory ``path`` without waiting (a held ``filelock.FileLock``); release it with
+    ``.release()``.  Raises :class:`RunDirectoryLockedError` when another process holds it."""
+    from filelock import FileLock, Timeout
+
+    lp = lock_path(path)
+    lp.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(lp), timeout=0)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise RunDirectoryLockedError(
+            f"run directory {path} is being written by another nqf process (lock {lp} is held); wait for it to "
+            "finish or choose another --out") from None
+    return lock
+
+
+# --------------------------------------------------------------------------- identity
+def describe_differences(found: dict, expected: dict) -> list[str]:
+    """What differs between the identity recorded by a run (``found``) and the one of this run (``expected``)."""
+    out = []
+    for key, label in (("format", "format"), ("nqf_version", "nqf version")):
+        if key in expected and found.get(key) != expected.get(key):
+            out.append(f"{label} {found.get(key)!r} (in the run) vs {expected.get(key)!r} (now)")
+    fc, ec = found.get("config"), expected.get("config")
+    if isinstance(fc, dict) and isinstance(ec, dict):
+        a, b = _flatten(fc), _flatten(ec)
+        for k in sorted(set(a) | set(b)):
+            if a.get(k, "<unset>") != b.get(k, "<unset>"):
+                out.append(f"{k} {a.get(k, '<unset>')!r} (in the run) vs {b.get(k, '<unset>')!r} (now)")
+    elif found.get("seed") != expected.get("seed"):
+        out.append(f"seed {found.get('seed')!r} (in the run) vs {expected.get('seed')!r} (now)")
+    if not out and found.get("config_hash") != expected.get("config_hash"):
+        out.append(f"config hash {str(found.get('config_hash'))[:12]}… (in the run) vs "
+                   f"{str(expected.get('config_hash'))[:12]}… (now)")
+    return out
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        name = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, name + "."))
+        else:
+            out[name] = v
+    return out
+
+
+# --------------------------------------------------------------------------- the directory
 class RunDirectory:
-    """A run directory on disk.
+    """A run directory being written (see the module docstring for the life cycle).
 
     Parameters
     ----------
     path : str or Path
+        The run directory ``NAME``.
     force : bool
-        Allow writing into a directory that already holds results (existing
-        files are replaced one by one, atomically).
+        Replace an existing run directory (atomically, at :meth:`commit`).
     resume : bool
-        Reuse finished parts from ``checkpoints/`` of an earlier, interrupted run.
+        Reuse finished parts from ``NAME/checkpoints/`` (and from a killed writer's sibling).
+    identity : dict, optional
+        ``{"config": resolved config, "config_hash": …, "seed": …, "nqf_version": …}`` recorded in every
+        checkpoint and compared on resume.
+
+    Use as a context manager (commits on success, discards on an exception) or call
+    :meth:`commit` / :meth:`discard` yourself.  Files are written into :attr:`staging`
+    until then.
     """
 
     RESULT_FILES = ("results.json", "arrays.npz", "report.html")
 
-    def __init__(self, path, *, force: bool = False, resume: bool = False):
+    def __init__(self, path, *, force: bool = False, resume: bool = False, identity: dict | None = None):
         self.path = Path(path)
         self.resume = resume
-        if self.path.exists() and not self.path.is_dir():
+        self.identity = dict(identity or {})
+        self.run_id = secrets.token_hex(8)
+        real = Path(os.path.realpath(self.path))
+        if real.name in ("", ".", "..") or real.parent == real:
+            raise RunDirectoryExistsError(f"`--out` {self.path}: cannot use this path as a run directory")
+        self._real = real
+        self._parent = real.parent
+        if real.exists() and not real.is_dir():
             raise RunDirectoryExistsError(f"`--out` {self.path} exists and is not a directory")
-        if self.path.is_dir() and any(self.path.iterdir()) and not (force or resume):
-            raise RunDirectoryExistsError(
-                f"run directory {self.path} already holds files; pass --force to overwrite them or "
-                "--resume to continue an interrupted run")
-        self.path.mkdir(parents=True, exist_ok=True)
-        (self.path / "figures").mkdir(exist_ok=True)
+        self._parent.mkdir(parents=True, exist_ok=True)
+        self._lock = self._acquire_lock()
+        self._done = False
+        try:
+            self._recover()
+            existing = real.is_dir() and any(real.iterdir())
+            if existing and not (force or resume):
+                raise RunDirectoryExistsError(
+                    f"run directory {self.path} already holds files; pass --force to overwrite them or "
+                    "--resume to continue an interrupted run")
+            self.previous = real if existing else None
+            stale = self._siblings("new") + self._siblings("old")
+            self._reuse: dict[str, tuple[Path, dict]] = {}
+            self.staging = self._parent / f".{real.name}.nqf-new-{self.run_id}"
+            self.staging.mkdir()
+            try:
+                (self.staging / "figures").mkdir()
+                if resume:
+                    self._check_previous_results()
+                    self._collect_checkpoints(stale)
+            except BaseException:
+                _rmtree(self.staging)
+                raise
+            for s in stale:
+                _rmtree(s)
+        except BaseException:
+            self._release()
+            raise
 
-    # ------------------------------------------------------------------ files
+    # ------------------------------------------------------------------ lock and recovery
+    @property
+    def lock_path(self) -> Path:
+        return lock_path(self._real)
+
+    def _acquire_lock(self):
+        return acquire_lock(self.path)
+
+    def _release(self) -> None:
+        lock, self._lock = getattr(self, "_lock", None), None
+        if lock is not None:
+            lock.release()
+
+    def _siblings(self, kind: str) -> list[Path]:
+        pattern = str(self._parent / f".{glob.escape(self._real.name)}.nqf-{kind}-*")
+        return sorted((Path(p) for p in glob.glob(pattern)), key=lambda p: p.stat().st_mtime, reverse=True)
+
+    def _recover(self) -> None:
+        """After a kill between the two renames of the fallback swap: put the old run back."""
+        if self._real.exists():
+            return
+        olds = self._siblings("old")
+        if olds:
+            os.rename(olds[0], self._real)
+
+    # ------------------------------------------------------------------ resume checks
+    def _mismatch(self, where: str, found: dict) -> None:
+        if not self.identity:
+            return
+        diffs = describe_differences(found, self.identity)
+        if diffs:
+            raise ResumeMismatchError(
+                f"cannot --resume {self.path}: {where} was written by a different run: " + "; ".join(diffs)
+                + ". Resume with the same config, seed and nqf version, or start over with --force "
+                "(without --resume) or another --out")
+
+    def _check_previous_results(self) -> None:
+        if self.previous is None or not (self.previous / "results.json").exists():
+            return
+        from .schema import SCHEMA_VERSION, ResultsFileError, read_results_json
+
+        try:
+            data = read_results_json(self.previous / "results.json")
+        except ResultsFileError as exc:
+            raise ResumeMismatchError(f"cannot --resume {self.path}: {exc}") from None
+        if data.get("schema") != SCHEMA_VERSION:
+            raise ResumeMismatchError(
+                f"cannot --resume {self.path}: its results.json has format {data.get('schema')!r}, this nqf writes "
+                f"{SCHEMA_VERSION!r}; start over with --force (without --resume)")
+        found = {"config": data.get("config"), "config_hash": data.get("config_hash"), "seed": data.get("seed"),
+                 "nqf_version": (data.get("versions") or {}).get("nqf")}
+        self._mismatch("results.json", found)
+
+    def _collect_checkpoints(self, stale: list[Path]) -> None:
+        """Validate every checkpoint of the previous run (refusing on any mismatch) and adopt matching ones of
+        killed writers' siblings."""
+        if self.previous is not None and (self.previous / "checkpoints").is_dir():
+            for p in sorted((self.previous / "checkpoints").iterdir()):
+                if p.name.startswith(".") and p.name.endswith(".tmp"):
+                    continue
+                if p.suffix.lower() in _PICKLE_SUFFIXES or not p.name.endswith(_CKPT_SUFFIX):
+                    raise ResumeMismatchError(
+                        f"cannot --resume {self.path}: checkpoints/{p.name} is not an nqf checkpoint "
+                        f"(*{_CKPT_SUFFIX}); nqf never loads pickles or other files from a run directory, since "
+                        "loading them could run code. Delete it, or start over with --force (without --resume)")
+                if not p.is_file():
+                    raise ResumeMismatchError(f"cannot --resume {self.path}: checkpoints/{p.name} is not a file")
+                try:
+                    header = codec.read_header(p.read_bytes(), f"checkpoints/{p.name}")
+                except codec.CheckpointError as exc:
+                    raise ResumeMismatchError(f"cannot --resume {self.path}: {exc}") from None
+                self._mismatch(f"checkpoints/{p.name}", header)
+                self._reuse[p.name] = (p, header)
+        for s in stale:
+            ck = s / "checkpoints"
+            if not ck.is_dir():
+                continue
+            for p in ck.iterdir():
+                if not p.name.endswith(_CKPT_SUFFIX) or p.name in self._reuse or not p.is_file():
+                    continue
+                try:
+                    header = codec.read_header(p.read_bytes(), p.name)
+                except codec.CheckpointError:
+                    continue
+                if self.identity and describe_differences(header, self.identity):
+                    continue
+                dst = self.staging / "checkpoints" / p.name
+                dst.parent.mkdir(exist_ok=True)
+                os.replace(p, dst)  # adopted: the sibling is deleted next
+                self._reuse[p.name] = (dst, header)
+
+    # ------------------------------------------------------------------ writing
     def write_json(self, name: str, obj: Any) -> Path:
-        p = self.path / name
+        p = self.staging / name
         atomic_write_text(p, json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
         return p
 
     def write_arrays(self, arrays: dict[str, np.ndarray], name: str = "arrays.npz") -> Path:
+        """Save ``arrays`` (numeric only: no object arrays, which would need pickle) with the run id as zip comment."""
+        clean = {}
+        for k, v in arrays.items():
+            a = np.asarray(v.detach().cpu() if hasattr(v, "detach") else v)
+            if a.dtype.kind not in "biufc":
+                raise TypeError(f"array {k!r} has dtype {a.dtype}; only numeric arrays are saved (no pickle)")
+            clean[k] = a
         buf = io.BytesIO()
-        np.savez_compressed(buf, **{k: np.asarray(v) for k, v in arrays.items()})
-        p = self.path / name
+        np.savez_compressed(buf, **clean)
+        with zipfile.ZipFile(buf, "a") as zf:
+            zf.comment = f"{RUN_ID_KEY}={self.run_id}".encode("ascii")
+        p = self.staging / name
         atomic_write_bytes(p, buf.getvalue())
         return p
 
     def write_figure(self, name: str, fig) -> dict[str, str]:
-        """Save a matplotlib figure as PNG and SVG; returns relative paths."""
+        """Save a matplotlib figure as PNG and SVG (both tagged with the run id); returns relative paths."""
+        stem = _figure_stem(name)
         out = {}
+        meta = {"png": {RUN_ID_KEY: self.run_id}, "svg": {"Identifier": f"{RUN_ID_KEY}:{self.run_id}"}}
         for ext in ("png", "svg"):
             buf = io.BytesIO()
-            fig.savefig(buf, format=ext, dpi=120, bbox_inches="tight")
-            rel = f"figures/{name}.{ext}"
-            atomic_write_bytes(self.path / rel, buf.getvalue())
+            fig.savefig(buf, format=ext, dpi=120, bbox_inches="tight", metadata=meta[ext])
+            rel = f"figures/{stem}.{ext}"
+            atomic_write_bytes(self.staging / rel, buf.getvalue())
             out[ext] = rel
         return out
 
     # ------------------------------------------------------------ checkpoints
     def checkpoint(self, key: str, compute: Callable[[], Any]) -> Any:
-        """Return the saved value of part ``key`` when resuming, else compute and save it."""
-        p = self.path / "checkpoints" / f"{key}.pkl"
-        if self.resume and p.exists():
-            with open(p, "rb") as fh:
-                return pickle.load(fh)
+        """Return the saved value of part ``key`` when resuming, else compute and save it (never pickled)."""
+        name = _checkpoint_name(key)
+        dst = self.staging / "checkpoints" / name
+        if self.resume and name in self._reuse:
+            src, _ = self._reuse[name]
+            data = src.read_bytes()
+            try:
+                header, value = codec.loads(data, f"checkpoints/{name}")
+            except codec.CheckpointError as exc:
+                raise ResumeMismatchError(f"cannot --resume {self.path}: {exc}") from None
+            if header.get("key") != key:
+                raise ResumeMismatchError(f"cannot --resume {self.path}: checkpoints/{name} holds part "
+                                          f"{header.get('key')!r}, not {key!r}")
+            self._mismatch(f"checkpoints/{name}", header)
+            atomic_write_bytes(dst, data)
+            return value
         value = compute()
-        atomic_write_bytes(p, pickle.dumps(value))
+        header = dict(self.identity, key=key, run_id=self.run_id)
+        atomic_write_bytes(dst, codec.dumps(value, header))
         return value
+
+    # ------------------------------------------------------------ commit
+    def commit(self) -> Path:
+        """Move the staged run into place (atomically replacing a previous one) and release the lock."""
+        if self._done:
+            return self.path
+        try:
+            real, staging = self._real, self.staging
+            if real.is_dir() and any(real.iterdir()):
+                for entry in real.iterdir():
+                    if entry.name not in RUN_OUTPUTS and not os.path.lexists(staging / entry.name):
+                        _carry(entry, staging / entry.name)
+                if _exchange(staging, real):
+                    _rmtree(staging)
+                else:
+                    old = self._parent / f".{real.name}.nqf-old-{self.run_id}"
+                    os.rename(real, old)
+                    os.rename(staging, real)
+                    _rmtree(old)
+            else:
+                os.rename(staging, real)  # replaces an empty directory atomically
+            self._done = True
+        finally:
+            self._release()
+        return self.path
+
+    def discard(self) -> None:
+        """Drop the staged files (the previous run, if any, is untouched) and release the lock."""
+        if not self._done:
+            _rmtree(self.staging)
+            self._done = True
+        self._release()
+
+    def __enter__(self) -> RunDirectory:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.discard()
+
+    def __del__(self):  # pragma: no cover - a forgotten directory must not keep the lock
+        try:
+            self._release()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+# --------------------------------------------------------------------------- consistency
+def _png_text(data: bytes) -> dict[str, str]:
+    out = {}
+    if not data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return out
+    pos = 8
+    while pos + 8 <= len(data):
+        length = int.from_bytes(data[pos:pos + 4], "big")
+        kind = data[pos + 4:pos + 8]
+        body = data[pos + 8:pos + 8 + length]
+        if kind == b"tEXt" and b"\x00" in body:
+            k, v = body.split(b"\x00", 1)
+            out[k.decode("latin-1")] = v.decode("latin-1")
+        elif kind == b"iTXt" and b"\x00" in body:
+            k, rest = body.split(b"\x00", 1)
+            # compression flag, method, language\0, translated keyword\0, text
+            parts = rest[2:].split(b"\x00", 2)
+            if len(parts) == 3:
+                out[k.decode("latin-1")] = parts[2].decode("utf-8", "replace")
+        elif kind == b"IEND":
+            break
+        pos += 12 + length
+    return out
+
+
+def read_run_ids(path) -> dict[str, str | None]:
+    """The run id recorded in each file of a run directory (``None`` where a file has none)."""
+    root = Path(path)
+    ids: dict[str, str | None] = {}
+    from .schema import read_results_json
+
+    data = read_results_json(root / "results.json")
+    ids["results.json"] = data.get("run_id")
+    for files in (data.get("figures") or {}).values():
+        for ext, rel in files.items():
+            p = root / rel
+            if not p.is_file():
+                ids[rel] = None
+                continue
+            raw = p.read_bytes()
+            if ext == "png":
+                ids[rel] = _png_text(raw).get(RUN_ID_KEY)
+            else:
+                m = re.search(rf"{RUN_ID_KEY}:([0-9a-f]+)", raw.decode("utf-8", "replace"))
+                ids[rel] = m.group(1) if m else None
+    if data.get("arrays"):
+        p = root / data["arrays"]
+        try:
+            with zipfile.ZipFile(p) as zf:
+                c = zf.comment.decode("ascii", "replace")
+            ids[data["arrays"]] = c.split("=", 1)[1] if c.startswith(f"{RUN_ID_KEY}=") else None
+        except (OSError, zipfile.BadZipFile):
+            ids[data["arrays"]] = None
+    rep = root / "report.html"
+    if rep.is_file():
+        m = re.search(rf'<meta name="{RUN_ID_KEY}" content="([0-9a-f]+)">', rep.read_text("utf-8", "replace"))
+        ids["report.html"] = m.group(1) if m else None
+    else:
+        ids["report.html"] = None
+    return ids
+
+
+def verify_run(path) -> list[str]:
+    """Problems of a run directory (empty when it is one complete, self-consistent run).
+
+    Checks that ``results.json`` is valid and that every figure, ``arrays.npz`` and
+    ``report.html`` exist and carry its run id.
+    """
+    from .schema import ResultsFileError, validate_results
+
+    try:
+        validate_results(path)
+        ids = read_run_ids(path)
+    except ResultsFileError as exc:
+        return [str(exc)]
+    want = ids.get("results.json")
+    return [f"{name}: run id {got!r}, results.json has {want!r}" for name, got in ids.items() if got != want]
 
 
 def _json_default(obj):
