@@ -2,7 +2,7 @@
 
 import pytest
 
-from nqf.experiments.base import get_experiment
+from nqf.experiments import get_experiment
 from nqf.experiments.runner import run_experiment
 
 

@@ -9,7 +9,7 @@ import pydantic
 import pytest
 import torch
 
-from nqf.experiments.base import REGISTRY, Outcome, get_experiment
+from nqf.experiments import REGISTRY, Outcome, get_experiment
 
 get_experiment("demo")  # loads the catalogue
 NAMES = ["demo", "interacting-modes", "lv-staircase", "modules-vs-nqf", "power-law", "saddles", "validity"]

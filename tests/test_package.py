@@ -219,8 +219,6 @@ def _import_cycles() -> list[list[str]]:
     return out
 
 
-@pytest.mark.xfail(reason="nqf.experiments.base.get_experiment imports catalog, which imports every experiment, "
-                          "which imports base (issue 10: no import cycle anywhere)", strict=False)
 def test_no_import_cycles():
     assert _import_cycles() == []
 

@@ -92,6 +92,9 @@ class _Group(TyperGroup):
         except KeyboardInterrupt:
             typer.echo("\ninterrupted", err=True)
             raise typer.Exit(130) from None
+        except BrokenPipeError:  # the reader went away (`nqf list | head`): not an error of ours
+            _silence_stdout()
+            raise typer.Exit(0) from None
         except NQFError as exc:
             if _debug():
                 raise
@@ -103,6 +106,15 @@ class _Group(TyperGroup):
             typer.echo(f"error: {type(exc).__name__}: {_one_line(exc)} (run `nqf --debug …` or set NQF_TRACEBACK=1 "
                        "for the traceback)", err=True)
             raise typer.Exit(1) from None
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush does not raise again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, cls=_Group,
@@ -251,17 +263,17 @@ def run_cmd(config: Path = typer.Argument(..., help="TOML config file (see `nqf 
 @app.command("list")
 def list_cmd(as_json: bool = _JSON):
     """The named experiments, with one-line descriptions."""
-    from .experiments.base import REGISTRY, get_experiment
+    from .experiments.catalog import all_experiments
 
-    get_experiment("demo")  # loads the catalogue
+    experiments = all_experiments()
     if as_json:
         typer.echo(json.dumps({n: {"description": e.description, "reproduces": e.reproduces,
                                    "checks": list(getattr(e, "checks", ())),
                                    "params": e.Params().model_dump(mode="json")}
-                               for n, e in sorted(REGISTRY.items())}, indent=2))
+                               for n, e in experiments.items()}, indent=2))
         return
-    w = max(len(n) for n in REGISTRY)
-    for name, exp in sorted(REGISTRY.items()):
+    w = max(len(n) for n in experiments)
+    for name, exp in experiments.items():
         typer.echo(f"{name:<{w}}  {exp.description}")
 
 

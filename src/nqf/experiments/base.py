@@ -10,8 +10,7 @@ from typing import Annotated, Any, ClassVar, Literal, get_args
 import numpy as np
 from pydantic import AfterValidator, BaseModel, ConfigDict, field_validator
 
-__all__ = ["EpsList", "Params", "Table", "Check", "Outcome", "Experiment", "REGISTRY", "register",
-           "get_experiment"]
+__all__ = ["EpsList", "Params", "Table", "Check", "Outcome", "Experiment", "REGISTRY", "register"]
 
 
 class Params(BaseModel):
@@ -196,14 +195,6 @@ def register(cls: type[Experiment]) -> type[Experiment]:
     """Class decorator adding an experiment to :data:`REGISTRY`."""
     REGISTRY[cls.name] = cls()
     return cls
-
-
-def get_experiment(name: str) -> Experiment:
-    from . import catalog  # noqa: F401  (registers the built-in experiments)
-
-    if name not in REGISTRY:
-        raise KeyError(f"unknown experiment {name!r}; available: {', '.join(sorted(REGISTRY))}")
-    return REGISTRY[name]
 
 
 def _cell(v):

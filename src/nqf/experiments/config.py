@@ -66,7 +66,7 @@ def format_validation_error(exc: ValidationError, prefix: str = "") -> str:
 
 def parse_config(data: dict, source: str = "config"):
     """Validate a config mapping; returns ``(RunConfig, experiment, params)``."""
-    from .base import get_experiment
+    from .catalog import get_experiment
 
     try:
         cfg = RunConfig.model_validate(data)

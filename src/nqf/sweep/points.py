@@ -85,7 +85,7 @@ def build_points(base: dict, spec: SweepSpec) -> list[Point]:
     SweepError
         The experiment itself is unknown, or a swept key is not a parameter of the experiment.
     """
-    from ..experiments.base import get_experiment
+    from ..experiments.catalog import get_experiment
     from ..experiments.config import ConfigError, apply_overrides, config_hash, parse_config, resolved_config
 
     name = base.get("experiment")
