@@ -230,3 +230,17 @@ def test_layers_contract():
         pytest.skip("import-linter is not installed (pip install -e '.[dev]')")
     out = subprocess.run([str(exe), "--no-cache"], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:]
+
+
+def test_no_plain_value_or_type_errors_in_the_package():
+    """Every error nqf raises on purpose is an NQFError subclass (issue 10: one error contract)."""
+    import re
+
+    offenders = []
+    for path in sorted((ROOT / "src" / "nqf").rglob("*.py")):
+        if path.name == "errors.py":
+            continue
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if re.search(r"\braise (ValueError|TypeError)\b", line):
+                offenders.append(f"{path.relative_to(ROOT)}:{i}")
+    assert offenders == [], offenders

@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .errors import InvalidParameterError, NonFiniteError, ShapeError
+from .errors import InvalidParameterError, InvalidTypeError, NonFiniteError, ShapeError
 
 
 class ParameterError(InvalidParameterError, TypeError):
@@ -71,11 +71,11 @@ def as_tensor(
         try:
             t = torch.as_tensor(np.asarray(value))
         except (TypeError, ValueError) as exc:
-            raise TypeError(
+            raise InvalidTypeError(
                 f"`{name}` must be an array or tensor of numbers; found {type(value).__name__} ({exc})"
             ) from exc
     if t.dtype == torch.bool or t.is_complex():
-        raise TypeError(f"`{name}` must be a real floating array; found dtype {t.dtype}")
+        raise InvalidTypeError(f"`{name}` must be a real floating array; found dtype {t.dtype}")
     if dtype is None:
         dtype = t.dtype if t.is_floating_point() else DEFAULT_DTYPE
     src = t

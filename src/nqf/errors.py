@@ -46,6 +46,10 @@ class InvalidParameterError(NQFError, ValueError):
     """A parameter has a value outside its allowed range (the message names it and the value found)."""
 
 
+class InvalidTypeError(NQFError, TypeError):
+    """An argument has the wrong type (the message names it, with the type expected and the type found)."""
+
+
 class DataError(NQFError, ValueError):
     """A data set cannot be loaded or prepared (unknown name, missing file or column, bad format)."""
 

@@ -122,7 +122,7 @@ from scipy.optimize import minimize
 from scipy.sparse.linalg import LinearOperator, minres
 
 from ._validation import as_tensor
-from .errors import NotClosedError
+from .errors import InvalidParameterError, InvalidTypeError, NotClosedError
 from .structure.operator import StructureOperator
 
 __all__ = ["Saddle", "SaddleSequence", "saddle_sequence", "commutes"]
@@ -386,7 +386,7 @@ class SaddleSequence:
             return float("inf")
         level = self.first_level if level is None else float(level)
         if not 0.0 < level < 1.0:
-            raise ValueError(f"`level` must lie in (0, 1); found {level}")
+            raise InvalidParameterError(f"`level` must lie in (0, 1); found {level}")
         L0, L1 = self.saddles[0].loss, self.saddles[1].loss
         s_level = self._escape_curve(L0 - level * (L0 - L1))
         return self.saddles[1].tau * math.log(1.0 / eps) + s_level
@@ -435,7 +435,7 @@ class SaddleSequence:
 def _check_eps(eps) -> float:
     eps = float(eps)
     if not 0.0 < eps < 1.0:
-        raise ValueError(f"`eps` must lie in (0, 1) (the initial scale, M(0) = ε I); found {eps}")
+        raise InvalidParameterError(f"`eps` must lie in (0, 1) (the initial scale, M(0) = ε I); found {eps}")
     return eps
 
 
@@ -541,21 +541,21 @@ def saddle_sequence(op: StructureOperator, y, *, max_rank: int | None = None, to
         If ``y`` does not match the operator's outputs.
     """
     if not isinstance(op, StructureOperator):
-        raise TypeError(f"`op` must be a StructureOperator; found {type(op).__name__}")
+        raise InvalidTypeError(f"`op` must be a StructureOperator; found {type(op).__name__}")
     if not op.satisfies_zgz:
         raise NotClosedError("`op` has a linear or cross-unit term (the zero-gradient condition fails): the flow "
                              "does not close on M alone, so the saddle sequence of L(M) does not describe it")
     if rule not in ("auto", "commuting", "generic"):
-        raise ValueError(f"`rule` must be one of 'auto', 'commuting', 'generic'; found {rule!r}")
+        raise InvalidParameterError(f"`rule` must be one of 'auto', 'commuting', 'generic'; found {rule!r}")
     if not 0.0 < first_level < 1.0:
-        raise ValueError(f"`first_level` must lie in (0, 1); found {first_level}")
+        raise InvalidParameterError(f"`first_level` must lie in (0, 1); found {first_level}")
     y = op._check_outputs("y", as_tensor("y", y, dtype=op.dtype, device=op.device))
     if op.device.type != "cpu" or op.dtype != torch.float64:  # the descent and eigenproblems run in float64 on CPU
         op, y = op.to(torch.float64, "cpu"), y.to(torch.float64).cpu()
     p = op.p
     max_rank = p if max_rank is None else int(max_rank)
     if max_rank < 0:
-        raise ValueError(f"`max_rank` must be ≥ 0; found {max_rank}")
+        raise InvalidParameterError(f"`max_rank` must be ≥ 0; found {max_rank}")
     prob = _Problem(op, y)
     if rule == "auto":
         rule = "commuting" if commutes(op) else "generic"

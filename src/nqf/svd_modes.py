@@ -76,7 +76,7 @@ import numpy as np
 import torch
 
 from ._validation import as_tensor
-from .errors import NormalFormError, NQFError, ShapeError
+from .errors import InvalidParameterError, NormalFormError, NQFError, ShapeError
 from .structure.activations import get_activation
 
 __all__ = ["TwoLayerModes", "two_layer_modes", "whiten", "whitening_error", "NotWhitenedError",
@@ -129,7 +129,7 @@ def whiten(X) -> torch.Tensor:
     S = X.T @ X / N
     evals, evecs = torch.linalg.eigh(S)
     if float(evals.min()) <= 1e-12 * max(float(evals.max()), 1e-300):
-        raise ValueError(f"`X` must have rank D = {D} (N ≥ D and independent columns) to be whitened; "
+        raise InvalidParameterError(f"`X` must have rank D = {D} (N ≥ D and independent columns) to be whitened; "
                          f"smallest eigenvalue of XᵀX/N is {float(evals.min()):.3e}")
     return X @ (evecs * evals.rsqrt()) @ evecs.T
 
@@ -212,7 +212,7 @@ class TwoLayerModes:
     def _times(self, t) -> np.ndarray:
         t = as_tensor("t", t, ndim=(0, 1)).reshape(-1).cpu().numpy().astype(np.float64)
         if t.size and t.min() < 0:
-            raise ValueError(f"`t` must be non-negative; found min {t.min():.3g}")
+            raise InvalidParameterError(f"`t` must be non-negative; found min {t.min():.3g}")
         return t
 
     def _z(self, t) -> tuple[np.ndarray, np.ndarray]:
@@ -312,7 +312,7 @@ class TwoLayerModes:
         """
         need = self.n_modes if self.init == "balanced" else self.p
         if int(width) != width or width < need:
-            raise ValueError(f"`width` must be an integer ≥ {need} for init={self.init!r}; found {width!r}")
+            raise InvalidParameterError(f"`width` must be an integer ≥ {need} for init={self.init!r}; found {width!r}")
         W = torch.zeros(self.p, int(width), dtype=torch.float64)
         if self.init == "balanced":
             W[:, : self.n_modes] = math.sqrt(self.eps) * self.mode_vectors()[0]
@@ -340,9 +340,9 @@ class TwoLayerModes:
         strengths : torch.Tensor, shape (steps + 1, K)
         """
         if not (eta > 0 and math.isfinite(eta)):
-            raise ValueError(f"`eta` must be a positive finite number; found {eta!r}")
+            raise InvalidParameterError(f"`eta` must be a positive finite number; found {eta!r}")
         if int(steps) != steps or steps < 0:
-            raise ValueError(f"`steps` must be a non-negative integer; found {steps!r}")
+            raise InvalidParameterError(f"`steps` must be a non-negative integer; found {steps!r}")
         zp0, zm0 = self._z([0.0])
         zp, zm = torch.as_tensor(zp0[0]), torch.as_tensor(zm0[0])
         s1 = abs(self.sigma1)
@@ -423,11 +423,11 @@ def two_layer_modes(X, Y, activation="tanh", *, sigma1: float | None = None, eps
     if Y.shape[0] != X.shape[0]:
         raise ShapeError(f"`Y` must have N = {X.shape[0]} rows like `X`; found {tuple(Y.shape)}")
     if init not in _INITS:
-        raise ValueError(f"`init` must be one of {_INITS}; found {init!r}")
+        raise InvalidParameterError(f"`init` must be one of {_INITS}; found {init!r}")
     if on_not_whitened not in ("raise", "warn"):
-        raise ValueError(f"`on_not_whitened` must be 'raise' or 'warn'; found {on_not_whitened!r}")
+        raise InvalidParameterError(f"`on_not_whitened` must be 'raise' or 'warn'; found {on_not_whitened!r}")
     if not (isinstance(eps, (int, float)) and math.isfinite(eps) and eps > 0):
-        raise ValueError(f"`eps` must be a positive finite number; found {eps!r}")
+        raise InvalidParameterError(f"`eps` must be a positive finite number; found {eps!r}")
     if sigma1 is None:
         act = get_activation(activation)
         if not act.zgz:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import log_expit
 
-from ..errors import ShapeError
+from ..errors import InvalidParameterError, ShapeError
 from ._curves import _as_1d
 
 __all__ = ["ExponentPrediction", "predict_exponent", "predicted_curve", "switch_times"]
@@ -78,10 +78,10 @@ def _check_spectra(ell, zeta):
             from ..errors import NonFiniteError
             raise NonFiniteError(f"`{name}` must be finite; found {int((~np.isfinite(a)).sum())} NaN/inf entries")
     if np.any(zeta <= 0):
-        raise ValueError(f"`zeta` (mode rates ζ_k = 4β_k) must be positive for learnable modes; found min "
+        raise InvalidParameterError(f"`zeta` (mode rates ζ_k = 4β_k) must be positive for learnable modes; found min "
                          f"{zeta.min():.3g} — drop the modes with β_k ≤ 0 (they decay and remove no loss)")
     if np.any(ell < 0):
-        raise ValueError(f"`ell` (loss removed per mode) must be non-negative; found min {ell.min():.3g}")
+        raise InvalidParameterError(f"`ell` (loss removed per mode) must be non-negative; found min {ell.min():.3g}")
     return ell, zeta
 
 
@@ -121,16 +121,16 @@ def predict_exponent(ell, zeta, k_range: tuple | None = None) -> ExponentPredict
     ell_s, zeta_s = ell[order], zeta[order]
     k0, k1 = (1, K) if k_range is None else (int(k_range[0]), int(k_range[1]))
     if not (1 <= k0 < k1 <= K) or k1 - k0 < 2:
-        raise ValueError(f"`k_range` must satisfy 1 ≤ k_min, k_min + 2 ≤ k_max ≤ K = {K}; found {k_range!r}")
+        raise InvalidParameterError(f"`k_range` must satisfy 1 ≤ k_min, k_min + 2 ≤ k_max ≤ K = {K}; found {k_range!r}")
     k = np.arange(k0, k1 + 1, dtype=np.float64)
     le, ze = ell_s[k0 - 1:k1], zeta_s[k0 - 1:k1]
     if np.any(le <= 0):
-        raise ValueError("`ell` must be positive on `k_range` to fit ℓ_k ~ k^(−a); found zeros")
+        raise InvalidParameterError("`ell` must be positive on `k_range` to fit ℓ_k ~ k^(−a); found zeros")
     sa, sea = _loglog_slope(k, le)
     sb, seb = _loglog_slope(k, ze)
     a, b = -sa, -sb
     if b <= 0:
-        raise ValueError(f"rates do not decay with rank (fitted b = {b:.3g} ≤ 0): no power law from merged modes")
+        raise InvalidParameterError(f"rates do not decay with rank (fitted b = {b:.3g} ≤ 0): no power law from merged modes")
     if a <= 1:
         warnings.warn(f"fitted a = {a:.3g} ≤ 1: Σ ℓ_k diverges and (a − 1)/b ≤ 0 is not a decay exponent",
                       RuntimeWarning, stacklevel=2)
@@ -140,25 +140,25 @@ def predict_exponent(ell, zeta, k_range: tuple | None = None) -> ExponentPredict
 
 def _q(zeta, eps, z0_convention, z_star):
     if not (isinstance(eps, (int, float)) and math.isfinite(eps) and eps > 0):
-        raise ValueError(f"`eps` must be a positive finite number; found {eps!r}")
+        raise InvalidParameterError(f"`eps` must be a positive finite number; found {eps!r}")
     if z0_convention == "relative":
         if eps >= 1:
-            raise ValueError(f"`eps` must be < 1 in the relative convention z_k(0) = ε z*_k; found {eps!r}")
+            raise InvalidParameterError(f"`eps` must be < 1 in the relative convention z_k(0) = ε z*_k; found {eps!r}")
         return np.full(zeta.shape, math.log1p(-eps) - math.log(eps)), np.ones(zeta.shape, bool)
     if z0_convention == "absolute":
         if z_star is None:
-            raise ValueError("`z_star` (the fixed points z*_k, shape (K,)) is required with "
+            raise InvalidParameterError("`z_star` (the fixed points z*_k, shape (K,)) is required with "
                              "z0_convention='absolute' (z_k(0) = ε)")
         zs = _as_1d("z_star", z_star)
         if zs.shape != zeta.shape:
             raise ShapeError(f"`z_star` must have shape ({zeta.size},); found {zs.shape}")
         if np.any(zs <= 0):
-            raise ValueError(f"`z_star` must be positive; found min {zs.min():.3g}")
+            raise InvalidParameterError(f"`z_star` must be positive; found min {zs.min():.3g}")
         q = zs / eps - 1.0
         pos = q > 0
         logq = np.where(pos, np.log(np.where(pos, q, 1.0)), 0.0)
         return np.where(pos, logq, q), pos  # log q where q > 0, else q itself
-    raise ValueError(f"`z0_convention` must be 'relative' (z_k(0) = ε z*_k) or 'absolute' (z_k(0) = ε); "
+    raise InvalidParameterError(f"`z0_convention` must be 'relative' (z_k(0) = ε z*_k) or 'absolute' (z_k(0) = ε); "
                      f"found {z0_convention!r}")
 
 
@@ -181,7 +181,7 @@ def switch_times(zeta, eps: float, z0_convention: str = "relative", z_star=None)
     """
     zeta = _as_1d("zeta", zeta)
     if np.any(zeta <= 0):
-        raise ValueError(f"`zeta` must be positive; found min {zeta.min():.3g}")
+        raise InvalidParameterError(f"`zeta` must be positive; found min {zeta.min():.3g}")
     lq, pos = _q(zeta, eps, z0_convention, z_star)
     return np.where(pos, np.maximum(lq, 0.0) / zeta, 0.0)
 
@@ -220,7 +220,7 @@ def predicted_curve(t, ell, zeta, eps: float, z0_convention: str = "relative", z
     ell, zeta = _check_spectra(ell, zeta)
     t = _as_1d("t", t)
     if not np.all(np.isfinite(t)) or (t.size and t.min() < 0):
-        raise ValueError("`t` must be finite and non-negative")
+        raise InvalidParameterError("`t` must be finite and non-negative")
     lq, pos = _q(zeta, eps, z0_convention, z_star)
     out = np.full(t.shape, float(L_inf))
     step = max(1, int(chunk) // max(ell.size, 1))

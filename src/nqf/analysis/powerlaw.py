@@ -75,7 +75,7 @@ import numpy as np
 from scipy.ndimage import gaussian_filter1d
 from scipy.optimize import minimize_scalar
 
-from ..errors import NoPowerLawError, ShapeError
+from ..errors import InvalidParameterError, NoPowerLawError, ShapeError
 from ._curves import as_curve, log_grid
 
 __all__ = ["PowerLawFit", "fit_power_law", "auto_window", "GRID_DX"]
@@ -236,7 +236,7 @@ def auto_window(t, loss, L_inf: float = 0.0, *, start_fraction: float = 0.5, flo
         # the excess has reached zero (round-off or an overestimated L_inf): that is the floor
         n = int(np.argmax(E <= 0))
         if n < 4:
-            raise ValueError(f"`loss` must exceed `L_inf` = {L_inf:g} on the first points to find a power-law "
+            raise InvalidParameterError(f"`loss` must exceed `L_inf` = {L_inf:g} on the first points to find a power-law "
                              f"window; found loss[{n}] = {loss[n]:.3g}")
         t, loss, E = t[:n], loss[:n], E[:n]
     ly = np.log(E)
@@ -331,19 +331,19 @@ def fit_power_law(t, loss, window=None, L_inf=0.0, *, n_boot: int = 500, seed: i
     """
     t, loss = as_curve(t, loss, min_points=3)
     if bootstrap not in ("wild", "pairs", "residuals"):
-        raise ValueError(f"`bootstrap` must be 'wild', 'pairs' or 'residuals'; found {bootstrap!r}")
+        raise InvalidParameterError(f"`bootstrap` must be 'wild', 'pairs' or 'residuals'; found {bootstrap!r}")
     if not (0 < ci < 1):
-        raise ValueError(f"`ci` must lie in (0, 1); found {ci!r}")
+        raise InvalidParameterError(f"`ci` must lie in (0, 1); found {ci!r}")
     if int(n_boot) != n_boot or n_boot < 0:
-        raise ValueError(f"`n_boot` must be a non-negative integer; found {n_boot!r}")
+        raise InvalidParameterError(f"`n_boot` must be a non-negative integer; found {n_boot!r}")
     if int(n_bins) != n_bins or n_bins < 3:
-        raise ValueError(f"`n_bins` must be an integer ≥ 3; found {n_bins!r}")
+        raise InvalidParameterError(f"`n_bins` must be an integer ≥ 3; found {n_bins!r}")
     if isinstance(L_inf, str):
         if L_inf not in ("zero", "fit"):
-            raise ValueError(f"`L_inf` must be a number, 'zero' or 'fit'; found {L_inf!r}")
+            raise InvalidParameterError(f"`L_inf` must be a number, 'zero' or 'fit'; found {L_inf!r}")
         L_inf = 0.0 if L_inf == "zero" else "fit"
     elif not np.isfinite(L_inf):
-        raise ValueError(f"`L_inf` must be finite; found {L_inf!r}")
+        raise InvalidParameterError(f"`L_inf` must be finite; found {L_inf!r}")
     if window is None:
         w = auto_window(t, loss, 0.0 if L_inf == "fit" else float(L_inf))
         if L_inf == "fit":
@@ -358,9 +358,9 @@ def fit_power_law(t, loss, window=None, L_inf=0.0, *, n_boot: int = 500, seed: i
         try:
             t0, t1 = (float(v) for v in window)
         except (TypeError, ValueError) as exc:
-            raise ValueError(f"`window` must be a pair (t0, t1) of numbers; found {window!r}") from exc
+            raise InvalidParameterError(f"`window` must be a pair (t0, t1) of numbers; found {window!r}") from exc
         if not (np.isfinite(t0) and np.isfinite(t1) and 0 < t0 < t1):
-            raise ValueError(f"`window` must satisfy 0 < t0 < t1; found {window!r}")
+            raise InvalidParameterError(f"`window` must satisfy 0 < t0 < t1; found {window!r}")
         w = (t0, t1)
     sel = (t >= w[0]) & (t <= w[1])
     if sel.sum() < 3:
@@ -368,7 +368,7 @@ def fit_power_law(t, loss, window=None, L_inf=0.0, *, n_boot: int = 500, seed: i
                          f"(need ≥ 3; the curve spans t ∈ [{t[0]:.3g}, {t[-1]:.3g}])")
     lt, L = np.log(t[sel]), loss[sel]
     if L_inf != "fit" and np.any(L <= L_inf):
-        raise ValueError(f"`loss` must exceed `L_inf` = {L_inf:g} inside the window; found min {L.min():.3g}")
+        raise InvalidParameterError(f"`loss` must exceed `L_inf` = {L_inf:g} inside the window; found min {L.min():.3g}")
     slope, icpt, res, sxx, linf, bx, by, cnt = _fit_once(lt, L, L_inf, n_bins)
     dof = max(bx.size - 2, 1)
     stderr = float(np.sqrt((res ** 2).sum() / dof / sxx))

@@ -43,6 +43,7 @@ from scipy.ndimage import gaussian_filter1d
 from scipy.signal import find_peaks, peak_prominences, peak_widths
 
 from ._curves import as_curve, log_grid
+from ..errors import InvalidParameterError
 
 __all__ = ["Steps", "detect_steps"]
 
@@ -114,20 +115,20 @@ def detect_steps(t, loss, *, n_grid: int = 400, smooth: float | None = None, min
     t, loss = _drop_origin(t, loss)
     t, loss = as_curve(t, loss, min_points=4)
     if int(n_grid) != n_grid or n_grid < 16:
-        raise ValueError(f"`n_grid` must be an integer ≥ 16; found {n_grid!r}")
+        raise InvalidParameterError(f"`n_grid` must be an integer ≥ 16; found {n_grid!r}")
     n_grid = int(min(n_grid, max(16, 4 * t.size)))
     if not (min_drop > 0):
-        raise ValueError(f"`min_drop` must be positive; found {min_drop!r}")
+        raise InvalidParameterError(f"`min_drop` must be positive; found {min_drop!r}")
     if np.any(loss <= loss_floor):
         i = int(np.argmax(loss <= loss_floor))
-        raise ValueError(f"`loss` must exceed `loss_floor` = {loss_floor:g} everywhere (steps are found on "
+        raise InvalidParameterError(f"`loss` must exceed `loss_floor` = {loss_floor:g} everywhere (steps are found on "
                          f"ln(L − loss_floor)); found loss[{i}] = {loss[i]:.3g}")
     x, ys = log_grid(t, np.log(loss - loss_floor), n_grid, 0.0)
     dx = x[1] - x[0]
     if smooth is None:
         smooth = 2 * dx
     if smooth < 0:
-        raise ValueError(f"`smooth` must be ≥ 0; found {smooth!r}")
+        raise InvalidParameterError(f"`smooth` must be ≥ 0; found {smooth!r}")
     ly = np.log(loss - loss_floor)
     x, ys, cnt = log_grid(t, ly, n_grid, smooth, return_counts=True)
     D = -np.gradient(ys, dx)

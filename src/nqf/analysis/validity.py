@@ -34,7 +34,7 @@ import torch
 from torch.func import functional_call
 
 from .._validation import as_tensor
-from ..errors import ShapeError
+from ..errors import InvalidParameterError, ShapeError
 from ..structure.operator import StructureOperator
 from ..dynamics.network import UnitScatter, train_network
 from ..dynamics.simulate import simulate
@@ -192,15 +192,15 @@ def validity_report(module: torch.nn.Module, units, X, op: StructureOperator, ne
         Fraction of the total drop that defines the first switch-on time.
     """
     if not fraction > 0:
-        raise ValueError(f"`fraction` must be > 0; found {fraction!r}")
+        raise InvalidParameterError(f"`fraction` must be > 0; found {fraction!r}")
     if not 0 < switch_fraction < 1:
-        raise ValueError(f"`switch_fraction` must lie in (0, 1); found {switch_fraction!r}")
+        raise InvalidParameterError(f"`switch_fraction` must lie in (0, 1); found {switch_fraction!r}")
     if network.W is None:
-        raise ValueError("`network` must carry the saved weights `.W` (train_network(..., save_W=True))")
+        raise InvalidParameterError("`network` must carry the saved weights `.W` (train_network(..., save_W=True))")
     K = min(len(network), len(nqf))
     tn, tq = network.t[:K].cpu(), nqf.t[:K].cpu()
     if not torch.allclose(tn, tq, rtol=1e-9, atol=1e-12):
-        raise ValueError("`network` and `nqf` must be saved on the same time grid (same lr, steps, save_every)")
+        raise InvalidParameterError("`network` and `nqf` must be saved on the same time grid (same lr, steps, save_every)")
     Ln, Lq = network.loss[:K].cpu(), nqf.loss[:K].cpu()
     gap = (Ln - Lq).abs()
     drop = float(Lq[0] - Lq.min()) if K else 0.0
@@ -251,7 +251,7 @@ def validity_sweep(module: torch.nn.Module, units, X, y, op: StructureOperator, 
     """
     eps = np.asarray(eps, dtype=float).reshape(-1)
     if eps.size == 0 or not np.all(eps > 0):
-        raise ValueError(f"`eps` must be a non-empty sequence of positive numbers; found {eps}")
+        raise InvalidParameterError(f"`eps` must be a non-empty sequence of positive numbers; found {eps}")
     W_dir = as_tensor("W_dir", W_dir, ndim=2, dtype=op.dtype, device=op.device)
     reports, early, early_n = [], [], []
     for e in eps:

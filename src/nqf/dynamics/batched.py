@@ -49,7 +49,7 @@ from __future__ import annotations
 import torch
 
 from .._validation import as_tensor
-from ..errors import InvalidParameterError, NotClosedError, ShapeError
+from ..errors import InvalidParameterError, InvalidTypeError, NotClosedError, ShapeError
 from ..structure.operator import StructureOperator
 from .factored import factor_from_matrix
 from .losses import check_loss, prepare_targets
@@ -145,7 +145,7 @@ def simulate_batched(op: StructureOperator, y, *, M0, lr, steps: int, weight_dec
         Bad shapes, non-positive steps sizes, a non-symmetric or indefinite ``M0``.
     """
     if not isinstance(op, StructureOperator):
-        raise TypeError(f"`op` must be a StructureOperator; found {type(op).__name__}")
+        raise InvalidTypeError(f"`op` must be a StructureOperator; found {type(op).__name__}")
     if not op.satisfies_zgz:
         raise NotClosedError("`op` has a linear or cross-unit term: the dynamics close on (M, μ) and depend on "
                              "the width; use `nqf.simulate` with `W0` for each run")

@@ -41,6 +41,7 @@ from .factored import factor_from_matrix, factor_from_weights, gradient_terms, o
 from .losses import check_loss, loss_value, prepare_targets, residual
 from .simulate import POLISH_MAX_RANK, check_psd
 from .trajectory import DIVERGED, FINISHED, Trajectory
+from ..errors import InvalidParameterError, InvalidTypeError
 
 __all__ = ["gradient_flow"]
 
@@ -87,10 +88,10 @@ def gradient_flow(op: StructureOperator, y, *, M0=None, W0=None, t_span, t_eval=
         holds ``nfev``.
     """
     if not isinstance(op, StructureOperator):
-        raise TypeError(f"`op` must be a StructureOperator; found {type(op).__name__}")
+        raise InvalidTypeError(f"`op` must be a StructureOperator; found {type(op).__name__}")
     check_loss(loss)
     if (M0 is None) == (W0 is None):
-        raise ValueError("exactly one of `M0` (p×p order parameter) and `W0` (p×m weights) must be given; found "
+        raise InvalidParameterError("exactly one of `M0` (p×p order parameter) and `W0` (p×m weights) must be given; found "
                          + ("both" if M0 is not None else "neither"))
     atol_given = atol
     # non-finite spans, tolerances or rates would make the integrator run for ever: refused up front
@@ -106,7 +107,7 @@ def gradient_flow(op: StructureOperator, y, *, M0=None, W0=None, t_span, t_eval=
         mu_init = None if op.satisfies_zgz else W0.sum(1)
     else:
         if not op.satisfies_zgz:
-            raise ValueError("this operator has a linear/cross term (no zero-gradient condition): pass `W0` "
+            raise InvalidParameterError("this operator has a linear/cross term (no zero-gradient condition): pass `W0` "
                              "(the flow of (M, μ) depends on the width m)")
         M_init = as_tensor("M0", M0, ndim=2, dtype=dt, device=dev)
         check_shape("M0", M_init, (p, p))
@@ -115,7 +116,7 @@ def gradient_flow(op: StructureOperator, y, *, M0=None, W0=None, t_span, t_eval=
     if t_eval is not None:
         t_eval = as_tensor("t_eval", t_eval, ndim=(0, 1), dtype=torch.float64).cpu().numpy().reshape(-1)
         if t_eval.size and (t_eval.min() < t0 or t_eval.max() > t1):
-            raise ValueError(f"`t_eval` must lie within `t_span` {t_span}; found [{t_eval.min()}, {t_eval.max()}]")
+            raise InvalidParameterError(f"`t_eval` must lie within `t_span` {t_span}; found [{t_eval.min()}, {t_eval.max()}]")
     if W0 is not None:
         L0, c = factor_from_weights(W0, with_ones=mu_init is not None)
     else:

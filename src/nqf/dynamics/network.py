@@ -28,6 +28,7 @@ from ..structure.units import UnitLayout, UnitScatter  # noqa: F401  (re-exporte
 from .losses import check_loss, loss_value, prepare_targets
 from .simulate import check_run_args, minibatch_indices
 from .trajectory import DIVERGED, FINISHED, Trajectory
+from ..errors import InvalidTypeError
 
 __all__ = ["train_network", "UnitScatter"]
 
@@ -69,7 +70,7 @@ def train_network(module: torch.nn.Module, units: UnitLayout, X, y, *, W0, lr: f
     """
     check_loss(loss)
     if not isinstance(module, torch.nn.Module):
-        raise TypeError(f"`module` must be a torch.nn.Module; found {type(module).__name__}")
+        raise InvalidTypeError(f"`module` must be a torch.nn.Module; found {type(module).__name__}")
     X = check_inputs("X", X)
     N = int(X.shape[0])
     lr, steps, batch_size, save_every = check_run_args(lr, steps, optimizer, batch_size, momentum,

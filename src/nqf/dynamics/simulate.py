@@ -60,7 +60,7 @@ import torch
 
 from .._validation import (as_tensor, check_run_scalars, check_saved_memory, check_shape, divergence_curvature,
                            divergence_message, divergence_threshold_value, int_param, tolerance)
-from ..errors import NotClosedError
+from ..errors import InvalidParameterError, InvalidTypeError, NotClosedError
 from ..structure.operator import StructureOperator
 from .factored import (
     apply_G,
@@ -113,15 +113,15 @@ def check_run_args(lr, steps, optimizer, batch_size, momentum, weight_decay, n_s
     """Validate the optimisation settings; returns ``(lr, steps, batch_size, save_every)``."""
     lr, steps, momentum, weight_decay, save_every = check_run_scalars(lr, steps, momentum, weight_decay, save_every)
     if optimizer not in OPTIMIZERS:
-        raise ValueError(f"`optimizer` must be one of {OPTIMIZERS}; found {optimizer!r}")
+        raise InvalidParameterError(f"`optimizer` must be one of {OPTIMIZERS}; found {optimizer!r}")
     if optimizer == "gd" and batch_size is not None:
-        raise ValueError("`batch_size` must be None for `optimizer`='gd' (full batch); use 'sgd' for minibatches")
+        raise InvalidParameterError("`batch_size` must be None for `optimizer`='gd' (full batch); use 'sgd' for minibatches")
     if optimizer == "sgd" and batch_size is None:
-        raise ValueError("`optimizer`='sgd' needs `batch_size` (minibatch size)")
+        raise InvalidParameterError("`optimizer`='sgd' needs `batch_size` (minibatch size)")
     if batch_size is not None:
         batch_size = int_param("batch_size", batch_size, minimum=1, maximum=n_samples)
     if optimizer == "adam" and momentum != 0.0:
-        raise ValueError("`momentum` is for 'gd'/'sgd'; Adam has its own `adam_betas`")
+        raise InvalidParameterError("`momentum` is for 'gd'/'sgd'; Adam has its own `adam_betas`")
     if save_every is None:
         save_every = max(1, steps // 1000)
     return float(lr), steps, None if batch_size is None else int(batch_size), int(save_every)
@@ -133,11 +133,11 @@ def check_psd(name: str, M: torch.Tensor) -> torch.Tensor:
     tol = tolerance(M.dtype) * max(scale, torch.finfo(M.dtype).tiny)
     asym = float((M - M.T).abs().max()) if M.numel() else 0.0
     if asym > tol:
-        raise ValueError(f"`{name}` must be symmetric; found max |M − Mᵀ| = {asym:.3e} (max |M| = {scale:.3e})")
+        raise InvalidParameterError(f"`{name}` must be symmetric; found max |M − Mᵀ| = {asym:.3e} (max |M| = {scale:.3e})")
     M = 0.5 * (M + M.T)
     lam = float(torch.linalg.eigvalsh(M).min()) if M.numel() else 0.0
     if lam < -tol * max(M.shape[0], 1):
-        raise ValueError(f"`{name}` must be positive semidefinite (an order parameter W Wᵀ); found smallest "
+        raise InvalidParameterError(f"`{name}` must be positive semidefinite (an order parameter W Wᵀ); found smallest "
                          f"eigenvalue {lam:.3e}")
     return M
 
@@ -219,11 +219,11 @@ def simulate(op: StructureOperator, y, *, M0=None, W0=None, lr: float, steps: in
         Only with ``on_divergence="raise"``.
     """
     if not isinstance(op, StructureOperator):
-        raise TypeError(f"`op` must be a StructureOperator; found {type(op).__name__}")
+        raise InvalidTypeError(f"`op` must be a StructureOperator; found {type(op).__name__}")
     if form not in FORMS:
-        raise ValueError(f"`form` must be one of {FORMS}; found {form!r}")
+        raise InvalidParameterError(f"`form` must be one of {FORMS}; found {form!r}")
     if on_divergence not in ("stop", "raise"):
-        raise ValueError(f"`on_divergence` must be 'stop' or 'raise'; found {on_divergence!r}")
+        raise InvalidParameterError(f"`on_divergence` must be 'stop' or 'raise'; found {on_divergence!r}")
     check_loss(loss)
     lr, steps, batch_size, save_every = check_run_args(lr, steps, optimizer, batch_size, momentum,
                                                        weight_decay, op.n_samples, save_every)
@@ -233,7 +233,7 @@ def simulate(op: StructureOperator, y, *, M0=None, W0=None, lr: float, steps: in
             "of the gradient 2GW by its own running RMS, which depends on W itself (and on the basis), not "
             "only on W Wᵀ. Use `form`='weights' with `W0`, or a closed optimizer ('gd', 'sgd', momentum).")
     if (M0 is None) == (W0 is None):
-        raise ValueError("exactly one of `M0` (p×p order parameter) and `W0` (p×m weights) must be given; found "
+        raise InvalidParameterError("exactly one of `M0` (p×p order parameter) and `W0` (p×m weights) must be given; found "
                          + ("both" if M0 is not None else "neither"))
     y = prepare_targets(y, loss, op.n_samples, op.n_outputs, op.dtype, op.device)
     p = op.p
@@ -243,9 +243,9 @@ def simulate(op: StructureOperator, y, *, M0=None, W0=None, lr: float, steps: in
         width = W0.shape[1]
     else:
         if form == "weights":
-            raise ValueError("`form`='weights' needs `W0` (p×m weights); `M0` only fixes W up to a rotation")
+            raise InvalidParameterError("`form`='weights' needs `W0` (p×m weights); `M0` only fixes W up to a rotation")
         if not op.satisfies_zgz:
-            raise ValueError("this operator has a linear/cross term (no zero-gradient condition): the dynamics "
+            raise InvalidParameterError("this operator has a linear/cross term (no zero-gradient condition): the dynamics "
                              "close on (M, μ) and depend on the width m, so pass `W0` (p×m) instead of `M0`")
         M0 = as_tensor("M0", M0, ndim=2, dtype=op.dtype, device=op.device)
         check_shape("M0", M0, (p, p))
@@ -435,10 +435,10 @@ def _run(op, y, M0, W0, s, track_transfer: bool = False) -> Trajectory:
 def _simulate_compressed(op, y, M0, W0, s) -> Trajectory:
     """Run on the data-subspace block and map the states back exactly (ZGZ only)."""
     if not op.satisfies_zgz:
-        raise ValueError("`compress`=True needs the zero-gradient condition (op.linear and op.cross None): "
+        raise InvalidParameterError("`compress`=True needs the zero-gradient condition (op.linear and op.cross None): "
                          "with a linear term the complement of the data subspace is driven through μ")
     if s["optimizer"] == "adam":
-        raise ValueError("`compress`=True cannot be combined with Adam: Adam is not rotation-equivariant, "
+        raise InvalidParameterError("`compress`=True cannot be combined with Adam: Adam is not rotation-equivariant, "
                          "so the data-subspace basis change does not commute with its update")
     U = data_subspace(op)
     p, r = op.p, U.shape[1]

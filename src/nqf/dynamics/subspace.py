@@ -27,6 +27,7 @@ import torch
 
 from .._validation import tolerance
 from ..structure.operator import DenseStructure, StructureOperator
+from ..errors import InvalidParameterError
 
 __all__ = ["data_subspace", "ProjectedStructure", "project_operator"]
 
@@ -64,7 +65,7 @@ def data_subspace(op: StructureOperator, *, method: str = "auto", rtol: float | 
         Columns ``U`` with ``UᵀU = I``; ``r ≤ p`` is the dimension of the subspace.
     """
     if method not in ("auto", "dense", "probe"):
-        raise ValueError(f"`method` must be 'auto', 'dense' or 'probe'; found {method!r}")
+        raise InvalidParameterError(f"`method` must be 'auto', 'dense' or 'probe'; found {method!r}")
     p, N, C = op.p, op.n_samples, op.n_outputs
     rtol = tolerance(op.dtype) * max(p, 1) ** 0.5 if rtol is None else float(rtol)
     if method == "auto":

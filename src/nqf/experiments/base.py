@@ -9,6 +9,7 @@ from typing import Annotated, Any, ClassVar, Literal, get_args
 
 import numpy as np
 from pydantic import AfterValidator, BaseModel, ConfigDict, field_validator
+from ..errors import InvalidParameterError
 
 __all__ = ["EpsList", "Params", "Table", "Check", "Outcome", "Experiment", "REGISTRY", "register"]
 
@@ -24,9 +25,9 @@ class Params(BaseModel):
     def _no_bool_for_numbers(cls, value, info):
         field = cls.model_fields.get(info.field_name) if info.field_name else None
         if field is not None and _has_bool(value) and not _admits_bool(field.annotation):
-            raise ValueError("expected a number, found a boolean (true/false)")
+            raise InvalidParameterError("expected a number, found a boolean (true/false)")
         if _has_subnormal(value):
-            raise ValueError(f"a subnormal number (nonzero, below {sys.float_info.min:.3g}) has too few significant "
+            raise InvalidParameterError(f"a subnormal number (nonzero, below {sys.float_info.min:.3g}) has too few significant "
                              "digits to compute with")
         return value
 
@@ -55,7 +56,7 @@ def _has_bool(value) -> bool:
 
 def _eps_list(v: list[float]) -> list[float]:
     if any(not 0 < e < 1 for e in v):
-        raise ValueError("every ε must lie in (0, 1)")
+        raise InvalidParameterError("every ε must lie in (0, 1)")
     return sorted(v, reverse=True)
 
 

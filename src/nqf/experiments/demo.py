@@ -26,6 +26,7 @@ from pydantic import Field, field_validator, model_validator
 from ..report.figures import mark_times, new_figure
 from .base import Check, Experiment, Outcome, Params, Table, register
 from .curves import crossing_time, initial_weights, mark_stop, mark_unfinished, stop_reason, to_cpu
+from ..errors import InvalidParameterError
 
 __all__ = ["Demo", "teacher_task"]
 
@@ -48,21 +49,21 @@ class DemoParams(Params):
     @classmethod
     def _distinct(cls, v):
         if any(s <= 0 for s in v) or len(set(v)) != len(v):
-            raise ValueError("must be distinct positive numbers")
+            raise InvalidParameterError("must be distinct positive numbers")
         return sorted(v, reverse=True)
 
     @model_validator(mode="after")
     def _sizes(self):
         C, D = len(self.singular_values), self.in_features
         if C > D:
-            raise ValueError(f"`singular_values` has {C} values but `in_features` = {D}: at most D modes")
+            raise InvalidParameterError(f"`singular_values` has {C} values but `in_features` = {D}: at most D modes")
         if self.n_samples < D:
-            raise ValueError(f"`n_samples` = {self.n_samples} must be ≥ `in_features` = {D} to whiten the inputs")
+            raise InvalidParameterError(f"`n_samples` = {self.n_samples} must be ≥ `in_features` = {D} to whiten the inputs")
         if self.width < C + D:
-            raise ValueError(f"`width` = {self.width} must be ≥ C + D = {C + D} (C = len(`singular_values`), "
+            raise InvalidParameterError(f"`width` = {self.width} must be ≥ C + D = {C + D} (C = len(`singular_values`), "
                              "D = `in_features`) so that M(0) = εI")
         if self.save_every * self.lr > 0.05 * self.t_max:
-            raise ValueError(f"`save_every` · `lr` = {self.save_every * self.lr:g} must be ≤ 5% of `t_max` = "
+            raise InvalidParameterError(f"`save_every` · `lr` = {self.save_every * self.lr:g} must be ≤ 5% of `t_max` = "
                              f"{self.t_max:g} to resolve the steps")
         return self
 
@@ -79,9 +80,9 @@ def teacher_task(n_samples: int, in_features: int, singular_values, seed: int):
     g = torch.Generator().manual_seed(seed)
     N, D, C = n_samples, in_features, len(singular_values)
     if N < D:
-        raise ValueError(f"`n_samples` must be ≥ `in_features` to whiten; found {N} < {D}")
+        raise InvalidParameterError(f"`n_samples` must be ≥ `in_features` to whiten; found {N} < {D}")
     if C > D:
-        raise ValueError(f"at most `in_features` = {D} singular values; found {C}")
+        raise InvalidParameterError(f"at most `in_features` = {D} singular values; found {C}")
     Q, _ = torch.linalg.qr(torch.randn(N, D, dtype=torch.float64, generator=g))
     X = math.sqrt(N) * Q
     U, _ = torch.linalg.qr(torch.randn(C, C, dtype=torch.float64, generator=g))

@@ -25,6 +25,7 @@ from pydantic import Field, model_validator
 from ..report.figures import new_figure
 from .base import Check, EpsList, Experiment, Outcome, Params, Table, register
 from .curves import mark_stop, mark_unfinished, stop_reason
+from ..errors import InvalidParameterError
 
 __all__ = ["InteractingModes", "correlated_task"]
 
@@ -41,7 +42,7 @@ class InteractingParams(Params):
     @model_validator(mode="after")
     def _sizes(self):
         if self.n_samples < self.n_modes:
-            raise ValueError(f"`n_samples` = {self.n_samples} must be ≥ `n_modes` = {self.n_modes} (a full-rank "
+            raise InvalidParameterError(f"`n_samples` = {self.n_samples} must be ≥ `n_modes` = {self.n_modes} (a full-rank "
                              "interaction matrix C)")
         return self
 

@@ -23,6 +23,7 @@ from pydantic import Field, model_validator
 from ..report.figures import mark_times, new_figure
 from .base import Check, EpsList, Experiment, Outcome, Params, Table, register
 from .curves import crossing_time, mark_stop, mark_unfinished, stop_reason, to_cpu
+from ..errors import InvalidParameterError
 
 __all__ = ["LVStaircase", "diagonal_task"]
 
@@ -42,10 +43,10 @@ class LVStaircaseParams(Params):
     @model_validator(mode="after")
     def _sizes(self):
         if self.n_samples < self.n_modes:
-            raise ValueError(f"`n_samples` = {self.n_samples} must be ≥ `n_modes` = {self.n_modes} for "
+            raise InvalidParameterError(f"`n_samples` = {self.n_samples} must be ≥ `n_modes` = {self.n_modes} for "
                              "orthogonal features")
         if self.time_tolerance * self.step_fraction >= 0.5:
-            raise ValueError(f"`time_tolerance` · `step_fraction` = {self.time_tolerance * self.step_fraction:g} "
+            raise InvalidParameterError(f"`time_tolerance` · `step_fraction` = {self.time_tolerance * self.step_fraction:g} "
                              "must be < 0.5 for the checks to mean anything")
         return self
 
@@ -60,7 +61,7 @@ def diagonal_task(n_samples: int, z_star: np.ndarray, gen: torch.Generator):
     """
     K = len(z_star)
     if n_samples < K:
-        raise ValueError(f"`n_samples` must be ≥ `n_modes` = {K} for orthogonal features; found {n_samples}")
+        raise InvalidParameterError(f"`n_samples` must be ≥ `n_modes` = {K} for orthogonal features; found {n_samples}")
     Q, _ = torch.linalg.qr(torch.randn(n_samples, K, dtype=torch.float64, generator=gen))
     a = math.sqrt(n_samples) * Q  # (1/N) aᵀa = I
     X = torch.diag_embed(a)

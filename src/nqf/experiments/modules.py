@@ -22,6 +22,7 @@ from pydantic import Field, model_validator
 from ..report.figures import new_figure
 from .base import Check, Experiment, Outcome, Params, Table, register
 from .curves import mark_stop, stop_reason, to_cpu
+from ..errors import InvalidParameterError
 
 __all__ = ["ModulesVsNQF", "build_family", "FAMILIES"]
 
@@ -57,12 +58,12 @@ class ModulesParams(Params):
     @model_validator(mode="after")
     def _sizes(self):
         if self.teacher_rank > self.width:
-            raise ValueError(f"`teacher_rank` = {self.teacher_rank} must be ≤ `width` = {self.width}")
+            raise InvalidParameterError(f"`teacher_rank` = {self.teacher_rank} must be ≤ `width` = {self.width}")
         if self.n_samples < 2 * self.teacher_rank:
-            raise ValueError(f"`n_samples` = {self.n_samples} must be ≥ 2 · `teacher_rank` = "
+            raise InvalidParameterError(f"`n_samples` = {self.n_samples} must be ≥ 2 · `teacher_rank` = "
                              f"{2 * self.teacher_rank}")
         if any(not 0 < v <= 10 for v in self.moe_signal_scan):
-            raise ValueError(f"every `moe_signal_scan` entry must lie in (0, 10]; found {self.moe_signal_scan}")
+            raise InvalidParameterError(f"every `moe_signal_scan` entry must lie in (0, 10]; found {self.moe_signal_scan}")
         return self
 
 
@@ -101,7 +102,7 @@ def build_family(name: str, n: int, m: int, D: int, T: int, gen: torch.Generator
         d1, d2 = D, D + 1
         X = torch.randn(n, d1, d2, dtype=dt, generator=gen)
         return X, st.factorization(X), nw.Factorization(d1, d2, m)
-    raise ValueError(f"unknown family {name!r}; expected one of {FAMILIES}")
+    raise InvalidParameterError(f"unknown family {name!r}; expected one of {FAMILIES}")
 
 
 def _run_family(fam, P: ModulesParams, ctx, j: int, signal: float, key: str):
@@ -119,7 +120,7 @@ def _run_family(fam, P: ModulesParams, ctx, j: int, signal: float, key: str):
     G0 = op.adjoint(y - op.offset.reshape(y.shape)) / op.n_samples
     lam = float(torch.linalg.eigvalsh(G0)[-1])
     if lam <= 0:
-        raise ValueError(f"{fam}: the teacher gives no growing direction (λ_max = {lam:.3g})")
+        raise InvalidParameterError(f"{fam}: the teacher gives no growing direction (λ_max = {lam:.3g})")
     t_escape = math.log(1 / P.eps) / (4 * lam)
     lr = P.step_fraction / (4 * lam)
     steps = max(int(P.horizon * t_escape / lr), 10)

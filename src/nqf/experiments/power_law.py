@@ -38,6 +38,7 @@ from scipy.special import expit
 from ..report.figures import new_figure
 from .base import Check, Experiment, Outcome, Params, Table, register
 from .curves import initial_weights, mark_stop, mark_unfinished, stop_reason, to_cpu
+from ..errors import InvalidParameterError
 
 __all__ = ["PowerLaw", "fourier_task", "exact_mode_sum", "isotropic_mode_sum", "ols_exponent"]
 
@@ -64,16 +65,16 @@ class PowerLawParams(Params):
     def _windows(self):
         k_hi = self.asymptotic_modes // 30
         if self.first_mode + 3 > k_hi:
-            raise ValueError(f"asymptotic fit window empty: `first_mode` = {self.first_mode} must be ≤ "
+            raise InvalidParameterError(f"asymptotic fit window empty: `first_mode` = {self.first_mode} must be ≤ "
                              f"`asymptotic_modes`/30 − 3 = {k_hi - 3}")
         if 3 >= math.ceil(self.fit_to_fraction * self.n_modes):
-            raise ValueError(f"network fit window empty: ⌈`fit_to_fraction` · `n_modes`⌉ = "
+            raise InvalidParameterError(f"network fit window empty: ⌈`fit_to_fraction` · `n_modes`⌉ = "
                              f"{math.ceil(self.fit_to_fraction * self.n_modes)} must exceed 3")
         if any(k // 30 < self.first_mode + 3 for k in self.grid_modes):
-            raise ValueError(f"every `grid_modes` entry must be ≥ 30 · (`first_mode` + 3) = "
+            raise InvalidParameterError(f"every `grid_modes` entry must be ≥ 30 · (`first_mode` + 3) = "
                              f"{30 * (self.first_mode + 3)}; found {self.grid_modes}")
         if any(not 0 < e < 1 for e in self.grid_eps):
-            raise ValueError(f"every `grid_eps` entry must lie in (0, 1); found {self.grid_eps}")
+            raise InvalidParameterError(f"every `grid_eps` entry must lie in (0, 1); found {self.grid_eps}")
         return self
 
 

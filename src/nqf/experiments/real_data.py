@@ -49,6 +49,7 @@ from pydantic import Field
 from ..report.figures import new_figure
 from .base import Check, EpsList, Experiment, Outcome, Params, Table, register
 from .curves import to_cpu
+from ..errors import InvalidParameterError
 
 __all__ = ["RealData", "UpperBoundCheck"]
 
@@ -138,7 +139,7 @@ class RealData(Experiment):
         C, D = d.n_outputs, d.n_features
         p = C + D
         if P.width < p:
-            raise ValueError(f"`width` must be ≥ p = C + D = {p} for {name} (M(0) = εI); found {P.width}")
+            raise InvalidParameterError(f"`width` must be ≥ p = C + D = {p} for {name} (M(0) = εI); found {P.width}")
         op = mlp(X, "tanh", n_outputs=C)
         seq = saddle_sequence(op, Y)
         levels = seq.plateau_levels

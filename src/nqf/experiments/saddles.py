@@ -32,6 +32,7 @@ from pydantic import Field, model_validator
 from ..report.figures import mark_times, new_figure
 from .base import Check, Experiment, Outcome, Params, Table, register
 from .curves import clean_roundoff, crossing_time, initial_weights, mark_stop, mark_unfinished, stop_reason, to_cpu
+from ..errors import InvalidParameterError
 
 __all__ = ["Saddles", "saddle_problem"]
 
@@ -62,10 +63,10 @@ class SaddlesParams(Params):
         p_min = {"mlp": 8, "qk-attention": 12, "cnn": 12}
         need = max(p_min[n] for n in self.problems)
         if self.width < need:
-            raise ValueError(f"`width` = {self.width} must be ≥ p = {need} (the largest problem in `problems`) "
+            raise InvalidParameterError(f"`width` = {self.width} must be ≥ p = {need} (the largest problem in `problems`) "
                              "so that M(0) = εI")
         if self.n_samples < 2 * need:
-            raise ValueError(f"`n_samples` = {self.n_samples} must be ≥ 2p = {2 * need} for the problems in "
+            raise InvalidParameterError(f"`n_samples` = {self.n_samples} must be ≥ 2p = {2 * need} for the problems in "
                              "`problems`")
         return self
 
@@ -117,7 +118,7 @@ def saddle_problem(name: str, n: int, width: int, g: torch.Generator, teacher_sc
                                           + 0.05 * torch.randn(n, 2, generator=g, dtype=dt))
         net = nw.ConvNet1d(2, width, 3, stride=3, readout="position", n_outputs=2, input_length=9)
         return op, Y, net, X
-    raise ValueError(f"unknown problem {name!r}; expected one of {PROBLEMS}")
+    raise InvalidParameterError(f"unknown problem {name!r}; expected one of {PROBLEMS}")
 
 
 @register
@@ -160,7 +161,7 @@ class Saddles(Experiment):
             t_end = 1.3 * float(t_esc[-1]) + 2.0 if len(t_esc) else 10.0
             steps = int(math.ceil(t_end / lr))
             if steps > P.max_steps:
-                raise ValueError(f"{name}: the predicted staircase needs {steps} GD steps (> `max_steps` = "
+                raise InvalidParameterError(f"{name}: the predicted staircase needs {steps} GD steps (> `max_steps` = "
                                  f"{P.max_steps}); lower `max_rank`, raise `eps` or `step_fraction`")
             save = max(steps // P.save_points, 1)
             W0 = initial_weights(op.p, P.width, P.eps, g)

@@ -24,6 +24,7 @@ from pydantic import Field, model_validator
 
 from ..report.figures import new_figure
 from .base import Check, EpsList, Experiment, Outcome, Params, Table, register
+from ..errors import InvalidParameterError
 
 __all__ = ["Validity"]
 
@@ -47,11 +48,11 @@ class ValidityParams(Params):
     @model_validator(mode="after")
     def _sizes(self):
         if len(self.eps) < 3:
-            raise ValueError(f"`eps` needs at least 3 values to fit the separation-time slope; found {len(self.eps)}")
+            raise InvalidParameterError(f"`eps` needs at least 3 values to fit the separation-time slope; found {len(self.eps)}")
         if self.fraction >= 1:
-            raise ValueError(f"`fraction` = {self.fraction:g} must be < 1 (a fraction of the loss drop)")
+            raise InvalidParameterError(f"`fraction` = {self.fraction:g} must be < 1 (a fraction of the loss drop)")
         if self.teacher_width > self.width:
-            raise ValueError(f"`teacher_width` = {self.teacher_width} must be ≤ `width` = {self.width} for the "
+            raise InvalidParameterError(f"`teacher_width` = {self.teacher_width} must be ≤ `width` = {self.width} for the "
                              "student to represent the teacher")
         return self
 
@@ -128,7 +129,7 @@ class Validity(Experiment):
         f0 = op.offset[:, 0]
         lam = float(torch.linalg.eigvalsh(op.adjoint(y - f0) / op.n_samples)[-1])
         if lam <= 0:
-            raise ValueError(f"the teacher gives no growing direction (λ_max = {lam:.3g})")
+            raise InvalidParameterError(f"the teacher gives no growing direction (λ_max = {lam:.3g})")
         rate = 4 * lam
         lr = P.step_fraction / rate
         W_dir = torch.randn(op.p, P.width, dtype=torch.float64, generator=gen) / math.sqrt(P.width)

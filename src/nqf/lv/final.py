@@ -16,6 +16,7 @@ from scipy.optimize import minimize, nnls
 
 from .qp import ActiveSetQP, UnboundedError
 from .solution import _t
+from ..errors import InvalidParameterError
 
 __all__ = ["FinalState", "Plateaus"]
 
@@ -155,7 +156,7 @@ class FinalState:
             try:  # β has a component outside range(C): exact active-set QP (detects unboundedness)
                 return ActiveSetQP(self._dense, b).solve()
             except UnboundedError as exc:
-                raise ValueError(f"`beta`, `C`: {exc}") from None
+                raise InvalidParameterError(f"`beta`, `C`: {exc}") from None
         C = self._sparse
         res = minimize(lambda z: (-b @ z + 0.5 * z @ (C @ z), C @ z - b), np.zeros(self.K), jac=True,
                        method="L-BFGS-B", bounds=[(0, None)] * self.K,

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from .._validation import as_tensor
-from ..errors import ShapeError
+from ..errors import InvalidParameterError, ShapeError
 from .qp import ActiveSetQP, UnboundedError
 
 __all__ = ["limit", "LimitResult", "LimitEvent"]
@@ -187,12 +187,12 @@ def limit(beta, C, s0=None, *, y2: float | None = None, max_events: int | None =
     scale = max(float(np.max(np.abs(np.diag(Cn)))) if K else 0.0, 1e-300)
     asym = float(np.max(np.abs(Cn - Cn.T))) if K else 0.0
     if asym > 1e-10 * max(float(np.max(np.abs(Cn))), 1e-300):
-        raise ValueError(f"`C` must be symmetric; found max |C − Cᵀ| = {asym:.3e}")
+        raise InvalidParameterError(f"`C` must be symmetric; found max |C − Cᵀ| = {asym:.3e}")
     try:
         np.linalg.cholesky(Cn + 1e-10 * scale * np.eye(K))
     except np.linalg.LinAlgError:
         lam = float(np.linalg.eigvalsh(Cn)[0])
-        raise ValueError(f"`C` must be positive semi-definite; found smallest eigenvalue {lam:.3e}") from None
+        raise InvalidParameterError(f"`C` must be positive semi-definite; found smallest eigenvalue {lam:.3e}") from None
     if s0 is None:
         s = -np.ones(K)
     else:
@@ -200,9 +200,9 @@ def limit(beta, C, s0=None, *, y2: float | None = None, max_events: int | None =
         if s.shape != (K,):
             raise ShapeError(f"`s0` must have shape ({K},); found {s.shape}")
         if np.isnan(s).any() or np.isposinf(s).any():
-            raise ValueError("`s0` must not contain NaN or +inf")
+            raise InvalidParameterError("`s0` must not contain NaN or +inf")
         if (s > 0).any():
-            raise ValueError(f"`s0` must be ≤ 0 (z(0) ≤ 1 in units of ε); found max {s.max():.3e}")
+            raise InvalidParameterError(f"`s0` must be ≤ 0 (z(0) ≤ 1 in units of ε); found max {s.max():.3e}")
     qp = ActiveSetQP(Cn, b)
     vtol = 1e-12 * max(float(np.max(np.abs(b))), scale, 1e-300)
     stol = 1e-12
@@ -228,7 +228,7 @@ def limit(beta, C, s0=None, *, y2: float | None = None, max_events: int | None =
             try:
                 qp.add(k)
             except UnboundedError as exc:
-                raise ValueError(f"`beta`, `C`: {exc}") from None
+                raise InvalidParameterError(f"`beta`, `C`: {exc}") from None
         after = set(qp.passive)
         s[list(after)] = 0.0
         on, off = sorted(after - before), sorted(before - after)
@@ -262,7 +262,7 @@ def limit(beta, C, s0=None, *, y2: float | None = None, max_events: int | None =
         path_s.append(s.copy())
         process(tau)
     else:
-        raise ValueError(f"`limit` exceeded `max_events` = {max_events}")
+        raise InvalidParameterError(f"`limit` exceeded `max_events` = {max_events}")
     # extension for plotting
     v = 4.0 * qp.gradient()
     end = 1.25 * tau if tau > 0 else 1.0

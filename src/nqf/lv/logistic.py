@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from .solution import LVSolution, _np, _t
+from ..errors import InvalidParameterError
 
 __all__ = ["LogisticSolutions"]
 
@@ -20,7 +21,7 @@ class LogisticSolutions:
 
     def _require_diagonal(self, what: str):
         if not self.is_diagonal:
-            raise ValueError(f"`{what}` needs a diagonal `C` (orthogonal features); this system has "
+            raise InvalidParameterError(f"`{what}` needs a diagonal `C` (orthogonal features); this system has "
                              "interacting modes — use `flow`, `gd` or `limit`")
 
     def logistic(self, t, *, log: bool = False) -> torch.Tensor:
@@ -78,7 +79,7 @@ class LogisticSolutions:
         """
         self._require_diagonal("logistic_switch_times")
         if not 0 < fraction <= 1:
-            raise ValueError(f"`fraction` must lie in (0, 1]; found {fraction}")
+            raise InvalidParameterError(f"`fraction` must lie in (0, 1]; found {fraction}")
         b, c, z0 = self._beta, self._diag, self._z0
         out = np.full(self.K, np.inf)
         on = (b > 0) & (c > 0) & (z0 > 0)

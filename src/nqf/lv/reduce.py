@@ -47,7 +47,7 @@ import numpy as np
 import torch
 
 from .._validation import as_tensor
-from ..errors import NonCommutingError, NotClosedError, ShapeError
+from ..errors import InvalidParameterError, InvalidTypeError, NonCommutingError, NotClosedError, ShapeError
 from ..structure.operator import StructureOperator
 from .system import LotkaVolterra
 
@@ -167,7 +167,7 @@ def reduce(op: StructureOperator, y, M0, *, tol: float | None = None, seed: int 
         Bad shapes, NaN/inf, ``M0`` not symmetric or not PSD.
     """
     if not isinstance(op, StructureOperator):
-        raise TypeError(f"`op` must be a StructureOperator; found {type(op).__name__}")
+        raise InvalidTypeError(f"`op` must be a StructureOperator; found {type(op).__name__}")
     if not op.satisfies_zgz:
         raise NotClosedError("`op` has a linear or cross-unit term (the zero-gradient condition fails); "
                              "the Lotka–Volterra reduction needs dynamics closed on M alone")
@@ -185,11 +185,11 @@ def reduce(op: StructureOperator, y, M0, *, tol: float | None = None, seed: int 
         raise ShapeError(f"`M0` must have shape ({p}, {p}); found {M0n.shape}")
     m0scale = float(np.abs(M0n).max())
     if float(np.abs(M0n - M0n.T).max()) > 1e-10 * max(m0scale, 1e-300):
-        raise ValueError("`M0` must be symmetric")
+        raise InvalidParameterError("`M0` must be symmetric")
     A = op.dense().to(dtype=torch.float64).cpu().numpy().reshape(N * Cout, p, p)
     norms = np.linalg.norm(A, axis=(1, 2))
     if not (norms > 0).any():
-        raise ValueError("`op`: every structure matrix is zero; nothing can be learned")
+        raise InvalidParameterError("`op`: every structure matrix is zero; nothing can be learned")
     rng = np.random.default_rng(seed)
     # joint basis with M0 included (picks the right basis inside degenerate eigenspaces)
     m0n = float(np.linalg.norm(M0n))
@@ -217,7 +217,7 @@ def reduce(op: StructureOperator, y, M0, *, tol: float | None = None, seed: int 
     a = np.einsum("ip,mij,jp->mp", U, A, U, optimize=True)  # (N·C, p)
     z0 = np.einsum("ip,ij,jp->p", U, M0n, U)
     if (z0 < -tol * max(m0scale, 1e-300)).any():
-        raise ValueError(f"`M0` must be positive semi-definite; found an eigenvalue {z0.min():.3e} < 0")
+        raise InvalidParameterError(f"`M0` must be positive semi-definite; found an eigenvalue {z0.min():.3e} < 0")
     z0 = np.maximum(z0, 0.0)
     colnorm = np.linalg.norm(a, axis=0)
     keep = np.flatnonzero(colnorm > tol * colnorm.max())
@@ -231,7 +231,7 @@ def reduce(op: StructureOperator, y, M0, *, tol: float | None = None, seed: int 
     z0k = z0[keep]
     rest = M0n - (Uk * z0k) @ Uk.T
     if not (z0k > 0).any():
-        raise ValueError("`M0` has no weight on any signal-carrying direction (z(0) = 0): nothing can grow")
+        raise InvalidParameterError("`M0` has no weight on any signal-carrying direction (z(0) = 0): nothing can grow")
     lv = LotkaVolterra(beta, Cmat, z0k, y2=float(ytil @ ytil) / N, basis=Uk,
                        factor=(a / np.sqrt(N), ytil / np.sqrt(N)), rest=rest)
     lv.commutation_defect = float(delta if delta <= tol else _offdiag_defect(U, A, norms)[0])

@@ -17,7 +17,7 @@ import torch
 from scipy.optimize import brentq
 
 from .._validation import as_tensor
-from ..errors import NonFiniteError, ShapeError
+from ..errors import InvalidParameterError, NonFiniteError, ShapeError
 
 __all__ = ["LVSolution", "switch_times"]
 
@@ -93,7 +93,7 @@ class LVSolution:
         crossing_times : the same for arbitrary levels.
         """
         if not 0 < fraction <= 1:
-            raise ValueError(f"`fraction` must lie in (0, 1]; found {fraction}")
+            raise InvalidParameterError(f"`fraction` must lie in (0, 1]; found {fraction}")
         final = self.system.final_state() if final is None else final
         fin = _np("final", final, 1)
         with np.errstate(divide="ignore"):
@@ -125,7 +125,7 @@ class LVSolution:
         if lev.shape != (self.log_z.shape[1],):
             raise ShapeError(f"`levels` must have shape ({self.log_z.shape[1]},); found {lev.shape}")
         if np.isnan(lev).any() or (lev <= 0).any():
-            raise ValueError("`levels` must be positive (inf to skip a mode); found NaN or ≤ 0")
+            raise InvalidParameterError("`levels` must be positive (inf to skip a mode); found NaN or ≤ 0")
         fin = np.where(np.isfinite(lev), lev, 0.0)
         times = switch_times(self.t, self.log_z, fin, fraction=1.0, log=True)
         if refine is None:
@@ -183,9 +183,9 @@ def switch_times(t, z, final, *, fraction: float = 0.5, log: bool = False) -> to
     if t.shape[0] < 1:
         raise ShapeError("`t` must contain at least one time; found an empty array")
     if np.any(np.diff(t) < 0) or t[0] < 0:
-        raise ValueError("`t` must be non-negative and increasing")
+        raise InvalidParameterError("`t` must be non-negative and increasing")
     if not 0 < fraction <= 1:
-        raise ValueError(f"`fraction` must lie in (0, 1]; found {fraction}")
+        raise InvalidParameterError(f"`fraction` must lie in (0, 1]; found {fraction}")
     fin = _np("final", final, 1)
     if fin.shape[0] != lz.shape[1]:
         raise ShapeError(f"`final` must have shape ({lz.shape[1]},); found {fin.shape}")

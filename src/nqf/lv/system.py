@@ -36,7 +36,7 @@ import torch
 from scipy.integrate import solve_ivp
 
 from .._validation import as_tensor
-from ..errors import DivergenceError, NonFiniteError, ShapeError
+from ..errors import DivergenceError, InvalidParameterError, NonFiniteError, ShapeError
 from .final import FinalState, Plateaus
 from .logistic import LogisticSolutions
 from .solution import LVSolution, _np, _t, switch_times
@@ -137,7 +137,7 @@ class LotkaVolterra(LogisticSolutions, FinalState):
         bad = (diag <= 0) & (b > 0)
         if bad.any():
             k = int(np.flatnonzero(bad)[0])
-            raise ValueError(f"`beta` and `C`: mode {k} has β_k = {b[k]:.3e} > 0 but C_kk = {diag[k]:.3e}; "
+            raise InvalidParameterError(f"`beta` and `C`: mode {k} has β_k = {b[k]:.3e} > 0 but C_kk = {diag[k]:.3e}; "
                              "the loss is unbounded below (a growing mode with no self-interaction)")
         self._z0 = self._check_z0(z0)
         self.y2 = None if y2 is None else float(y2)
@@ -165,22 +165,22 @@ class LotkaVolterra(LogisticSolutions, FinalState):
             C = self._dense
             asym = float(np.max(np.abs(C - C.T)))
             if asym > 1e-10 * max(float(np.max(np.abs(C))), 1e-300):
-                raise ValueError(f"`C` must be symmetric; found max |C − Cᵀ| = {asym:.3e}")
+                raise InvalidParameterError(f"`C` must be symmetric; found max |C − Cᵀ| = {asym:.3e}")
             try:
                 np.linalg.cholesky(C + tol * scale * np.eye(self.K))
                 return
             except np.linalg.LinAlgError:
                 lam = float(np.linalg.eigvalsh(0.5 * (C + C.T))[0])
-                raise ValueError(f"`C` must be positive semi-definite; found smallest eigenvalue {lam:.3e} "
+                raise InvalidParameterError(f"`C` must be positive semi-definite; found smallest eigenvalue {lam:.3e} "
                                  f"(largest diagonal entry {scale:.3e})") from None
         C = self._sparse
         if self.is_diagonal:
             if d.min() < -tol * scale:
-                raise ValueError(f"`C` must be positive semi-definite; found a diagonal entry {d.min():.3e} < 0")
+                raise InvalidParameterError(f"`C` must be positive semi-definite; found a diagonal entry {d.min():.3e} < 0")
             return
         asym = abs(C - C.T).max()
         if asym > 1e-10 * max(abs(C).max(), 1e-300):
-            raise ValueError(f"`C` must be symmetric; found max |C − Cᵀ| = {asym:.3e}")
+            raise InvalidParameterError(f"`C` must be symmetric; found max |C − Cᵀ| = {asym:.3e}")
         radius = np.asarray(abs(C).sum(axis=1)).ravel() - np.abs(d)
         if np.all(d - radius >= -tol * scale):
             return  # Gershgorin: diagonally dominant with a non-negative diagonal ⇒ PSD
@@ -188,20 +188,20 @@ class LotkaVolterra(LogisticSolutions, FinalState):
 
         lam = float(eigsh(C, k=1, which="SA", return_eigenvectors=False, tol=1e-8)[0])
         if lam < -tol * scale * 10:
-            raise ValueError(f"`C` must be positive semi-definite; found smallest eigenvalue {lam:.3e}")
+            raise InvalidParameterError(f"`C` must be positive semi-definite; found smallest eigenvalue {lam:.3e}")
 
     def _check_z0(self, z0) -> np.ndarray:
         z = _np("z0", z0, (0, 1))
         if z.ndim == 0:
             if not z > 0:
-                raise ValueError(f"`z0` (the initial scale ε) must be > 0; found {float(z)}")
+                raise InvalidParameterError(f"`z0` (the initial scale ε) must be > 0; found {float(z)}")
             return np.full(self.K, float(z))
         if z.shape != (self.K,):
             raise ShapeError(f"`z0` must be a scalar or have shape ({self.K},); found {z.shape}")
         if (z < 0).any():
-            raise ValueError(f"`z0` must be ≥ 0 (z = diag of a PSD M(0)); found min {z.min():.3e}")
+            raise InvalidParameterError(f"`z0` must be ≥ 0 (z = diag of a PSD M(0)); found min {z.min():.3e}")
         if not (z > 0).any():
-            raise ValueError("`z0` must have at least one positive entry; found all zeros (nothing can grow)")
+            raise InvalidParameterError("`z0` must have at least one positive entry; found all zeros (nothing can grow)")
         return z
 
     # ------------------------------------------------------------ attributes
@@ -316,7 +316,7 @@ class LotkaVolterra(LogisticSolutions, FinalState):
         torch.Tensor, shape (p, p)
         """
         if self.basis is None:
-            raise ValueError("this system has no `basis` (it was not built by `nqf.lv.reduce`)")
+            raise InvalidParameterError("this system has no `basis` (it was not built by `nqf.lv.reduce`)")
         zz = as_tensor("z", z, ndim=1, dtype=torch.float64)
         M = (self.basis * zz) @ self.basis.T
         return M if self.rest is None else M + self.rest
@@ -347,10 +347,10 @@ class LotkaVolterra(LogisticSolutions, FinalState):
         """
         eta = float(eta)
         if not (np.isfinite(eta) and eta > 0):
-            raise ValueError(f"`eta` must be a finite positive step size; found {eta}")
+            raise InvalidParameterError(f"`eta` must be a finite positive step size; found {eta}")
         steps, record_every = int(steps), int(record_every)
         if steps < 0 or record_every < 1:
-            raise ValueError(f"`steps` must be ≥ 0 and `record_every` ≥ 1; found {steps}, {record_every}")
+            raise InvalidParameterError(f"`steps` must be ≥ 0 and `record_every` ≥ 1; found {steps}, {record_every}")
         z = self._z0.copy()
         ts, zs = [0.0], [z.copy()]
         with np.errstate(over="ignore", invalid="ignore"):
@@ -403,18 +403,18 @@ class LotkaVolterra(LogisticSolutions, FinalState):
             ``success``/``message`` report integrator failure instead of raising.
         """
         if method not in ("auto", "Radau", "BDF", "LSODA"):
-            raise ValueError(f"`method` must be one of 'auto', 'Radau', 'BDF', 'LSODA' (implicit, stiff); "
+            raise InvalidParameterError(f"`method` must be one of 'auto', 'Radau', 'BDF', 'LSODA' (implicit, stiff); "
                              f"found {method!r}")
         tt = _np("t", t, (0, 1))
         if tt.ndim == 0:
             T = float(tt)
             if not T > 0:
-                raise ValueError(f"`t` (final time) must be > 0; found {T}")
+                raise InvalidParameterError(f"`t` (final time) must be > 0; found {T}")
             n = max(int(n_points), 4)
             tt = np.unique(np.concatenate([[0.0], np.linspace(0, T, n // 2),
                                            np.geomspace(T * 1e-6, T, n - n // 2)]))
         if tt[0] != 0 or np.any(np.diff(tt) <= 0):
-            raise ValueError("`t` must be increasing and start at 0")
+            raise InvalidParameterError("`t` must be increasing and start at 0")
         mask = self._z0 > 0
         idx = np.flatnonzero(mask)
         b = self._beta[idx]
@@ -484,10 +484,10 @@ class LotkaVolterra(LogisticSolutions, FinalState):
         from .limit import limit
 
         if self._dense is None and not self.is_diagonal:
-            raise ValueError("`limit` needs a dense `C`; convert with `C.toarray()`")
+            raise InvalidParameterError("`limit` needs a dense `C`; convert with `C.toarray()`")
         eps = float(np.max(self._z0)) if eps is None else float(eps)
         if not 0 < eps < 1:
-            raise ValueError(f"`eps` must lie in (0, 1); found {eps}")
+            raise InvalidParameterError(f"`eps` must lie in (0, 1); found {eps}")
         with np.errstate(divide="ignore"):
             s0 = np.log(self._z0) / (-np.log(eps))
         C = self._dense if self._dense is not None else np.diag(self._diag)

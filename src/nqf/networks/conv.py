@@ -11,6 +11,7 @@ from .._validation import positive_int
 from ..structure.activations import get_activation
 from ..structure.conv import READOUTS, _int_tuple, conv_output_size
 from ..structure.units import UnitLayout, UnitSlice
+from ..errors import InvalidParameterError
 
 __all__ = ["ConvNet1d", "ConvNet2d"]
 
@@ -22,7 +23,7 @@ class _ConvNet(nn.Module):
 
     def _init_readout(self, readout, n_outputs, n_channels, Q, dtype):
         if readout not in READOUTS:
-            raise ValueError(f"`readout` must be one of {READOUTS}; found {readout!r}")
+            raise InvalidParameterError(f"`readout` must be one of {READOUTS}; found {readout!r}")
         positive_int("n_outputs", n_outputs)
         positive_int("n_channels", n_channels)
         self.readout_name = readout
@@ -81,11 +82,11 @@ class ConvNet1d(_ConvNet):
         Q = 1
         if readout == "position":
             if input_length is None:
-                raise ValueError("`input_length` is required for readout='position' (the readout has one weight "
+                raise InvalidParameterError("`input_length` is required for readout='position' (the readout has one weight "
                                  "per output position)")
             Q = conv_output_size(int(input_length), k, s, pad)
             if Q < 1:
-                raise ValueError(f"`kernel_size` {k} is larger than the padded input ({input_length} + 2·{pad})")
+                raise InvalidParameterError(f"`kernel_size` {k} is larger than the padded input ({input_length} + 2·{pad})")
         self._init_readout(readout, n_outputs, n_channels, Q, dtype)
 
 
@@ -120,10 +121,10 @@ class ConvNet2d(_ConvNet):
         Q = 1
         if readout == "position":
             if input_size is None:
-                raise ValueError("`input_size` (H, W) is required for readout='position' (the readout has one "
+                raise InvalidParameterError("`input_size` (H, W) is required for readout='position' (the readout has one "
                                  "weight per output position)")
             H, W = _int_tuple("input_size", input_size, 2, 1)
             Q = conv_output_size(H, ks[0], st[0], pd[0]) * conv_output_size(W, ks[1], st[1], pd[1])
             if conv_output_size(H, ks[0], st[0], pd[0]) < 1 or conv_output_size(W, ks[1], st[1], pd[1]) < 1:
-                raise ValueError(f"`kernel_size` {ks} is larger than the padded input {input_size} (padding {pd})")
+                raise InvalidParameterError(f"`kernel_size` {ks} is larger than the padded input {input_size} (padding {pd})")
         self._init_readout(readout, n_outputs, n_channels, Q, dtype)

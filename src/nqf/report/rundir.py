@@ -79,7 +79,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import NQFError
+from ..errors import InvalidParameterError, InvalidTypeError, NQFError
 from . import codec
 
 __all__ = ["RunDirectory", "atomic_write_bytes", "atomic_write_text", "RunDirectoryError", "RunDirectoryExistsError",
@@ -148,7 +148,7 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def _checkpoint_name(key: str) -> str:
     if not isinstance(key, str) or not key:
-        raise ValueError(f"checkpoint key must be a non-empty string; found {key!r}")
+        raise InvalidParameterError(f"checkpoint key must be a non-empty string; found {key!r}")
     if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,100}", key):
         return key + _CKPT_SUFFIX
     safe = re.sub(r"[^A-Za-z0-9._+-]", "_", key)[:60].lstrip(".") or "key"
@@ -157,7 +157,7 @@ def _checkpoint_name(key: str) -> str:
 
 def _figure_stem(name: str) -> str:
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,100}", name) or ".." in name:
-        raise ValueError(f"figure name must be a plain file name (letters, digits, . _ + -); found {name!r}")
+        raise InvalidParameterError(f"figure name must be a plain file name (letters, digits, . _ + -); found {name!r}")
     return name
 
 
@@ -428,7 +428,7 @@ class RunDirectory:
         for k, v in arrays.items():
             a = np.asarray(v.detach().cpu() if hasattr(v, "detach") else v)
             if a.dtype.kind not in "biufc":
-                raise TypeError(f"array {k!r} has dtype {a.dtype}; only numeric arrays are saved (no pickle)")
+                raise InvalidTypeError(f"array {k!r} has dtype {a.dtype}; only numeric arrays are saved (no pickle)")
             clean[k] = a
         buf = io.BytesIO()
         np.savez_compressed(buf, **clean)
@@ -615,4 +615,4 @@ def _json_default(obj):
             return obj.detach().cpu().tolist()
     except ImportError:  # pragma: no cover
         pass
-    raise TypeError(f"object of type {type(obj).__name__} is not JSON serialisable")
+    raise InvalidTypeError(f"object of type {type(obj).__name__} is not JSON serialisable")

@@ -13,7 +13,7 @@ from typing import Callable
 
 import torch
 
-from ..errors import NormalFormError
+from ..errors import InvalidParameterError, InvalidTypeError, NormalFormError
 
 __all__ = ["Activation", "get_activation", "ACTIVATIONS", "NON_SMOOTH_ACTIVATIONS"]
 
@@ -91,10 +91,10 @@ def get_activation(activation) -> Activation:
             raise NormalFormError(
                 f"`activation` {activation!r} is not three times differentiable at 0: the normal form "
                 f"Tr[W Wᵀ A(x)] needs a C³ activation. Choose one of {sorted(ACTIVATIONS)} or a smooth callable.")
-        raise ValueError(f"`activation` must be one of {sorted(ACTIVATIONS)} or a callable; found {activation!r}")
+        raise InvalidParameterError(f"`activation` must be one of {sorted(ACTIVATIONS)} or a callable; found {activation!r}")
     if callable(activation):
         return _from_callable(activation)
-    raise TypeError(f"`activation` must be a name or a callable; found {type(activation).__name__}")
+    raise InvalidTypeError(f"`activation` must be a name or a callable; found {type(activation).__name__}")
 
 
 def _from_callable(fn) -> Activation:

@@ -74,7 +74,7 @@ import math
 import torch
 
 from .._validation import as_tensor, positive_int
-from ..errors import ShapeError
+from ..errors import InvalidParameterError, ShapeError
 from .operator import BilinearKernel, BilinearStructure
 
 __all__ = [
@@ -99,7 +99,7 @@ def _positive_int(name: str, value, allow_none: bool = False):
 
 def _check_readout(readout) -> str:
     if readout not in READOUTS:
-        raise ValueError(f"`readout` must be one of {list(READOUTS)}; found {readout!r}")
+        raise InvalidParameterError(f"`readout` must be one of {list(READOUTS)}; found {readout!r}")
     return readout
 
 

@@ -68,6 +68,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .units import UnitLayout, UnitSlice
+from ..errors import InvalidTypeError
 
 __all__ = ["attention_units", "HeadSubsetAttention"]
 
@@ -95,7 +96,7 @@ def attention_units(mha: nn.MultiheadAttention, prefix: str = "") -> UnitLayout:
         If ``mha`` is not an ``nn.MultiheadAttention``.
     """
     if not isinstance(mha, nn.MultiheadAttention):
-        raise TypeError(f"`mha` must be a torch.nn.MultiheadAttention; found {type(mha).__name__}")
+        raise InvalidTypeError(f"`mha` must be a torch.nn.MultiheadAttention; found {type(mha).__name__}")
     E, H = mha.embed_dim, mha.num_heads
     dh = mha.head_dim
     if mha._qkv_same_embed_dim:

@@ -67,7 +67,7 @@ from torch import nn
 from torch.func import functional_call, jacfwd, jacrev, jvp, vmap
 
 from .._validation import as_tensor, tolerance
-from ..errors import InvalidParameterError, NormalFormError
+from ..errors import InvalidParameterError, InvalidTypeError, NormalFormError
 from .operator import DenseStructure
 from .reduce import evaluation_mode, faithful_reduced_copy
 from .unit_function import UnitFunction as _UnitFunction
@@ -95,7 +95,7 @@ def _as_layout(units) -> UnitLayout:
         return UnitLayout([units])
     if isinstance(units, Sequence) and units and all(isinstance(u, UnitSlice) for u in units):
         return UnitLayout(list(units))
-    raise TypeError("`units` must be a UnitLayout or a sequence of UnitSlice; found "
+    raise InvalidTypeError("`units` must be a UnitLayout or a sequence of UnitSlice; found "
                     f"{type(units).__name__}. Helpers: nqf.structure.find_units, mlp_units, attention_units, "
                     "conv_units")
 
@@ -269,7 +269,7 @@ def from_module(
         ``zgz="require"``) a failing zero-gradient condition.
     """
     if not isinstance(module, nn.Module):
-        raise TypeError(f"`module` must be a torch.nn.Module; found {type(module).__name__}")
+        raise InvalidTypeError(f"`module` must be a torch.nn.Module; found {type(module).__name__}")
     if zgz not in ("carry", "require"):
         raise InvalidParameterError(f"`zgz` must be 'carry' or 'require'; found {zgz!r}")
     layout = _as_layout(units)

@@ -49,7 +49,7 @@ import torch
 import torch.nn.functional as Fn
 
 from .._validation import as_tensor, positive_int
-from ..errors import ShapeError
+from ..errors import InvalidParameterError, ShapeError
 from .activations import get_activation
 from .operator import BilinearStructure, OneHotKronKernel
 
@@ -65,7 +65,7 @@ def _int_tuple(name: str, value, n: int, minimum: int) -> tuple[int, ...]:
     ok = len(vals) == n and all(not isinstance(v, bool) and isinstance(v, int) and v >= minimum for v in vals)
     if not ok:
         what = "an int" if n == 1 else "an int or a pair of ints"
-        raise ValueError(f"`{name}` must be {what}, each ≥ {minimum}; found {value!r}")
+        raise InvalidParameterError(f"`{name}` must be {what}, each ≥ {minimum}; found {value!r}")
     return vals
 
 
@@ -76,7 +76,7 @@ def conv_output_size(size: int, kernel: int, stride: int, padding: int) -> int:
 
 def _check_common(readout, n_outputs) -> int:
     if readout not in READOUTS:
-        raise ValueError(f"`readout` must be one of {READOUTS}; found {readout!r}")
+        raise InvalidParameterError(f"`readout` must be one of {READOUTS}; found {readout!r}")
     return positive_int("n_outputs", n_outputs)
 
 

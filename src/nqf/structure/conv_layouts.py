@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from ..errors import NormalFormError, ShapeError
+from ..errors import InvalidTypeError, NormalFormError, ShapeError
 from .units import UnitLayout, UnitSlice
 
 __all__ = ["conv_units"]
@@ -73,7 +73,7 @@ def conv_units(module: nn.Module, conv: str, readout: str, *, channel_axis: int 
                        f"{sorted(k for k in modules if k)}")
     layer = modules[conv]
     if not isinstance(layer, (nn.Conv1d, nn.Conv2d)):
-        raise TypeError(f"`conv` must name an nn.Conv1d or nn.Conv2d; {conv!r} is {type(layer).__name__}")
+        raise InvalidTypeError(f"`conv` must name an nn.Conv1d or nn.Conv2d; {conv!r} is {type(layer).__name__}")
     if layer.groups != 1:
         raise NormalFormError(f"`conv` {conv!r} has groups = {layer.groups}: channels of different groups see "
                               "different input channels, so they are not interchangeable units")

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from ..errors import NoUnitsError
+from ..errors import InvalidTypeError, NoUnitsError
 from .attention_layouts import attention_units
 from .autodiff import NON_SMOOTH_MODULES
 from .conv_layouts import conv_units
@@ -236,7 +236,7 @@ def find_units(module: nn.Module) -> list[UnitCandidate]:
         ``module`` is not an ``nn.Module``.
     """
     if not isinstance(module, nn.Module):
-        raise TypeError(f"`module` must be a torch.nn.Module; found {type(module).__name__}")
+        raise InvalidTypeError(f"`module` must be a torch.nn.Module; found {type(module).__name__}")
     params = dict(module.named_parameters())
     found: list[UnitCandidate] = []
     skip: list[str] = []

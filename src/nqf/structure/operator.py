@@ -38,7 +38,7 @@ import abc
 import torch
 
 from .._validation import as_tensor, check_shape, tolerance
-from ..errors import ShapeError
+from ..errors import InvalidParameterError, ShapeError
 
 __all__ = [
     "StructureOperator",
@@ -209,7 +209,7 @@ class StructureOperator(abc.ABC):
         out = self.offset + self._forward(M)
         if not self.satisfies_zgz:
             if mu is None:
-                raise ValueError("`mu` (the sum of the units, shape (p,)) is required: this operator "
+                raise InvalidParameterError("`mu` (the sum of the units, shape (p,)) is required: this operator "
                                  "has a linear or cross-unit term (the zero-gradient condition fails)")
             mu = as_tensor("mu", mu, ndim=1, dtype=self.dtype, device=self.device)
             check_shape("mu", mu, (self.p,))
@@ -330,7 +330,7 @@ def _check_symmetric(name: str, A: torch.Tensor) -> None:
     scale = float(A.abs().max()) if A.numel() else 0.0
     err = float((A - A.transpose(-1, -2)).abs().max()) if A.numel() else 0.0
     if err > tolerance(A.dtype) * max(scale, 1e-300):
-        raise ValueError(f"`{name}` must be symmetric in its last two axes; found max |A − Aᵀ| = {err:.3e} "
+        raise InvalidParameterError(f"`{name}` must be symmetric in its last two axes; found max |A − Aᵀ| = {err:.3e} "
                          f"(max |A| = {scale:.3e})")
 
 
@@ -493,7 +493,7 @@ class BilinearStructure(StructureOperator):
             raise ShapeError(f"block sizes ({len(l_idx)}, {len(r_idx)}) do not match the kernel "
                              f"({kernel.p1}, {kernel.p2})")
         if set(l_idx) & set(r_idx):
-            raise ValueError("`left` and `right` blocks must be disjoint")
+            raise InvalidParameterError("`left` and `right` blocks must be disjoint")
         super().__init__(p, kernel.n_samples, kernel.n_outputs, kernel.dtype, kernel.device)
         self.left, self.right, self.kernel = left, right, kernel
         self.layout = layout
