@@ -51,11 +51,11 @@ import torch
 from .._validation import as_tensor
 from ..errors import InvalidParameterError, InvalidTypeError, NotClosedError, ShapeError
 from ..structure.operator import StructureOperator
-from .factored import factor_from_matrix
+from .factored import factor_from_matrix, orthogonalize_columns
 from .losses import check_loss, prepare_targets
 from .trajectory import DIVERGED, FINISHED, Trajectory
 
-__all__ = ["simulate_batched", "operator_matrix", "orthogonalize_columns_batched"]
+__all__ = ["simulate_batched", "operator_matrix"]
 
 POLISH_MAX_RANK = 256  # as nqf.simulate: factors with more columns are not re-orthogonalised
 
@@ -205,7 +205,7 @@ def simulate_batched(op: StructureOperator, y, *, M0, lr, steps: int, weight_dec
     for b, f in enumerate(factors):
         F[b, :, :f.shape[1]] = f
     if r_max <= POLISH_MAX_RANK:
-        F = orthogonalize_columns_batched(F)
+        F = orthogonalize_columns(F)
     polish = r_max <= POLISH_MAX_RANK
     ref_norm = F.norm(dim=1)                                                # (B, r)
     active = torch.ones(B, dtype=torch.bool, device=dev)
@@ -256,7 +256,7 @@ def simulate_batched(op: StructureOperator, y, *, M0, lr, steps: int, weight_dec
             due = (((ratio > 2.0) | (ratio < 0.5)) & (ref_norm > 0)).any(1) & active
             if bool(due.any()):
                 idx = torch.nonzero(active).flatten()
-                F[idx] = orthogonalize_columns_batched(F[idx])
+                F[idx] = orthogonalize_columns(F[idx])
                 ref_norm[idx] = F[idx].norm(dim=1)
     out = []
     for b in range(B):
@@ -290,64 +290,3 @@ def _check_psd_batch(M: torch.Tensor) -> torch.Tensor:
     return M
 
 
-_ROUNDS: dict[int, list] = {}
-
-
-def _rounds(r: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Round-robin pairings of ``r`` (even) columns: ``r − 1`` rounds of ``r/2`` disjoint pairs (cached)."""
-    if r not in _ROUNDS:
-        idx, out = list(range(r)), []
-        for _ in range(r - 1):
-            out.append((torch.tensor(idx[: r // 2]), torch.tensor(idx[r // 2:][::-1])))
-            idx = [idx[0], idx[-1]] + idx[1:-1]
-        _ROUNDS[r] = out
-    return _ROUNDS[r]
-
-
-def orthogonalize_columns_batched(F: torch.Tensor, *, tol: float = 1e-15, max_sweeps: int = 8) -> torch.Tensor:
-    """:func:`nqf.dynamics.factored.orthogonalize_columns` (one-sided Jacobi) for every ``F_b`` of a batch at once.
-
-    The same rotations, round-robin pairings and stopping rule as the single-matrix version, applied to
-    each run independently: a run whose columns are already orthogonal (all cosines ``≤ tol``) is left
-    exactly unchanged.  ``F_b F_bᵀ`` is preserved to round-off relative to each column.
-
-    Parameters
-    ----------
-    F : torch.Tensor, shape (B, p, r)
-
-    Returns
-    -------
-    torch.Tensor, shape (B, p, r)
-    """
-    B, p, r = F.shape
-    if r < 2 or B == 0:
-        return F
-    pad = r % 2
-    L = torch.cat([F, F.new_zeros(B, p, 1)], 2) if pad else F.clone()
-    for _ in range(max_sweeps):
-        worst = 0.0
-        for a, b in _rounds(L.shape[2]):
-            if a.device != L.device:
-                a, b = a.to(L.device), b.to(L.device)
-            La, Lb = L[:, :, a], L[:, :, b]
-            na, nb = La.norm(dim=1, keepdim=True), Lb.norm(dim=1, keepdim=True)
-            ok = (na > 0) & (nb > 0)
-            sa, sb = torch.where(ok, na, 1.0), torch.where(ok, nb, 1.0)
-            gam = ((La / sa) * (Lb / sb)).sum(1, keepdim=True)  # cosines of the angles, (B, 1, r/2)
-            act = ok & (gam.abs() > tol)
-            if not bool(act.any()):
-                continue
-            worst = max(worst, float(gam.abs().max()))
-            g = torch.where(act, gam, 1.0)
-            rho = sb / sa
-            zeta = (rho - 1.0 / rho) / (2.0 * g)
-            t = torch.sign(zeta) / (zeta.abs() + torch.hypot(torch.ones_like(zeta), zeta))
-            t = torch.where(zeta == 0, torch.ones_like(t), t)
-            cs = 1.0 / torch.sqrt(1.0 + t * t)
-            sn = cs * t
-            cs, sn = torch.where(act, cs, 1.0), torch.where(act, sn, 0.0)
-            L[:, :, a] = cs * La - sn * Lb
-            L[:, :, b] = sn * La + cs * Lb
-        if worst <= tol:
-            break
-    return L[:, :, :r] if pad else L

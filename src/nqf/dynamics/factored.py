@@ -100,17 +100,18 @@ def gradient_terms(op: StructureOperator, r: torch.Tensor, L: torch.Tensor, mu: 
     return GL, h
 
 
-def _tournament(r: int):
-    """Round-robin pairings of ``r`` columns (``r`` even): ``r − 1`` rounds of ``r/2`` disjoint pairs."""
-    idx = list(range(r))
-    rounds = []
-    for _ in range(r - 1):
-        rounds.append((idx[: r // 2], idx[r // 2:][::-1]))
-        idx = [idx[0], idx[-1]] + idx[1:-1]
-    return rounds
+_ROUNDS: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
 
 
-_ROUNDS: dict = {}
+def _rounds(r: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Round-robin pairings of ``r`` (even) columns: ``r − 1`` rounds of ``r/2`` disjoint pairs (cached)."""
+    if r not in _ROUNDS:
+        idx, out = list(range(r)), []
+        for _ in range(r - 1):
+            out.append((torch.tensor(idx[: r // 2]), torch.tensor(idx[r // 2:][::-1])))
+            idx = [idx[0], idx[-1]] + idx[1:-1]
+        _ROUNDS[r] = out
+    return _ROUNDS[r]
 
 
 def orthogonalize_columns(L: torch.Tensor, *, tol: float = 1e-15, max_sweeps: int = 8) -> torch.Tensor:
@@ -126,33 +127,30 @@ def orthogonalize_columns(L: torch.Tensor, *, tol: float = 1e-15, max_sweeps: in
 
     Parameters
     ----------
-    L : torch.Tensor, shape (p, r)
+    L : torch.Tensor, shape (p, r) or (B, p, r)
+        One factor, or a batch of factors (each run rotated independently: a run whose columns
+        are already orthogonal, all cosines ``≤ tol``, is left exactly unchanged).
 
     Returns
     -------
-    torch.Tensor, shape (p, r)
+    torch.Tensor, same shape as ``L``
     """
-    p, r = L.shape
-    if r < 2:
+    *batch, p, r = L.shape
+    if r < 2 or L.numel() == 0:
         return L
     pad = r % 2
-    if pad:
-        L = torch.cat([L, torch.zeros(p, 1, dtype=L.dtype, device=L.device)], 1)
-    R = L.shape[1]
-    if R not in _ROUNDS:
-        _ROUNDS[R] = [(torch.tensor(a), torch.tensor(b)) for a, b in _tournament(R)]
-    rounds = _ROUNDS[R]
-    L = L.clone()
+    L = torch.cat([L, L.new_zeros(*batch, p, 1)], -1) if pad else L.clone()
+    rounds = _rounds(L.shape[-1])
     for _ in range(max_sweeps):
         worst = 0.0
         for a, b in rounds:
             if a.device != L.device:
                 a, b = a.to(L.device), b.to(L.device)
-            La, Lb = L[:, a], L[:, b]
-            na, nb = La.norm(dim=0), Lb.norm(dim=0)
+            La, Lb = L[..., a], L[..., b]
+            na, nb = La.norm(dim=-2, keepdim=True), Lb.norm(dim=-2, keepdim=True)
             ok = (na > 0) & (nb > 0)
             sa, sb = torch.where(ok, na, 1.0), torch.where(ok, nb, 1.0)
-            gam = ((La / sa) * (Lb / sb)).sum(0)  # cosine of the angle
+            gam = ((La / sa) * (Lb / sb)).sum(-2, keepdim=True)  # cosines of the angles, (..., 1, r/2)
             act = ok & (gam.abs() > tol)
             if not bool(act.any()):
                 continue
@@ -165,8 +163,8 @@ def orthogonalize_columns(L: torch.Tensor, *, tol: float = 1e-15, max_sweeps: in
             cs = 1.0 / torch.sqrt(1.0 + t * t)
             sn = cs * t
             cs, sn = torch.where(act, cs, 1.0), torch.where(act, sn, 0.0)
-            L[:, a] = cs * La - sn * Lb
-            L[:, b] = sn * La + cs * Lb
+            L[..., a] = cs * La - sn * Lb
+            L[..., b] = sn * La + cs * Lb
         if worst <= tol:
             break
-    return L[:, :r] if pad else L
+    return L[..., :r] if pad else L
