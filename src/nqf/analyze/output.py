@@ -109,18 +109,10 @@ def save_analysis(a: Analysis, out_dir, *, force: bool = False) -> dict:
     return run_experiment(_Saved(), params, out_dir, force=force)
 
 
-def _f(v) -> str:
-    if v is None:
-        return "—"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return str(v)
-
-
 def print_analysis(a: Analysis, echo=print) -> None:
     """The checks table, the per-plateau table and the verdict, as text."""
+    from ..report.html import format_cell
+
     echo("assumption checks:")
     for c in a.checks:
         echo(f"  {c.name:<24} {c.value:<24} {c.status:<4} {c.note}")
@@ -129,8 +121,8 @@ def print_analysis(a: Analysis, echo=print) -> None:
     echo("  " + " ".join(f"{h:>8}" for h in cols))
     for r in a.table():
         cells = [r[0], r[1], r[2], r[3], r[4], r[6], r[7], r[8], r[9], r[11],
-                 f"{_f(r[13])} ({_f(r[12])})" if r[12] is not None else _f(r[13])]
-        echo("  " + " ".join(f"{_f(c):>8}" for c in cells))
+                 f"{format_cell(r[13])} ({format_cell(r[12])})" if r[12] is not None else format_cell(r[13])]
+        echo("  " + " ".join(f"{format_cell(c):>8}" for c in cells))
     echo("  (err: real network vs prediction; flat: loss change across the plateau / adjacent drop)")
     echo("")
     for line in a.verdict["text"]:

@@ -21,7 +21,7 @@ from markupsafe import Markup
 
 from .rundir import RUN_ID_KEY, atomic_write_text
 
-__all__ = ["render_report", "write_report", "rebuild_report", "safe_figure_path"]
+__all__ = ["render_report", "write_report", "rebuild_report", "safe_figure_path", "format_cell"]
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
@@ -76,7 +76,8 @@ IMAGE_TYPES = {
 _SCHEME = re.compile(r"^\s*[A-Za-z][A-Za-z0-9+.\-]*:")
 
 
-def _fmt(v) -> str:
+def format_cell(v) -> str:
+    """A table cell as text: ``—`` for missing, ``yes``/``no`` for booleans, 4 significant digits for floats."""
     if v is None:
         return "—"
     if isinstance(v, bool):
@@ -142,7 +143,7 @@ def _figures(results: dict, rundir: Path) -> list[dict]:
 
 def render_report(results: dict, rundir: Path) -> str:
     """HTML text of the report for ``results`` (figures read from ``rundir``)."""
-    return _PAGE.render(r=results, css=Markup(_CSS), run_id_key=RUN_ID_KEY, fmt=_fmt,
+    return _PAGE.render(r=results, css=Markup(_CSS), run_id_key=RUN_ID_KEY, fmt=format_cell,
                         figures=_figures(results, Path(rundir)), config=json.dumps(results["config"], indent=2))
 
 
