@@ -244,3 +244,37 @@ def test_no_plain_value_or_type_errors_in_the_package():
             if re.search(r"\braise (ValueError|TypeError)\b", line):
                 offenders.append(f"{path.relative_to(ROOT)}:{i}")
     assert offenders == [], offenders
+
+
+def test_operator_hooks_are_private_to_the_structure_package():
+    """Outside nqf.structure only the public operator protocol is used (issue 10, deliverable 2)."""
+    offenders = []
+    for path in sorted(SRC.rglob("*.py")):
+        if path.is_relative_to(SRC / "structure"):
+            continue
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if re.search(r"\._(forward|adjoint|squeeze|take)\(", line) or re.search(r"\bop\._dense\b", line):
+                offenders.append(f"{path.relative_to(ROOT)}:{i}")
+    assert offenders == [], offenders
+
+
+def test_public_protocol_agrees_with_the_checked_calls():
+    """forward_unchecked / adjoint_unchecked / compress against the checked calls and a dense einsum."""
+    import torch
+
+    from nqf.structure import mlp
+
+    gen = torch.Generator().manual_seed(0)
+    X = torch.randn(7, 3, generator=gen, dtype=torch.float64)
+    op = mlp(X, "tanh", n_outputs=2)
+    M = torch.randn(op.p, op.p, generator=gen, dtype=torch.float64)
+    M = M + M.T
+    R = torch.randn(7, 2, generator=gen, dtype=torch.float64)
+    A = op.dense()  # (N, C, p, p)
+    assert torch.allclose(op.forward_unchecked(M), torch.einsum("ncij,ij->nc", A, M), atol=1e-12)
+    assert torch.allclose(op.adjoint_unchecked(R), torch.einsum("nc,ncij->ij", R, A), atol=1e-12)
+    U = op.data_subspace()
+    small = op.compress(U)
+    assert small.p == U.shape[1] <= op.p
+    Mr = U.T @ M @ U
+    assert torch.allclose(small(Mr), op(U @ Mr @ U.T), atol=1e-12)

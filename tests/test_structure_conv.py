@@ -21,7 +21,7 @@ from nqf.networks.conv import ConvNet1d, ConvNet2d
 from nqf.structure.autodiff import from_module
 from nqf.structure.conv import conv1d, conv2d, conv_output_size
 from nqf.structure.conv_layouts import conv_units
-from nqf.structure.operator import BilinearStructure, OneHotKronKernel
+from nqf.structure.bilinear import BilinearStructure, OneHotKronKernel
 
 DT = torch.float64
 

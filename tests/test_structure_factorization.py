@@ -16,7 +16,7 @@ from nqf.networks.factorization import Factorization, MatrixSensing
 from nqf.networks.mlp import TwoLayerMLP
 from nqf.structure.autodiff import from_module
 from nqf.structure.factorization import SensingStructure, factorization, linear_network, matrix_sensing
-from nqf.structure.operator import BilinearStructure
+from nqf.structure.bilinear import BilinearStructure
 
 DT = torch.float64
 

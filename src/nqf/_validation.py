@@ -392,13 +392,13 @@ def divergence_curvature(op, L: torch.Tensor, r: torch.Tensor, weight_decay: flo
             return None
         with torch.no_grad():
             N = float(n_samples)
-            G = op._adjoint(r) / N
+            G = op.adjoint_unchecked(r) / N
             S = 2.0 * G + weight_decay * torch.eye(G.shape[0], dtype=G.dtype, device=G.device)
             top_S = float(torch.linalg.eigvalsh(0.5 * (S + S.T)).max())
 
             def hvp(D):
-                dr = op._forward(L @ D.T + D @ L.T)
-                return S @ D + (2.0 / N) * (op._adjoint(dr) @ L)
+                dr = op.forward_unchecked(L @ D.T + D @ L.T)
+                return S @ D + (2.0 / N) * (op.adjoint_unchecked(dr) @ L)
 
             def power(shift: float) -> float:
                 gen = torch.Generator(device="cpu").manual_seed(0)

@@ -151,7 +151,7 @@ class _Problem:
         return self.loss_of_residual(self.residual(M))
 
     def G(self, M: torch.Tensor) -> torch.Tensor:
-        return self.op._adjoint(self.residual(M)) / self.N
+        return self.op.adjoint_unchecked(self.residual(M)) / self.N
 
     # factored problem on V (p × k), numpy in / out for scipy
     def fg(self, x: np.ndarray, k: int, B: torch.Tensor | None = None):
@@ -160,7 +160,7 @@ class _Problem:
         Z = torch.from_numpy(x.reshape(q, k))
         V = Z if B is None else B @ Z
         r = self.residual(V @ V.T)
-        G = self.op._adjoint(r) / self.N
+        G = self.op.adjoint_unchecked(r) / self.N
         g = 2.0 * (G @ V)
         g = g if B is None else B.T @ g
         return self.loss_of_residual(r), g.reshape(-1).numpy()
@@ -176,7 +176,7 @@ class _Problem:
             G = self.G(V @ V.T)
             self._cache = (x.copy(), G)
         dM = D @ V.T
-        dG = self.op._adjoint(self.apply(dM + dM.T)) / self.N
+        dG = self.op.adjoint_unchecked(self.apply(dM + dM.T)) / self.N
         h = 2.0 * (G @ D + dG @ V)
         h = h if B is None else B.T @ h
         return h.reshape(-1).numpy()
@@ -184,7 +184,7 @@ class _Problem:
 
 def _op_forward(op: StructureOperator, M: torch.Tensor) -> torch.Tensor:
     """``𝒜(M)`` as ``(N, C)`` for a symmetric ``M`` (no validation, internal use)."""
-    return op._forward(M)
+    return op.forward_unchecked(M)
 
 
 def commutes(op: StructureOperator, *, trials: int = 2, rtol: float = 1e-9, seed: int = 0) -> bool:
@@ -204,7 +204,7 @@ def commutes(op: StructureOperator, *, trials: int = 2, rtol: float = 1e-9, seed
     for _ in range(trials):
         R = torch.randn(op.n_samples, op.n_outputs, generator=gen, dtype=op.dtype)
         S = torch.randn(op.n_samples, op.n_outputs, generator=gen, dtype=op.dtype)
-        X, Y = op._adjoint(R), op._adjoint(S)
+        X, Y = op.adjoint_unchecked(R), op.adjoint_unchecked(S)
         if float(torch.linalg.norm(X @ Y - Y @ X)) > rtol * float(torch.linalg.norm(X) * torch.linalg.norm(Y)):
             return False
     return True
@@ -567,7 +567,7 @@ def saddle_sequence(op: StructureOperator, y, *, max_rank: int | None = None, to
     if rule == "commuting":
         gen = torch.Generator().manual_seed(1)
         R = torch.randn(op.n_samples, op.n_outputs, generator=gen, dtype=op.dtype)
-        _, basis = torch.linalg.eigh(op._adjoint(R))
+        _, basis = torch.linalg.eigh(op.adjoint_unchecked(R))
         e_modes = np.ones(p)       # exponent of each shared-eigenbasis mode
     else:
         e_sorted = np.ones(p)      # sorted exponents of the complement

@@ -21,12 +21,13 @@ from .factorization import SensingStructure, factorization, linear_network, matr
 from .layouts import mlp_units
 from .mlp import mlp
 from .moe import mixture_of_experts
-from .operator import (BilinearKernel, BilinearStructure, DenseKernel, DenseStructure, OneHotKronKernel,
-                       StructureOperator)
+from .bilinear import BilinearKernel, BilinearStructure, DenseKernel, OneHotKronKernel
+from .operator import DenseStructure, StructureOperator
+from .subspace import ProjectedStructure, data_subspace, project_operator
 from .units import UnitLayout, UnitScatter, UnitSlice, get_unit_weights, set_unit_weights
 
 __all__ = [
-    "StructureOperator", "DenseStructure", "BilinearStructure", "SensingStructure", "BilinearKernel",
+    "StructureOperator", "ProjectedStructure", "data_subspace", "project_operator", "DenseStructure", "BilinearStructure", "SensingStructure", "BilinearKernel",
     "DenseKernel", "OneHotKronKernel", "HeadValueKernel", "EyeKronKernel", "UnitLayout", "UnitSlice",
     "Activation", "ACTIVATIONS", "get_activation", "from_module", "check_truncation_order",
     "mlp_units", "attention_units", "conv_units", "check_permutation_symmetry",

@@ -75,7 +75,7 @@ import torch
 
 from .._validation import as_tensor, positive_int
 from ..errors import InvalidParameterError, ShapeError
-from .operator import BilinearKernel, BilinearStructure
+from .bilinear import BilinearKernel, BilinearStructure
 
 __all__ = [
     "multi_head_attention",

@@ -24,7 +24,7 @@ import torch
 from .._validation import as_tensor, positive_int
 from ..errors import ShapeError
 from .activations import get_activation
-from .operator import BilinearStructure, OneHotKronKernel
+from .bilinear import BilinearStructure, OneHotKronKernel
 
 __all__ = ["mlp"]
 

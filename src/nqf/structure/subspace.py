@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 
 from .._validation import tolerance
-from ..structure.operator import DenseStructure, StructureOperator
+from .operator import DenseStructure, StructureOperator
 from ..errors import InvalidParameterError
 
 __all__ = ["data_subspace", "ProjectedStructure", "project_operator"]
@@ -90,7 +90,7 @@ def data_subspace(op: StructureOperator, *, method: str = "auto", rtol: float | 
         for o in ops:
             for _ in range(batch):
                 R = torch.randn(N, C, generator=gen, dtype=op.dtype).to(op.device)
-                new.append(o._adjoint(R))
+                new.append(o.adjoint_unchecked(R))
         cols = torch.cat([U * 1.0] + new, 1)
         # rescale each probe so that no single one dominates the rank decision
         cols = cols / cols.norm(dim=0, keepdim=True).clamp_min(torch.finfo(op.dtype).tiny)
