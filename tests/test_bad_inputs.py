@@ -233,7 +233,7 @@ def _api_cases():
     from nqf.dynamics import gradient_flow, simulate, train_network
     from nqf.experiments.config import parse_config
     from nqf.experiments.runner import run_experiment
-    from nqf.lv import limit
+    from nqf.reductions.lv import limit
     from nqf.networks.mlp import TwoLayerMLP
     from nqf.report import validate_results
     from nqf.report.codec import loads

@@ -5,7 +5,7 @@ References (independent of the order-parameter code path):
 * the weight form ``W ← W − η∇L`` of a *wider* network (width 2p, random orthonormal
   rows), whose small directions keep relative round-off ``1e-16``;
 * on whitened data, the exact discrete GD map of the SVD modes,
-  ``z^± ← (1 ∓ 2ηg_k)² z^±`` (:meth:`nqf.svd_modes.TwoLayerModes.gd`), a scalar
+  ``z^± ← (1 ∓ 2ηg_k)² z^±`` (:meth:`nqf.reductions.svd_modes.TwoLayerModes.gd`), a scalar
   recursion per mode that never forms ``M``.
 """
 
@@ -18,7 +18,7 @@ import torch
 from nqf.dynamics import gradient_flow, simulate
 from nqf.structure.mlp import mlp
 from nqf.structure.operator import DenseStructure
-from nqf.svd_modes import two_layer_modes
+from nqf.reductions.svd_modes import two_layer_modes
 
 F64 = torch.float64
 EPS = [1e-4, 1e-8, 1e-13, 1e-30, 1e-100, 1e-300]

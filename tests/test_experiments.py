@@ -80,7 +80,7 @@ def _planted(name, monkeypatch):
     import nqf.analysis.validity
     import nqf.dynamics
     from nqf.experiments import demo, saddles
-    from nqf.lv import LotkaVolterra
+    from nqf.reductions.lv import LotkaVolterra
 
     if name == "demo":
         _eps_squared_weights(demo, monkeypatch)

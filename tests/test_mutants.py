@@ -18,7 +18,7 @@ from nqf.dynamics import train_network
 from nqf.dynamics.simulate import minibatch_indices
 from nqf.experiments.base import Check
 from nqf.networks import TwoLayerMLP
-from nqf.svd_modes import two_layer_modes
+from nqf.reductions.svd_modes import two_layer_modes
 
 F64 = torch.float64
 

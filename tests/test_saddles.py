@@ -1,4 +1,4 @@
-"""Tests of nqf.saddles: the greedy low-rank saddle sequence and its ε → 0 clock.
+"""Tests of nqf.reductions.saddles: the greedy low-rank saddle sequence and its ε → 0 clock.
 
 Independent truths used here:
 
@@ -10,7 +10,7 @@ Independent truths used here:
   (``M(0) = ε I``), integrated here with DOP853 on dense structure matrices,
   independently of ``nqf.dynamics``;
 * the Lotka–Volterra ε → 0 limit (docs/theory.md §4.3) written here from the
-  diagonal measurements with NNLS over active sets, and ``nqf.lv.limit``.
+  diagonal measurements with NNLS over active sets, and ``nqf.reductions.lv.limit``.
 
 Definition used throughout: the *measured escape time* ``t_k`` is the first time
 the simulated loss falls below the midpoint ``(L_{k−1} + L_k)/2`` of the
@@ -29,7 +29,7 @@ from scipy.integrate import solve_ivp
 from scipy.optimize import nnls
 
 from nqf.errors import NotClosedError, ShapeError
-from nqf.saddles import commutes, saddle_sequence
+from nqf.reductions.saddles import commutes, saddle_sequence
 from nqf.structure.mlp import mlp
 from nqf.structure.operator import DenseStructure
 
@@ -295,7 +295,7 @@ def test_commuting_sequence_is_the_lv_limit(commuting_case):
 
 
 def test_commuting_sequence_matches_nqf_lv_limit(commuting_case):
-    lvlim = pytest.importorskip("nqf.lv.limit")
+    lvlim = pytest.importorskip("nqf.reductions.lv.limit")
     op, a, y, seq = commuting_case
     N = a.shape[0]
     res = lvlim.limit(a.T @ y / N, a.T @ a / N, y2=float(y @ y) / N)
@@ -517,12 +517,12 @@ def test_digits_nqf_at_eps_1e30_lands_within_3_percent_of_predicted_times():
 
 @pytest.mark.slow
 def test_escape_times_beyond_leading_order(mlp_case):
-    """The small-part recursion of nqf._saddle_clock captures the O(1) offsets of the later drops: against the
+    """The small-part recursion of nqf.reductions._saddle_clock captures the O(1) offsets of the later drops: against the
     independent DOP853 flow the leading order is off by 0.15 (drop 2) and 0.11 (drop 3) at ε = 1e-16 and 1e-24;
     the recursion by at most 0.006 (measured 0.0008–0.0053).  Tolerance 0.02: a tenth of the leading-order
     error, above the flow's crossing-time resolution."""
-    from nqf._saddle_clock import corrected_escape_times
-    from nqf.saddles import _Problem
+    from nqf.reductions._saddle_clock import corrected_escape_times
+    from nqf.reductions.saddles import _Problem
 
     op, X, Y, seq = mlp_case
     prob = _Problem(op, Y)

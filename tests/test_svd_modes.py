@@ -1,6 +1,6 @@
 """Two-layer-linear regime: SVD modes of Σ_yx against order-parameter GD and a real tanh MLP.
 
-Conventions: L = (1/N) Σ ½‖f − y‖², t = η · steps; ε as in nqf.svd_modes (M(0) = εI or ε Σ e⁺e⁺ᵀ).
+Conventions: L = (1/N) Σ ½‖f − y‖², t = η · steps; ε as in nqf.reductions.svd_modes (M(0) = εI or ε Σ e⁺e⁺ᵀ).
 """
 
 import math
@@ -15,7 +15,7 @@ from nqf.analysis.steps import detect_steps
 from nqf.errors import NormalFormError, ShapeError
 from nqf.networks.mlp import TwoLayerMLP
 from nqf.structure.mlp import mlp
-from nqf.svd_modes import (NotWhitenedError, NotWhitenedWarning, two_layer_modes, whiten,
+from nqf.reductions.svd_modes import (NotWhitenedError, NotWhitenedWarning, two_layer_modes, whiten,
                            whitening_error)
 
 

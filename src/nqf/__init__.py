@@ -22,8 +22,15 @@ from typing import TYPE_CHECKING, Any
 
 #: Subpackages and modules reachable as ``nqf.NAME`` without an explicit import.
 _LAZY_SUBMODULES: frozenset[str] = frozenset({
-    "analysis", "dynamics", "errors", "lv", "networks", "saddles", "structure", "svd_modes",
+    "analysis", "dynamics", "errors", "networks", "reductions", "structure",
 })
+
+#: Short names of the reductions: ``nqf.lv`` is ``nqf.reductions.lv`` (attribute access only).
+_ALIASES: dict[str, str] = {
+    "lv": "nqf.reductions.lv",
+    "saddles": "nqf.reductions.saddles",
+    "svd_modes": "nqf.reductions.svd_modes",
+}
 
 #: Public names defined in a submodule: ``name → (module, attribute)``.
 _LAZY_ATTRS: dict[str, tuple[str, str]] = {
@@ -31,7 +38,7 @@ _LAZY_ATTRS: dict[str, tuple[str, str]] = {
     "gradient_flow": ("nqf.dynamics", "gradient_flow"),
     "train_network": ("nqf.dynamics", "train_network"),
     "Trajectory": ("nqf.dynamics", "Trajectory"),
-    "two_layer_modes": ("nqf.svd_modes", "two_layer_modes"),
+    "two_layer_modes": ("nqf.reductions.svd_modes", "two_layer_modes"),
     "analyze": ("nqf.analyze", "analyze"),
 }
 
@@ -44,7 +51,7 @@ _CALLABLE_SUBMODULES: frozenset[str] = frozenset(
 
 __all__ = [  # kept equal to the two tables above by tests/test_package.py
     "__version__",
-    "analysis", "dynamics", "errors", "lv", "networks", "saddles", "structure", "svd_modes",
+    "analysis", "dynamics", "errors", "networks", "reductions", "structure", "lv", "saddles", "svd_modes",
     "simulate", "gradient_flow", "train_network", "Trajectory", "two_layer_modes", "analyze",
 ]
 
@@ -53,17 +60,18 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these are reso
     from . import analysis as analysis
     from . import dynamics as dynamics
     from . import errors as errors
-    from . import lv as lv
+    from .reductions import lv as lv
     from . import networks as networks
-    from . import saddles as saddles
+    from . import reductions as reductions
+    from .reductions import saddles as saddles
     from . import structure as structure
-    from . import svd_modes as svd_modes
+    from .reductions import svd_modes as svd_modes
     from .analyze import analyze as analyze
     from .dynamics import Trajectory as Trajectory
     from .dynamics import gradient_flow as gradient_flow
     from .dynamics import simulate as simulate
     from .dynamics import train_network as train_network
-    from .svd_modes import two_layer_modes as two_layer_modes
+    from .reductions.svd_modes import two_layer_modes as two_layer_modes
 
 
 class _CallableModule(types.ModuleType):
@@ -98,6 +106,8 @@ def _version() -> str:
 def __getattr__(name: str) -> Any:
     if name == "__version__":
         value: Any = _version()
+    elif name in _ALIASES:
+        value = importlib.import_module(_ALIASES[name])
     elif name in _LAZY_SUBMODULES:
         value = importlib.import_module(f"{__name__}.{name}")
     elif name in _CALLABLE_SUBMODULES:
@@ -114,4 +124,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | {"__version__"} | _LAZY_SUBMODULES | set(_LAZY_ATTRS))
+    return sorted(set(globals()) | {"__version__"} | _LAZY_SUBMODULES | set(_ALIASES) | set(_LAZY_ATTRS))

@@ -7,7 +7,7 @@ A prediction is a list of plateau levels ``L_0 > L_1 > … > L_K`` and drop time
 * **escape time** of drop ``k``: the first *downward* crossing of the midpoint
   ``(L_{k−1} + L_k)/2`` (linear interpolation between saved points; NaN if the
   curve never gets there) — the same level at which
-  :meth:`nqf.saddles.SaddleSequence.first_escape_time` places the first drop;
+  :meth:`nqf.reductions.saddles.SaddleSequence.first_escape_time` places the first drop;
 * **plateau level** ``k``: the loss at the middle of the predicted plateau,
   ``(t_k + t_{k+1})/2`` (``t_0 = 0``; the last plateau: the end of the curve);
 * **flatness** of plateau ``k``: the change of the loss across the middle third

@@ -72,7 +72,7 @@ def commutator_norm(op, *, trials: int = 2, seed: int = 0) -> float:
     """``max ‖[X, Y]‖_F / (‖X‖_F ‖Y‖_F)`` over ``X = 𝒜*(R)``, ``Y = 𝒜*(S)`` with random Gaussian ``R, S``.
 
     Zero (to round-off) iff all structure matrices commute, with probability one;
-    costs ``2·trials`` adjoints (the test of :func:`nqf.saddles.commutes`, with the number).
+    costs ``2·trials`` adjoints (the test of :func:`nqf.reductions.saddles.commutes`, with the number).
     """
     g = torch.Generator().manual_seed(seed)
     worst = 0.0
@@ -87,12 +87,12 @@ def commutator_norm(op, *, trials: int = 2, seed: int = 0) -> float:
 
 def check_commutation(op, rtol: float = 1e-9) -> tuple[CheckRow, bool]:
     """Commutation row and the decision (True: Lotka–Volterra; False: saddle sequence)."""
-    from ..saddles import commutes
+    from ..reductions.saddles import commutes
 
     value = commutator_norm(op)
     yes = commutes(op, rtol=rtol)
     note = ("commuting: Lotka–Volterra reduction" if yes else
-            "not commuting: greedy saddle sequence (nqf.saddles.saddle_sequence)")
+            "not commuting: greedy saddle sequence (nqf.reductions.saddles.saddle_sequence)")
     return CheckRow("commutation", f"{value:.2e}", f"≤ {rtol:g} for Lotka–Volterra", "ok", note), yes
 
 

@@ -10,7 +10,7 @@ Pipeline (docs/analyze.md):
    assumption checks: symmetry, zero-gradient condition, commutation (two random
    adjoints; nothing dense), memory/time estimate;
 4. prediction: Lotka–Volterra reduction (commuting data) or greedy saddle
-   sequence (:func:`nqf.saddles.saddle_sequence`);
+   sequence (:func:`nqf.reductions.saddles.saddle_sequence`);
 5. learning rate ``0.02 / largest escape rate`` and steps to ``1.5 t_K + 5``;
 6. the NQF simulation (:func:`nqf.simulate`; weight form for ``ε ≤ 1e-13`` or
    width ``< p``) and the real module trained with full-batch GD from the same
@@ -62,11 +62,11 @@ def predict(op, Y, eps: float, *, commuting: bool, M0=None) -> Prediction:
     M0 : torch.Tensor, optional
         Initial order parameter for the Lotka–Volterra reduction (default ``εI``).
     """
-    from ..saddles import saddle_sequence
+    from ..reductions.saddles import saddle_sequence
 
     dense_entries = op.n_samples * op.n_outputs * op.p ** 2
     if commuting and dense_entries <= LV_MAX_ENTRIES:
-        from ..lv import reduce
+        from ..reductions.lv import reduce
 
         M0 = eps * torch.eye(op.p, dtype=torch.float64) if M0 is None else M0
         lv = reduce(op, Y, M0)

@@ -19,7 +19,7 @@ from .flow import gradient_flow
 from .losses import LOSSES
 from .network import train_network
 from .simulate import FORMS, OPTIMIZERS, minibatch_indices, simulate
-from ..structure.subspace import data_subspace, project_operator
+from ..structure import data_subspace, project_operator
 from .trajectory import Trajectory
 
 __all__ = ["simulate", "simulate_batched", "gradient_flow", "train_network", "Trajectory", "data_subspace",

@@ -71,7 +71,7 @@ from .factored import (
     predictions,
 )
 from .losses import check_loss, loss_value, prepare_targets, residual
-from ..structure.subspace import data_subspace, project_operator
+from ..structure import data_subspace, project_operator
 from .trajectory import DIVERGED, FINISHED, Trajectory
 
 __all__ = ["simulate", "minibatch_indices", "FORMS", "OPTIMIZERS"]

@@ -4,7 +4,7 @@ A teacher ``y = T x`` with distinct singular values ``λ_1 > … > λ_K`` on exa
 whitened inputs is learned by a real two-layer tanh MLP (vector outputs) from
 ``M(0) = W0 W0ᵀ = εI`` (``W0 = √ε Q``, ``Q`` with orthonormal rows, so every unit
 starts non-zero). Beside it run the NQF in order-parameter form (same data,
-same GD steps) and the SVD mode reduction (:func:`nqf.svd_modes.two_layer_modes`),
+same GD steps) and the SVD mode reduction (:func:`nqf.reductions.svd_modes.two_layer_modes`),
 which predicts switch-on (half-saturation) times ``t_k`` and plateau losses
 ``L_k = ½(E‖y‖² − Σ_{j≤k} λ_j²)``.
 
@@ -111,7 +111,7 @@ class Demo(Experiment):
         from ..dynamics import simulate, train_network
         from ..networks import TwoLayerMLP
         from ..structure import mlp
-        from ..svd_modes import two_layer_modes
+        from ..reductions.svd_modes import two_layer_modes
 
         P = params
         dev = ctx.device

@@ -3,10 +3,10 @@
 Correlated features ``a_n = g_n (I + ½ R)`` (``g_n``, ``R`` Gaussian) with a
 sparse teacher plus noise give a Lotka–Volterra system with a full
 interaction matrix ``C = (1/N) Σ a_n a_nᵀ`` (commuting data: diagonal
-measurements ``X_n = diag(a_n)``, reduced by :func:`nqf.lv.reduce`). In log
+measurements ``X_n = diag(a_n)``, reduced by :func:`nqf.reductions.lv.reduce`). In log
 coordinates ``s_k = ln z_k / ln(1/ε)`` and rescaled time ``τ = t / ln(1/ε)`` the
-stiff log-coordinate flow (:meth:`nqf.lv.LotkaVolterra.flow`) at several ε is
-compared with the exact ε → 0 active-set limit (:func:`nqf.lv.limit`), whose
+stiff log-coordinate flow (:meth:`nqf.reductions.lv.LotkaVolterra.flow`) at several ε is
+compared with the exact ε → 0 active-set limit (:func:`nqf.reductions.lv.limit`), whose
 events are switch-ons, switch-offs and modes that never switch on. The
 difference of the switch-on times shrinks like ``1/ln(1/ε)``.
 Measured switch-on: ``z_k`` reaches half its value on the plateau right after
@@ -74,13 +74,13 @@ class InteractingModes(Experiment):
     Params = InteractingParams
     tiny = {"n_modes": 4, "n_samples": 40, "eps": [1e-10, 1e-40], "n_points": 200}
     checks = ("rescaled switch-on time τ of every switch-on event at the smallest ε: ε → 0 active-set limit "
-              "(nqf.lv.limit, a combinatorial QP path) vs the stiff log-coordinate integration of the LV flow "
+              "(nqf.reductions.lv.limit, a combinatorial QP path) vs the stiff log-coordinate integration of the LV flow "
               "(independent integration); absolute tolerance B/ln(1/ε), the theory's O(1/ln(1/ε)) error with "
               "the O(1) time offset bounded by B = Σ_{events so far} (|ln(v/2)| + c)/r (v: the mode's plateau "
               "value, r: its growth rate d ln z/dt before the event, c = `offset_constant`)",)
 
     def run(self, params: InteractingParams, ctx, out: Outcome) -> None:
-        from .. import lv
+        from ..reductions import lv
         from ..structure import matrix_sensing
 
         P = params

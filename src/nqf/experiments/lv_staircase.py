@@ -7,7 +7,7 @@ docs/theory.md §4.2). The teacher ``y_n = a_nᵀ z*`` has ``z*_k = z*_1 r^{k−
 so the growth rates ``ζ_k = 4 β_k = 4 C_kk z*_k`` are distinct. From
 ``M(0) = εI`` the full order-parameter GD (:func:`nqf.dynamics.simulate`) is
 compared with the exact logistic solution of the reduced LV system
-(:func:`nqf.lv.reduce`): staircases for several ε with the predicted switch-on
+(:func:`nqf.reductions.lv.reduce`): staircases for several ε with the predicted switch-on
 times marked, and switch-on time against ``ln(1/ε)`` with the predicted slopes
 ``1/ζ_k``.  Measured switch-on: first time ``z_k = u_kᵀ M u_k`` reaches ``z*_k/2``.
 """
@@ -76,7 +76,7 @@ class LVStaircase(Experiment):
                   "t_k ≈ ln(1/ε)/ζ_k, so the plateaus lengthen like ln(1/ε)")
     Params = LVStaircaseParams
     tiny = {"n_modes": 3, "n_samples": 8, "eps": [1e-3, 1e-6], "step_fraction": 0.05, "save_points": 40}
-    checks = ("exact logistic switch-on times of nqf.lv.reduce vs the closed form t_k = ln(z*_k/ε − 1)/ζ_k "
+    checks = ("exact logistic switch-on times of nqf.reductions.lv.reduce vs the closed form t_k = ln(z*_k/ε − 1)/ζ_k "
               "(ζ_k = 4z*_k, written out in the experiment); tolerance 1e-9 (round-off)",
               "switch-on time t_k at the smallest ε: LV prediction vs full order-parameter GD (independent "
               "integration); relative tolerance `time_tolerance` · `step_fraction` (GD vs flow, O(η ζ))",
@@ -84,7 +84,7 @@ class LVStaircase(Experiment):
               "tolerance `time_tolerance` · `step_fraction` (same origin)")
 
     def run(self, params: LVStaircaseParams, ctx, out: Outcome) -> None:
-        from .. import lv
+        from ..reductions import lv
         from ..dynamics import simulate
         from ..structure import matrix_sensing
 

@@ -8,7 +8,7 @@ like ``(t/ln(1/ε))^{−(a−1)/b}``.  The asymptotic statement needs many modes
 **Asymptotic regime (K ≥ 10³, LV flow).** A commuting Lotka–Volterra system
 ``dz_k/dt = 4 z_k (β_k − z_k)`` with ``β_k = k^{−γ}`` (so ``ζ_k = 4k^{−γ}``,
 ``ℓ_k = ½k^{−2γ}``: ``a = 2γ``, ``b = γ``), ``z_k(0) = ε``, solved by the library
-(:meth:`nqf.lv.LotkaVolterra.logistic`, :meth:`~nqf.lv.LotkaVolterra.loss`).
+(:meth:`nqf.reductions.lv.LotkaVolterra.logistic`, :meth:`~nqf.reductions.lv.LotkaVolterra.loss`).
 Headline: ``(a−1)/b`` from the spectra (:func:`nqf.analysis.predict_exponent`).
 Reference, independent of the library: the exact mode sum
 ``L(t) − L∞ = Σ_k ℓ_k (1 − expit(ζ_k t − ln(β_k/ε − 1)))²`` written out with numpy
@@ -19,7 +19,7 @@ finite-K, finite-ε deviations.
 
 **A real network (finite K).** Inputs are Fourier features of a phase,
 ``x_{n,k} = √2 cos(k θ_n)`` (exactly whitened), teacher ``y = diag(c) x`` with
-``c_k = k^{−γ}``; a two-layer tanh MLP learns it mode by mode (:mod:`nqf.svd_modes`:
+``c_k = k^{−γ}``; a two-layer tanh MLP learns it mode by mode (:mod:`nqf.reductions.svd_modes`:
 ``ζ_k = 2λ_k``, ``ℓ_k = ½λ_k²``).  The NQF order-parameter GD (and the real
 network) are fitted over a window and compared with the independent exact mode
 sum at the same ``K`` and ε, whose exponent is far from ``(a−1)/b`` at this ``K``.
@@ -125,7 +125,7 @@ def isotropic_mode_sum(t, lam, eps) -> np.ndarray:
     ``z^+ z^− = ε²`` is conserved, ``u = z^+`` obeys the Riccati equation ``du/dt = ε² + 2λu − u²``
     with roots ``u_± = λ ± √(λ² + ε²)``: ``u = u_+ s + u_−(1 − s)``,
     ``s = expit(κt − ln(−R))``, ``κ = 2√(λ² + ε²)``, ``R = (ε − u_+)/(ε − u_−)``.  Written out
-    here with numpy/``scipy.special.expit`` (independent of :mod:`nqf.svd_modes`).
+    here with numpy/``scipy.special.expit`` (independent of :mod:`nqf.reductions.svd_modes`).
 
     Parameters
     ----------
@@ -184,7 +184,7 @@ class PowerLaw(Experiment):
               "OLS on the exact mode sum written out with numpy/scipy.special.expit at K = `asymptotic_modes`, "
               "ε = `asymptotic_eps`; relative tolerance `headline_tolerance` (5%: discreteness of the sum and "
               "the theory's O(b ln k/ln(1/ε)) and O(k/K) corrections over the window, each ≲ 2%)",
-              "loss of the library's LV solution (nqf.lv.LotkaVolterra.logistic/loss) vs the independent "
+              "loss of the library's LV solution (nqf.reductions.lv.LotkaVolterra.logistic/loss) vs the independent "
               "exact sum at the same K and ε over the window; relative tolerance 1e-9 (round-off)",
               "exponent fitted on the NQF order-parameter GD of the Fourier-feature MLP vs the OLS exponent of "
               "the independent exact mode sum at the same K and ε; absolute tolerance `exponent_tolerance` "
@@ -197,7 +197,7 @@ class PowerLaw(Experiment):
 
     # ------------------------------------------------------------------ asymptotic regime (LV flow)
     def _asymptotic(self, P: PowerLawParams, ctx, out: Outcome) -> None:
-        from .. import lv
+        from ..reductions import lv
         from ..analysis import predict_exponent
 
         K, e = P.asymptotic_modes, P.asymptotic_eps
@@ -270,7 +270,7 @@ class PowerLaw(Experiment):
         from ..dynamics import simulate, train_network
         from ..networks import TwoLayerMLP
         from ..structure import mlp
-        from ..svd_modes import two_layer_modes
+        from ..reductions.svd_modes import two_layer_modes
 
         K = P.n_modes
         X, Y, c = fourier_task(K, P.gamma)

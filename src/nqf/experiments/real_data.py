@@ -6,7 +6,7 @@ For each bundled data set (inputs standardised, one-hot targets centred, MSE
 from ``M(0) = εI`` (``W(0) = √ε Qᵀ``) at two values of ``ε``, with
 ``η = 0.02 / largest escape rate`` (:mod:`nqf.analysis.schedule`).  The data do
 not commute, so the prediction is the greedy saddle sequence
-(:func:`nqf.saddles.saddle_sequence`): plateau levels ``L_k`` and drop times
+(:func:`nqf.reductions.saddles.saddle_sequence`): plateau levels ``L_k`` and drop times
 ``t_k`` (the first with its exact ``O(1)`` offset, the others leading order
 ``τ_k ln(1/ε)``).  The order-parameter simulation of the NQF runs beside it.
 
@@ -130,7 +130,7 @@ class RealData(Experiment):
         from ..analysis.compare import compare_staircase
         from ..analysis.schedule import initial_weights, stable_learning_rate, step_count
         from ..data import load_dataset
-        from ..saddles import saddle_sequence
+        from ..reductions.saddles import saddle_sequence
         from ..structure import mlp
 
         d = load_dataset(name, subset=P.subset, seed=ctx.seed)

@@ -2,7 +2,7 @@
 
 Beyond commuting data the Lotka–Volterra reduction does not apply, but the NQF
 is matrix sensing with ``M = WWᵀ`` and small-initialisation training visits a
-sequence of saddles of increasing rank (:func:`nqf.saddles.saddle_sequence`).
+sequence of saddles of increasing rank (:func:`nqf.reductions.saddles.saddle_sequence`).
 Three non-commuting problems:
 
 * ``mlp``: a tanh MLP with three outputs on correlated inputs (input covariance
@@ -143,7 +143,7 @@ class Saddles(Experiment):
 
     def run(self, params: SaddlesParams, ctx, out: Outcome) -> None:
         from ..dynamics import simulate, train_network
-        from ..saddles import saddle_sequence
+        from ..reductions.saddles import saddle_sequence
 
         P = params
         ncols = min(3, len(P.problems))

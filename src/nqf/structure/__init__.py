@@ -22,8 +22,8 @@ from .layouts import mlp_units
 from .mlp import mlp
 from .moe import mixture_of_experts
 from .bilinear import BilinearKernel, BilinearStructure, DenseKernel, OneHotKronKernel
-from .operator import DenseStructure, StructureOperator
-from .subspace import ProjectedStructure, data_subspace, project_operator
+from .operator import DenseStructure, ProjectedStructure, StructureOperator, project_operator
+from .subspace import data_subspace
 from .units import UnitLayout, UnitScatter, UnitSlice, get_unit_weights, set_unit_weights
 
 __all__ = [

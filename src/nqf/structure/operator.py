@@ -39,8 +39,9 @@ import torch
 
 from .._validation import as_tensor, check_shape, tolerance
 from ..errors import InvalidParameterError, ShapeError
+from .subspace import DENSE_LIMIT, data_subspace
 
-__all__ = ["StructureOperator", "DenseStructure"]
+__all__ = ["StructureOperator", "DenseStructure", "ProjectedStructure", "project_operator"]
 
 
 class StructureOperator(abc.ABC):
@@ -181,8 +182,6 @@ class StructureOperator(abc.ABC):
         when the zero-gradient condition fails).  See
         :func:`nqf.structure.subspace.data_subspace` for the parameters.
         """
-        from .subspace import data_subspace
-
         return data_subspace(self, method=method, rtol=rtol, seed=seed)
 
     def compress(self, U: torch.Tensor | None = None) -> "StructureOperator":
@@ -202,8 +201,6 @@ class StructureOperator(abc.ABC):
         StructureOperator
             With ``p = r``; dense when small, else a lazy projection.
         """
-        from .subspace import project_operator
-
         if U is None:
             U = self.data_subspace()
         U = as_tensor("U", U, ndim=2, dtype=self.dtype, device=self.device)
@@ -381,3 +378,49 @@ def _check_symmetric(name: str, A: torch.Tensor) -> None:
     if err > tolerance(A.dtype) * max(scale, 1e-300):
         raise InvalidParameterError(f"`{name}` must be symmetric in its last two axes; found max |A − Aᵀ| = {err:.3e} "
                          f"(max |A| = {scale:.3e})")
+
+
+# --------------------------------------------------------------------------- compression
+class ProjectedStructure(StructureOperator):
+    """``𝒜_U(M_r) = 𝒜(U M_r Uᵀ)``: the operator restricted to a subspace (``A_r = Uᵀ A U``).
+
+    Parameters
+    ----------
+    op : StructureOperator
+        Must satisfy the zero-gradient condition.
+    U : torch.Tensor, shape (p, r)
+        Orthonormal columns.
+    """
+
+    def __init__(self, op: StructureOperator, U: torch.Tensor):
+        super().__init__(U.shape[1], op.n_samples, op.n_outputs, op.dtype, op.device)
+        self.base, self.U = op, U
+        self.offset = op.offset
+        self.layout = f"projection of {op.layout or type(op).__name__} onto a {U.shape[1]}-dim data subspace"
+
+    def _forward(self, M):
+        return self.base._forward(self.U @ M @ self.U.T)
+
+    def _adjoint(self, R):
+        return self.U.T @ self.base._adjoint(R) @ self.U
+
+    def _dense(self):
+        return torch.einsum("pi,ncpq,qj->ncij", self.U, self.base._dense(), self.U)
+
+    def _take(self, index):
+        return ProjectedStructure(self.base.take(index), self.U)
+
+    def _to(self, dtype, device):
+        return ProjectedStructure(self.base.to(dtype, device), self.U.to(dtype=dtype, device=device))
+
+
+def project_operator(op: StructureOperator, U: torch.Tensor) -> StructureOperator:
+    """The ``r × r`` operator ``A_r = Uᵀ A U`` (dense when small, else a :class:`ProjectedStructure`)."""
+    N, C, r = op.n_samples, op.n_outputs, U.shape[1]
+    if N * C * op.p * op.p <= DENSE_LIMIT:
+        A_r = torch.einsum("pi,ncpq,qj->ncij", U, op._dense(), U)
+        A_r = 0.5 * (A_r + A_r.transpose(-1, -2))
+        out = DenseStructure(A_r, check_symmetric=False, layout=f"data subspace of dimension {r}")
+        out.offset = op.offset
+        return out
+    return ProjectedStructure(op, U)

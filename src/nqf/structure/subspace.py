@@ -23,15 +23,20 @@ Two ways to find ``U``:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from .._validation import tolerance
-from .operator import DenseStructure, StructureOperator
 from ..errors import InvalidParameterError
 
-__all__ = ["data_subspace", "ProjectedStructure", "project_operator"]
+if TYPE_CHECKING:
+    from .operator import StructureOperator
 
-_DENSE_LIMIT = 20_000_000
+__all__ = ["data_subspace", "DENSE_LIMIT"]
+
+#: Above this many entries ``N·C·p²`` the dense array of structure matrices is not formed.
+DENSE_LIMIT = 20_000_000
 
 
 def _orth(cols: torch.Tensor, rtol: float) -> torch.Tensor:
@@ -69,7 +74,7 @@ def data_subspace(op: StructureOperator, *, method: str = "auto", rtol: float | 
     p, N, C = op.p, op.n_samples, op.n_outputs
     rtol = tolerance(op.dtype) * max(p, 1) ** 0.5 if rtol is None else float(rtol)
     if method == "auto":
-        method = "dense" if N * C * p * p <= _DENSE_LIMIT else "probe"
+        method = "dense" if N * C * p * p <= DENSE_LIMIT else "probe"
     extra = []
     if op.linear is not None:
         extra.append(op.linear.reshape(-1, p).T)
@@ -98,48 +103,3 @@ def data_subspace(op: StructureOperator, *, method: str = "auto", rtol: float | 
         if U_new.shape[1] == U.shape[1] or U_new.shape[1] == p:
             return U_new
         U = U_new
-
-
-class ProjectedStructure(StructureOperator):
-    """``𝒜_U(M_r) = 𝒜(U M_r Uᵀ)``: the operator restricted to a subspace (``A_r = Uᵀ A U``).
-
-    Parameters
-    ----------
-    op : StructureOperator
-        Must satisfy the zero-gradient condition.
-    U : torch.Tensor, shape (p, r)
-        Orthonormal columns.
-    """
-
-    def __init__(self, op: StructureOperator, U: torch.Tensor):
-        super().__init__(U.shape[1], op.n_samples, op.n_outputs, op.dtype, op.device)
-        self.base, self.U = op, U
-        self.offset = op.offset
-        self.layout = f"projection of {op.layout or type(op).__name__} onto a {U.shape[1]}-dim data subspace"
-
-    def _forward(self, M):
-        return self.base._forward(self.U @ M @ self.U.T)
-
-    def _adjoint(self, R):
-        return self.U.T @ self.base._adjoint(R) @ self.U
-
-    def _dense(self):
-        return torch.einsum("pi,ncpq,qj->ncij", self.U, self.base._dense(), self.U)
-
-    def _take(self, index):
-        return ProjectedStructure(self.base.take(index), self.U)
-
-    def _to(self, dtype, device):
-        return ProjectedStructure(self.base.to(dtype, device), self.U.to(dtype=dtype, device=device))
-
-
-def project_operator(op: StructureOperator, U: torch.Tensor) -> StructureOperator:
-    """The ``r × r`` operator ``A_r = Uᵀ A U`` (dense when small, else a :class:`ProjectedStructure`)."""
-    N, C, r = op.n_samples, op.n_outputs, U.shape[1]
-    if N * C * op.p * op.p <= _DENSE_LIMIT:
-        A_r = torch.einsum("pi,ncpq,qj->ncij", U, op._dense(), U)
-        A_r = 0.5 * (A_r + A_r.transpose(-1, -2))
-        out = DenseStructure(A_r, check_symmetric=False, layout=f"data subspace of dimension {r}")
-        out.offset = op.offset
-        return out
-    return ProjectedStructure(op, U)

@@ -17,7 +17,7 @@ in ``O(1)`` time ``t`` — zero time ``τ`` — to the minimiser ``z_S`` of the 
 
 Each join strictly decreases the loss, so no support repeats and the algorithm ends
 after finitely many events.  The restricted optimum is maintained by the incremental
-active-set solver :class:`nqf.lv.qp.ActiveSetQP` (``O(|S|²)`` per event plus one
+active-set solver :class:`nqf.reductions.lv.qp.ActiveSetQP` (``O(|S|²)`` per event plus one
 ``O(K²)`` velocity update), which makes ``K`` in the thousands cheap.
 """
 
@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .._validation import as_tensor
-from ..errors import InvalidParameterError, ShapeError
+from ..._validation import as_tensor
+from ...errors import InvalidParameterError, ShapeError
 from .qp import ActiveSetQP, UnboundedError
 
 __all__ = ["limit", "LimitResult", "LimitEvent"]

@@ -84,7 +84,7 @@ commuting data the sequence equals the Lotka–Volterra limit to round-off.
 
 Only the leading order ``τ_k ln(1/ε)`` is predicted for the later escapes
 (``k ≥ 2``): their ``O(1)`` offsets depend on the overlaps produced by the
-jumps, which no closed rule gives.  :mod:`nqf._saddle_clock` computes them
+jumps, which no closed rule gives.  :mod:`nqf.reductions._saddle_clock` computes them
 from the exact identity ``M(t) = ε U Uᵀ`` (``U̇ = −2 G U``) by carrying the
 small part of ``U`` along the chain of heteroclinic orbits
 (:meth:`SaddleSequence.corrected_escape_times`): against the exact flow of the
@@ -121,9 +121,9 @@ from scipy.integrate import solve_ivp
 from scipy.optimize import minimize
 from scipy.sparse.linalg import LinearOperator, minres
 
-from ._validation import as_tensor
-from .errors import InvalidParameterError, InvalidTypeError, NotClosedError
-from .structure.operator import StructureOperator
+from .._validation import as_tensor
+from ..errors import InvalidParameterError, InvalidTypeError, NotClosedError
+from ..structure.operator import StructureOperator
 
 __all__ = ["Saddle", "SaddleSequence", "saddle_sequence", "commutes"]
 
@@ -357,7 +357,7 @@ class SaddleSequence:
         return t
 
     def corrected_escape_times(self, eps: float) -> np.ndarray:
-        """Drop times with their ``O(1)`` offsets (small-part recursion, :mod:`nqf._saddle_clock`).
+        """Drop times with their ``O(1)`` offsets (small-part recursion, :mod:`nqf.reductions._saddle_clock`).
 
         Time at which the loss crosses ``(L_{k−1} + L_k)/2`` for ``M(0) = ε I``,
         ``k = 1..K``; NaN from the first plateau that is shorter than the

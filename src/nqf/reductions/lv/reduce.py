@@ -4,7 +4,7 @@ If all structure matrices ``A_m`` (one per measurement ``m = (n, c)``: sample ``
 output coordinate ``c``) commute, they share an orthonormal eigenbasis ``U``,
 ``A_m = U diag(a_m) Uᵀ``; if also ``M(0) = U diag(z(0)) Uᵀ``, MSE gradient descent keeps
 ``M`` diagonal in ``U`` and ``z = diag(UᵀMU)`` follows the Lotka–Volterra system of
-:class:`~nqf.lv.system.LotkaVolterra` with
+:class:`~nqf.reductions.lv.system.LotkaVolterra` with
 
 .. math::
 
@@ -46,9 +46,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .._validation import as_tensor
-from ..errors import InvalidParameterError, InvalidTypeError, NonCommutingError, NotClosedError, ShapeError
-from ..structure.operator import StructureOperator
+from ..._validation import as_tensor
+from ...errors import InvalidParameterError, InvalidTypeError, NonCommutingError, NotClosedError, ShapeError
+from ...structure.operator import StructureOperator
 from .system import LotkaVolterra
 
 __all__ = ["reduce", "commutation_defect", "relative_commutator"]
@@ -203,7 +203,7 @@ def reduce(op: StructureOperator, y, M0, *, tol: float | None = None, seed: int 
                 f"`op`: the structure matrices do not commute: relative off-diagonal norm in the best "
                 f"shared basis δ = {dA:.3e} > tol = {tol:.1e} (worst: sample {n}, output {c}); the "
                 f"Lotka–Volterra reduction needs commuting data — use the greedy saddle sequence "
-                f"(nqf.saddles.saddle_sequence) and the order-parameter dynamics (nqf.simulate) instead", dA, iA)
+                f"(nqf.reductions.saddles.saddle_sequence) and the order-parameter dynamics (nqf.simulate) instead", dA, iA)
         comm = np.einsum("ij,mjk->mik", M0n, A)
         comm = comm - comm.transpose(0, 2, 1)
         rel = np.linalg.norm(comm, axis=(1, 2)) / (m0n * np.where(norms > 0, norms, 1.0))

@@ -10,7 +10,7 @@ is linearly dependent on ``P`` (``C_PP`` would become singular) is handled by a
 ray step along the null direction of ``C_{P∪k}``, on which the loss decreases
 linearly, until a mode of ``P`` hits zero.
 
-The same object drives the ε → 0 limit (:func:`nqf.lv.limit`), where each join
+The same object drives the ε → 0 limit (:func:`nqf.reductions.lv.limit`), where each join
 event adds one mode to ``P`` starting from the previous restricted optimum (a
 warm start), and the final state of a dense ``LotkaVolterra``.
 """
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import NQFError
+from ...errors import NQFError
 
 
 class UnboundedError(NQFError, ValueError):

@@ -2,7 +2,7 @@
 
 With ``C`` diagonal (orthogonal features) every mode is an independent Bernoulli
 equation ``dz/dt = ζz − 4cz²`` with the closed form of :meth:`LogisticSolutions.logistic`
-and exact half-saturation times.  Mixed into :class:`nqf.lv.LotkaVolterra`.
+and exact half-saturation times.  Mixed into :class:`nqf.reductions.lv.LotkaVolterra`.
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ import numpy as np
 import torch
 
 from .solution import LVSolution, _np, _t
-from ..errors import InvalidParameterError
+from ...errors import InvalidParameterError
 
 __all__ = ["LogisticSolutions"]
 
 
 class LogisticSolutions:
-    """Closed forms of the diagonal case (methods of :class:`~nqf.lv.LotkaVolterra`)."""
+    """Closed forms of the diagonal case (methods of :class:`~nqf.reductions.lv.LotkaVolterra`)."""
 
     def _require_diagonal(self, what: str):
         if not self.is_diagonal:

@@ -75,9 +75,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ._validation import as_tensor
-from .errors import InvalidParameterError, NormalFormError, NQFError, ShapeError
-from .structure.activations import get_activation
+from .._validation import as_tensor
+from ..errors import InvalidParameterError, NormalFormError, NQFError, ShapeError
+from ..structure.activations import get_activation
 
 __all__ = ["TwoLayerModes", "two_layer_modes", "whiten", "whitening_error", "NotWhitenedError",
            "NotWhitenedWarning"]
@@ -442,7 +442,7 @@ def two_layer_modes(X, Y, activation="tanh", *, sigma1: float | None = None, eps
     werr = whitening_error(X)
     if not werr <= whiten_tol:
         msg = (f"`X` is not whitened: ‖(1/N)XᵀX − I‖_F/√D = {werr:.3e} > whiten_tol = {whiten_tol:.1e}; "
-               f"the SVD modes of Σ_yx are exact only for whitened inputs (use nqf.svd_modes.whiten(X))")
+               f"the SVD modes of Σ_yx are exact only for whitened inputs (use nqf.reductions.svd_modes.whiten(X))")
         if on_not_whitened == "raise":
             raise NotWhitenedError(msg)
         warnings.warn(msg, NotWhitenedWarning, stacklevel=2)

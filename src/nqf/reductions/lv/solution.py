@@ -16,8 +16,8 @@ import numpy as np
 import torch
 from scipy.optimize import brentq
 
-from .._validation import as_tensor
-from ..errors import InvalidParameterError, NonFiniteError, ShapeError
+from ..._validation import as_tensor
+from ...errors import InvalidParameterError, NonFiniteError, ShapeError
 
 __all__ = ["LVSolution", "switch_times"]
 

@@ -26,7 +26,7 @@ Solvers (all on a :class:`LotkaVolterra`):
   ``du/dt = 4(β − C e^u)``, integrated with an implicit stiff method (Radau or
   BDF) and the analytic Jacobian ``∂u̇/∂u = −4 C diag(z)``; valid for any
   ``z(0) > 0`` down to the smallest float64 (``ln 1e-300 ≈ −690.8`` is finite);
-* :meth:`LotkaVolterra.limit` — the ε → 0 saddle-to-saddle limit (:func:`nqf.lv.limit`);
+* :meth:`LotkaVolterra.limit` — the ε → 0 saddle-to-saddle limit (:func:`nqf.reductions.lv.limit`);
 * :meth:`LotkaVolterra.final_state` — the minimiser of ``L`` over ``z ≥ 0``.
 """
 
@@ -35,8 +35,8 @@ import scipy.sparse as sp
 import torch
 from scipy.integrate import solve_ivp
 
-from .._validation import as_tensor
-from ..errors import DivergenceError, InvalidParameterError, NonFiniteError, ShapeError
+from ..._validation import as_tensor
+from ...errors import DivergenceError, InvalidParameterError, NonFiniteError, ShapeError
 from .final import FinalState, Plateaus
 from .logistic import LogisticSolutions
 from .solution import LVSolution, _np, _t, switch_times
@@ -49,7 +49,7 @@ BAND_MAX = 32  # widest band of a sparse C given to LSODA as a banded Jacobian
 class LotkaVolterra(LogisticSolutions, FinalState):
     r"""Generalised Lotka–Volterra system ``dz/dt = 4 z ⊙ (β − C z)`` of commuting data.
 
-    Usually built by :func:`nqf.lv.reduce` from a structure operator; can also be
+    Usually built by :func:`nqf.reductions.lv.reduce` from a structure operator; can also be
     built directly from ``(β, C, z(0))`` for synthetic systems.
 
     Parameters
@@ -316,7 +316,7 @@ class LotkaVolterra(LogisticSolutions, FinalState):
         torch.Tensor, shape (p, p)
         """
         if self.basis is None:
-            raise InvalidParameterError("this system has no `basis` (it was not built by `nqf.lv.reduce`)")
+            raise InvalidParameterError("this system has no `basis` (it was not built by `nqf.reductions.lv.reduce`)")
         zz = as_tensor("z", z, ndim=1, dtype=torch.float64)
         M = (self.basis * zz) @ self.basis.T
         return M if self.rest is None else M + self.rest
@@ -474,7 +474,7 @@ class LotkaVolterra(LogisticSolutions, FinalState):
 
     # -------------------------------------------------------------- limit
     def limit(self, eps: float | None = None):
-        """ε → 0 limit of this system (:func:`nqf.lv.limit`), with ``s_k(0) = ln z_k(0)/ln(1/ε)``.
+        """ε → 0 limit of this system (:func:`nqf.reductions.lv.limit`), with ``s_k(0) = ln z_k(0)/ln(1/ε)``.
 
         Parameters
         ----------

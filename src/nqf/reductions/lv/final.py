@@ -3,7 +3,7 @@
 * :meth:`FinalState.final_state` — the state the flow from ``z(0)`` ends in;
 * :meth:`FinalState.plateaus` — switch-on times and plateau losses.
 
-Mixed into :class:`nqf.lv.LotkaVolterra`.
+Mixed into :class:`nqf.reductions.lv.LotkaVolterra`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from scipy.optimize import minimize, nnls
 
 from .qp import ActiveSetQP, UnboundedError
 from .solution import _t
-from ..errors import InvalidParameterError
+from ...errors import InvalidParameterError
 
 __all__ = ["FinalState", "Plateaus"]
 
@@ -44,7 +44,7 @@ class Plateaus:
 
 
 class FinalState:
-    """Final state and plateau sequence (methods of :class:`~nqf.lv.LotkaVolterra`)."""
+    """Final state and plateau sequence (methods of :class:`~nqf.reductions.lv.LotkaVolterra`)."""
 
     def final_state(self) -> torch.Tensor:
         r"""Minimiser ``z∞`` of ``L(z)`` over ``z ≥ 0`` (where gradient flow ends).
@@ -53,7 +53,7 @@ class FinalState:
         Diagonal ``C``: ``z∞_k = max(β_k, 0)/C_kk``.  With the least-squares factor of
         :func:`reduce` (``L = ½‖Az − b‖²``): :func:`scipy.optimize.nnls` on ``(A, b)``,
         which never forms ``C`` and is exact for singular ``C``.  Dense ``C`` without a
-        factor: the finite active-set method of :class:`nqf.lv.qp.ActiveSetQP`
+        factor: the finite active-set method of :class:`nqf.reductions.lv.qp.ActiveSetQP`
         (Lawson–Hanson on the quadratic form, with ray steps along null directions of
         singular ``C``).  Sparse non-diagonal ``C``: L-BFGS-B with bounds (iterative,
         converged to a projected-gradient tolerance ``1e-12``).
