@@ -140,7 +140,8 @@ def test_py_typed_is_shipped():
 
 def test_license_matches_pyproject():
     text = (ROOT / "pyproject.toml").read_text()
-    assert re.search(r'^license\s*=\s*\{\s*text\s*=\s*"MIT"\s*\}', text, re.M)
+    assert re.search(r'^license\s*=\s*"MIT"\s*$', text, re.M)  # SPDX expression (PEP 639)
+    assert re.search(r'^license-files\s*=\s*\["LICENSE"\]', text, re.M)
     lic = (ROOT / "LICENSE").read_text()
     assert lic.startswith("MIT License") and "Copyright (c) 2026 the nqf developers" in lic
 
