@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from helpers import toml_value
 from nqf.cli import app
 from nqf.experiments import REGISTRY, get_experiment
 from nqf.sweep.execute import execute
@@ -21,19 +22,9 @@ get_experiment("demo")
 runner = CliRunner()
 
 
-def _toml(v):
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, list):
-        return "[" + ", ".join(_toml(x) for x in v) + "]"
-    return repr(v)
-
-
 def _write_config(path, experiment, params, **top):
-    lines = [f'experiment = "{experiment}"'] + [f"{k} = {_toml(v)}" for k, v in top.items()] + ["[params]"]
-    path.write_text("\n".join(lines + [f"{k} = {_toml(v)}" for k, v in params.items()]) + "\n")
+    lines = [f'experiment = "{experiment}"'] + [f"{k} = {toml_value(v)}" for k, v in top.items()] + ["[params]"]
+    path.write_text("\n".join(lines + [f"{k} = {toml_value(v)}" for k, v in params.items()]) + "\n")
     return path
 
 

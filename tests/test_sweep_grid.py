@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from helpers import toml_value
 from nqf.cli import app
 from nqf.errors import SweepError
 from nqf.experiments import REGISTRY, get_experiment
@@ -19,16 +20,6 @@ from nqf.sweep.table import quantity_name
 
 get_experiment("demo")
 runner = CliRunner()
-
-
-def _toml(v):
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, list):
-        return "[" + ", ".join(_toml(x) for x in v) + "]"
-    return repr(v)
 
 
 # ----------------------------------------------------------------------------- parsing
@@ -143,9 +134,9 @@ def test_set_accepts_every_listed_parameter_and_validates_its_type(name, key, va
     cfg = tmp_path / "c.toml"
     cfg.write_text(f'experiment = "{name}"\n')
     if value is not None:  # (TOML has no null: an optional parameter's default None cannot be written)
-        _, _, params = load_config(cfg, parse_set([f"{key}={_toml(value)}"]))
+        _, _, params = load_config(cfg, parse_set([f"{key}={toml_value(value)}"]))
         assert params.model_dump(mode="json")[key] == value
-        _, _, params = load_config(cfg, parse_set([f"params.{key}={_toml(value)}"]))
+        _, _, params = load_config(cfg, parse_set([f"params.{key}={toml_value(value)}"]))
         assert params.model_dump(mode="json")[key] == value
     for bad in ("{bogus = 1}", "not-a-valid-value"):
         with pytest.raises(ConfigError, match=f"params.{key}"):
@@ -155,7 +146,7 @@ def test_set_accepts_every_listed_parameter_and_validates_its_type(name, key, va
 def test_set_on_the_command_line(tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text('experiment = "lv-staircase"\n[params]\n' + "\n".join(
-        f"{k} = {_toml(v)}" for k, v in REGISTRY["lv-staircase"].tiny.items()) + "\n")
+        f"{k} = {toml_value(v)}" for k, v in REGISTRY["lv-staircase"].tiny.items()) + "\n")
     r = runner.invoke(app, ["run", str(cfg), "--set", "n_modes=abc", "--out", str(tmp_path / "x")])
     assert r.exit_code == 2 and "params.n_modes" in r.output
     r = runner.invoke(app, ["run", str(cfg), "--set", "nonsense=1", "--out", str(tmp_path / "x")])
