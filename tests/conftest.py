@@ -9,3 +9,4 @@ torch.set_num_threads(1)
 def _seed():
     torch.manual_seed(0)
     yield
+    torch.set_num_threads(1)  # a test that changed it (e.g. the CLI's --threads) does not leak it

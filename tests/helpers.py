@@ -17,6 +17,6 @@ def toml_value(v):
         return "true" if v else "false"
     if isinstance(v, str):
         return json.dumps(v)
-    if isinstance(v, list):
+    if isinstance(v, (list, tuple)):
         return "[" + ", ".join(toml_value(x) for x in v) + "]"
     return repr(v)

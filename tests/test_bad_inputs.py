@@ -14,6 +14,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from helpers import toml_value
 from nqf.cli import app
 from nqf.errors import NQFError
 from nqf.experiments import REGISTRY, get_experiment
@@ -23,35 +24,13 @@ runner = CliRunner()
 F64 = torch.float64
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-def _toml(v):
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml(x) for x in v) + "]"
-    if isinstance(v, float) and math.isnan(v):
-        return "nan"
-    if isinstance(v, float) and math.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    return repr(v)
-
-
 def _config(experiment="demo", params=None, raw_params="", **top):
     """TOML text: the experiment's tiny parameters, overridden by ``params``, plus raw lines."""
     base = dict(REGISTRY[experiment].tiny) if experiment in REGISTRY else {}
     base.update(params or {})
-    lines = [f"experiment = {_toml(experiment)}"] + [f"{k} = {_toml(v)}" for k, v in top.items()]
+    lines = [f"experiment = {toml_value(experiment)}"] + [f"{k} = {toml_value(v)}" for k, v in top.items()]
     lines.append("[params]")
-    lines += [f"{k} = {_toml(v)}" for k, v in base.items()]
+    lines += [f"{k} = {toml_value(v)}" for k, v in base.items()]
     return "\n".join(lines) + "\n" + raw_params
 
 
@@ -233,8 +212,8 @@ def _api_cases():
     from nqf.dynamics import gradient_flow, simulate, train_network
     from nqf.experiments.config import parse_config
     from nqf.experiments.runner import run_experiment
-    from nqf.reductions.lv import limit
     from nqf.networks.mlp import TwoLayerMLP
+    from nqf.reductions.lv import limit
     from nqf.report import validate_results
     from nqf.report.codec import loads
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from helpers import toml_value
 from nqf.cli import app
 from nqf.experiments import REGISTRY, get_experiment
 from nqf.report import validate_results
@@ -15,20 +16,10 @@ get_experiment("demo")  # load the catalogue
 runner = CliRunner()
 
 
-def _toml_value(v):
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    return repr(v)
-
-
 def write_config(path, experiment, params=None, **top):
-    lines = [f'experiment = "{experiment}"'] + [f"{k} = {_toml_value(v)}" for k, v in top.items()]
+    lines = [f'experiment = "{experiment}"'] + [f"{k} = {toml_value(v)}" for k, v in top.items()]
     lines.append("[params]")
-    lines += [f"{k} = {_toml_value(v)}" for k, v in (params or {}).items()]
+    lines += [f"{k} = {toml_value(v)}" for k, v in (params or {}).items()]
     path.write_text("\n".join(lines) + "\n")
     return path
 

@@ -16,20 +16,12 @@ import pytest
 import torch
 
 from nqf.dynamics import gradient_flow, simulate
+from nqf.reductions.svd_modes import two_layer_modes
 from nqf.structure.mlp import mlp
 from nqf.structure.operator import DenseStructure
-from nqf.reductions.svd_modes import two_layer_modes
 
 F64 = torch.float64
 EPS = [1e-4, 1e-8, 1e-13, 1e-30, 1e-100, 1e-300]
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def _problem(whitened: bool, N=16, D=4, s=(4.0, 2.5, 1.5), seed=11):

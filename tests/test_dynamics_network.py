@@ -16,15 +16,6 @@ from nqf.structure.mlp import mlp
 F64 = torch.float64
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # small softmax/matmul kernels are ~1000× slower with 2 OpenMP threads on a busy 2-core machine
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def _data(N=20, D=3, C=1, seed=0):
     g = torch.Generator().manual_seed(seed)
     X = torch.randn(N, D, generator=g, dtype=F64)

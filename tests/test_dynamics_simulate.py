@@ -16,15 +16,6 @@ STEPS = 1000
 TOL = 1e-12
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # tiny kernels are far slower with 2 OpenMP threads on a busy 2-core machine
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def rel_err(A, B):
     """max over saved states of ‖A_k − B_k‖ / ‖B_k‖."""
     num = (A - B).flatten(1).norm(dim=1)

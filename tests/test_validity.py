@@ -13,14 +13,6 @@ from nqf.structure.mlp import mlp
 F64 = torch.float64
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture
 def setup():
     g = torch.Generator().manual_seed(0)
