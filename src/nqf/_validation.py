@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -118,7 +118,7 @@ def positive_int(name: str, value) -> int:
 
 def check_shape(name: str, t: torch.Tensor, shape: Sequence[int | None]) -> None:
     """Raise :class:`ShapeError` unless ``t.shape`` matches ``shape`` (``None`` = any size)."""
-    ok = t.ndim == len(shape) and all(s is None or s == d for s, d in zip(shape, t.shape))
+    ok = t.ndim == len(shape) and all(s is None or s == d for s, d in zip(shape, t.shape, strict=True))
     if not ok:
         exp = "(" + ", ".join("any" if s is None else str(s) for s in shape) + ")"
         raise ShapeError(f"`{name}` must have shape {exp}; found {tuple(t.shape)}")
@@ -332,7 +332,7 @@ def check_saved_memory(steps: int, save_every: int, bytes_per_state: int, *, dev
         f"or save fewer arrays (save_M=False / save_W=False)")
 
 
-def _bytes(n: int) -> str:
+def _bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

@@ -123,9 +123,10 @@ def _read_csv(path: Path, target: str | None):
 
 
 def _pick(obj, path: Path):
-    if isinstance(obj, (tuple, list)) and len(obj) == 2:
-        return obj[0], obj[1]
-    if hasattr(obj, "keys"):
+    if isinstance(obj, (tuple, list)):
+        if len(obj) == 2:
+            return obj[0], obj[1]
+    elif hasattr(obj, "keys"):
         keys = list(obj.keys())
         if "X" in keys and ("Y" in keys or "y" in keys):
             return obj["X"], obj["Y"] if "Y" in keys else obj["y"]
