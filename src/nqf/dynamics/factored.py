@@ -72,6 +72,9 @@ def factor_from_weights(W: torch.Tensor, with_ones: bool):
 def predictions(op: StructureOperator, L: torch.Tensor, mu: torch.Tensor | None) -> torch.Tensor:
     """Normal-form predictions ``f(0) + 𝒜(L Lᵀ) [+ bᵀμ + 𝒜_B(μμᵀ − L Lᵀ)]``, shape (N, C)."""
     f = op.offset + op.forward_factor(L)
+    if op.linear is None and op.cross is None:
+        return f
+    assert mu is not None, "an operator with a bias part (no ZGZ) always comes with the bias mean μ = L c"
     if op.linear is not None:
         f = f + op.linear @ mu
     if op.cross is not None:
@@ -93,6 +96,7 @@ def gradient_terms(op: StructureOperator, r: torch.Tensor, L: torch.Tensor, mu: 
     GL = apply_G(op, r, L, nb)
     h = None
     if op.cross is not None:
+        assert mu is not None, "an operator with a bias part (no ZGZ) always comes with the bias mean μ = L c"
         h = 2.0 * op.cross.adjoint_apply(r, mu[:, None])[:, 0] / nb
     if op.linear is not None:
         hb = torch.einsum("nc,ncp->p", r, op.linear) / nb
