@@ -8,8 +8,8 @@ and ``σ''(0)`` (whether the truncation error is cubic or quartic).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -91,7 +91,8 @@ def get_activation(activation) -> Activation:
             raise NormalFormError(
                 f"`activation` {activation!r} is not three times differentiable at 0: the normal form "
                 f"Tr[W Wᵀ A(x)] needs a C³ activation. Choose one of {sorted(ACTIVATIONS)} or a smooth callable.")
-        raise InvalidParameterError(f"`activation` must be one of {sorted(ACTIVATIONS)} or a callable; found {activation!r}")
+        raise InvalidParameterError(
+            f"`activation` must be one of {sorted(ACTIVATIONS)} or a callable; found {activation!r}")
     if callable(activation):
         return _from_callable(activation)
     raise InvalidTypeError(f"`activation` must be a name or a callable; found {type(activation).__name__}")

@@ -91,12 +91,6 @@ READOUTS = ("mean", "last")
 
 
 # --------------------------------------------------------------------------- validation helpers
-def _positive_int(name: str, value, allow_none: bool = False):
-    if value is None and allow_none:
-        return None
-    return positive_int(name, value)
-
-
 def _check_readout(readout) -> str:
     if readout not in READOUTS:
         raise InvalidParameterError(f"`readout` must be one of {list(READOUTS)}; found {readout!r}")
@@ -130,7 +124,7 @@ def attention_token_weights(T: int, causal: bool = False, readout: str = "mean",
     P : torch.Tensor, shape (T, T)
         Attention at ``W = 0``: ``P_{ts} = 1/T``, or ``1/(t+1)`` for ``s ≤ t`` when causal.
     """
-    T = _positive_int("T", T)
+    T = positive_int("T", T)
     _check_readout(readout)
     if causal:
         P = torch.tril(torch.ones(T, T, dtype=dtype, device=device))
@@ -309,9 +303,9 @@ def multi_head_attention(X, d_head: int, d_key: int | None = None, n_outputs: in
     """
     X = _tokens(X, dtype)
     N, T, D = X.shape
-    dh = _positive_int("d_head", d_head)
-    dk = dh if d_key is None else _positive_int("d_key", d_key)
-    C = D if n_outputs is None else _positive_int("n_outputs", n_outputs)
+    dh = positive_int("d_head", d_head)
+    dk = dh if d_key is None else positive_int("d_key", d_key)
+    C = D if n_outputs is None else positive_int("n_outputs", n_outputs)
     _check_readout(readout)
     rho, P = attention_token_weights(T, bool(causal), readout, dtype=X.dtype, device=X.device)
     xbar = torch.einsum("s,nsd->nd", P.T @ rho, X)
@@ -374,8 +368,8 @@ def qk_attention(X, V, d_key: int, n_heads: int, causal: bool = False, *, readou
     if V.shape[1] != D or V.shape[0] == 0:
         raise ShapeError(f"`V` must have shape (C, {D}) with C ≥ 1 (the token dimension of `X`); "
                          f"found {tuple(V.shape)}")
-    dk = _positive_int("d_key", d_key)
-    H = _positive_int("n_heads", n_heads)
+    dk = positive_int("d_key", d_key)
+    H = positive_int("n_heads", n_heads)
     _check_readout(readout)
     rho, P = attention_token_weights(T, bool(causal), readout, dtype=X.dtype, device=X.device)
     vals = X @ V.T                                               # (N, T, C)  v_s

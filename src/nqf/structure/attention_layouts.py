@@ -67,8 +67,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .units import UnitLayout, UnitSlice
 from ..errors import InvalidTypeError
+from .units import UnitLayout, UnitSlice
 
 __all__ = ["attention_units", "HeadSubsetAttention"]
 

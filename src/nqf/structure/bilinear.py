@@ -48,11 +48,11 @@ class BilinearKernel(abc.ABC):
         """``(N, C, p1, p2)``."""
 
     @abc.abstractmethod
-    def take(self, index: torch.Tensor) -> "BilinearKernel":
+    def take(self, index: torch.Tensor) -> BilinearKernel:
         """Kernel on a subset of samples."""
 
     @abc.abstractmethod
-    def to(self, dtype, device) -> "BilinearKernel":
+    def to(self, dtype, device) -> BilinearKernel:
         """Kernel with tensors moved."""
 
 

@@ -81,7 +81,7 @@ def _check_common(readout, n_outputs) -> int:
 
 
 def _check_fits(sizes, kernel, padding, axis_names) -> None:
-    for size, k, pad, ax in zip(sizes, kernel, padding, axis_names):
+    for size, k, pad, ax in zip(sizes, kernel, padding, axis_names, strict=True):
         if size + 2 * pad < k:
             raise ShapeError(f"`kernel_size` {k} along {ax} is larger than the padded input ({size} + 2·{pad} = "
                              f"{size + 2 * pad}); reduce the kernel or increase `padding`")

@@ -34,8 +34,8 @@ import torch
 
 from .._validation import as_tensor
 from ..errors import ShapeError
-from .mlp import mlp
 from .bilinear import BilinearStructure, DenseKernel
+from .mlp import mlp
 from .operator import StructureOperator
 
 __all__ = ["factorization", "matrix_sensing", "linear_network", "SensingStructure"]

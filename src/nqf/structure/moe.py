@@ -38,7 +38,6 @@ Only ``X`` (``N × D``) is stored, never ``N × p × p``.
 
 from __future__ import annotations
 
-
 import torch
 
 from .._validation import as_tensor, positive_int

@@ -91,7 +91,7 @@ class StructureOperator(abc.ABC):
         """All structure matrices, shape ``(N, C, p, p)``."""
 
     @abc.abstractmethod
-    def _take(self, index: torch.Tensor) -> "StructureOperator":
+    def _take(self, index: torch.Tensor) -> StructureOperator:
         """Operator restricted to the samples ``index`` (A only; extras copied by :meth:`take`)."""
 
     # ------------------------------------------------------------ public API
@@ -138,7 +138,7 @@ class StructureOperator(abc.ABC):
         A = self._dense()
         return A[:, 0] if self.n_outputs == 1 else A
 
-    def take(self, index) -> "StructureOperator":
+    def take(self, index) -> StructureOperator:
         """The operator on a subset of samples (minibatches).
 
         Parameters
@@ -184,7 +184,7 @@ class StructureOperator(abc.ABC):
         """
         return data_subspace(self, method=method, rtol=rtol, seed=seed)
 
-    def compress(self, U: torch.Tensor | None = None) -> "StructureOperator":
+    def compress(self, U: torch.Tensor | None = None) -> StructureOperator:
         """The operator compressed to a subspace: ``A_r = Uᵀ A U`` (``r × r`` matrices).
 
         ``Tr[M A] = Tr[(UᵀMU)(UᵀAU)]`` for every ``M`` supported on the subspace, so
@@ -265,7 +265,7 @@ class StructureOperator(abc.ABC):
                 out = out + self.cross.forward_unchecked(torch.outer(mu, mu)) - self.cross.forward_unchecked(M)
         return self._squeeze(out)
 
-    def to(self, dtype: torch.dtype | None = None, device=None) -> "StructureOperator":
+    def to(self, dtype: torch.dtype | None = None, device=None) -> StructureOperator:
         """A copy with all tensors moved to ``dtype``/``device``."""
         new = self._to(dtype or self.dtype, torch.device(device) if device is not None else self.device)
         new.offset = self.offset.to(dtype=new.dtype, device=new.device)
@@ -274,7 +274,7 @@ class StructureOperator(abc.ABC):
         new.layout = self.layout
         return new
 
-    def _to(self, dtype, device) -> "StructureOperator":  # pragma: no cover - overridden
+    def _to(self, dtype, device) -> StructureOperator:  # pragma: no cover - overridden
         raise NotImplementedError
 
     def __repr__(self) -> str:

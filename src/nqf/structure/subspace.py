@@ -23,6 +23,7 @@ Two ways to find ``U``:
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import torch
@@ -72,7 +73,7 @@ def data_subspace(op: StructureOperator, *, method: str = "auto", rtol: float | 
     if method not in ("auto", "dense", "probe"):
         raise InvalidParameterError(f"`method` must be 'auto', 'dense' or 'probe'; found {method!r}")
     p, N, C = op.p, op.n_samples, op.n_outputs
-    rtol = tolerance(op.dtype) * max(p, 1) ** 0.5 if rtol is None else float(rtol)
+    rtol = tolerance(op.dtype) * math.sqrt(max(p, 1)) if rtol is None else float(rtol)
     if method == "auto":
         method = "dense" if N * C * p * p <= DENSE_LIMIT else "probe"
     extra = []
