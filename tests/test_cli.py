@@ -52,6 +52,33 @@ def test_list_names_every_experiment():
         assert name in r.output and exp.description in r.output
     data = json.loads(runner.invoke(app, ["list", "--json"]).output)
     assert set(data) == set(REGISTRY)
+    assert {n: d["description"] for n, d in data.items()} == {n: e.description for n, e in REGISTRY.items()}
+
+
+def test_catalogue_agrees_with_the_experiments():
+    """`nqf list` reads only the catalogue: every entry names the module defining the experiment, whose class
+    declares the catalogue's description; a class that disagrees is refused at registration."""
+    from nqf.errors import InvalidParameterError
+    from nqf.experiments import Experiment, register
+    from nqf.experiments.catalog import CATALOG, describe
+
+    assert set(CATALOG) <= set(REGISTRY)
+    for name, entry in CATALOG.items():
+        exp = get_experiment(name)
+        assert type(exp).__module__ == entry.qualified_module and type(exp).name == name
+        assert type(exp).description == entry.description == describe()[name]
+    r = runner.invoke(app, ["list"])
+    assert [line.split()[0] for line in r.output.splitlines()] == sorted(CATALOG)
+
+    class Impostor(Experiment):
+        name = "demo"
+        description = "something else"
+
+    with pytest.raises(InvalidParameterError, match="demo"):
+        register(Impostor)
+    assert type(REGISTRY["demo"]).__name__ == "Demo"
+    with pytest.raises(InvalidParameterError, match="built-in"):
+        del REGISTRY["demo"]
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))

@@ -262,19 +262,19 @@ def run_cmd(config: Path = typer.Argument(..., help="TOML config file (see `nqf 
 
 @app.command("list")
 def list_cmd(as_json: bool = _JSON):
-    """The named experiments, with one-line descriptions."""
-    from .experiments.catalog import all_experiments
+    """The named experiments, with one-line descriptions (--json: also their claims, checks and parameters)."""
+    from .experiments.catalog import all_experiments, describe
 
-    experiments = all_experiments()
-    if as_json:
+    if as_json:  # the parameters' defaults need the experiments themselves (and torch)
         typer.echo(json.dumps({n: {"description": e.description, "reproduces": e.reproduces,
                                    "checks": list(getattr(e, "checks", ())),
                                    "params": e.Params().model_dump(mode="json")}
-                               for n, e in experiments.items()}, indent=2))
+                               for n, e in all_experiments().items()}, indent=2))
         return
-    w = max(len(n) for n in experiments)
-    for name, exp in experiments.items():
-        typer.echo(f"{name:<{w}}  {exp.description}")
+    descriptions = describe()  # from the catalogue: imports no experiment
+    w = max(len(n) for n in descriptions)
+    for name, description in descriptions.items():
+        typer.echo(f"{name:<{w}}  {description}")
 
 
 @app.command()

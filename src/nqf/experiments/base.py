@@ -10,6 +10,7 @@ from typing import Annotated, Any, ClassVar, Literal, get_args
 import numpy as np
 from pydantic import AfterValidator, BaseModel, ConfigDict, field_validator
 from ..errors import InvalidParameterError
+from .catalog import REGISTRY, register  # re-exported: the registry lives with the (torch-free) catalogue
 
 __all__ = ["EpsList", "Params", "Table", "Check", "Outcome", "Experiment", "REGISTRY", "register"]
 
@@ -168,7 +169,8 @@ class Outcome:
 class Experiment:
     """A named, configurable experiment.
 
-    Subclasses set ``name``, ``description`` (one line), ``reproduces`` (the
+    Subclasses set ``name``, ``description`` (one line; a built-in experiment reads
+    it from its entry of :data:`~nqf.experiments.catalog.CATALOG`), ``reproduces`` (the
     paper's claim it checks), ``Params`` (a :class:`Params` subclass whose
     defaults are the full-size run) and ``tiny`` (overrides for a run of a few
     seconds, used by the test suite), ``checks`` (one line per kind of check:
@@ -188,14 +190,6 @@ class Experiment:
         """Fill ``out`` in place (so that an interruption keeps what is done)."""
         raise NotImplementedError
 
-
-REGISTRY: dict[str, Experiment] = {}
-
-
-def register(cls: type[Experiment]) -> type[Experiment]:
-    """Class decorator adding an experiment to :data:`REGISTRY`."""
-    REGISTRY[cls.name] = cls()
-    return cls
 
 
 def _cell(v):

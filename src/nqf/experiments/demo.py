@@ -25,6 +25,7 @@ from pydantic import Field, field_validator, model_validator
 
 from ..report.figures import mark_times, new_figure
 from .base import Check, Experiment, Outcome, Params, Table, register
+from .catalog import CATALOG
 from .curves import crossing_time, initial_weights, mark_stop, mark_unfinished, stop_reason, to_cpu
 from ..errors import InvalidParameterError
 
@@ -94,7 +95,7 @@ def teacher_task(n_samples: int, in_features: int, singular_values, seed: int):
 @register
 class Demo(Experiment):
     name = "demo"
-    description = "real tanh MLP (vector outputs, whitened inputs) learns in steps at the predicted switch-on times"
+    description = CATALOG[name].description
     reproduces = ("sudden learning: modes of the input–output correlation switch on one after another at "
                   "t_k ≈ ln(1/ε)/ζ_k, with plateaus at the reduced-rank losses")
     Params = DemoParams

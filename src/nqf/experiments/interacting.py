@@ -24,6 +24,7 @@ from pydantic import Field, model_validator
 
 from ..report.figures import new_figure
 from .base import Check, EpsList, Experiment, Outcome, Params, Table, register
+from .catalog import CATALOG
 from .curves import mark_stop, mark_unfinished, stop_reason
 from ..errors import InvalidParameterError
 
@@ -68,7 +69,7 @@ def correlated_task(n_modes: int, n_samples: int, noise: float, seed: int):
 @register
 class InteractingModes(Experiment):
     name = "interacting-modes"
-    description = "correlated features: finite-ε LV trajectories converge to the ε → 0 saddle-to-saddle limit"
+    description = CATALOG[name].description
     reproduces = ("beyond the paper: interacting modes switch on (and off) at rescaled times τ that the "
                   "active-set limit predicts exactly as ε → 0, with corrections ∝ 1/ln(1/ε)")
     Params = InteractingParams

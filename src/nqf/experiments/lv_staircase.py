@@ -22,6 +22,7 @@ from pydantic import Field, model_validator
 
 from ..report.figures import mark_times, new_figure
 from .base import Check, EpsList, Experiment, Outcome, Params, Table, register
+from .catalog import CATALOG
 from .curves import crossing_time, mark_stop, mark_unfinished, stop_reason, to_cpu
 from ..errors import InvalidParameterError
 
@@ -71,7 +72,7 @@ def diagonal_task(n_samples: int, z_star: np.ndarray, gen: torch.Generator):
 @register
 class LVStaircase(Experiment):
     name = "lv-staircase"
-    description = "commuting data: LV staircases for several ε, switch-on time vs ln(1/ε) with slopes 1/ζ_k"
+    description = CATALOG[name].description
     reproduces = ("Theorems 4–7: with commuting data the dynamics are Lotka–Volterra; modes switch on at "
                   "t_k ≈ ln(1/ε)/ζ_k, so the plateaus lengthen like ln(1/ε)")
     Params = LVStaircaseParams

@@ -21,6 +21,7 @@ from pydantic import Field, model_validator
 
 from ..report.figures import new_figure
 from .base import Check, Experiment, Outcome, Params, Table, register
+from .catalog import CATALOG
 from .curves import mark_stop, stop_reason, to_cpu
 from ..errors import InvalidParameterError
 
@@ -146,7 +147,7 @@ def _run_family(fam, P: ModulesParams, ctx, j: int, signal: float, key: str):
 @register
 class ModulesVsNQF(Experiment):
     name = "modules-vs-nqf"
-    description = "MLP, CNN, attention, QK-only attention, MoE, factorization vs their NQF on an NQF teacher"
+    description = CATALOG[name].description
     reproduces = "Theorem 1: every family trained from small initialisation follows its quadratic form Tr[WWᵀA(x)]"
     Params = ModulesParams
     tiny = {"families": list(FAMILIES), "n_samples": 24, "width": 4, "dim": 3, "tokens": 2, "horizon": 1.5,

@@ -37,6 +37,7 @@ from scipy.special import expit
 
 from ..report.figures import new_figure
 from .base import Check, Experiment, Outcome, Params, Table, register
+from .catalog import CATALOG
 from .curves import initial_weights, mark_stop, mark_unfinished, stop_reason, to_cpu
 from ..errors import InvalidParameterError
 
@@ -172,8 +173,7 @@ def _reference(K: int, gamma: float, eps: float, first: int, n_t: int = 600):
 @register
 class PowerLaw(Experiment):
     name = "power-law"
-    description = ("headline loss exponent (a−1)/b at K ≥ 10³ modes and small ε vs the independent exact mode "
-                   "sum; finite-K/ε deviations; NQF and a real MLP at small K")
+    description = CATALOG[name].description
     reproduces = ("Theorems 8–11: when many modes switch on at nearby times the steps merge into "
                   "L − L∞ ~ (t/ln(1/ε))^(−(a−1)/b)")
     Params = PowerLawParams

@@ -48,6 +48,7 @@ from pydantic import Field
 
 from ..report.figures import new_figure
 from .base import Check, EpsList, Experiment, Outcome, Params, Table, register
+from .catalog import CATALOG
 from .curves import to_cpu
 from ..errors import InvalidParameterError
 
@@ -99,7 +100,7 @@ def _real_run(D, width, C, X, Y, W0, run):
 @register
 class RealData(Experiment):
     name = "real-data"
-    description = "real tanh MLP on scikit-learn digits and wine vs the greedy saddle sequence, at two ε"
+    description = CATALOG[name].description
     reproduces = ("issue 11: on real, non-commuting data the saddle sequence predicts the plateau levels and drop "
                   "times of a real network, with errors that shrink like 1/ln(1/ε)")
     Params = RealDataParams

@@ -24,6 +24,7 @@ from pydantic import Field, model_validator
 
 from ..report.figures import new_figure
 from .base import Check, EpsList, Experiment, Outcome, Params, Table, register
+from .catalog import CATALOG
 from ..errors import InvalidParameterError
 
 __all__ = ["Validity"]
@@ -106,7 +107,7 @@ def _combine(parts, eps: np.ndarray) -> SimpleNamespace:
 @register
 class Validity(Experiment):
     name = "validity"
-    description = "teacher–student: real network vs NQF over ε — remainder, separation time, gap at first switch-on"
+    description = CATALOG[name].description
     reproduces = ("the reviewers' test of Theorem 1's transfer claim: the NQF is exact as ε → 0 at fixed early "
                   "times; whether the normalised gap at the first switch-on shrinks is measured, not assumed")
     Params = ValidityParams
