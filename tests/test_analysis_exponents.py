@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.integrate import solve_ivp
 
-from nqf.analysis.exponents import predict_exponent, predicted_curve, switch_times
+from nqf.analysis.exponents import predict_exponent, predicted_curve, predicted_switch_times
 from nqf.analysis.powerlaw import fit_power_law
 from nqf.errors import NonFiniteError, ShapeError
 
@@ -28,7 +28,7 @@ def test_fitted_exponent_matches_prediction(a, b, eps):
     pred = predict_exponent(ell, zeta)
     assert abs(pred.a - a) < 1e-10 and abs(pred.b - b) < 1e-10
     assert abs(pred.exponent - (a - 1) / b) < 1e-10
-    ts = switch_times(zeta, eps)
+    ts = predicted_switch_times(zeta, eps)
     t = np.geomspace(ts[0] / 10, ts[-1] * 10, 500)
     L = predicted_curve(t, ell, zeta, eps)
     f = fit_power_law(t, L, window=(ts[9], ts[K // 10 - 1]), n_boot=50)
@@ -67,13 +67,13 @@ def test_predicted_curve_against_ode_and_closed_form():
         L = predicted_curve(t, ell, zeta, 1e-6, z0_convention=conv, z_star=zstar, L_inf=0.25)
         assert np.allclose(L, L_ode, rtol=1e-7, atol=1e-10)
         # half-saturation times
-        th = switch_times(zeta, 1e-6, conv, z_star=zstar)
+        th = predicted_switch_times(zeta, 1e-6, conv, z_star=zstar)
         expected = np.log(zstar / z0 - 1) / zeta
         assert np.allclose(th, expected, rtol=1e-12)
     # a mode that starts above its target (absolute convention, z* < ε) relaxes down to it
     L = predicted_curve([0.0, 100.0], [1.0], [1.0], 0.5, "absolute", z_star=[0.25])
     assert math.isclose(L[0], (1 - 0.5 / 0.25) ** 2, rel_tol=1e-12) and L[1] < 1e-40
-    assert switch_times([1.0], 0.5, "absolute", z_star=[0.25])[0] == 0.0
+    assert predicted_switch_times([1.0], 0.5, "absolute", z_star=[0.25])[0] == 0.0
 
 
 def test_extreme_eps_and_order():

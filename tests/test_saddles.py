@@ -517,19 +517,15 @@ def test_digits_nqf_at_eps_1e30_lands_within_3_percent_of_predicted_times():
 
 @pytest.mark.slow
 def test_escape_times_beyond_leading_order(mlp_case):
-    """The small-part recursion of nqf.reductions._saddle_clock captures the O(1) offsets of the later drops: against the
+    """The small-part recursion of nqf.reductions.saddles.clock captures the O(1) offsets of the later drops: against the
     independent DOP853 flow the leading order is off by 0.15 (drop 2) and 0.11 (drop 3) at ε = 1e-16 and 1e-24;
     the recursion by at most 0.006 (measured 0.0008–0.0053).  Tolerance 0.02: a tenth of the leading-order
     error, above the flow's crossing-time resolution."""
-    from nqf.reductions._saddle_clock import corrected_escape_times
-    from nqf.reductions.saddles import _Problem
-
     op, X, Y, seq = mlp_case
-    prob = _Problem(op, Y)
     for eps in (1e-16, 1e-24):
         T = seq.taus[-1] * math.log(1 / eps) * 1.4 + 2.0
         tm = Flow(op, Y, eps, T).escape_times(seq.plateau_levels)
-        tc = corrected_escape_times(prob, seq.saddles, eps)
+        tc = seq.corrected_escape_times(eps)
         lead = seq.escape_times(eps)
         assert np.all(np.abs(lead[1:] - tm[1:]) > 0.1)
         assert np.all(np.abs(tc - tm) < 0.02), (tc, tm)

@@ -11,11 +11,11 @@ Conventions: ``L = (1/N) Σ_n ℓ(f_n, y_n)``, ``ℓ = ½(f − y)²``; time ``t
 Curves are taken as array_like or tensors; results are NumPy float64 arrays.
 """
 
-from .exponents import ExponentPrediction, predict_exponent, predicted_curve, switch_times
+from .exponents import ExponentPrediction, predict_exponent, predicted_curve, predicted_switch_times
 from .powerlaw import PowerLawFit, auto_window, fit_power_law
 from .steps import Steps, detect_steps
 from .validity import ValidityReport, ValiditySweep, remainder_ratio, validity_report, validity_sweep
 
 __all__ = ["Steps", "detect_steps", "PowerLawFit", "fit_power_law", "auto_window", "ExponentPrediction",
-           "predict_exponent", "predicted_curve", "switch_times", "ValidityReport", "ValiditySweep",
+           "predict_exponent", "predicted_curve", "predicted_switch_times", "ValidityReport", "ValiditySweep",
            "remainder_ratio", "validity_report", "validity_sweep"]

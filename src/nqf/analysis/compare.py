@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import ShapeError
+from ..reductions.timing import crossing_times, midpoint_levels
 from ._curves import _as_1d
 
 __all__ = ["StaircaseComparison", "compare_staircase", "downward_crossings", "plateau_flatness", "regime_exit",
@@ -50,6 +51,8 @@ def _curve(t, loss):
 def downward_crossings(t, loss, levels) -> np.ndarray:
     """First time the curve falls to each level (``loss ≤ level``), linear interpolation; NaN if never.
 
+    :func:`nqf.reductions.timing.crossing_times` downward, on a validated curve.
+
     Parameters
     ----------
     t, loss : array_like, shape (T,)
@@ -61,19 +64,7 @@ def downward_crossings(t, loss, levels) -> np.ndarray:
     numpy.ndarray, shape (K,)
     """
     t, loss = _curve(t, loss)
-    out = []
-    for lv in np.atleast_1d(np.asarray(levels, float)):
-        below = np.nonzero(loss <= lv)[0]
-        if below.size == 0:
-            out.append(math.nan)
-            continue
-        i = int(below[0])
-        if i == 0:
-            out.append(float(t[0]))
-            continue
-        l0, l1 = loss[i - 1], loss[i]
-        out.append(float(t[i - 1] + (l0 - lv) * (t[i] - t[i - 1]) / (l0 - l1)))
-    return np.array(out)
+    return crossing_times(t, loss, np.atleast_1d(np.asarray(levels, float)), direction="down")
 
 
 def _bounds(t_end: float, times: np.ndarray) -> np.ndarray:
@@ -187,7 +178,7 @@ def compare_staircase(t, loss, levels, times, *, flat_threshold: float = FLAT_TH
         raise ShapeError(f"`levels` must have one entry more than `times`; found {levels.size} and {times.size}")
     if not flat_threshold > 0:
         raise ShapeError(f"`flat_threshold` must be positive; found {flat_threshold}")
-    mids = 0.5 * (levels[:-1] + levels[1:])
+    mids = midpoint_levels(levels)
     t_meas = downward_crossings(t, loss, mids)
     b = _bounds(float(t[-1]), times)
     where = [0.5 * (b[k] + b[k + 1]) for k in range(levels.size)]

@@ -35,9 +35,10 @@ import numpy as np
 from scipy.special import log_expit
 
 from ..errors import InvalidParameterError, ShapeError
+from ..reductions.timing import logistic_switch_time
 from ._curves import _as_1d
 
-__all__ = ["ExponentPrediction", "predict_exponent", "predicted_curve", "switch_times"]
+__all__ = ["ExponentPrediction", "predict_exponent", "predicted_curve", "predicted_switch_times"]
 
 
 @dataclass
@@ -162,8 +163,11 @@ def _q(zeta, eps, z0_convention, z_star):
                      f"found {z0_convention!r}")
 
 
-def switch_times(zeta, eps: float, z0_convention: str = "relative", z_star=None) -> np.ndarray:
+def predicted_switch_times(zeta, eps: float, z0_convention: str = "relative", z_star=None) -> np.ndarray:
     """Exact half-saturation times ``t*_k = ln(z*_k/z_k(0) − 1)/ζ_k`` of logistic modes.
+
+    The initial-scale conventions of this module on top of
+    :func:`nqf.reductions.timing.logistic_switch_time`.
 
     Parameters
     ----------
@@ -182,8 +186,10 @@ def switch_times(zeta, eps: float, z0_convention: str = "relative", z_star=None)
     zeta = _as_1d("zeta", zeta)
     if np.any(zeta <= 0):
         raise InvalidParameterError(f"`zeta` must be positive; found min {zeta.min():.3g}")
-    lq, pos = _q(zeta, eps, z0_convention, z_star)
-    return np.where(pos, np.maximum(lq, 0.0) / zeta, 0.0)
+    _q(zeta, eps, z0_convention, z_star)  # validates eps, the convention and z_star
+    if z0_convention == "relative":  # z_k(0) = ε z*_k: ln(z*/z(0)) = ln(1/ε)
+        return logistic_switch_time(zeta, log_ratio=np.full(zeta.shape, -math.log(eps)))
+    return logistic_switch_time(zeta, _as_1d("z_star", z_star), np.full(zeta.shape, float(eps)))
 
 
 def predicted_curve(t, ell, zeta, eps: float, z0_convention: str = "relative", z_star=None,

@@ -43,7 +43,7 @@ from .simulate import POLISH_MAX_RANK, check_psd
 from .trajectory import DIVERGED, FINISHED, Trajectory
 from ..errors import InvalidParameterError, InvalidTypeError
 
-__all__ = ["gradient_flow"]
+__all__ = ["gradient_flow", "integrate_factor"]
 
 RESTART_FACTOR = 8.0  # restart from the polished factor when a column norm changed by this factor
 
@@ -145,22 +145,8 @@ def gradient_flow(op: StructureOperator, y, *, M0=None, W0=None, t_span, t_eval=
 def _integrate(op, y, loss, lam, L0, c, t0, t1, t_eval, rtol, atol, method, max_step, polish):
     """Integrate ``dL/dt = −S L − h cᵀ`` in segments; restart from the polished factor when a column
     norm has changed by ``RESTART_FACTOR``.  Returns the factors at the output times."""
-    p, N, dt, dev = op.p, op.n_samples, op.dtype, op.device
+    p, dt, dev = op.p, op.dtype, op.device
     r = L0.shape[1]
-    cc = None if c is None else c.to(dtype=dt, device=dev)
-
-    def rhs(_t, z):
-        L = torch.as_tensor(z, dtype=dt).to(dev).reshape(p, r)
-        mu = None if cc is None else L @ cc
-        res = residual(predictions(op, L, mu), y, loss)
-        GL, h = gradient_terms(op, res, L, mu, N)
-        dL = -2.0 * GL
-        if lam:
-            dL = dL - lam * L
-        if h is not None:
-            dL = dL - torch.outer(h, cc)
-        return dL.reshape(-1).cpu().numpy()
-
     L = orthogonalize_columns(L0) if polish else L0
     t, out_t, out_L = t0, [], []
     nfev, restarts, status, message = 0, 0, 0, "The solver successfully reached the end of the integration interval."
@@ -182,8 +168,8 @@ def _integrate(op, y, loss, lam, L0, c, t0, t1, t_eval, rtol, atol, method, max_
             grown.direction = 1
             events = [grown]
         te = None if t_eval is None else t_eval[(t_eval > t) & (t_eval <= t1)]
-        sol = solve_ivp(rhs, (t, t1), z0, method=method, t_eval=te, rtol=rtol, atol=tol_abs, max_step=max_step,
-                        events=events)
+        sol = integrate_factor(op, y, L, (t, t1), rtol=rtol, atol=tol_abs, method=method, t_eval=te,
+                               events=events, max_step=max_step, loss=loss, weight_decay=lam, c=c)
         nfev += int(sol.nfev)
         ts = np.asarray(sol.t, dtype=float).reshape(-1)
         Z = np.asarray(sol.y, dtype=float).reshape(z0.shape[0], ts.shape[0])
@@ -205,3 +191,52 @@ def _integrate(op, y, loss, lam, L0, c, t0, t1, t_eval, rtol, atol, method, max_
             continue
         break
     return dict(t=out_t, L=out_L, status=status, message=message, nfev=nfev, restarts=restarts)
+
+
+def integrate_factor(op: StructureOperator, y: torch.Tensor, L0: torch.Tensor, t_span, *, rtol: float, atol,
+                     method: str = "LSODA", t_eval=None, events=None, dense_output: bool = False,
+                     max_step: float = np.inf, loss: str = "mse", weight_decay: float = 0.0, c=None):
+    """One ``solve_ivp`` run of the factored flow ``dL/dt = −S L − h cᵀ`` (``M = L Lᵀ``, ``μ = L c``).
+
+    The integrator of :func:`gradient_flow` (which adds validation, column-relative
+    tolerances and restarts) and of the saddle sequence's heteroclinic orbits
+    (:mod:`nqf.reductions.saddles`, with terminal events and dense output).
+
+    Parameters
+    ----------
+    op : StructureOperator
+    y : torch.Tensor, shape (N, C)
+        Prepared targets (:func:`nqf.dynamics.losses.prepare_targets`).
+    L0 : torch.Tensor, shape (p, r)
+    t_span : (float, float)
+    rtol, atol
+        Passed to ``solve_ivp`` (``atol`` may be per entry of the flattened ``L``).
+    method, t_eval, events, dense_output, max_step
+        As in ``scipy.integrate.solve_ivp``; event functions and the dense output see
+        the flattened factor ``L.reshape(-1)``.
+    loss, weight_decay, c
+        Loss, ``λ`` (``S = 2G + λI``) and the width vector ``c`` (non-ZGZ operators only).
+
+    Returns
+    -------
+    scipy.integrate.OdeResult
+    """
+    p, r, N, dt, dev = op.p, L0.shape[1], op.n_samples, op.dtype, op.device
+    cc = None if c is None else c.to(dtype=dt, device=dev)
+    lam = weight_decay
+
+    def rhs(_t, z):
+        L = torch.as_tensor(z, dtype=dt).to(dev).reshape(p, r)
+        mu = None if cc is None else L @ cc
+        res = residual(predictions(op, L, mu), y, loss)
+        GL, h = gradient_terms(op, res, L, mu, N)
+        dL = -2.0 * GL
+        if lam:
+            dL = dL - lam * L
+        if h is not None:
+            dL = dL - torch.outer(h, cc)
+        return dL.reshape(-1).cpu().numpy()
+
+    z0 = L0.reshape(-1).cpu().numpy().astype(np.float64)
+    return solve_ivp(rhs, t_span, z0, method=method, t_eval=t_eval, rtol=rtol, atol=atol, max_step=max_step,
+                     events=events, dense_output=dense_output)

@@ -9,23 +9,13 @@ import math
 import numpy as np
 import torch
 
+from ..reductions.timing import crossing_time  # re-exported: the one level-crossing time
+
 __all__ = ["crossing_time", "to_cpu", "initial_weights", "stop_reason", "mark_stop", "mark_unfinished",
            "clean_roundoff", "ROUNDOFF"]
 
 #: Relative size below which a value is float64 round-off (a few hundred ulps).
 ROUNDOFF = 1e-13
-
-
-def crossing_time(t: np.ndarray, x: np.ndarray, level: float) -> float:
-    """First time the curve ``x(t)`` reaches ``level`` from below (linear interpolation); NaN if never."""
-    above = np.nonzero(x >= level)[0]
-    if above.size == 0:
-        return math.nan
-    i = int(above[0])
-    if i == 0:
-        return float(t[0])
-    t0, t1, x0, x1 = t[i - 1], t[i], x[i - 1], x[i]
-    return float(t0 + (level - x0) * (t1 - t0) / (x1 - x0))
 
 
 def to_cpu(traj):

@@ -31,8 +31,8 @@ from pydantic import Field, model_validator
 
 from ..report.figures import mark_times, new_figure
 from .base import Check, Experiment, Outcome, Params, Table, register
-from .catalog import CATALOG
-from .curves import clean_roundoff, crossing_time, initial_weights, mark_stop, mark_unfinished, stop_reason, to_cpu
+from ..reductions.timing import crossing_times, midpoint_levels
+from .curves import clean_roundoff, initial_weights, mark_stop, mark_unfinished, stop_reason, to_cpu
 from ..errors import InvalidParameterError
 
 __all__ = ["Saddles", "saddle_problem"]
@@ -125,7 +125,7 @@ def saddle_problem(name: str, n: int, width: int, g: torch.Generator, teacher_sc
 @register
 class Saddles(Experiment):
     name = "saddles"
-    description = CATALOG[name].description
+    description = "non-commuting staircases (tanh MLP, QK attention, CNN): greedy saddle sequence vs the real networks"
     reproduces = ("beyond the paper: for non-commuting data small-initialisation training visits saddles of "
                   "increasing rank; plateau levels and escape times ≈ τ_k ln(1/ε) are predicted")
     Params = SaddlesParams
@@ -178,8 +178,7 @@ class Saddles(Experiment):
             meas_real = np.interp(mids, t, Lr)
             meas_nqf = np.interp(mids, sim.t.numpy(), sim.loss.numpy()) if sim is not None else [None] * len(mids)
             # escapes: the network's loss falls through the level halfway between consecutive plateaus
-            t_meas = [crossing_time(t, -Lr, -(levels[k - 1] - 0.5 * (levels[k - 1] - levels[k])))
-                      for k in range(1, len(levels))]
+            t_meas = crossing_times(t, Lr, midpoint_levels(levels), direction="down").tolist()
             # later escapes with their O(1) offsets where the small-part recursion applies (NaN from the first
             # plateau shorter than its relaxation); otherwise the leading order τ_k ln(1/ε) with its offset bound
             t_corr = seq.corrected_escape_times(P.eps) if len(t_esc) > 1 else np.asarray(t_esc, dtype=float)

@@ -22,6 +22,7 @@ from .layouts import mlp_units
 from .mlp import mlp
 from .moe import mixture_of_experts
 from .bilinear import BilinearKernel, BilinearStructure, DenseKernel, OneHotKronKernel
+from .commute import commutator_defect, commutes
 from .operator import DenseStructure, ProjectedStructure, StructureOperator, project_operator
 from .subspace import data_subspace
 from .units import UnitLayout, UnitScatter, UnitSlice, get_unit_weights, set_unit_weights
@@ -33,5 +34,5 @@ __all__ = [
     "mlp_units", "attention_units", "conv_units", "check_permutation_symmetry",
     "UnitCandidate", "find_units", "select_units", "UnitScatter", "get_unit_weights", "set_unit_weights",
     "mlp", "linear_network", "factorization", "matrix_sensing", "conv1d", "conv2d", "conv_output_size",
-    "multi_head_attention", "qk_attention", "mixture_of_experts",
+    "multi_head_attention", "qk_attention", "mixture_of_experts", "commutator_defect", "commutes",
 ]

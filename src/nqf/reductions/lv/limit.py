@@ -112,6 +112,11 @@ class LimitResult:
         return torch.as_tensor([e.loss for e in self.events], dtype=torch.float64)
 
     @property
+    def z_after(self) -> list:
+        """``z`` right after each event (the plateau state), one array of shape (K,) per event."""
+        return [np.array(z, copy=True) for z in self._z_after]
+
+    @property
     def final_active(self) -> tuple:
         """Support of the final state."""
         return tuple(int(k) for k in np.flatnonzero(self.z_final.numpy() > 0))

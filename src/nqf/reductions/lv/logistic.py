@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from .solution import LVSolution, _np, _t
+from ..timing import logistic_switch_time
 from ...errors import InvalidParameterError
 
 __all__ = ["LogisticSolutions"]
@@ -81,16 +82,9 @@ class LogisticSolutions:
         if not 0 < fraction <= 1:
             raise InvalidParameterError(f"`fraction` must lie in (0, 1]; found {fraction}")
         b, c, z0 = self._beta, self._diag, self._z0
-        out = np.full(self.K, np.inf)
-        on = (b > 0) & (c > 0) & (z0 > 0)
-        zs = b[on] / c[on]
-        lr = np.log(zs) - np.log(z0[on])  # ln(z*/z0)
         with np.errstate(divide="ignore", invalid="ignore"):
-            num = lr + np.log1p(-np.exp(-lr))  # ln(z*/z0 − 1)
-            lf = np.log(1.0 / fraction - 1.0) if fraction < 1 else -np.inf
-            t = (num - lf) / (4.0 * b[on])
-        t = np.where(z0[on] >= fraction * zs, 0.0, t)
-        out[on] = t
+            zs = np.where((b > 0) & (c > 0), b / np.where(c > 0, c, 1.0), 0.0)
+        out = logistic_switch_time(4.0 * b, zs, z0, fraction)
         return _t(out)
 
     def switch_times(self, solution: LVSolution | None = None, fraction: float = 0.5) -> torch.Tensor:

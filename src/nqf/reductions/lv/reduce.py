@@ -48,6 +48,7 @@ import torch
 
 from ..._validation import as_tensor
 from ...errors import InvalidParameterError, InvalidTypeError, NonCommutingError, NotClosedError, ShapeError
+from ...structure.commute import commutator_defect, commutator_ratio
 from ...structure.operator import StructureOperator
 from .system import LotkaVolterra
 
@@ -80,14 +81,9 @@ def relative_commutator(A) -> float:
     ----------
     A : array_like, shape (N, p, p)
     """
-    A = as_tensor("A", A, ndim=3, dtype=torch.float64).numpy()
-    nrm = np.linalg.norm(A, axis=(1, 2))
-    keep = nrm > 0
-    A, nrm = A[keep], nrm[keep]
-    AB = np.einsum("mij,njk->mnik", A, A)
-    Cm = AB - AB.transpose(1, 0, 2, 3)
-    val = np.linalg.norm(Cm, axis=(2, 3)) / np.outer(nrm, nrm)
-    return float(val.max()) if val.size else 0.0
+    A = as_tensor("A", A, ndim=3, dtype=torch.float64)
+    val = commutator_ratio(A[:, None], A[None, :])  # zero-norm matrices give 0
+    return float(val.max()) if val.numel() else 0.0
 
 
 def commutation_defect(A, *, seed: int = 0, tries: int = 3) -> tuple[float, np.ndarray]:
@@ -158,8 +154,10 @@ def reduce(op: StructureOperator, y, M0, *, tol: float | None = None, seed: int 
     Raises
     ------
     NonCommutingError
-        The ``A_m`` do not commute (``err.value`` = measured ``δ``, ``err.index`` = worst
-        measurement), or ``M0`` does not commute with them (``err.value`` = relative
+        The ``A_m`` do not commute: found first by the matrix-free randomized test
+        (``err.value`` = :func:`nqf.structure.commutator_defect`, ``err.index`` None; nothing
+        dense is built), else by the basis test (``err.value`` = measured ``δ``, ``err.index`` =
+        worst measurement); or ``M0`` does not commute with them (``err.value`` = relative
         commutator of ``M0``).
     NotClosedError
         The operator has a linear or cross-unit term (no closed dynamics on ``M`` alone).
@@ -186,6 +184,14 @@ def reduce(op: StructureOperator, y, M0, *, tol: float | None = None, seed: int 
     m0scale = float(np.abs(M0n).max())
     if float(np.abs(M0n - M0n.T).max()) > 1e-10 * max(m0scale, 1e-300):
         raise InvalidParameterError("`M0` must be symmetric")
+    # matrix-free test first: non-commuting data fail here, before N·C·p² numbers are built
+    rand = commutator_defect(op)
+    if rand > tol:
+        raise _noncommuting(
+            f"`op`: the structure matrices do not commute: relative commutator of two random adjoints "
+            f"‖[𝒜*(R), 𝒜*(S)]‖/(‖𝒜*(R)‖‖𝒜*(S)‖) = {rand:.3e} > tol = {tol:.1e} (nqf.structure.commutator_defect); "
+            f"the Lotka–Volterra reduction needs commuting data — use the greedy saddle sequence "
+            f"(nqf.reductions.saddles.saddle_sequence) and the order-parameter dynamics (nqf.simulate) instead", rand)
     A = op.dense().to(dtype=torch.float64).cpu().numpy().reshape(N * Cout, p, p)
     norms = np.linalg.norm(A, axis=(1, 2))
     if not (norms > 0).any():

@@ -18,6 +18,7 @@ from scipy.optimize import brentq
 
 from ..._validation import as_tensor
 from ...errors import InvalidParameterError, NonFiniteError, ShapeError
+from ..timing import crossing_index, crossing_times
 
 __all__ = ["LVSolution", "switch_times"]
 
@@ -136,12 +137,12 @@ class LVSolution:
         lz = self.log_z.numpy()
         out = times.numpy().copy()
         cols = np.flatnonzero(self._mask)
+        with np.errstate(divide="ignore"):
+            targets = np.where(fin > 0, np.log(np.where(fin > 0, fin, 1.0)), np.inf)
+        first = crossing_index(t, lz, targets, direction="up")
         for k in range(lz.shape[1]):
-            if not np.isfinite(out[k]) or fin[k] <= 0:
-                continue
-            target = np.log(fin[k])
-            i = int(np.argmax(lz[:, k] >= target))
-            if i == 0:
+            i, target = int(first[k]), targets[k]
+            if not np.isfinite(out[k]) or fin[k] <= 0 or i <= 0:
                 continue
             j = int(np.searchsorted(cols, k))
             f = lambda s, j=j, target=target: float(self._dense(s)[j]) - target  # noqa: E731
@@ -192,24 +193,9 @@ def switch_times(t, z, final, *, fraction: float = 0.5, log: bool = False) -> to
     if not log:
         with np.errstate(divide="ignore"):
             lz = np.log(np.maximum(lz, 0.0))
-    K = lz.shape[1]
-    out = np.full(K, np.inf)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore"):
         target = np.where(fin > 0, np.log(fraction * np.where(fin > 0, fin, 1.0)), np.inf)
-        hit = lz >= target[None, :]
-        reached = hit.any(axis=0) & (fin > 0)
-        first = np.argmax(hit, axis=0)
-        for k in np.flatnonzero(reached):
-            i = first[k]
-            if i == 0:
-                out[k] = t[0]
-                continue
-            t0, t1, l0, l1 = t[i - 1], t[i], lz[i - 1, k], lz[i, k]
-            w = 1.0 if not np.isfinite(l0) or l1 == l0 else (target[k] - l0) / (l1 - l0)
-            if t0 > 0:
-                out[k] = np.exp(np.log(t0) + w * (np.log(t1) - np.log(t0)))
-            else:
-                out[k] = t0 + w * (t1 - t0)
+    out = crossing_times(t, lz, target, direction="up", log_t=True, never=np.inf)
     return _t(out)
 
 
