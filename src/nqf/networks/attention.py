@@ -122,6 +122,8 @@ class QKAttention(nn.Module):
     dtype : torch.dtype
     """
 
+    V: torch.Tensor  # registered buffer
+
     def __init__(self, d_model: int, n_heads: int, d_key: int, V, causal: bool = False, *,
                  readout: str = "mean", dtype: torch.dtype = torch.float64):
         super().__init__()

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 from torch import nn
 
 from .._validation import positive_int
-from ..structure.activations import get_activation
+from ..errors import InvalidParameterError
+from ..structure.activations import Activation, get_activation
 from ..structure.conv import READOUTS, _int_tuple, conv_output_size
 from ..structure.units import UnitLayout, UnitSlice
-from ..errors import InvalidParameterError
 
 __all__ = ["ConvNet1d", "ConvNet2d"]
 
@@ -20,6 +21,7 @@ class _ConvNet(nn.Module):
     """Shared readout logic: ``h = σ(conv(x))`` of shape ``(B, m, Q)``, then the readout."""
 
     conv: nn.Module
+    activation: Activation
 
     def _init_readout(self, readout, n_outputs, n_channels, Q, dtype):
         if readout not in READOUTS:
@@ -82,11 +84,12 @@ class ConvNet1d(_ConvNet):
         Q = 1
         if readout == "position":
             if input_length is None:
-                raise InvalidParameterError("`input_length` is required for readout='position' (the readout has one weight "
-                                 "per output position)")
+                raise InvalidParameterError("`input_length` is required for readout='position' (the readout has "
+                                            "one weight per output position)")
             Q = conv_output_size(int(input_length), k, s, pad)
             if Q < 1:
-                raise InvalidParameterError(f"`kernel_size` {k} is larger than the padded input ({input_length} + 2·{pad})")
+                raise InvalidParameterError(
+                    f"`kernel_size` {k} is larger than the padded input ({input_length} + 2·{pad})")
         self._init_readout(readout, n_outputs, n_channels, Q, dtype)
 
 
@@ -114,17 +117,19 @@ class ConvNet2d(_ConvNet):
                  readout: str = "mean", n_outputs: int = 1, input_size=None, *, dtype: torch.dtype = torch.float64):
         super().__init__()
         self.activation = get_activation(activation)
-        ks = _int_tuple("kernel_size", kernel_size, 2, 1)
-        st = _int_tuple("stride", stride, 2, 1)
-        pd = _int_tuple("padding", padding, 2, 0)
+        # _int_tuple(..., 2, ...) returns exactly two ints
+        ks = cast("tuple[int, int]", _int_tuple("kernel_size", kernel_size, 2, 1))
+        st = cast("tuple[int, int]", _int_tuple("stride", stride, 2, 1))
+        pd = cast("tuple[int, int]", _int_tuple("padding", padding, 2, 0))
         self.conv = nn.Conv2d(in_channels, n_channels, ks, stride=st, padding=pd, bias=False, dtype=dtype)
         Q = 1
         if readout == "position":
             if input_size is None:
-                raise InvalidParameterError("`input_size` (H, W) is required for readout='position' (the readout has one "
-                                 "weight per output position)")
+                raise InvalidParameterError("`input_size` (H, W) is required for readout='position' (the readout "
+                                            "has one weight per output position)")
             H, W = _int_tuple("input_size", input_size, 2, 1)
             Q = conv_output_size(H, ks[0], st[0], pd[0]) * conv_output_size(W, ks[1], st[1], pd[1])
             if conv_output_size(H, ks[0], st[0], pd[0]) < 1 or conv_output_size(W, ks[1], st[1], pd[1]) < 1:
-                raise InvalidParameterError(f"`kernel_size` {ks} is larger than the padded input {input_size} (padding {pd})")
+                raise InvalidParameterError(
+                    f"`kernel_size` {ks} is larger than the padded input {input_size} (padding {pd})")
         self._init_readout(readout, n_outputs, n_channels, Q, dtype)
