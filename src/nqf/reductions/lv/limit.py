@@ -17,8 +17,9 @@ in ``O(1)`` time ``t`` — zero time ``τ`` — to the minimiser ``z_S`` of the 
 
 Each join strictly decreases the loss, so no support repeats and the algorithm ends
 after finitely many events.  The restricted optimum is maintained by the incremental
-active-set solver :class:`nqf.reductions.lv.qp.ActiveSetQP` (``O(|S|²)`` per event plus one
-``O(K²)`` velocity update), which makes ``K`` in the thousands cheap.
+active-set solver :class:`nqf.reductions.lv.qp.ActiveSetQP` (an inverse Cholesky factor of
+``C_SS`` updated in ``O(|S|²)`` per event, plus the exact velocities of the inactive modes from
+the block ``C_{IS}``, ``O((K − |S|)·|S|)``), which makes ``K`` in the thousands cheap.
 """
 
 from __future__ import annotations
@@ -218,29 +219,35 @@ def limit(beta, C, s0=None, *, y2: float | None = None, max_events: int | None =
 
     def plateau(z):
         # at a restricted optimum C_PP z_P = β_P, so −βᵀz + ½zᵀCz = −½ β_Pᵀ z_P
-        P = qp.passive
-        return -0.5 * float(b[P] @ z[P]) if P else 0.0
+        P = qp.in_p
+        return -0.5 * float(b[P] @ z[P])
+
+    # the velocities 4(β − Cz) vanish on the active set (free_gradient), so `v > vthr` selects
+    # inactive modes only; modes with s = −inf (z(0) = 0) never move
+    vthr = 4 * vtol
+    finite = np.isfinite(s)
+    step = np.empty(K)
 
     def process(tau):
-        before = set(qp.passive)
+        before = qp.in_p.copy()
         for _ in range(3 * K + 10):
-            v = 4.0 * qp.gradient()
-            cand = ~qp.in_p & (s >= -stol) & (v > 4 * vtol)
-            if not cand.any():
+            v = 4.0 * qp.free_gradient()
+            idx = np.flatnonzero((v > vthr) & (s >= -stol))
+            if not idx.size:
                 break
-            k = int(np.argmax(np.where(cand, v, -np.inf)))
+            k = int(idx[np.argmax(v[idx])])
             s[k] = 0.0
             try:
                 qp.add(k)
             except UnboundedError as exc:
                 raise InvalidParameterError(f"`beta`, `C`: {exc}") from None
-        after = set(qp.passive)
-        s[list(after)] = 0.0
-        on, off = sorted(after - before), sorted(before - after)
+        after = qp.in_p.copy()
+        s[after] = 0.0
+        on, off = np.flatnonzero(after & ~before).tolist(), np.flatnonzero(before & ~after).tolist()
         if on or off:
             z = qp.z.copy()
             val = plateau(z)
-            act = tuple(sorted(after))
+            act = tuple(np.flatnonzero(after).tolist())
             for k in on:
                 events.append(LimitEvent(tau, k, "on", act, val, float(z[k])))
                 z_after.append(z)
@@ -251,17 +258,19 @@ def limit(beta, C, s0=None, *, y2: float | None = None, max_events: int | None =
     tau = 0.0
     process(tau)
     while len(events) <= max_events:
-        v = 4.0 * qp.gradient()
-        inactive = ~qp.in_p
-        cand = inactive & (v > 4 * vtol) & np.isfinite(s)
-        if not cand.any():
+        v = 4.0 * qp.free_gradient()
+        idx = np.flatnonzero((v > vthr) & finite)
+        if not idx.size:
             break
-        dt = np.where(cand, -s / np.where(cand, v, 1.0), np.inf)
-        j = int(np.argmin(dt))
-        dtau = max(float(dt[j]), 0.0)
+        dt = -s[idx] / v[idx]
+        jj = int(np.argmin(dt))
+        j = int(idx[jj])
+        dtau = max(float(dt[jj]), 0.0)
         tau += dtau
-        fin = inactive & np.isfinite(s)
-        s[fin] = np.minimum(s[fin] + v[fin] * dtau, 0.0)
+        # s ← min(s + v dτ, 0): unchanged on the active set (s = v = 0) and at s = −inf
+        np.multiply(v, dtau, out=step)
+        step += s
+        np.minimum(step, 0.0, out=s)
         s[j] = 0.0
         path_tau.append(tau)
         path_s.append(s.copy())
@@ -269,7 +278,7 @@ def limit(beta, C, s0=None, *, y2: float | None = None, max_events: int | None =
     else:
         raise InvalidParameterError(f"`limit` exceeded `max_events` = {max_events}")
     # extension for plotting
-    v = 4.0 * qp.gradient()
+    v = 4.0 * qp.free_gradient()
     end = 1.25 * tau if tau > 0 else 1.0
     s_end = s.copy()
     fin = ~qp.in_p & np.isfinite(s)
