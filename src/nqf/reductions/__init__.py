@@ -16,7 +16,10 @@ Conventions and equations: docs/theory.md.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # loaded lazily below; imported here for the type checker only
+    from . import lv, saddles, svd_modes
 
 __all__ = ["lv", "saddles", "svd_modes"]
 
