@@ -9,12 +9,9 @@ Layout of a run directory ``NAME/``::
     checkpoints/KEY.ckpt.npz  finished parts, reused by ``--resume`` (JSON + arrays, no pickle:
                               see :mod:`nqf.report.codec`)
 
-**Run id.**  Every run gets a fresh id (:attr:`RunDirectory.run_id`), recorded in
-``results.json`` (``run_id``), in the zip comment of ``arrays.npz``
-(``nqf-run-id=ID``), in a PNG text chunk (``nqf-run-id``) and the SVG
-``dc:identifier`` (``nqf-run-id:ID``) of every figure, in ``report.html``
-(``<meta name="nqf-run-id">``) and in every checkpoint header.  :func:`verify_run`
-checks that they all agree.
+**Run id.**  Every run gets a fresh id (:attr:`RunDirectory.run_id`), recorded in every
+file of the run; :mod:`nqf.report.runid` says where, and :func:`verify_run` checks that
+they all agree.
 
 **All or nothing.**  A run never writes into ``NAME/`` itself.  It writes into a
 fresh sibling ``.NAME.nqf-new-RUNID/`` and :meth:`RunDirectory.commit` moves that
@@ -54,14 +51,11 @@ the config itself, the seed, the nqf version and the format version.  With
 raises :class:`ResumeMismatchError` naming what differs.  A pickle found in
 ``checkpoints/`` is refused, never loaded.
 
-**Permissions.**  Files are created ``0666 & ~umask`` (``0644`` with the usual
-umask ``022``), directories ``0777 & ~umask`` (``0755``).
+**Permissions** and the atomic file operations: :mod:`nqf.report.atomic`.
 """
 
 from __future__ import annotations
 
-import ctypes
-import errno
 import glob
 import hashlib
 import io
@@ -69,9 +63,6 @@ import json
 import os
 import re
 import secrets
-import shutil
-import sys
-import tempfile
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -81,15 +72,20 @@ import numpy as np
 
 from ..errors import InvalidParameterError, InvalidTypeError, NQFError
 from . import codec
+from .atomic import atomic_write_bytes, atomic_write_text
+from .atomic import carry_entry as _carry
+from .atomic import exchange_paths as _exchange  # a module global: tests patch it to kill a run mid-commit
+from .atomic import remove_tree as _rmtree
+from .runid import RUN_ID_KEY, archive_comment, figure_metadata, read_run_ids, verify_run
 
 __all__ = ["RunDirectory", "atomic_write_bytes", "atomic_write_text", "RunDirectoryError", "RunDirectoryExistsError",
-           "RunDirectoryLockedError", "ResumeMismatchError", "verify_run", "read_run_ids", "RUN_OUTPUTS"]
+           "RunDirectoryLockedError", "ResumeMismatchError", "verify_run", "read_run_ids", "RUN_OUTPUTS", "RUN_ID_KEY",
+           "lock_path", "acquire_lock", "describe_differences"]
 
 #: Entries of a run directory that belong to the run (everything else is carried over by ``--force``).
 RUN_OUTPUTS = ("results.json", "arrays.npz", "report.html", "figures", "checkpoints")
 _CKPT_SUFFIX = ".ckpt.npz"
 _PICKLE_SUFFIXES = (".pkl", ".pickle", ".pck", ".p")
-RUN_ID_KEY = "nqf-run-id"
 
 
 class RunDirectoryError(NQFError):
@@ -108,44 +104,7 @@ class ResumeMismatchError(RunDirectoryError, ValueError):
     """``--resume`` found parts written by a different run (config, seed, version or format), or unsafe files."""
 
 
-# --------------------------------------------------------------------------- files
-def _umask() -> int:
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    old = os.umask(0o022)
-    os.umask(old)
-    return old
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (temporary file + ``os.replace``), mode ``0666 & ~umask``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            os.fchmod(fh.fileno(), 0o666 & ~_umask())
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
+# --------------------------------------------------------------------------- names
 def _checkpoint_name(key: str) -> str:
     if not isinstance(key, str) or not key:
         raise InvalidParameterError(f"checkpoint key must be a non-empty string; found {key!r}")
@@ -159,50 +118,6 @@ def _figure_stem(name: str) -> str:
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,100}", name) or ".." in name:
         raise InvalidParameterError(f"figure name must be a plain file name (letters, digits, . _ + -); found {name!r}")
     return name
-
-
-# --------------------------------------------------------------------------- atomic exchange
-_RENAME_EXCHANGE = 2
-_AT_FDCWD = -100
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    """Atomically swap two paths (Linux ``renameat2``); False where unsupported."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).renameat2
-    except (OSError, AttributeError):
-        return False
-    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    fn.restype = ctypes.c_int
-    if fn(_AT_FDCWD, os.fsencode(str(a)), _AT_FDCWD, os.fsencode(str(b)), _RENAME_EXCHANGE) == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV):
-        return False
-    raise OSError(err, os.strerror(err), str(a), None, str(b))
-
-
-def _link_or_copy(src, dst, *, follow_symlinks=True):
-    try:
-        os.link(src, dst, follow_symlinks=False)
-    except OSError:
-        shutil.copy2(src, dst, follow_symlinks=False)
-    return dst
-
-
-def _carry(entry: Path, dst: Path) -> None:
-    if entry.is_symlink():
-        os.symlink(os.readlink(entry), dst)
-    elif entry.is_dir():
-        shutil.copytree(entry, dst, symlinks=True, copy_function=_link_or_copy)
-    else:
-        _link_or_copy(entry, dst)
-
-
-def _rmtree(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- lock
@@ -422,8 +337,9 @@ class RunDirectory:
         atomic_write_text(p, json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
         return p
 
-    def write_arrays(self, arrays: dict[str, np.ndarray], name: str = "arrays.npz") -> Path:
-        """Save ``arrays`` (numeric only: no object arrays, which would need pickle) with the run id as zip comment."""
+    def write_arrays(self, arrays: dict[str, Any], name: str = "arrays.npz") -> Path:
+        """Save ``arrays`` (numpy arrays or torch tensors; numeric only: no object arrays, which would need pickle)
+        with the run id as zip comment."""
         clean = {}
         for k, v in arrays.items():
             a = np.asarray(v.detach().cpu() if hasattr(v, "detach") else v)
@@ -433,7 +349,7 @@ class RunDirectory:
         buf = io.BytesIO()
         np.savez_compressed(buf, **clean)
         with zipfile.ZipFile(buf, "a") as zf:
-            zf.comment = f"{RUN_ID_KEY}={self.run_id}".encode("ascii")
+            zf.comment = archive_comment(self.run_id)
         p = self.staging / name
         atomic_write_bytes(p, buf.getvalue())
         return p
@@ -442,7 +358,7 @@ class RunDirectory:
         """Save a matplotlib figure as PNG and SVG (both tagged with the run id); returns relative paths."""
         stem = _figure_stem(name)
         out = {}
-        meta = {"png": {RUN_ID_KEY: self.run_id}, "svg": {"Identifier": f"{RUN_ID_KEY}:{self.run_id}"}}
+        meta = figure_metadata(self.run_id)
         for ext in ("png", "svg"):
             buf = io.BytesIO()
             fig.savefig(buf, format=ext, dpi=120, bbox_inches="tight", metadata=meta[ext])
@@ -520,85 +436,6 @@ class RunDirectory:
             self._release()
         except Exception:  # noqa: BLE001
             pass
-
-
-# --------------------------------------------------------------------------- consistency
-def _png_text(data: bytes) -> dict[str, str]:
-    out = {}
-    if not data.startswith(b"\x89PNG\r\n\x1a\n"):
-        return out
-    pos = 8
-    while pos + 8 <= len(data):
-        length = int.from_bytes(data[pos:pos + 4], "big")
-        kind = data[pos + 4:pos + 8]
-        body = data[pos + 8:pos + 8 + length]
-        if kind == b"tEXt" and b"\x00" in body:
-            k, v = body.split(b"\x00", 1)
-            out[k.decode("latin-1")] = v.decode("latin-1")
-        elif kind == b"iTXt" and b"\x00" in body:
-            k, rest = body.split(b"\x00", 1)
-            # compression flag, method, language\0, translated keyword\0, text
-            parts = rest[2:].split(b"\x00", 2)
-            if len(parts) == 3:
-                out[k.decode("latin-1")] = parts[2].decode("utf-8", "replace")
-        elif kind == b"IEND":
-            break
-        pos += 12 + length
-    return out
-
-
-def read_run_ids(path) -> dict[str, str | None]:
-    """The run id recorded in each file of a run directory (``None`` where a file has none)."""
-    root = Path(path)
-    ids: dict[str, str | None] = {}
-    from .schema import read_results_json
-
-    data = read_results_json(root / "results.json")
-    ids["results.json"] = data.get("run_id")
-    for files in (data.get("figures") or {}).values():
-        for ext, rel in files.items():
-            p = root / rel
-            if not p.is_file():
-                ids[rel] = None
-                continue
-            raw = p.read_bytes()
-            if ext == "png":
-                ids[rel] = _png_text(raw).get(RUN_ID_KEY)
-            else:
-                m = re.search(rf"{RUN_ID_KEY}:([0-9a-f]+)", raw.decode("utf-8", "replace"))
-                ids[rel] = m.group(1) if m else None
-    if data.get("arrays"):
-        p = root / data["arrays"]
-        try:
-            with zipfile.ZipFile(p) as zf:
-                c = zf.comment.decode("ascii", "replace")
-            ids[data["arrays"]] = c.split("=", 1)[1] if c.startswith(f"{RUN_ID_KEY}=") else None
-        except (OSError, zipfile.BadZipFile):
-            ids[data["arrays"]] = None
-    rep = root / "report.html"
-    if rep.is_file():
-        m = re.search(rf'<meta name="{RUN_ID_KEY}" content="([0-9a-f]+)">', rep.read_text("utf-8", "replace"))
-        ids["report.html"] = m.group(1) if m else None
-    else:
-        ids["report.html"] = None
-    return ids
-
-
-def verify_run(path) -> list[str]:
-    """Problems of a run directory (empty when it is one complete, self-consistent run).
-
-    Checks that ``results.json`` is valid and that every figure, ``arrays.npz`` and
-    ``report.html`` exist and carry its run id.
-    """
-    from .schema import ResultsFileError, validate_results
-
-    try:
-        validate_results(path)
-        ids = read_run_ids(path)
-    except ResultsFileError as exc:
-        return [str(exc)]
-    want = ids.get("results.json")
-    return [f"{name}: run id {got!r}, results.json has {want!r}" for name, got in ids.items() if got != want]
 
 
 def _json_default(obj):
