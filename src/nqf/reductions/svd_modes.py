@@ -77,6 +77,7 @@ import torch
 
 from .._validation import as_tensor
 from ..errors import InvalidParameterError, NormalFormError, NQFError, ShapeError
+from .timing import logistic_switch_time
 from ..structure.activations import get_activation
 
 __all__ = ["TwoLayerModes", "two_layer_modes", "whiten", "whitening_error", "NotWhitenedError",
@@ -479,10 +480,8 @@ def _half_times(m: TwoLayerModes) -> torch.Tensor:
     out = np.full(lam.shape, np.inf)
     pos = lam > 0
     if m.init == "balanced":
-        p0 = s1 * eps / 2
-        big = lam > 2 * p0
-        out[big] = np.log(lam[big] / p0 - 1.0) / (2 * s1 * lam[big])
-        out[pos & ~big] = 0.0  # starts at or above half-saturation
+        # each mode a logistic p' = 2|σ₁|λ p (1 − p/λ) from p(0) = |σ₁|ε/2 (0 if it starts at or above λ/2)
+        out[pos] = logistic_switch_time(2 * s1 * lam[pos], lam[pos], s1 * eps / 2)
     else:
         a = s1 * eps
         w_plus, w_minus, kappa = _riccati(lam[pos], s1, a)
