@@ -30,10 +30,11 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..reductions.timing import crossing_times, midpoint_levels
+from ..results import Result, to_jsonable
 from ._curves import _as_1d
 
 __all__ = ["StaircaseComparison", "compare_staircase", "downward_crossings", "plateau_flatness", "regime_exit",
-           "FLAT_THRESHOLD"]
+           "level_read_times", "FLAT_THRESHOLD"]
 
 #: Default largest ratio (loss change across the middle of a plateau) / (adjacent drop) of a flat plateau.
 FLAT_THRESHOLD = 0.25
@@ -71,6 +72,16 @@ def _bounds(t_end: float, times: np.ndarray) -> np.ndarray:
     return np.concatenate([[0.0], times, [max(t_end, times[-1] if times.size else 0.0)]])
 
 
+def level_read_times(t_end: float, times) -> np.ndarray:
+    """Where :func:`compare_staircase` reads each plateau level: the middle of the predicted plateau
+    ``(t_k + t_{k+1})/2`` (``t_0 = 0``), the last one at ``t_end``.  Shape (K + 1,)."""
+    times = np.asarray(times, float).reshape(-1)
+    b = _bounds(float(t_end), times)
+    where = 0.5 * (b[:-1] + b[1:])
+    where[-1] = float(t_end)
+    return where
+
+
 def plateau_flatness(t, loss, levels, times) -> np.ndarray:
     """Loss change across the middle third of each predicted plateau over the adjacent drop (see module doc).
 
@@ -97,7 +108,7 @@ def plateau_flatness(t, loss, levels, times) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class StaircaseComparison:
+class StaircaseComparison(Result):
     """A measured curve against a predicted staircase.
 
     Attributes
@@ -145,13 +156,13 @@ class StaircaseComparison:
 
     def to_dict(self) -> dict:
         def clean(a):
-            return [None if not np.isfinite(v) else float(v) for v in np.asarray(a, float)]
+            return to_jsonable(np.asarray(a, float))
 
         return {"levels_predicted": clean(self.levels_predicted), "levels_measured": clean(self.levels_measured),
                 "level_errors": clean(self.level_errors), "times_predicted": clean(self.times_predicted),
                 "times_measured": clean(self.times_measured), "time_errors": clean(self.time_errors),
-                "flatness": clean(self.flatness), "flat": [bool(v) for v in self.flat],
-                "flat_threshold": self.flat_threshold}
+                "flatness": clean(self.flatness), "flat": to_jsonable(self.flat),
+                "flat_threshold": to_jsonable(self.flat_threshold)}
 
 
 def compare_staircase(t, loss, levels, times, *, flat_threshold: float = FLAT_THRESHOLD) -> StaircaseComparison:
@@ -180,10 +191,8 @@ def compare_staircase(t, loss, levels, times, *, flat_threshold: float = FLAT_TH
         raise ShapeError(f"`flat_threshold` must be positive; found {flat_threshold}")
     mids = midpoint_levels(levels)
     t_meas = downward_crossings(t, loss, mids)
-    b = _bounds(float(t[-1]), times)
-    where = [0.5 * (b[k] + b[k + 1]) for k in range(levels.size)]
-    where[-1] = float(t[-1])
-    lv_meas = np.where(np.array(where) <= t[-1], np.interp(where, t, loss), np.nan)
+    where = level_read_times(float(t[-1]), times)
+    lv_meas = np.where(where <= t[-1], np.interp(where, t, loss), np.nan)
     return StaircaseComparison(levels, lv_meas, times, t_meas, plateau_flatness(t, loss, levels, times),
                                float(flat_threshold))
 

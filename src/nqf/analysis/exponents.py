@@ -36,13 +36,14 @@ from scipy.special import log_expit
 
 from ..errors import InvalidParameterError, ShapeError
 from ..reductions.timing import logistic_switch_time
+from ..results import Result
 from ._curves import _as_1d
 
 __all__ = ["ExponentPrediction", "predict_exponent", "predicted_curve", "predicted_switch_times"]
 
 
-@dataclass
-class ExponentPrediction:
+@dataclass(frozen=True, repr=False)
+class ExponentPrediction(Result):
     """Result of :func:`predict_exponent`.
 
     Attributes

@@ -76,6 +76,7 @@ from scipy.ndimage import gaussian_filter1d
 from scipy.optimize import minimize_scalar
 
 from ..errors import InvalidParameterError, NoPowerLawError, ShapeError
+from ..results import Result, to_jsonable
 from ._curves import as_curve, log_grid
 
 __all__ = ["PowerLawFit", "fit_power_law", "auto_window", "GRID_DX"]
@@ -83,8 +84,8 @@ __all__ = ["PowerLawFit", "fit_power_law", "auto_window", "GRID_DX"]
 GRID_DX = 0.025  # spacing of the automatic window's log-time grid (in ln t)
 
 
-@dataclass
-class PowerLawFit:
+@dataclass(frozen=True)
+class PowerLawFit(Result):
     """Result of :func:`fit_power_law` (``L(t) − L_∞ ≈ prefactor · t^{−exponent}``).
 
     Attributes
@@ -139,10 +140,10 @@ class PowerLawFit:
 
     def to_dict(self) -> dict:
         """JSON-ready summary (without the bootstrap replicates)."""
-        return {"exponent": self.exponent, "prefactor": self.prefactor, "L_inf": self.L_inf,
-                "window": list(self.window), "window_source": self.window_source, "ci": list(self.ci),
-                "ci_level": self.ci_level, "stderr": self.stderr, "n_points": self.n_points,
-                "n_bins": self.n_bins, "r_squared": self.r_squared, "rms_residual": self.rms_residual}
+        return to_jsonable({"exponent": self.exponent, "prefactor": self.prefactor, "L_inf": self.L_inf,
+                            "window": list(self.window), "window_source": self.window_source, "ci": list(self.ci),
+                            "ci_level": self.ci_level, "stderr": self.stderr, "n_points": self.n_points,
+                            "n_bins": self.n_bins, "r_squared": self.r_squared, "rms_residual": self.rms_residual})
 
     def __call__(self, t) -> np.ndarray:
         """The fitted curve ``L_∞ + c t^{−α}`` at times ``t`` (array_like, shape (T,))."""

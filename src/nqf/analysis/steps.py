@@ -44,12 +44,13 @@ from scipy.signal import find_peaks, peak_prominences, peak_widths
 
 from ._curves import as_curve, log_grid
 from ..errors import InvalidParameterError
+from ..results import Result
 
 __all__ = ["Steps", "detect_steps"]
 
 
-@dataclass
-class Steps:
+@dataclass(frozen=True, repr=False)
+class Steps(Result):
     """Steps found on a loss curve (all arrays numpy float64).
 
     Attributes

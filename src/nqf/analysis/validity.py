@@ -35,6 +35,7 @@ from torch.func import functional_call
 
 from .._validation import as_tensor
 from ..errors import InvalidParameterError, ShapeError
+from ..results import Result
 from ..structure.operator import StructureOperator
 from ..dynamics.network import UnitScatter, train_network
 from ..dynamics.simulate import simulate
@@ -43,8 +44,8 @@ from ..dynamics.trajectory import Trajectory
 __all__ = ["ValidityReport", "ValiditySweep", "remainder_ratio", "validity_report", "validity_sweep"]
 
 
-@dataclass
-class ValidityReport:
+@dataclass(frozen=True, repr=False)
+class ValidityReport(Result):
     """Validity of the NQF along one run.
 
     Attributes
@@ -83,8 +84,8 @@ class ValidityReport:
         return float(self.gap[int(torch.argmin((self.t - t).abs()))])
 
 
-@dataclass
-class ValiditySweep:
+@dataclass(frozen=True, repr=False)
+class ValiditySweep(Result):
     """:func:`validity_report` over initial scales ε.
 
     Attributes

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from ..errors import NormalFormError
+from ..results import Result
 from ..structure.units import UnitLayout, UnitSlice, get_unit_weights, set_unit_weights
 
 __all__ = ["FoundUnits", "find_unit_layers", "choose_units", "structure_of", "output_at_zero", "ELEMENTWISE"]
@@ -34,7 +35,7 @@ ELEMENTWISE: tuple[type[nn.Module], ...] = (
 
 
 @dataclass(frozen=True)
-class FoundUnits:
+class FoundUnits(Result):
     """A layer of interchangeable units.
 
     Attributes
@@ -59,6 +60,14 @@ class FoundUnits:
     activation: nn.Module | None = field(default=None, repr=False)
     is_whole_mlp: bool = False
     bias: bool = False
+
+    def to_dict(self) -> dict:
+        """JSON-ready: the layer, its units and layout (the activation by its class name)."""
+        return {"name": self.name, "kind": self.kind, "n_units": self.n_units, "p": self.p,
+                "activation": None if self.activation is None else type(self.activation).__name__,
+                "is_whole_mlp": self.is_whole_mlp, "bias": self.bias,
+                "layout": [{"param": s.param, "axis": s.axis, "size": s.size, "offset": s.offset}
+                           for s in self.layout.slices]}
 
     def describe(self) -> str:
         act = "" if self.activation is None else f", activation {type(self.activation).__name__}"

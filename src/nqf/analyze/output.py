@@ -93,8 +93,9 @@ def fill_outcome(a: Analysis, out: Outcome) -> None:
     out.arrays.update({"levels_predicted": P.levels, "times_predicted": P.times,
                        "times_leading_order": P.times_leading, "escape_rates": P.rates})
     out.figures["analysis"] = a.plot()
-    out.summary += [f"model {a.model}, data {a.data} (N = {a.n_samples}, C = {a.n_outputs}); {a.units}; "
-                    f"operator {a.operator}; ε = {a.eps:g}, η = {a.lr:.4g}, {a.steps} steps"] + list(a.verdict["text"])
+    out.summary.extend([f"model {a.model}, data {a.data} (N = {a.n_samples}, C = {a.n_outputs}); {a.units}; "
+                        f"operator {a.operator}; ε = {a.eps:g}, η = {a.lr:.4g}, {a.steps} steps"]
+                       + list(a.verdict["text"]))
 
 
 def save_analysis(a: Analysis, out_dir, *, force: bool = False) -> dict:

@@ -8,26 +8,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..analysis.compare import StaircaseComparison
+from ..results import Result, summarize
+from ..results import to_jsonable as _clean
 
 __all__ = ["Analysis", "Prediction", "CheckRow"]
 
 
-def _clean(v):
-    if isinstance(v, np.ndarray):
-        return [_clean(x) for x in v.tolist()]
-    if isinstance(v, (list, tuple)):
-        return [_clean(x) for x in v]
-    if isinstance(v, dict):
-        return {k: _clean(x) for k, x in v.items()}
-    if isinstance(v, (np.floating, np.integer, np.bool_)):
-        v = v.item()
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
-
-
 @dataclass(frozen=True)
-class CheckRow:
+class CheckRow(Result):
     """One assumption check: a number, what it is judged against, and the outcome.
 
     ``status`` is ``"ok"``, ``"warn"`` (the prediction is weaker, reasons in ``note``) or ``"fail"``.
@@ -39,13 +27,16 @@ class CheckRow:
     status: str
     note: str = ""
 
+    def __repr__(self) -> str:
+        return f"CheckRow({summarize(self.name)}, {summarize(self.value)}, status={self.status!r})"
+
     def to_dict(self) -> dict:
         return {"name": self.name, "value": self.value, "criterion": self.criterion, "status": self.status,
                 "note": self.note}
 
 
 @dataclass(frozen=True)
-class Prediction:
+class Prediction(Result):
     """Predicted staircase at one ``ε``.
 
     Attributes
@@ -98,7 +89,7 @@ class Prediction:
 
 
 @dataclass(frozen=True)
-class Analysis:
+class Analysis(Result):
     """What :func:`nqf.analyze` found: checks, predictions, NQF and real training, comparison, verdict.
 
     Attributes
@@ -148,7 +139,7 @@ class Analysis:
     timings: dict = field(default_factory=dict, repr=False)
 
     def __repr__(self) -> str:
-        return (f"Analysis(model={self.model!r}, data={self.data!r}, p={self.p}, width={self.width}, "
+        return (f"Analysis(model={summarize(self.model)}, data={summarize(self.data)}, p={self.p}, width={self.width}, "
                 f"eps={self.eps:g}, method={self.prediction.method}, drops={self.prediction.n_drops}, "
                 f"max_gap={self.validity.get('max_gap', math.nan):.3g}, trust={self.verdict.get('trust')!r})")
 

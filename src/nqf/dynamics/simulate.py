@@ -54,6 +54,7 @@ runs only in weight form.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -452,15 +453,17 @@ def _simulate_compressed(op, y, M0, W0, s) -> Trajectory:
             traj = _run(op_r, y, None, Wr0, dict(s, save_W=True))
             a = _scalar_factors(traj, s)
             Wfull = torch.einsum("pr,krm->kpm", U, traj.W) + a[:, None, None] * (Uc @ Wc0)[None]
-            traj.M = Wfull @ Wfull.transpose(1, 2) if s["save_M"] else None
-            traj.W = Wfull if s["save_W"] else None
+            traj = dataclasses.replace(traj, M=Wfull @ Wfull.transpose(1, 2) if s["save_M"] else None,
+                                       W=Wfull if s["save_W"] else None)
         else:
             traj = _run(op_r, y, None, Wr0, s, track_transfer=True)
-            traj.M = _lift(traj.M, traj.info["Phi"], Wr0 @ Wc0.T, Wc0 @ Wc0.T, traj.info["a"], Qb)
+            traj = dataclasses.replace(traj, M=_lift(traj.M, traj.info["Phi"], Wr0 @ Wc0.T, Wc0 @ Wc0.T,
+                                                     traj.info["a"], Qb))
     else:
         M0t = Qb.T @ M0 @ Qb
         traj = _run(op_r, y, M0t[:r, :r], None, s, track_transfer=True)
-        traj.M = _lift(traj.M, traj.info["Phi"], M0t[:r, r:], M0t[r:, r:], traj.info["a"], Qb)
+        traj = dataclasses.replace(traj, M=_lift(traj.M, traj.info["Phi"], M0t[:r, r:], M0t[r:, r:],
+                                                 traj.info["a"], Qb))
     traj.info.update(basis=U, rank=r, Phi=None)
     return traj
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import DivergenceError
+from ..results import Result, summarize, to_jsonable
 
 __all__ = ["Trajectory", "DIVERGED", "FINISHED"]
 
@@ -14,8 +15,8 @@ FINISHED = 0
 DIVERGED = -1
 
 
-@dataclass
-class Trajectory:
+@dataclass(frozen=True)
+class Trajectory(Result):
     """Saved states of a training run (NQF or real network).
 
     Conventions (docs/theory.md §0): ``L = (1/N) Σ_n ℓ(f_n, y_n)`` on the full data,
@@ -75,4 +76,14 @@ class Trajectory:
         shape = None if self.M is None else tuple(self.M.shape[1:])
         return (f"Trajectory(saved={len(self)}, t=[{float(self.t[0]) if len(self) else 0:g}, "
                 f"{float(self.t[-1]) if len(self) else 0:g}], M={shape}, status={self.status}, "
-                f"message={self.message!r})")
+                f"message={summarize(self.message)})")
+
+    def to_dict(self) -> dict:
+        """JSON-ready: the curves ``t``, ``loss``, ``step``, the status and the settings in ``info``; the saved
+        states ``M``, ``W``, ``mu`` (up to ``K p²`` numbers) by their shapes only (``None`` when not saved)."""
+        def shape(x):
+            return None if x is None else list(x.shape)
+
+        return to_jsonable({"t": self.t, "loss": self.loss, "step": self.step, "status": self.status,
+                            "message": self.message, "success": self.success, "M_shape": shape(self.M),
+                            "W_shape": shape(self.W), "mu_shape": shape(self.mu), "info": self.info}, "Trajectory")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 from dataclasses import dataclass, field
@@ -9,7 +10,10 @@ from typing import Annotated, Any, ClassVar, Literal, get_args
 
 import numpy as np
 from pydantic import AfterValidator, BaseModel, ConfigDict, field_validator
+
 from ..errors import InvalidParameterError
+from ..report.schema import CheckModel, TableModel
+from ..results import Result, compact_repr, to_jsonable
 from .catalog import REGISTRY, register  # re-exported: the registry lives with the (torch-free) catalogue
 
 __all__ = ["EpsList", "Params", "Table", "Check", "Outcome", "Experiment", "REGISTRY", "register"]
@@ -65,8 +69,8 @@ def _eps_list(v: list[float]) -> list[float]:
 EpsList = Annotated[list[float], AfterValidator(_eps_list)]
 
 
-@dataclass
-class Table:
+@dataclass(frozen=True)
+class Table(Result):
     """A table for the report: ``rows`` of cells under ``columns``."""
 
     name: str
@@ -74,13 +78,17 @@ class Table:
     rows: list[list[Any]]
     caption: str = ""
 
+    def __repr__(self) -> str:
+        return f"Table({self.name!r}, columns={len(self.columns)}, rows={len(self.rows)})"
+
     def to_dict(self) -> dict:
-        return {"name": self.name, "caption": self.caption, "columns": list(self.columns),
-                "rows": [[_cell(c) for c in r] for r in self.rows]}
+        """The table's entry of ``results.json``, built through the schema's :class:`~nqf.report.schema.TableModel`."""
+        return TableModel(name=self.name, caption=self.caption, columns=list(self.columns),
+                          rows=to_jsonable(self.rows, "rows")).model_dump()
 
 
-@dataclass
-class Check:
+@dataclass(frozen=True)
+class Check(Result):
     """A prediction of the library held against an independent measurement or reference.
 
     Attributes
@@ -147,16 +155,29 @@ class Check:
         err = self.error
         return bool(err is not None and err <= self.tolerance)
 
+    def unfinished(self, reason: str) -> Check:
+        """This check failed because an input it rests on did not finish, with ``reason``."""
+        return dataclasses.replace(self, inputs_finished=False, reason=reason)
+
+    def __repr__(self) -> str:
+        return compact_repr(self, ("name", "predicted", "measured", "tolerance", "kind", "passed"))
+
     def to_dict(self) -> dict:
-        return {"name": self.name, "predicted": _cell(self.predicted), "measured": _cell(self.measured),
-                "tolerance": _cell(self.tolerance), "relative_error": _cell(self.relative_error),
-                "passed": self.passed, "kind": self.kind, "error": _cell(self.error),
-                "reference": self.reference, "tolerance_origin": self.tolerance_origin, "reason": self.reason}
+        """The check's entry of ``results.json``, built through the schema's :class:`~nqf.report.schema.CheckModel`."""
+        return CheckModel(**to_jsonable({
+            "name": self.name, "predicted": self.predicted, "measured": self.measured, "tolerance": self.tolerance,
+            "relative_error": self.relative_error, "passed": self.passed, "kind": self.kind, "error": self.error,
+            "reference": self.reference, "tolerance_origin": self.tolerance_origin, "reason": self.reason},
+            self.name)).model_dump()
 
 
-@dataclass
-class Outcome:
-    """What an experiment returns (and what it has accumulated so far if interrupted)."""
+@dataclass(frozen=True)
+class Outcome(Result):
+    """What an experiment returns (and what it has accumulated so far if interrupted).
+
+    The fields are fixed; :meth:`Experiment.run` fills the containers in place, so that an
+    interruption keeps what is done.  :meth:`to_dict` is what ``results.json`` records of it.
+    """
 
     metrics: dict[str, Any] = field(default_factory=dict)
     checks: list[Check] = field(default_factory=list)
@@ -164,6 +185,19 @@ class Outcome:
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
     figures: dict[str, Any] = field(default_factory=dict)  # name -> matplotlib Figure
     summary: list[str] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        passed = sum(c.passed is True for c in self.checks)
+        return (f"Outcome(metrics={len(self.metrics)}, checks={len(self.checks)} ({passed} passed), "
+                f"tables={len(self.tables)}, arrays={sorted(self.arrays)[:4]}, figures={len(self.figures)})")
+
+    def to_dict(self) -> dict:
+        """``metrics``, ``checks``, ``tables`` and ``summary`` as ``results.json`` records them, with the names of
+        the figures and the shapes of the arrays (written to their own files)."""
+        return {"metrics": {str(k): to_jsonable(v, f"metrics[{k!r}]") for k, v in self.metrics.items()},
+                "checks": [c.to_dict() for c in self.checks], "tables": [t.to_dict() for t in self.tables],
+                "summary": [str(s) for s in self.summary], "figures": sorted(self.figures),
+                "arrays": {k: list(np.shape(v)) for k, v in self.arrays.items()}}
 
 
 class Experiment:
@@ -189,14 +223,3 @@ class Experiment:
     def run(self, params: Params, ctx, out: Outcome) -> None:  # pragma: no cover - abstract
         """Fill ``out`` in place (so that an interruption keeps what is done)."""
         raise NotImplementedError
-
-
-
-def _cell(v):
-    if isinstance(v, (np.floating, np.integer)):
-        v = v.item()
-    if hasattr(v, "item") and getattr(v, "ndim", 1) == 0:
-        v = v.item()
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v

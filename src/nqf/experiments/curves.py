@@ -57,13 +57,13 @@ def stop_reason(**trajectories) -> str:
     return "; ".join(parts)
 
 
-def mark_unfinished(checks, reason: str) -> None:
-    """Mark checks whose inputs did not finish as failed, with ``reason`` (no-op for an empty reason)."""
+def mark_unfinished(checks: list, reason: str, start: int = 0) -> None:
+    """Replace ``checks[start:]`` (in place in the list; a negative ``start`` counts from the end) by the same
+    checks failed because their inputs did not finish, with ``reason`` (no-op for an empty reason)."""
     if not reason:
         return
-    for c in checks:
-        c.inputs_finished = False
-        c.reason = reason
+    for i in range(len(checks))[start:]:
+        checks[i] = checks[i].unfinished(reason)
 
 
 def mark_stop(ax, traj, t=None, y=None, color="C3", label="run stopped") -> bool:

@@ -184,11 +184,11 @@ class Demo(Experiment):
                            "loss_predicted": modes.loss(t).numpy(), "strength_real": strength_real,
                            "strength_predicted": strength_pred, "switch_times_predicted": t_pred,
                            "switch_times_measured": t_meas, "plateau_predicted": L_pred, "plateau_measured": L_meas})
-        out.summary += [
+        out.summary.extend([
             f"teacher singular values {', '.join(f'{v:g}' for v in lam)}; ε = {P.eps:g}, η = {P.lr:g}, "
             f"{steps} steps, real tanh MLP of width {P.width} (C = {C}, D = {D})",
             f"max |L_net − L_NQF| / L(0) = {gap:.2e} (order-parameter simulation, same steps)",
-        ]
+        ])
 
         fig, (ax, ax2) = new_figure(2, figsize=(11, 4.2))
         ax.semilogy(t, loss_real, lw=2.2, label="real tanh MLP")

@@ -176,10 +176,9 @@ class ModulesVsNQF(Experiment):
                           0.0, r["early"], tol, kind="absolute",
                           reference=f"real {fam} network trained by the same GD steps", tolerance_origin=origin)
             if r["reason"]:
-                check.inputs_finished, check.reason = False, r["reason"]
+                check = check.unfinished(r["reason"])
             elif not r["halved"]:
-                check.inputs_finished = False
-                check.reason = "the NQF loss never halved within the run (raise `horizon`)"
+                check = check.unfinished("the NQF loss never halved within the run (raise `horizon`)")
             out.checks.append(check)
             t, Lr, Ls = r["t"], r["Lr"], r["Ls"]
             rows.append([fam, r["p"], P.width, "exact" if q is None else q, r["t_escape"], float(t[r["i_half"]]),

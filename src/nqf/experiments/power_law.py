@@ -312,7 +312,7 @@ class PowerLaw(Experiment):
             f"exponent at K = {K}, ε = {P.eps:g}: NQF GD vs exact mode sum", ref, measured, P.exponent_tolerance,
             kind="absolute", reference="NQF order-parameter GD (simulate), fitted with bootstrap CI",
             tolerance_origin="GD vs flow O(η ζ) and the fit's bootstrap spread"))
-        mark_unfinished(out.checks[-1:], reason)
+        mark_unfinished(out.checks, reason, start=-1)
         rows = [["(a−1)/b from the spectra (asymptotic)", out.metrics["headline_exponent"], None, None],
                 ["exact mode sum at this K, ε (numpy)", ref, None, None],
                 ["NQF order-parameter GD", measured, *(fit_sim.ci if fit_sim is not None else (None, None))]]

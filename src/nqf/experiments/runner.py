@@ -201,8 +201,7 @@ def _write_outputs(exp, params, out: Outcome, rundir: RunDirectory, *, identity,
     arrays = None
     if out.arrays:
         arrays = rundir.write_arrays(out.arrays).name
-    from .base import _cell
-
+    recorded = out.to_dict()
     results = {
         "schema": SCHEMA_VERSION,
         "run_id": rundir.run_id,
@@ -218,12 +217,12 @@ def _write_outputs(exp, params, out: Outcome, rundir: RunDirectory, *, identity,
         "started": started,
         "finished": _now(),
         "wall_seconds": round(wall, 3),
-        "metrics": {k: _cell(v) for k, v in out.metrics.items()},
-        "checks": [c.to_dict() for c in out.checks],
-        "tables": [t.to_dict() for t in out.tables],
+        "metrics": recorded["metrics"],
+        "checks": recorded["checks"],
+        "tables": recorded["tables"],
         "figures": figures,
         "arrays": arrays,
-        "summary": list(out.summary),
+        "summary": recorded["summary"],
     }
     write_report(rundir.staging, results)
     rundir.write_json("results.json", results)  # last: a staged run with results.json is complete

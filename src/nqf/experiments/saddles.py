@@ -206,20 +206,21 @@ class Saddles(Experiment):
                     a, b = 0.9 * t[-1], t[-1]
                 la, lb = np.interp([a, b], t, Lr)
                 flat = abs(la - lb) <= P.flatness * max(la, lb)
+                if not flat:
+                    unresolved.append(k)
                 c_l = Check(f"{name}: plateau L_{k} (rank {int(seq.ranks[k])})", float(levels[k]),
                             float(meas_real[k]), P.plateau_tolerance if flat else None,
                             kind="relative" if levels[k] > 0 else "absolute",
                             reference="real network's loss midway between the predicted escapes",
-                            tolerance_origin="network remainder at the learned weights and the flatness threshold")
-                if not flat:
-                    unresolved.append(k)
-                    c_l.reason = (f"not resolved: the network's loss varies by {abs(la - lb) / max(la, lb):.0%} over "
-                                  "the plateau's middle third (too short at this ε, or still relaxing)")
+                            tolerance_origin="network remainder at the learned weights and the flatness threshold",
+                            reason="" if flat else (f"not resolved: the network's loss varies by "
+                                                    f"{abs(la - lb) / max(la, lb):.0%} over the plateau's middle "
+                                                    "third (too short at this ε, or still relaxing)"))
                 out.checks.append(c_l)
                 rows.append([name, k, int(seq.ranks[k]), float(levels[k]), float(meas_real[k]), meas_nqf[k],
                              "yes" if flat else "no (not judged)", c_l.passed, float(t_pred[k - 1]),
                              float(t_meas[k - 1]), c_t.passed])
-            mark_unfinished(out.checks[n_checks:], stop_reason(real_network=real))
+            mark_unfinished(out.checks, stop_reason(real_network=real), start=n_checks)
             if unresolved:
                 out.summary.append(f"{name}: plateau(s) {unresolved} not resolved at ε = {P.eps:g} (the network does "
                                    "not rest there: too short, or still relaxing at the end of the run); reported, "

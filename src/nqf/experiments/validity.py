@@ -25,6 +25,7 @@ from pydantic import Field, model_validator
 from ..report.figures import new_figure
 from .base import Check, EpsList, Experiment, Outcome, Params, Table, register
 from .catalog import CATALOG
+from .curves import mark_unfinished
 from ..errors import InvalidParameterError
 
 __all__ = ["Validity"]
@@ -192,9 +193,8 @@ class Validity(Experiment):
                       reference="least-squares slope (with intercept) of the measured separation times",
                       tolerance_origin="GD vs flow O(η ζ) and the O(1/ln(1/ε)) drift of the O(1) term")
         if have.sum() < len(eps):
-            check.inputs_finished = False
-            check.reason = (f"the network never separated from its NQF within the run at ε = "
-                            f"{', '.join(f'{e:g}' for e in eps[~have])} (raise `horizon`)")
+            check = check.unfinished(f"the network never separated from its NQF within the run at ε = "
+                                     f"{', '.join(f'{e:g}' for e in eps[~have])} (raise `horizon`)")
         out.checks.append(check)
         early = sweep.early_slope if sweep.early_normalised_gap is not None else None
         out.checks.append(Check("log–log slope of the early gap vs ε", 1.0, early, P.early_slope_tolerance,
@@ -202,8 +202,7 @@ class Validity(Experiment):
                                 f"fixed early time t = {early_time:.3g}",
                                 tolerance_origin="next order O(ε) of the remainder at the largest ε, and GD"))
         if reasons:
-            for c in out.checks:
-                c.inputs_finished, c.reason = False, "; ".join(reasons)
+            mark_unfinished(out.checks, "; ".join(reasons))
         a4.plot(logs[have], sep[have], "o", ms=7, label="measured separation time")
         if have.any():
             b0 = float(np.mean(sep[have] - logs[have] / rate))
@@ -226,10 +225,10 @@ class Validity(Experiment):
                             "early_time": early_time, "lr": lr, "separation_slope_measured": slope,
                             "separation_slope_predicted": 1 / rate})
         shrinks = sweep.slope > 0.1
-        out.summary += [
+        out.summary.extend([
             f"normalised gap at the first switch-on vs ε: log–log slope {sweep.slope:.3f} — "
             + ("it shrinks as ε → 0: the NQF transfers to the network at the first switch-on" if shrinks else
                "it does not shrink as ε → 0: the network leaves its NQF during the first switch-on"),
             f"gap at the fixed early time t = {early_time:.3g}, normalised: slope {sweep.early_slope:.3f} "
             "(expected ≈ 1 for tanh: quartic remainder ∝ ε relative to the quadratic term)",
-        ]
+        ])

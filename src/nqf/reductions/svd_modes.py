@@ -68,6 +68,7 @@ raises :class:`NotWhitenedError` above ``whiten_tol`` (or warns, on request).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from dataclasses import dataclass
@@ -78,6 +79,7 @@ import torch
 from .._validation import as_tensor
 from ..errors import InvalidParameterError, NormalFormError, NQFError, ShapeError
 from .timing import logistic_switch_time
+from ..results import Result
 from ..structure.activations import get_activation
 
 __all__ = ["TwoLayerModes", "two_layer_modes", "whiten", "whitening_error", "NotWhitenedError",
@@ -135,8 +137,8 @@ def whiten(X) -> torch.Tensor:
     return X @ (evecs * evals.rsqrt()) @ evecs.T
 
 
-@dataclass
-class TwoLayerModes:
+@dataclass(frozen=True, repr=False)
+class TwoLayerModes(Result):
     r"""SVD-mode prediction for a two-layer MLP / linear network with whitened inputs.
 
     All tensors float64 (``K = min(C, D)`` modes, sorted by decreasing ``λ``).
@@ -463,8 +465,7 @@ def two_layer_modes(X, Y, activation="tanh", *, sigma1: float | None = None, eps
     lead = torch.where(rates > 0, log_inv_eps / rates, torch.full_like(rates, math.inf))
     modes = TwoLayerModes(S, U, V, sigma1, float(eps), init, rates, torch.empty(0), lead, plateaus,
                           float(plateaus[-1]), y2, werr)
-    modes.switch_times = _half_times(modes)
-    return modes
+    return dataclasses.replace(modes, switch_times=_half_times(modes))
 
 
 def _riccati(lam: np.ndarray, s1: float, a: float):

@@ -39,6 +39,8 @@ class _Strict(BaseModel):
 
 
 class TableModel(_Strict):
+    """One table; :meth:`nqf.experiments.Table.to_dict` builds its dictionary through this model."""
+
     name: str
     caption: str = ""
     columns: list[str]
@@ -46,7 +48,8 @@ class TableModel(_Strict):
 
 
 class CheckModel(_Strict):
-    """One prediction held against a measurement."""
+    """One prediction held against a measurement; :meth:`nqf.experiments.Check.to_dict` builds its dictionary
+    through this model, so the result objects and the file agree by construction."""
 
     name: str
     predicted: Optional[float]
@@ -54,11 +57,6 @@ class CheckModel(_Strict):
     tolerance: Optional[float] = Field(None, description="allowed |measured − predicted| / |predicted|")
     relative_error: Optional[float] = None
     passed: Optional[bool] = None
-    kind: Literal["relative", "absolute"] = "relative"
-    error: Optional[float] = Field(None, description="the error judged against the tolerance (see kind)")
-    reference: str = Field("", description="what the measurement is (independent of the prediction)")
-    tolerance_origin: str = ""
-    reason: str = Field("", description="why the check is not judged, or failed without a comparison")
     kind: Literal["relative", "absolute"] = "relative"
     error: Optional[float] = Field(None, description="the error judged against the tolerance (see kind)")
     reference: str = Field("", description="the independent value the prediction is held against")

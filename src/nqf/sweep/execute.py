@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SweepError
+from ..results import Result
 from .points import Point, is_finished, point_dir, read_results
 
 __all__ = ["DaskMissingError", "require_dask", "open_client", "run_point", "execute", "row_from_results",
@@ -125,9 +126,13 @@ def run_point(config: dict, out_dir: str) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- on the client
-@dataclass
-class SweepState:
-    """Counts for the progress display."""
+@dataclass(repr=False)
+class SweepState(Result):
+    """Counts for the progress display, and the row of every finished point.
+
+    Not frozen: :func:`execute` updates it while the sweep runs (it is the live progress
+    record that ``on_tick`` sees); compact repr and :meth:`to_dict` as every result.
+    """
 
     total: int
     done: int = 0

@@ -35,13 +35,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import SweepError
+from ..results import Result, clip, summarize, to_jsonable
 
 __all__ = ["SweepSpec", "parse_values", "parse_seeds", "parse_assignments", "sweep_from_table", "combine",
            "coerce_for_param"]
 
 
 @dataclass(frozen=True)
-class SweepSpec:
+class SweepSpec(Result):
     """The varied keys of a sweep.
 
     Attributes
@@ -89,8 +90,13 @@ class SweepSpec:
                 out.append(combo)
         return out
 
+    def __repr__(self) -> str:
+        text = (f"SweepSpec(grid={list(self.grid)}, zip={list(self.zip)}, combinations={len(self.combinations())}, "
+                f"seeds={summarize(self.seeds)})")
+        return clip(text)
+
     def to_dict(self) -> dict:
-        return {"grid": self.grid, "zip": self.zip, "seeds": self.seeds}
+        return to_jsonable({"grid": self.grid, "zip": self.zip, "seeds": self.seeds})
 
 
 def _split_top_level(text: str) -> list[str]:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SweepError
+from ..results import Result, clip, summarize, to_jsonable
 from .grid import SweepSpec, coerce_for_param
 
 __all__ = ["Point", "build_points", "is_finished", "point_dir", "SHORT"]
@@ -28,7 +29,7 @@ SHORT = 12
 
 
 @dataclass(frozen=True)
-class Point:
+class Point(Result):
     """One point of a sweep.
 
     Attributes
@@ -64,9 +65,14 @@ class Point:
     def valid(self) -> bool:
         return self.error is None
 
+    def __repr__(self) -> str:
+        swept = ", ".join(f"{k}={summarize(v)}" for k, v in self.swept.items())
+        text = f"Point({self.index}, {self.short}, {swept}, seed={self.seed}, valid={self.valid})"
+        return clip(text)
+
     def to_dict(self) -> dict:
-        return {"index": self.index, "point": self.short, "hash": self.hash, "swept": self.swept,
-                "seed": self.seed, "resolved": self.resolved, "error": self.error}
+        return to_jsonable({"index": self.index, "point": self.short, "hash": self.hash, "swept": self.swept,
+                            "seed": self.seed, "resolved": self.resolved, "error": self.error})
 
 
 def point_dir(root, point: Point) -> Path:

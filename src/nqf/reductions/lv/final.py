@@ -17,12 +17,13 @@ from scipy.optimize import minimize, nnls
 from .qp import ActiveSetQP, UnboundedError
 from .solution import _t
 from ...errors import InvalidParameterError
+from ...results import Result
 
 __all__ = ["FinalState", "Plateaus"]
 
 
-@dataclass
-class Plateaus:
+@dataclass(frozen=True, repr=False)
+class Plateaus(Result):
     """Plateau sequence of a staircase.
 
     Attributes

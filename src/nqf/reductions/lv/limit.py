@@ -31,13 +31,14 @@ import torch
 
 from ..._validation import as_tensor
 from ...errors import InvalidParameterError, ShapeError
+from ...results import Result
 from .qp import ActiveSetQP, UnboundedError
 
 __all__ = ["limit", "LimitResult", "LimitEvent"]
 
 
-@dataclass(frozen=True)
-class LimitEvent:
+@dataclass(frozen=True, repr=False)
+class LimitEvent(Result):
     """One event of the ε → 0 limit.
 
     Attributes
@@ -63,8 +64,8 @@ class LimitEvent:
     value: float
 
 
-@dataclass
-class LimitResult:
+@dataclass(frozen=True, repr=False)
+class LimitResult(Result):
     """Result of :func:`limit`.
 
     Attributes

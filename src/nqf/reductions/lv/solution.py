@@ -18,6 +18,7 @@ from scipy.optimize import brentq
 
 from ..._validation import as_tensor
 from ...errors import InvalidParameterError, NonFiniteError, ShapeError
+from ...results import Result, compact_repr, to_jsonable
 from ..timing import crossing_index, crossing_times
 
 __all__ = ["LVSolution", "switch_times"]
@@ -32,8 +33,8 @@ def _t(x) -> torch.Tensor:
 
 
 
-@dataclass
-class LVSolution:
+@dataclass(frozen=True)
+class LVSolution(Result):
     """A trajectory of a :class:`LotkaVolterra` system.
 
     Attributes
@@ -62,6 +63,15 @@ class LVSolution:
     stats: dict = field(default_factory=dict)
     _dense: Any = field(default=None, repr=False)
     _mask: Any = field(default=None, repr=False)
+
+    def __repr__(self) -> str:
+        return compact_repr(self, ("method", "success", "t", "log_z", "message"))
+
+    def to_dict(self) -> dict:
+        """JSON-ready ``t``, ``log_z`` (``−inf`` as ``null``), ``method``, ``success``, ``message``, ``stats``
+        (not the system that produced it)."""
+        return to_jsonable({"t": self.t, "log_z": self.log_z, "method": self.method, "success": self.success,
+                            "message": self.message, "stats": self.stats})
 
     @property
     def z(self) -> torch.Tensor:

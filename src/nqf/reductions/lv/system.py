@@ -30,6 +30,8 @@ Solvers (all on a :class:`LotkaVolterra`):
 * :meth:`LotkaVolterra.final_state` — the minimiser of ``L`` over ``z ≥ 0``.
 """
 
+import dataclasses
+
 import numpy as np
 import scipy.sparse as sp
 import torch
@@ -491,7 +493,5 @@ class LotkaVolterra(LogisticSolutions, FinalState):
         with np.errstate(divide="ignore"):
             s0 = np.log(self._z0) / (-np.log(eps))
         C = self._dense if self._dense is not None else np.diag(self._diag)
-        res = limit(self._beta, C, s0, y2=self.y2)
-        res.eps = eps
-        return res
+        return dataclasses.replace(limit(self._beta, C, s0, y2=self.y2), eps=eps)
 

@@ -1,0 +1,372 @@
+"""One result convention (nqf.results): every public result type is a frozen dataclass with a compact repr
+(under 400 characters for a problem with p = 1000), a to_dict() that round-trips through JSON, and it pickles.
+
+Each factory builds its result from a real call of the library on a problem whose unit dimension (or number
+of modes) is p = 1000: a two-layer MLP with D = 999 inputs and C = 1 output, or a Lotka–Volterra system of
+K = 1000 modes.  A coverage test walks the ``__all__`` of every nqf module, so that a new dataclass that is
+neither in the table nor declared a non-result fails.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import math
+import pickle
+import pkgutil
+
+import numpy as np
+import pytest
+import torch
+
+import nqf
+from nqf.results import Result, compact_repr, summarize, to_jsonable
+
+P = 1000  # unit dimension / number of modes of every problem below
+D, C = P - 1, 1
+F64 = torch.float64
+
+
+# ----------------------------------------------------------------------------- shared problems (cached)
+_CACHE: dict = {}
+
+
+def cached(fn):
+    def wrapper():
+        if fn.__name__ not in _CACHE:
+            _CACHE[fn.__name__] = fn()
+        return _CACHE[fn.__name__]
+
+    wrapper.__name__ = fn.__name__
+    return wrapper
+
+
+@cached
+def mlp_problem():
+    """MLP structure with p = D + C = 1000: N = 6 samples, a random teacher."""
+    from nqf.structure.mlp import mlp
+
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(6, D, generator=g, dtype=F64) / math.sqrt(D)
+    y = torch.randn(6, C, generator=g, dtype=F64)
+    return X, y, mlp(X, "tanh")
+
+
+@cached
+def lv_system():
+    """Diagonal Lotka–Volterra system with K = 1000 modes (power-law spectrum)."""
+    from nqf.reductions.lv import LotkaVolterra
+
+    k = np.arange(1, P + 1, dtype=float)
+    beta = k ** -1.0
+    return LotkaVolterra(beta, np.ones(P), 1e-6 * np.ones(P), y2=float(np.sum(beta ** 2)) + 1.0)
+
+
+@cached
+def lv_solution():
+    return lv_system().gd(0.2, 300, record_every=30)
+
+
+@cached
+def lv_limit():
+    return lv_system().limit(1e-6)
+
+
+@cached
+def network_runs():
+    """The same W(0) through the NQF (order parameter) and a real tanh MLP of width 4 with p = 1000."""
+    from nqf.dynamics import simulate, train_network
+    from nqf.networks.mlp import TwoLayerMLP
+
+    X, y, op = mlp_problem()
+    g = torch.Generator().manual_seed(1)
+    net = TwoLayerMLP(D, 4, C, "tanh")
+    Wd = torch.randn(P, 4, generator=g, dtype=F64)
+    W0 = math.sqrt(1e-3) * Wd
+    q = simulate(op, y, W0=W0, lr=0.1, steps=4, save_every=2)
+    n = train_network(net, net.units, X, y, W0=W0, lr=0.1, steps=4, save_every=2)
+    return net, Wd, q, n
+
+
+@cached
+def analysis():
+    from nqf.data import Dataset
+
+    g = torch.Generator().manual_seed(2)
+    X = torch.randn(40, D, generator=g, dtype=F64).numpy()
+    Y = (X[:, :3] @ np.array([[1.0], [0.5], [0.25]])) * math.sqrt(D)
+    data = Dataset("random", X, Y - Y.mean(0), "regression")
+    return nqf.analyze("mlp:width=8,act=tanh", data, eps=1e-4, steps=12, save_points=20)
+
+
+@cached
+def outcome():
+    from nqf.analyze.output import fill_outcome
+    from nqf.experiments import Outcome
+
+    out = Outcome()
+    fill_outcome(analysis(), out)
+    return out
+
+
+def _points():
+    from nqf.experiments import REGISTRY
+    from nqf.sweep import SweepSpec, build_points
+
+    base = {"experiment": "lv-staircase", "params": dict(REGISTRY["lv-staircase"].tiny)}
+    return build_points(base, SweepSpec(grid={"ratio": list(np.linspace(0.3, 0.6, P // 100))}, seeds=[0]))
+
+
+def _sweep_state(tmp_path_factory):
+    from nqf.sweep.execute import execute
+    from nqf.sweep.points import Point
+
+    bad = [Point(index=i, swept={"eps": -1.0}, seed=0, config={}, resolved=None, hash=f"{i:064x}",
+                 error="`eps` must lie in (0, 1)") for i in range(P)]
+    return execute(bad, tmp_path_factory.mktemp("sweep"), client=None)  # invalid points never reach the client
+
+
+def _power_law_curve():
+    from nqf.analysis import predicted_curve
+
+    k = np.arange(1, P + 1, dtype=float)
+    t = np.geomspace(1.0, 1e6, 400)
+    return t, predicted_curve(t, k ** -2.0, k ** -1.0, 1e-6)
+
+
+def _fit():
+    from nqf.analysis import fit_power_law
+
+    t, L = _power_law_curve()
+    return fit_power_law(t, L, window=(1e2, 1e5), L_inf=0.0, n_boot=50)
+
+
+def _steps():
+    from nqf.analysis import detect_steps
+
+    sol = lv_solution()
+    t = sol.t.numpy()[1:]
+    return detect_steps(t, sol.loss.numpy()[1:])
+
+
+def _comparison():
+    from nqf.analysis.compare import compare_staircase
+
+    sol, pl = lv_solution(), lv_system().plateaus(1e-6)
+    return compare_staircase(sol.t.numpy(), sol.loss.numpy(), pl.losses[:4].numpy(), pl.times[:3].numpy())
+
+
+def _validity_sweep():
+    from nqf.analysis.validity import validity_sweep
+
+    X, y, op = mlp_problem()
+    net, Wd, _, _ = network_runs()
+    return validity_sweep(net, net.units, X, y, op, Wd, [1e-3, 1e-2], lr=0.1, steps=4, save_every=2)
+
+
+def _loop():
+    """Plain gradient descent on ``½‖W‖²`` with W of shape (p, 2) through the one training loop."""
+    from nqf.dynamics import training_loop
+    from nqf.dynamics.loop import StepRule
+
+    W = torch.ones(P, 2, dtype=F64)
+    saved = []
+    return training_loop([W], StepRule(lr=0.1), steps=3, n_samples=1, batch_size=None, seed=0, save_every=1,
+                         divergence_threshold=1e8, evaluate=lambda ps, idx: (0.5 * float((ps[0] ** 2).sum()), None),
+                         gradient=lambda ps, ctx, idx: [ps[0]], save=lambda k, ps, loss: saved.append(loss))
+
+
+def _upper_bound_check():
+    """The real-data experiment's one-sided check, on the gap of the p = 1000 analysis."""
+    from nqf.experiments.real_data import UpperBoundCheck
+
+    a = analysis()
+    return UpperBoundCheck("max |L_real − L_NQF| / L_NQF", a.validity["gap_tolerance"], a.validity["max_gap"],
+                           0.0, kind="absolute", reference="real network against its NQF from the same W(0)")
+
+
+def _saddles():
+    from nqf.reductions.saddles import saddle_sequence
+
+    _, y, op = mlp_problem()
+    return saddle_sequence(op, y, max_rank=1)
+
+
+# name -> (factory taking the pytest tmp_path_factory, marks)
+FACTORIES = {
+    "nqf.dynamics.trajectory.Trajectory": (lambda f: network_runs()[2], ()),
+    "nqf.reductions.lv.solution.LVSolution": (lambda f: lv_solution(), ()),
+    "nqf.reductions.lv.final.Plateaus": (lambda f: lv_system().plateaus(1e-6), ()),
+    "nqf.reductions.lv.limit.LimitResult": (lambda f: lv_limit(), ()),
+    "nqf.reductions.lv.limit.LimitEvent": (lambda f: lv_limit().events[-1], ()),
+    "nqf.reductions.svd_modes.TwoLayerModes": (
+        lambda f: __import__("nqf.reductions.svd_modes", fromlist=["x"]).two_layer_modes(
+            __import__("nqf.reductions.svd_modes", fromlist=["x"]).whiten(
+                torch.randn(2 * P, D, generator=torch.Generator().manual_seed(3), dtype=F64)),
+            torch.randn(2 * P, C, generator=torch.Generator().manual_seed(4), dtype=F64), eps=1e-6), ()),
+    "nqf.reductions.saddles.results.Saddle": (lambda f: _saddles().saddles[-1], ()),
+    "nqf.reductions.saddles.results.SaddleSequence": (lambda f: _saddles(), ()),
+    "nqf.analysis.powerlaw.PowerLawFit": (lambda f: _fit(), ()),
+    "nqf.analysis.exponents.ExponentPrediction": (
+        lambda f: __import__("nqf.analysis", fromlist=["x"]).predict_exponent(
+            np.arange(1, P + 1.0) ** -2.0, np.arange(1, P + 1.0) ** -1.0), ()),
+    "nqf.analysis.steps.Steps": (lambda f: _steps(), ()),
+    "nqf.analysis.compare.StaircaseComparison": (lambda f: _comparison(), ()),
+    "nqf.analysis.validity.ValidityReport": (lambda f: _validity_sweep().reports[0], ()),
+    "nqf.analysis.validity.ValiditySweep": (lambda f: _validity_sweep(), ()),
+    "nqf.analyze.result.Analysis": (lambda f: analysis(), ()),
+    "nqf.analyze.result.Prediction": (lambda f: analysis().prediction, ()),
+    "nqf.analyze.result.CheckRow": (lambda f: analysis().checks[0], ()),
+    "nqf.analyze.discover.FoundUnits": (
+        lambda f: __import__("nqf.analyze.discover", fromlist=["x"]).find_unit_layers(
+            torch.nn.Sequential(torch.nn.Linear(D, 8, bias=False), torch.nn.Tanh(),
+                                torch.nn.Linear(8, C, bias=False)))[0], ()),
+    "nqf.structure.discover.UnitCandidate": (
+        lambda f: __import__("nqf.structure.discover", fromlist=["x"]).find_units(
+            torch.nn.Sequential(torch.nn.Linear(D, 8, bias=False), torch.nn.Tanh(),
+                                torch.nn.Linear(8, C, bias=False)))[0], ()),
+    "nqf.data.datasets.Dataset": (lambda f: __import__("nqf.data", fromlist=["x"]).load_dataset("digits"), ()),
+    "nqf.experiments.base.Outcome": (lambda f: outcome(), ()),
+    "nqf.experiments.base.Check": (lambda f: outcome().checks[0], ()),
+    "nqf.experiments.base.Table": (lambda f: outcome().tables[0], ()),
+    "nqf.sweep.points.Point": (lambda f: _points()[-1], ()),
+    "nqf.sweep.grid.SweepSpec": (
+        lambda f: __import__("nqf.sweep", fromlist=["x"]).SweepSpec(grid={"eps": list(np.geomspace(1e-9, 1e-2, P))},
+                                                                     seeds=list(range(3))), ()),
+    "nqf.sweep.execute.SweepState": (_sweep_state, ()),
+    "nqf.dynamics.loop.LoopOutcome": (lambda f: _loop(), ()),
+    "nqf.experiments.real_data.UpperBoundCheck": (lambda f: _upper_bound_check(), ()),
+}
+
+#: Public dataclasses that are not results of a computation (inputs, specifications, run contexts).
+NOT_RESULTS = {
+    "nqf.structure.units.UnitSlice": "an input: how a parameter is split into units",
+    "nqf.structure.activations.Activation": "an input: an activation function with its derivatives at 0",
+    "nqf.experiments.runner.RunContext": "what a running experiment may use (run directory, device, seed)",
+    "nqf.experiments.catalog.CatalogEntry": "a catalogue entry: where an experiment is defined, its description",
+    "nqf.dynamics.loop.StepRule": "an input: the update rule of a training step",
+    "nqf.dynamics.initial.InitialState": "an input: the validated M(0) or W(0) of a run",
+    "nqf.results.Result": "the base class of the convention itself",
+}
+
+#: Results that are updated while the computation that returns them runs (not frozen; repr/to_dict/pickle hold).
+LIVE = {"nqf.sweep.execute.SweepState": "execute() counts finished points into it while the sweep runs"}
+
+
+def _public_dataclasses() -> set[str]:
+    found = set()
+    for m in pkgutil.walk_packages(nqf.__path__, "nqf."):
+        if m.name.endswith("__main__"):
+            continue
+        mod = importlib.import_module(m.name)
+        for name in getattr(mod, "__all__", ()):
+            obj = getattr(mod, name, None)
+            if isinstance(obj, type) and (dataclasses.is_dataclass(obj) or hasattr(obj, "to_dict")
+                                          or issubclass(obj, Result)) and obj.__module__.startswith("nqf."):
+                found.add(f"{obj.__module__}.{obj.__qualname__}")
+    return found
+
+
+def test_table_covers_every_public_result_type():
+    found = _public_dataclasses()
+    missing = sorted(found - set(FACTORIES) - set(NOT_RESULTS))
+    assert not missing, f"public result types without a factory in tests/test_result_types.py: {missing}"
+    stale = sorted(set(FACTORIES) - found)
+    assert not stale, f"table entries that are no longer public result types: {stale}"
+
+
+def _build(name, tmp_path_factory):
+    factory, _ = FACTORIES[name]
+    obj = factory(tmp_path_factory)
+    mod, cls = name.rsplit(".", 1)
+    assert type(obj) is getattr(importlib.import_module(mod), cls)
+    return obj
+
+
+@pytest.mark.parametrize("name", [pytest.param(k, marks=v[1], id=k.rsplit(".", 1)[1]) for k, v in FACTORIES.items()])
+def test_result_convention(name, tmp_path_factory):
+    torch.set_num_threads(1)
+    obj = _build(name, tmp_path_factory)
+    cls = type(obj)
+    # immutable dataclass
+    assert dataclasses.is_dataclass(obj)
+    if name not in LIVE:
+        assert cls.__dataclass_params__.frozen, f"{cls.__name__} is not frozen"
+        field = dataclasses.fields(obj)[0].name
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(obj, field, getattr(obj, field))
+    # compact repr: no whole arrays
+    text = repr(obj)
+    assert len(text) < 400, f"repr of {cls.__name__} is {len(text)} characters: {text[:200]}…"
+    assert text.startswith(cls.__name__)
+    # to_dict is JSON-ready and round-trips
+    d = obj.to_dict()
+    assert isinstance(d, dict) and d
+    s = json.dumps(d, allow_nan=False)
+    assert json.loads(s) == d
+    # pickle round-trips
+    back = pickle.loads(pickle.dumps(obj))
+    assert type(back) is cls
+    assert back.to_dict() == d
+    assert repr(back) == text
+
+
+# ----------------------------------------------------------------------------- the helpers themselves
+def test_to_jsonable_conventions():
+    t = torch.tensor([[1.0, math.nan], [-math.inf, 2.5]], dtype=F64)
+    assert to_jsonable(t) == [[1.0, None], [None, 2.5]]
+    assert to_jsonable(np.array([1, 2], dtype=np.int32)) == [1, 2]
+    assert to_jsonable({1: (np.float32(0.5), np.bool_(True)), "x": math.inf}) == {"1": [0.5, True], "x": None}
+    assert to_jsonable(torch.float32) == "torch.float32"
+    assert type(to_jsonable(np.int64(3))) is int
+    with pytest.raises(nqf.errors.InvalidTypeError, match="complex"):
+        to_jsonable(torch.zeros(2, dtype=torch.complex128))
+    with pytest.raises(nqf.errors.InvalidTypeError, match="`x.f`: values of type builtins.object"):
+        to_jsonable(object(), "x.f")
+
+
+def test_compact_repr_never_shows_arrays():
+    @dataclasses.dataclass(frozen=True, repr=False)
+    class R(Result):
+        a: torch.Tensor
+        b: float
+        c: list
+        s: str
+
+    r = R(torch.zeros(P, P), 1 / 3, list(range(P)), "x" * 1000)
+    text = repr(r)
+    assert text == compact_repr(r)
+    assert "float32[1000, 1000]" in text and "0.3333" in text and "list[1000]" in text and len(text) < 200
+    assert summarize(np.float64(2.0)) == "2" and summarize(torch.tensor(1.5)) == "float32(1.5)"
+
+
+def test_results_json_is_the_outcome_to_dict(tmp_path):
+    """results.json records checks, tables, metrics and summary exactly as the result objects' to_dict()."""
+    from nqf.experiments import REGISTRY
+    from nqf.experiments.base import Outcome
+    from nqf.experiments.runner import run_experiment
+    from nqf.report.schema import CheckModel, TableModel, validate_results
+
+    exp = REGISTRY["lv-staircase"]
+    captured = {}
+    run = type(exp).run
+
+    def spy(self, params, ctx, out: Outcome):
+        captured["out"] = out
+        return run(self, params, ctx, out)
+
+    try:
+        type(exp).run = spy
+        run_experiment(exp, exp.Params(**exp.tiny), tmp_path / "run")
+    finally:
+        type(exp).run = run
+    data = json.loads((tmp_path / "run" / "results.json").read_text())
+    want = captured["out"].to_dict()
+    assert want["checks"] and want["tables"]
+    for key in ("metrics", "checks", "tables", "summary"):
+        assert data[key] == want[key], key
+    validate_results(tmp_path / "run")
+    # the dataclasses' dictionaries are the schema's models (one definition of the file's fields)
+    assert set(want["checks"][0]) == set(CheckModel.model_fields)
+    assert set(want["tables"][0]) == set(TableModel.model_fields)
