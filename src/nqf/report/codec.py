@@ -58,7 +58,7 @@ ALLOWED_TYPES: dict[str, tuple[str, str]] = {
     "RkDenseOutput": ("scipy.integrate._ivp.rk", "RkDenseOutput"),
     "Dop853DenseOutput": ("scipy.integrate._ivp.rk", "Dop853DenseOutput"),
 }
-_CLASSES: dict[str, type] = {}
+_CLASSES: dict[str, type | None] = {}
 _NUMERIC_KINDS = "biufc"
 _SPARSE_FORMATS = ("csr", "csc", "coo")
 
@@ -109,8 +109,9 @@ def encode(value: Any, arrays: list, where: str = "value"):
                           for k, v in value.items()]}
     sp = _sparse()
     if sp is not None and sp.issparse(value):
-        fmt = value.format if value.format in _SPARSE_FORMATS else "csr"
-        m = value.asformat(fmt)
+        mat: Any = value  # a scipy sparse array or matrix (the isinstance checks above do not exclude it)
+        fmt = mat.format if mat.format in _SPARSE_FORMATS else "csr"
+        m = mat.asformat(fmt)
         if fmt == "coo":
             parts = {"data": m.data, "row": m.row, "col": m.col}
         else:

@@ -24,12 +24,15 @@ from .rundir import RUN_ID_KEY, atomic_write_text
 __all__ = ["render_report", "write_report", "rebuild_report", "safe_figure_path", "format_cell"]
 
 _CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1100px;margin:2em auto;
+     padding:0 1em;color:#222}
 h1{font-size:1.6em;margin-bottom:0.2em} h2{margin-top:1.6em;border-bottom:1px solid #ddd}
-table{border-collapse:collapse;margin:0.8em 0;font-size:0.92em} td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}
+table{border-collapse:collapse;margin:0.8em 0;font-size:0.92em}
+td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}
 th{background:#f3f3f3} td:first-child,th:first-child{text-align:left}
 .pass{color:#116b1a;font-weight:600}.fail{color:#b00020;font-weight:600}.meta{color:#666;font-size:0.9em}
-figure{margin:1em 0} figure img{max-width:100%;border:1px solid #eee} pre{background:#f7f7f7;padding:0.8em;overflow:auto}
+figure{margin:1em 0} figure img{max-width:100%;border:1px solid #eee}
+pre{background:#f7f7f7;padding:0.8em;overflow:auto}
 .status-interrupted,.status-failed{background:#fff3cd;padding:0.6em;border:1px solid #e0c97a}
 """
 
