@@ -185,20 +185,20 @@ def test_non_zgz_width_enters():
 def _low_rank_sensing(p=6, r=3, N=20, seed=7):
     """Matrix sensing whose A_n all live in a random r-dimensional subspace of R^p."""
     g = torch.Generator().manual_seed(seed)
-    O = torch.linalg.qr(torch.randn(p, p, generator=g, dtype=F64))[0][:, :r]
+    Q = torch.linalg.qr(torch.randn(p, p, generator=g, dtype=F64))[0][:, :r]
     Z = torch.randn(N, r, r, generator=g, dtype=F64)
-    A = O @ (0.5 * (Z + Z.transpose(1, 2))) @ O.T
-    Mstar = O @ torch.diag(torch.tensor([2.0, 1.0, 0.5], dtype=F64)) @ O.T
+    A = Q @ (0.5 * (Z + Z.transpose(1, 2))) @ Q.T
+    Mstar = Q @ torch.diag(torch.tensor([2.0, 1.0, 0.5], dtype=F64)) @ Q.T
     y = torch.einsum("nij,ij->n", A, Mstar)
-    return DenseStructure(A), y, O
+    return DenseStructure(A), y, Q
 
 
 def test_data_subspace_dense_and_probe_agree():
-    op, _, O = _low_rank_sensing()
+    op, _, Q = _low_rank_sensing()
     for method in ("dense", "probe"):
         U = data_subspace(op, method=method)
         assert U.shape == (6, 3)
-        assert torch.allclose(U @ U.T, O @ O.T, atol=1e-12)
+        assert torch.allclose(U @ U.T, Q @ Q.T, atol=1e-12)
     X = torch.randn(10, 2, dtype=F64) @ torch.randn(2, 5, dtype=F64)  # rank-2 inputs, D = 5
     mop = mlp(X, "tanh")
     Ud, Up = data_subspace(mop, method="dense"), data_subspace(mop, method="probe")

@@ -35,7 +35,7 @@ def test_limit_structure_of_example():
     res2 = limit(beta, C, y2=y2)
     assert res2.losses.numpy()[-1] == pytest.approx(0.5 * r ** 2 / len(y), rel=1e-10)
     # each plateau is the restricted optimum of its active set
-    for e, z in zip(res.events, res._z_after):
+    for e, z in zip(res.events, res._z_after, strict=True):
         S = list(e.active)
         assert np.all(z[S] > 0) and np.allclose(C[np.ix_(S, S)] @ z[S], beta[S], atol=1e-12)
 

@@ -12,11 +12,11 @@ from nqf.structure.operator import DenseStructure
 def full_gd(op, y, M0, eta, steps, record=None):
     """Independent order-parameter GD: M ← (I − 2ηG) M (I − 2ηG), G = (1/N) 𝒜*(f − y)."""
     M = torch.as_tensor(M0, dtype=torch.float64).clone()
-    I = torch.eye(M.shape[0], dtype=torch.float64)
+    Id = torch.eye(M.shape[0], dtype=torch.float64)
     out = [M.clone()] if record else None
     for s in range(steps):
         G = op.adjoint(op.predict(M) - y) / op.n_samples
-        B = I - 2 * eta * G
+        B = Id - 2 * eta * G
         M = B @ M @ B.T
         if record and (s + 1) % record == 0:
             out.append(M.clone())

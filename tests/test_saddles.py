@@ -76,7 +76,7 @@ class Flow:
         dL = np.abs(np.gradient(self.L, self.t))
         out = [self.L[0]]
         edges = list(tc) + [self.t[-1]]
-        for a, b in zip(edges[:-1], edges[1:]):
+        for a, b in zip(edges[:-1], edges[1:], strict=True):
             m = np.nonzero((self.t > a) & (self.t < b))[0]
             out.append(self.L[m[np.argmin(dL[m])]] if m.size else np.nan)
         return np.array(out)
@@ -517,10 +517,10 @@ def test_digits_nqf_at_eps_1e30_lands_within_3_percent_of_predicted_times():
 
 @pytest.mark.slow
 def test_escape_times_beyond_leading_order(mlp_case):
-    """The small-part recursion of nqf.reductions.saddles.clock captures the O(1) offsets of the later drops: against the
-    independent DOP853 flow the leading order is off by 0.15 (drop 2) and 0.11 (drop 3) at ε = 1e-16 and 1e-24;
-    the recursion by at most 0.006 (measured 0.0008–0.0053).  Tolerance 0.02: a tenth of the leading-order
-    error, above the flow's crossing-time resolution."""
+    """The small-part recursion of nqf.reductions.saddles.clock captures the O(1) offsets of the later drops:
+    against the independent DOP853 flow the leading order is off by 0.15 (drop 2) and 0.11 (drop 3) at
+    ε = 1e-16 and 1e-24; the recursion by at most 0.006 (measured 0.0008–0.0053).  Tolerance 0.02: a tenth of
+    the leading-order error, above the flow's crossing-time resolution."""
     op, X, Y, seq = mlp_case
     for eps in (1e-16, 1e-24):
         T = seq.taus[-1] * math.log(1 / eps) * 1.4 + 2.0

@@ -12,14 +12,18 @@ import pytest
 import torch
 from torch import nn
 
+from helpers import loglog_slope
 from nqf.errors import NonFiniteError, ShapeError
 from nqf.networks.attention import MultiHeadAttention, QKAttention
-from nqf.structure.attention import (EyeKronKernel, HeadValueKernel, attention_token_weights,
-                                     multi_head_attention, qk_attention)
+from nqf.structure.attention import (
+    EyeKronKernel,
+    HeadValueKernel,
+    attention_token_weights,
+    multi_head_attention,
+    qk_attention,
+)
 from nqf.structure.attention_layouts import attention_units
 from nqf.structure.autodiff import from_module
-
-from helpers import loglog_slope
 
 DT = torch.float64
 

@@ -15,8 +15,8 @@ from nqf.errors import NonFiniteError, ShapeError
 from nqf.networks.factorization import Factorization, MatrixSensing
 from nqf.networks.mlp import TwoLayerMLP
 from nqf.structure.autodiff import from_module
-from nqf.structure.factorization import SensingStructure, factorization, linear_network, matrix_sensing
 from nqf.structure.bilinear import BilinearStructure
+from nqf.structure.factorization import SensingStructure, factorization, linear_network, matrix_sensing
 
 DT = torch.float64
 

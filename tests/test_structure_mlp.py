@@ -9,12 +9,10 @@ import numpy as np
 import pytest
 import torch
 
+from helpers import loglog_slope
 from nqf.errors import NormalFormError
 from nqf.networks import TwoLayerMLP
 from nqf.structure import from_module, get_activation, mlp, mlp_units
-from nqf.structure.autodiff import _UnitFunction
-
-from helpers import loglog_slope
 
 DT = torch.float64
 ACTS = ["tanh", "sin", "erf", "gelu", "softplus-centred", "sigmoid", "linear"]

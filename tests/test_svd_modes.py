@@ -14,9 +14,8 @@ from scipy.integrate import solve_ivp
 from nqf.analysis.steps import detect_steps
 from nqf.errors import NormalFormError, ShapeError
 from nqf.networks.mlp import TwoLayerMLP
+from nqf.reductions.svd_modes import NotWhitenedError, NotWhitenedWarning, two_layer_modes, whiten, whitening_error
 from nqf.structure.mlp import mlp
-from nqf.reductions.svd_modes import (NotWhitenedError, NotWhitenedWarning, two_layer_modes, whiten,
-                           whitening_error)
 
 
 def _teacher(lam, N=64, D=6, seed=0):
@@ -32,7 +31,7 @@ def _teacher(lam, N=64, D=6, seed=0):
 def _op_gd(op, Y, M0, eta, steps):
     """Independent order-parameter GD: M ← (I − 2ηG) M (I − 2ηG), G = (1/N) 𝒜*(𝒜(M) − y)."""
     N = op.n_samples
-    I = torch.eye(op.p, dtype=torch.float64)
+    Id = torch.eye(op.p, dtype=torch.float64)
     M, Ms, L = M0.clone(), [], []
     for n in range(steps + 1):
         r = op(M) - Y
@@ -40,7 +39,7 @@ def _op_gd(op, Y, M0, eta, steps):
         Ms.append(M)
         if n == steps:
             break
-        A = I - 2 * eta * op.adjoint(r) / N
+        A = Id - 2 * eta * op.adjoint(r) / N
         M = A @ M @ A
     return torch.tensor(L, dtype=torch.float64), torch.stack(Ms)
 
@@ -191,7 +190,7 @@ def _train_mlp(modes, X, Y, width, eta, steps):
             break
         grads = torch.autograd.grad(loss, params)
         with torch.no_grad():
-            for q, g in zip(params, grads):
+            for q, g in zip(params, grads, strict=True):
                 q -= eta * g
     return eta * np.arange(steps + 1), np.array(Ls), torch.stack(ps).numpy()
 
