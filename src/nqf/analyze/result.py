@@ -46,7 +46,8 @@ class Prediction(Result):
     levels : ndarray, shape (K + 1,)
         Plateau levels ``L_0 … L_K``.
     times : ndarray, shape (K,)
-        Drop times ``t_k`` (the first with its exact ``O(1)`` offset).
+        Drop times ``t_k``: the first with its exact ``O(1)`` offset, later ones with the
+        ``O(1)`` correction where it applies, else leading order (see ``time_rules``).
     times_leading : ndarray, shape (K,)
         Leading order ``τ_k ln(1/ε)``.
     rates : ndarray, shape (K + 1,)
@@ -57,6 +58,10 @@ class Prediction(Result):
     global_minimum : bool
         The last level is the NQF's global minimum (certified by ``G ⪰ 0``).
     eps : float
+    notes : tuple of str
+    time_rules : tuple of str
+        Rule behind each time: ``"exact offset"``, ``"O(1) recursion"``, ``"leading order"``
+        (:func:`nqf.reductions.saddles.clock.predicted_escape_times`) or ``"Lotka–Volterra"``.
     """
 
     method: str
@@ -69,6 +74,7 @@ class Prediction(Result):
     global_minimum: bool = False
     eps: float = math.nan
     notes: tuple = ()
+    time_rules: tuple = ()
 
     @property
     def n_drops(self) -> int:
@@ -85,7 +91,8 @@ class Prediction(Result):
     def to_dict(self) -> dict:
         return _clean({"method": self.method, "levels": self.levels, "times": self.times,
                        "times_leading": self.times_leading, "rates": self.rates, "ranks": self.ranks,
-                       "global_minimum": self.global_minimum, "eps": self.eps, "notes": list(self.notes)})
+                       "global_minimum": self.global_minimum, "eps": self.eps, "notes": list(self.notes),
+                       "time_rules": list(self.time_rules)})
 
 
 @dataclass(frozen=True)
@@ -160,13 +167,15 @@ class Analysis(Result):
             tk = k - 1
             rows.append([k, int(P.ranks[k]) if k < P.ranks.size else None, P.levels[k], S.levels_measured[k],
                          R.levels_measured[k], S.level_errors[k], R.level_errors[k],
-                         P.times[tk] if k else None, S.times_measured[tk] if k else None,
+                         P.times[tk] if k else None,
+                         (P.time_rules[tk] if tk < len(P.time_rules) else "") if k else "",
+                         S.times_measured[tk] if k else None,
                          R.times_measured[tk] if k else None, S.time_errors[tk] if k else None,
                          R.time_errors[tk] if k else None, R.flatness[k], bool(R.flat[k])])
         return [_clean(r) for r in rows]
 
     TABLE_COLUMNS = ("plateau k", "rank", "L pred", "L NQF", "L real", "err NQF", "err real", "t pred",
-                     "t NQF", "t real", "err NQF", "err real", "flatness (real)", "flat")
+                     "t rule", "t NQF", "t real", "err NQF", "err real", "flatness (real)", "flat")
 
     def plot(self):
         """Figure: loss curves (real, NQF, prediction; predicted times marked) and per-mode strengths."""

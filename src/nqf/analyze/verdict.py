@@ -85,8 +85,14 @@ def judge(pred, cmp_nqf, cmp_real, val: dict, eps: float, found, width: int, p: 
                     f"{cmp_real.flat_threshold:g} of the adjacent drop across their middle): neighbouring modes crowd "
                     "together and the curve passes through those levels instead of resting on them; a smaller ε "
                     "separates them (plateau lengths grow like ln(1/ε)).")
-    text.append(f"Escape times beyond the first are leading order τ_k ln(1/ε); their relative error is "
-                f"O(1/ln(1/ε)) = O({lead:.2g}) at this ε and shrinks as ε decreases.")
+    rules = pred.time_rules
+    n_lead = sum(r == "leading order" for r in rules)
+    if n_lead:
+        n_corr = sum(r == "O(1) recursion" for r in rules)
+        text.append(f"{n_lead} of the {K} escape times are leading order τ_k ln(1/ε) (the O(1) correction "
+                    f"applies to {n_corr} later drop(s): it stops at the first plateau shorter than the relaxation "
+                    f"into its saddle); their relative error is O(1/ln(1/ε)) = O({lead:.2g}) at this ε and "
+                    "shrinks as ε decreases.")
     if width < p:
         text.append(f"The width {width} is below p = {p}: the start M(0) = εΠ is rank-deficient.")
     return {"trust": trust, "text": text, "max_time_error": max_te, "max_level_error": max_le,

@@ -4,36 +4,51 @@ For each bundled data set (inputs standardised, one-hot targets centred, MSE
 ``L = (1/N) Σ ½‖f − y‖²``, see :mod:`nqf.data`) a real two-layer tanh MLP
 (:class:`nqf.networks.TwoLayerMLP`, width ``m ≥ p``) is trained by full-batch GD
 from ``M(0) = εI`` (``W(0) = √ε Qᵀ``) at two values of ``ε``, with
-``η = 0.02 / largest escape rate`` (:mod:`nqf.analysis.schedule`).  The data do
-not commute, so the prediction is the greedy saddle sequence
-(:func:`nqf.reductions.saddles.saddle_sequence`): plateau levels ``L_k`` and drop times
-``t_k`` (the first with its exact ``O(1)`` offset, the others leading order
-``τ_k ln(1/ε)``).  The order-parameter simulation of the NQF runs beside it.
+``η = lr_fraction / largest escape rate`` (:mod:`nqf.analysis.schedule`).  The data
+do not commute, so the prediction is the greedy saddle sequence
+(:func:`nqf.reductions.saddles.saddle_sequence`):
+
+* **drop times** ``t_k`` (midpoint crossings), each labelled with its rule
+  (:func:`nqf.reductions.saddles.clock.predicted_escape_times`): the first with its
+  exact ``O(1)`` offset, later ones with the ``O(1)`` correction of the small-part
+  recursion where it applies, else leading order ``τ_k ln(1/ε)``;
+* **plateau levels** at the point where they are read (middle of the predicted
+  plateau, the last at the end of the run): the saddle value ``L_k`` plus the tails of
+  the two adjacent heteroclinic orbits (:func:`nqf.reductions.saddles.clock.composite_loss`).
+  The bare ``L_k`` is the ``ε → 0`` limit; where the relaxation into a saddle is slow
+  it is not reached at any practical ``ε`` (wine's first plateau relaxes at rate ≈ 0.08
+  against an escape rate of 2.0: at ε = 1e-10 its middle is still 13 % of the drop
+  above ``L_1``, in the NQF simulation as in the real network, which is what failed
+  the 8 % check before the tails were included).
+
+The order-parameter simulation of the NQF runs beside the real network.
 
 **Checks (against the real network, not the library).**  Per predicted drop
 ``k`` and ``ε``: the real network's escape time (first downward crossing of
-``(L_{k−1} + L_k)/2``) and its plateau level (loss at the middle of the
-predicted plateau, the last one at the end of the run), with tolerances
+``(L_{k−1} + L_k)/2``) and its plateau level (loss at the read point), with tolerances
 
     time:  0.12 · ln(1e10) / ln(1/ε),    level: 0.08 · ln(1e10) / ln(1/ε),
 
-i.e. issue 11's acceptance at ε = 1e-10 on digits (times within 12 %, levels
-within 8 % of the real network), scaled with the theory's error order
-``O(1/ln(1/ε))`` to other ``ε``.  Per data set: the largest time and level error
-must not grow from the larger to the smaller ``ε`` (the error shrinks with ``ε``);
-and the real network must stay within 1 % of the NQF simulation up to the second
-predicted drop on digits (issue 11 measured 0.13 %; the gap over the whole run is
-reported: at ε = 1e-10 the real network runs up to 8 % ahead of its NQF in the late
-drops, because its escape rates at O(1) weights differ from the NQF's and the plateau
-lengths grow like ln(1/ε)).  Plateau levels are judged where the real network rests
-on the plateau (flatness ≤ 0.25); the others are reported.
+i.e. issue 11's acceptance at ε = 1e-10 on digits (times within 12 %, levels within
+8 % of the real network), scaled with the order of the remaining error to other ``ε``:
+the leading-order times are off by ``O(1)`` against a time ``∝ ln(1/ε)``, and the same
+``O(1)`` misplacement is what is left of the level error once the orbit tails are
+included.  GD against the flow: a mode of rate ``λ`` grows at ``(2/η) ln(1 + ηλ/2)``,
+so every drop is late by at most ``η λ_max / 4 = lr_fraction/4`` (1 % at the default
+0.04; measured 0.3–0.5 % between 0.02 and 0.04 on digits), inside the tolerances.
+Per data set: the largest time error must not grow from the larger to the smaller
+``ε`` (the error shrinks with ``ε``); and the real network must stay within 1 % of the
+NQF simulation up to the second predicted drop on digits (issue 11 measured 0.13 %;
+the gap over the whole run is reported: at ε = 1e-10 the real network runs up to 8 %
+ahead of its NQF in the late drops, because its escape rates at O(1) weights differ
+from the NQF's and the plateau lengths grow like ln(1/ε)).  Plateau levels are judged
+where the real network rests on the plateau (flatness ≤ 0.25); the others are reported.
 Plateau levels against the real network have an ``ε``-independent error floor (on a
 plateau the weights are ``O(1)``, where the network's terms beyond second order act),
-so only the *time* error is required to shrink.  A planted
-wrong initial scale of the real network (``planted_init_factor``) shifts every
-drop by ``ln(factor²)/rate`` and fails the time checks.  Flatness of each plateau
-(loss change across its middle third over the adjacent drop,
-:mod:`nqf.analysis.compare`) is reported, not assumed.
+so only the *time* error is required to shrink.  A planted wrong initial scale of the
+real network (``planted_init_factor``) shifts every drop by ``ln(factor²)/rate`` and
+fails the time checks.  Each run goes to ``(1 + time tolerance) · t_K + 2``: far enough
+that a last drop late by the whole tolerance is still seen.
 """
 
 from __future__ import annotations
@@ -46,11 +61,11 @@ import numpy as np
 import torch
 from pydantic import Field
 
+from ..errors import InvalidParameterError
 from ..report.figures import new_figure
 from .base import Check, EpsList, Experiment, Outcome, Params, Table, register
 from .catalog import CATALOG
 from .curves import to_cpu
-from ..errors import InvalidParameterError
 
 __all__ = ["RealData", "UpperBoundCheck"]
 
@@ -72,7 +87,8 @@ class RealDataParams(Params):
     eps: EpsList = Field([1e-6, 1e-10], min_length=2, description="at least two initial scales")
     width: int = Field(256, ge=2, description="hidden units of the real MLP (≥ p = C + D)")
     subset: int | None = Field(None, ge=10, description="random subset of each data set (None: all samples)")
-    lr_fraction: float = Field(0.02, gt=0, le=0.2, description="η × largest escape rate")
+    lr_fraction: float = Field(0.04, gt=0, le=0.2, description="η × largest escape rate (GD is late against the "
+                                                                 "flow by at most lr_fraction/4)")
     save_points: int = Field(600, ge=20)
     time_tolerance: float = Field(0.12, gt=0, description="relative tolerance of drop times at ε = 1e-10")
     level_tolerance: float = Field(0.08, gt=0, description="relative tolerance of plateau levels at ε = 1e-10")
@@ -105,9 +121,11 @@ class RealData(Experiment):
                   "times of a real network, with errors that shrink like 1/ln(1/ε)")
     Params = RealDataParams
     tiny = {"datasets": ["wine"], "eps": [1e-4, 1e-8], "width": 20, "lr_fraction": 0.05, "save_points": 150}
-    checks = ("drop time per drop and ε — real network's first downward crossing of (L_{k−1}+L_k)/2 — "
-              "0.12·ln(1e10)/ln(1/ε) (issue 11 acceptance at 1e-10, scaled with the error order 1/ln(1/ε))",
-              "plateau level per drop and ε — real network's loss mid-plateau — 0.08·ln(1e10)/ln(1/ε) (same origin)",
+    checks = ("drop time per drop and ε (rule per drop: exact offset / O(1) recursion / leading order) — real "
+              "network's first downward crossing of (L_{k−1}+L_k)/2 — 0.12·ln(1e10)/ln(1/ε) (issue 11 acceptance at "
+              "1e-10, scaled with the error order 1/ln(1/ε))",
+              "plateau level per drop and ε (saddle value + tails of the adjacent heteroclinic orbits at the read "
+              "point) — real network's loss mid-plateau, only where flat — 0.08·ln(1e10)/ln(1/ε) (same origin)",
               "largest time error at the smaller ε ≤ at the larger ε — real network — one-sided (theory: shrinks)",
               "max |L_real − L_NQF|/L_NQF up to the second drop — real network — 1 % on digits (issue 11: "
               "0.13 % measured); over the whole run and on other data sets: reported")
@@ -122,16 +140,20 @@ class RealData(Experiment):
         out.figures["real_data"] = fig
         out.tables.append(Table(
             "Per drop: predicted vs NQF vs real network",
-            ["data", "ε", "k", "L pred", "L NQF", "L real", "err L (real)", "t pred", "t NQF", "t real",
-             "err t (real)", "flatness (real)", "flat"], rows,
-            caption="flatness: loss change across the middle third of plateau k over the adjacent drop "
+            ["data", "ε", "k", "L saddle", "L pred", "L NQF", "L real", "err L (real)", "t pred", "t rule",
+             "t NQF", "t real", "err t (real)", "flatness (real)", "flat"], rows,
+            caption="L saddle: the ε → 0 level; L pred: the loss predicted at the read point (middle of the "
+                    "plateau, the last at the end of the run) — saddle value plus the tails of the adjacent "
+                    "heteroclinic orbits; t rule: exact offset (drop 1), O(1) recursion, or leading order τ_k "
+                    "ln(1/ε); flatness: loss change across the middle third of plateau k over the adjacent drop "
                     "(flat ≤ 0.25); times: first downward crossing of (L_{k−1}+L_k)/2"))
 
     def _dataset(self, P, ctx, out, name, ax, rows):
-        from ..analysis.compare import compare_staircase
+        from ..analysis.compare import compare_staircase, level_read_times
         from ..analysis.schedule import initial_weights, stable_learning_rate, step_count
         from ..data import load_dataset
         from ..reductions.saddles import saddle_sequence
+        from ..reductions.saddles.clock import composite_loss, heteroclinic_chain, predicted_escape_times
         from ..structure import mlp
 
         d = load_dataset(name, subset=P.subset, seed=ctx.seed)
@@ -143,12 +165,15 @@ class RealData(Experiment):
             raise InvalidParameterError(f"`width` must be ≥ p = C + D = {p} for {name} (M(0) = εI); found {P.width}")
         op = mlp(X, "tanh", n_outputs=C)
         seq = saddle_sequence(op, Y)
+        chain = heteroclinic_chain(seq, rtol=1e-8)  # ε-independent: once per data set
         levels = seq.plateau_levels
         lr = stable_learning_rate(seq.escape_rates, P.lr_fraction)
         errs = {}
         for eps in P.eps:
-            times = seq.escape_times(eps)
-            steps = step_count(times, lr)
+            scale = math.log(1 / _REF_EPS) / math.log(1 / eps)
+            tol_t, tol_l = P.time_tolerance * scale, P.level_tolerance * scale
+            times, rules = predicted_escape_times(seq, eps, chain=chain)
+            steps = step_count(times, lr, margin=1.0 + tol_t, extra=2.0)
             save = max(1, steps // P.save_points)
             W0 = initial_weights(p, P.width, eps, seed=ctx.seed)
             form = "weights" if eps <= 1e-13 else "order_parameter"
@@ -161,20 +186,21 @@ class RealData(Experiment):
             t, Ln, Lr = real.t[:n].numpy(), sim.loss[:n].numpy(), real.loss[:n].numpy()
             cr = compare_staircase(t, Lr, levels, times)
             cn = compare_staircase(t, Ln, levels, times)
-            scale = math.log(1 / _REF_EPS) / math.log(1 / eps)
-            tol_t, tol_l = P.time_tolerance * scale, P.level_tolerance * scale
+            pred_l = composite_loss(chain, levels, times, level_read_times(float(t[-1]), times))
+            err_l = np.abs(cr.levels_measured - pred_l) / pred_l
             origin = (f"issue 11 acceptance at ε = 1e-10, × ln(1e10)/ln(1/ε) = {scale:.3g} (error order "
                       "1/ln(1/ε))")
             for k in range(len(times)):
-                out.checks.append(Check(f"{name} ε={eps:g}: t_{k + 1}", float(times[k]),
+                out.checks.append(Check(f"{name} ε={eps:g}: t_{k + 1} ({rules[k]})", float(times[k]),
                                         float(cr.times_measured[k]), tol_t,
                                         reference="real network: first downward crossing of (L_{k-1}+L_k)/2",
                                         tolerance_origin=origin))
                 flat = bool(cr.flat[k + 1])
                 out.checks.append(Check(f"{name} ε={eps:g}: L_{k + 1}" + ("" if flat else " (not flat)"),
-                                        float(levels[k + 1]), float(cr.levels_measured[k + 1]),
+                                        float(pred_l[k + 1]), float(cr.levels_measured[k + 1]),
                                         tol_l if flat else None,
-                                        reference="real network: loss mid-plateau (last: end of run)",
+                                        reference=f"real network: loss mid-plateau (last: end of run); predicted: "
+                                                  f"saddle value {levels[k + 1]:.4g} + orbit tails",
                                         tolerance_origin=origin,
                                         reason="" if flat else (f"not judged: the real network does not rest on this "
                                                                 f"plateau (flatness {cr.flatness[k + 1]:.2f} > 0.25 "
@@ -192,17 +218,20 @@ class RealData(Experiment):
                                     reason="reported: after the first drops the weights are O(1) and the network's "
                                            "terms beyond second order shift its later escape rates; the shift in "
                                            "time grows with the plateau lengths ∝ ln(1/ε)"))
-            errs[eps] = (float(np.nanmax(cr.time_errors)), float(np.nanmax(cr.level_errors[1:])))
+            errs[eps] = (float(np.nanmax(cr.time_errors)), float(np.nanmax(err_l[1:])))
             for k in range(len(levels)):
-                rows.append([name, eps, k, levels[k], cn.levels_measured[k], cr.levels_measured[k],
-                             cr.level_errors[k], times[k - 1] if k else None, cn.times_measured[k - 1] if k else None,
-                             cr.times_measured[k - 1] if k else None, cr.time_errors[k - 1] if k else None,
-                             cr.flatness[k], bool(cr.flat[k])])
+                rows.append([name, eps, k, levels[k], pred_l[k], cn.levels_measured[k], cr.levels_measured[k],
+                             err_l[k], times[k - 1] if k else None, rules[k - 1] if k else "",
+                             cn.times_measured[k - 1] if k else None, cr.times_measured[k - 1] if k else None,
+                             cr.time_errors[k - 1] if k else None, cr.flatness[k], bool(cr.flat[k])])
             L = math.log(1 / eps)
+            Lp = np.interp(t, t[::4], composite_loss(chain, levels, times, t[::4]))
             line, = ax.plot(t / L, Lr, lw=2.0, label=f"real, ε = {eps:g}")
             ax.plot(t / L, Ln, "--", lw=1.2, color=line.get_color(), label=f"NQF, ε = {eps:g}")
+            ax.plot(t / L, Lp, ":", lw=1.0, color=line.get_color(), label=f"predicted, ε = {eps:g}")
             out.arrays.update({f"{key}_t": t, f"{key}_loss_real": Lr, f"{key}_loss_nqf": Ln,
-                               f"{key}_times_predicted": times})
+                               f"{key}_times_predicted": times, f"{key}_levels_predicted": pred_l,
+                               f"{key}_loss_predicted": Lp})
             out.metrics[f"{key}_max_gap_to_second_drop"] = gap
             out.metrics[f"{key}_max_gap_over_run"] = gap_all
             out.metrics[f"{key}_flat_plateaus"] = int(cr.flat.sum())
