@@ -8,8 +8,15 @@ import pytest
 from scipy.integrate import solve_ivp
 
 from nqf.errors import InvalidParameterError, ShapeError
-from nqf.reductions.timing import (crossing_index, crossing_time, crossing_times, leading_switch_time,
-                                   logistic_switch_time, midpoint_levels, staircase)
+from nqf.reductions.timing import (
+    crossing_index,
+    crossing_time,
+    crossing_times,
+    leading_switch_time,
+    logistic_switch_time,
+    midpoint_levels,
+    staircase,
+)
 
 CASES = [  # (ζ, z*, z(0), fraction)
     (1.0, 1.0, 1e-3, 0.5),

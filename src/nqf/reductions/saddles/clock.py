@@ -82,8 +82,7 @@ def _jump(prob, sad, L_next: float, delta: float, relax: float = 1e-6, s_max: fl
     """
     J = Heteroclinic(prob, sad.V, sad.escape_direction[:, :1], sad.escape_rate / 4.0,
                      L_next + relax * (sad.loss - L_next), delta=delta, rtol=rtol, atol_scale=1e-14,
-                     s_max=s_max, n_grid=801)
-    J.s_mid = J.crossing(float(midpoint_levels([sad.loss, L_next])[0]))
+                     s_max=s_max, n_grid=801, mid_level=float(midpoint_levels([sad.loss, L_next])[0]))
     return J
 
 

@@ -45,10 +45,13 @@ class Heteroclinic:
         Integrate at most to ``s = s_max``.
     n_grid : int
         Grid on which crossings are bracketed.
+    mid_level : float, optional
+        A loss level whose crossing is stored as ``s_mid`` (NaN without it), e.g.
+        ``(L_k + L_{k+1})/2`` for the clock of :mod:`nqf.reductions.saddles.clock`.
     """
 
     def __init__(self, prob, V: torch.Tensor, Q: torch.Tensor, h: float, floor: float, *, delta: float,
-                 rtol: float, atol_scale: float, s_max: float, n_grid: int):
+                 rtol: float, atol_scale: float, s_max: float, n_grid: int, mid_level: float | None = None):
         self.prob, self.h = prob, float(h)
         self.p, self.k = prob.p, V.shape[1] + Q.shape[1]
         self.shift = float(leading_switch_time(4.0 * self.h, delta))
@@ -64,6 +67,7 @@ class Heteroclinic:
         self.s_lo, self.s_hi = -self.shift, float(self.sol.t[-1]) - self.shift
         self.grid = np.linspace(self.s_lo, self.s_hi, n_grid)
         self.grid_loss = np.array([self.loss(s) for s in self.grid])
+        self.s_mid = math.nan if mid_level is None else self.crossing(mid_level)
 
     def _loss_flat(self, v: np.ndarray) -> float:
         V = torch.from_numpy(np.ascontiguousarray(v).reshape(self.p, self.k))

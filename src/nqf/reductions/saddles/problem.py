@@ -66,6 +66,17 @@ class LossProblem:
 
 
 # --------------------------------------------------------------------------- descent
+class _Matvec(LinearOperator):
+    """``n × n`` linear operator from a matrix-vector product (for MINRES)."""
+
+    def __init__(self, matvec, n: int):
+        super().__init__(dtype=np.float64, shape=(n, n))
+        self._mv = matvec
+
+    def _matvec(self, x):
+        return self._mv(x)
+
+
 def descend(prob: LossProblem, V0: torch.Tensor, gtol: float, maxiter: int):
     """Minimise ``L(V Vᵀ)`` from ``V0`` (trust-region Newton–CG with Hessian products).
 
@@ -87,7 +98,7 @@ def descend(prob: LossProblem, V0: torch.Tensor, gtol: float, maxiter: int):
             break
         g = prob.fg(x, k)[1]
         xc = x
-        Hop = LinearOperator((n, n), matvec=lambda d, xc=xc: prob.hessp(xc, d, k), dtype=float)
+        Hop = _Matvec(lambda d, xc=xc: prob.hessp(xc, d, k), n)
         step, _ = minres(Hop, -g, rtol=1e-10, maxiter=min(10 * n, 500))
         xn = x + step
         gnn = float(np.linalg.norm(prob.fg(xn, k)[1]))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -125,8 +126,8 @@ class SaddleSequence:
     first_level: float = 0.5
     message: str = ""
     notes: tuple = ()
-    _orbit: object = None    # Heteroclinic of the first escape (None for a single saddle)
-    _problem: object = None  # LossProblem (for corrected_escape_times)
+    _orbit: Any = None       # Heteroclinic of the first escape (None for a single saddle)
+    _problem: Any = None     # LossProblem (for corrected_escape_times)
 
     def __post_init__(self):
         object.__setattr__(self, "saddles", tuple(self.saddles))
@@ -210,7 +211,7 @@ class SaddleSequence:
         from .clock import corrected_escape_times
 
         eps = _check_eps(eps)
-        return corrected_escape_times(self._problem, self.saddles, eps)
+        return np.asarray(corrected_escape_times(self._problem, self.saddles, eps), dtype=float)
 
     def first_escape_time(self, eps: float, level: float | None = None) -> float:
         """Time at which the loss from ``M(0) = ε I`` crosses ``L_0 − level (L_0 − L_1)``.

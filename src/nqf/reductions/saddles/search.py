@@ -123,14 +123,15 @@ def saddle_sequence(op: StructureOperator, y, *, max_rank: int | None = None, to
     saddles, lam, message, notes = run(prob, max_rank=max_rank, tol=tol * scale, gtol=gtol * scale,
                                        rank_rtol=rank_rtol, degeneracy_rtol=degeneracy_rtol, maxiter=maxiter)
     orbit, first_offset = None, math.nan
-    if len(saddles) >= 2:
+    Q0 = saddles[0].escape_direction
+    if len(saddles) >= 2 and Q0 is not None:
         L0, L1 = saddles[0].loss, saddles[1].loss
-        orbit = Heteroclinic(prob, saddles[0].V, saddles[0].escape_direction, saddles[0].escape_rate / 4.0,
+        orbit = Heteroclinic(prob, saddles[0].V, Q0, saddles[0].escape_rate / 4.0,
                              L0 - 0.999 * (L0 - L1), delta=1e-14, rtol=1e-12, atol_scale=1e-15,
                              s_max=4000.0 / saddles[0].escape_rate, n_grid=401)
         first_offset = orbit.crossing(L0 - first_level * (L0 - L1))
-    return SaddleSequence(saddles=saddles, global_minimum=lam <= tol * scale, certificate=lam, rule=rule,
-                          first_offset=first_offset, first_level=first_level, message=message, notes=notes,
+    return SaddleSequence(saddles=tuple(saddles), global_minimum=lam <= tol * scale, certificate=lam, rule=rule,
+                          first_offset=first_offset, first_level=first_level, message=message, notes=tuple(notes),
                           _orbit=orbit, _problem=prob)
 
 
@@ -215,10 +216,13 @@ def _commuting(prob: LossProblem, *, max_rank, tol, gtol, rank_rtol, degeneracy_
         sad, lam, _, _ = _saddle_at(prob, V, j, float(tau))
         if lam <= tol or sad.rank >= max_rank or j == len(taus) - 1:
             saddles.append(sad)
-            message = (f"converged: λ_max(−G) = {lam:.3e} ≤ tol·scale = {tol:.3e}" if lam <= tol else
-                       f"stopped at `max_rank` = {max_rank}" if sad.rank >= max_rank else
-                       f"the ε → 0 limit ended (KKT of the Lotka–Volterra modes) with λ_max(−G) = {lam:.3e}")
-            return saddles, lam, message, []
+            break
         D = U[:, on[j]]
         hm = -torch.einsum("ik,ij,jk->k", D, sad.G, D)
         saddles.append(replace(sad, escape_direction=D, escape_mode_rate=4.0 * float(hm.max())))
+    last = saddles[-1]
+    lam = float(last.escape_rate) / 4.0
+    message = (f"converged: λ_max(−G) = {lam:.3e} ≤ tol·scale = {tol:.3e}" if lam <= tol else
+               f"stopped at `max_rank` = {max_rank}" if last.rank >= max_rank else
+               f"the ε → 0 limit ended (KKT of the Lotka–Volterra modes) with λ_max(−G) = {lam:.3e}")
+    return saddles, lam, message, []
