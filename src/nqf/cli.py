@@ -20,7 +20,6 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 from typer.core import TyperGroup
@@ -67,7 +66,7 @@ def _usage_errors() -> tuple[tuple, tuple]:
 _USAGE, _HELP = _usage_errors()
 
 
-def _one_line(text: str) -> str:
+def _one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
@@ -128,7 +127,7 @@ def _version(value: bool):
 
 
 @app.callback()
-def _root(version: Optional[bool] = typer.Option(None, "--version", callback=_version, is_eager=True,
+def _root(version: bool | None = typer.Option(None, "--version", callback=_version, is_eager=True,
                                                   help="Print the version and exit."),
           debug: bool = typer.Option(False, "--debug", help="Show the traceback of an unexpected error.")):
     """Neural Quadratic Forms."""
@@ -224,9 +223,9 @@ _SET = typer.Option(None, "--set", help="KEY=VALUE: override a config value, rea
 
 
 @app.command()
-def demo(out: Optional[Path] = _OUT, force: bool = _FORCE, resume: bool = _RESUME, as_json: bool = _JSON,
-         seed: Optional[int] = _SEED, device: Optional[str] = _DEVICE, threads: int = _THREADS,
-         set_: Optional[list[str]] = _SET):
+def demo(out: Path | None = _OUT, force: bool = _FORCE, resume: bool = _RESUME, as_json: bool = _JSON,
+         seed: int | None = _SEED, device: str | None = _DEVICE, threads: int = _THREADS,
+         set_: list[str] | None = _SET):
     """The main job: a real tanh MLP learns in steps at the predicted times (under a minute)."""
     from .experiments.config import ConfigError, apply_overrides, parse_config, parse_set
 
@@ -244,9 +243,9 @@ def demo(out: Optional[Path] = _OUT, force: bool = _FORCE, resume: bool = _RESUM
 
 @app.command("run")
 def run_cmd(config: Path = typer.Argument(..., help="TOML config file (see `nqf list`)."),
-            out: Optional[Path] = _OUT, force: bool = _FORCE, resume: bool = _RESUME, as_json: bool = _JSON,
-            seed: Optional[int] = _SEED, device: Optional[str] = _DEVICE, threads: int = _THREADS,
-            set_: Optional[list[str]] = _SET):
+            out: Path | None = _OUT, force: bool = _FORCE, resume: bool = _RESUME, as_json: bool = _JSON,
+            seed: int | None = _SEED, device: str | None = _DEVICE, threads: int = _THREADS,
+            set_: list[str] | None = _SET):
     """Run a named experiment from a TOML config file."""
     from .experiments.config import ConfigError, load_config, parse_set
 

@@ -17,8 +17,8 @@ _LAZY_ATTRS: dict[str, str] = {
     "RunContext": "runner", "run_experiment": "runner",
 }
 
-__all__ = ["REGISTRY", "Check", "Experiment", "Outcome", "Params", "Table", "get_experiment", "all_experiments", "register",
-           "ConfigError", "RunConfig", "load_config", "parse_config", "RunContext", "run_experiment"]
+__all__ = ["REGISTRY", "Check", "Experiment", "Outcome", "Params", "Table", "get_experiment", "all_experiments",
+           "register", "ConfigError", "RunConfig", "load_config", "parse_config", "RunContext", "run_experiment"]
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these are resolved lazily
     from .base import Check as Check
