@@ -31,6 +31,7 @@ from pydantic import Field, model_validator
 
 from ..report.figures import mark_times, new_figure
 from .base import Check, Experiment, Outcome, Params, Table, register
+from .catalog import CATALOG
 from ..reductions.timing import crossing_times, midpoint_levels
 from .curves import clean_roundoff, initial_weights, mark_stop, mark_unfinished, stop_reason, to_cpu
 from ..errors import InvalidParameterError
@@ -125,7 +126,7 @@ def saddle_problem(name: str, n: int, width: int, g: torch.Generator, teacher_sc
 @register
 class Saddles(Experiment):
     name = "saddles"
-    description = "non-commuting staircases (tanh MLP, QK attention, CNN): greedy saddle sequence vs the real networks"
+    description = CATALOG[name].description
     reproduces = ("beyond the paper: for non-commuting data small-initialisation training visits saddles of "
                   "increasing rank; plateau levels and escape times ≈ τ_k ln(1/ε) are predicted")
     Params = SaddlesParams
