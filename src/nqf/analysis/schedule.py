@@ -1,6 +1,6 @@
 r"""Initial state, learning rate and run length for an analysis (docs/theory.md §0).
 
-* :func:`initial_weights` — ``W(0)`` of shape ``(p, m)`` at scale ``ε``:
+* :func:`initial_weights` (:mod:`nqf.dynamics.initial`) — ``W(0)`` of shape ``(p, m)`` at scale ``ε``:
   ``W(0) = √ε Qᵀ`` with ``Q`` (``m × p`` when ``m ≥ p``) having orthonormal
   columns, so ``M(0) = W Wᵀ = ε I`` and every unit starts non-zero.  **Width
   below p** (``m < p``): ``W(0) = √ε B`` with ``B`` (``p × m``) orthonormal columns
@@ -24,46 +24,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import torch
 
-from .._validation import float_param, int_param
+from .._validation import float_param
+from ..dynamics.initial import initial_weights  # re-exported: the one builder of W(0)
 
 __all__ = ["initial_weights", "stable_learning_rate", "step_count"]
-
-
-def initial_weights(p: int, width: int, eps: float, *, seed: int = 0, dtype=torch.float64) -> torch.Tensor:
-    """Unit weights ``W(0)`` (p × width) with ``M(0) = εI`` (``width ≥ p``) or ``ε Π`` (``width < p``).
-
-    Parameters
-    ----------
-    p : int
-        Unit dimension.
-    width : int
-        Number of units ``m``.
-    eps : float
-        Initial scale ``ε`` in (0, 1).
-    seed : int
-        Seed of the random orthonormal frame.
-
-    Returns
-    -------
-    torch.Tensor, shape (p, width)
-    """
-    p = int_param("p", p, minimum=1)
-    width = int_param("width", width, minimum=1)
-    eps = float_param("eps", eps, positive=True)
-    if not eps < 1:
-        from ..errors import InvalidParameterError
-
-        raise InvalidParameterError(f"`eps` must lie in (0, 1) (M(0) = εI); found {eps}")
-    g = torch.Generator().manual_seed(int(seed))
-    if width >= p:
-        Q, _ = torch.linalg.qr(torch.randn(width, p, generator=g, dtype=torch.float64))  # (m, p), QᵀQ = I
-        W = Q.T
-    else:
-        B, _ = torch.linalg.qr(torch.randn(p, width, generator=g, dtype=torch.float64))  # (p, m), BᵀB = I
-        W = B
-    return (math.sqrt(eps) * W).to(dtype)
 
 
 def stable_learning_rate(rates, fraction: float = 0.02) -> float:

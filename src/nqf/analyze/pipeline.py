@@ -32,6 +32,7 @@ import torch
 from ..analysis.compare import FLAT_THRESHOLD, compare_staircase
 from ..analysis.schedule import initial_weights, stable_learning_rate, step_count
 from ..data import Dataset, prepare
+from ..dynamics.initial import initial_state
 from .checks import check_commutation, check_smooth, check_symmetry, check_width, check_zgz, estimate_row
 from .discover import choose_units, structure_of
 from .models import build_model
@@ -68,7 +69,7 @@ def predict(op, Y, eps: float, *, commuting: bool, M0=None) -> Prediction:
     if commuting and dense_entries <= LV_MAX_ENTRIES:
         from ..reductions.lv import reduce
 
-        M0 = eps * torch.eye(op.p, dtype=torch.float64) if M0 is None else M0
+        M0 = initial_state(op.p, eps=eps).M0 if M0 is None else M0
         lv = reduce(op, Y, M0)
         pl = lv.plateaus(eps)
         times = pl.times.numpy()
@@ -79,23 +80,18 @@ def predict(op, Y, eps: float, *, commuting: bool, M0=None) -> Prediction:
         rates = np.concatenate([zeta[pl.modes.numpy()], [0.0]]) if times.size else np.array([0.0])
         ranks = np.arange(times.size + 1)
         return Prediction("lotka-volterra", levels, times, times.copy(), rates, ranks, dirs,
-                          True, float(eps), ("commuting data: Lotka–Volterra reduction",),
-                          ("Lotka–Volterra",) * int(times.size))
-    from ..reductions.saddles.clock import predicted_escape_times
-
+                          True, float(eps), ("commuting data: Lotka–Volterra reduction",))
     seq = saddle_sequence(op, Y, rule="commuting" if commuting else "generic")
     K = len(seq) - 1
-    times, rules = predicted_escape_times(seq, eps) if K else (np.zeros(0), ())
+    times = seq.escape_times(eps) if K else np.zeros(0)
     lead = seq.escape_times(eps, offset=False) if K else np.zeros(0)
     dirs = np.stack([seq.saddles[k].escape_direction[:, 0].numpy() for k in range(K)], 1) if K else np.zeros((op.p, 0))
-    notes = ["drop times: the first with its exact O(1) offset; later ones with the O(1) correction of the "
-             "small-part recursion where it applies, else leading order τ_k ln(1/ε) (rule per drop in "
-             "time_rules)"] + list(seq.notes)
+    notes = ["first drop with its exact O(1) offset; later drops leading order τ_k ln(1/ε)"] + list(seq.notes)
     if commuting:
         notes.insert(0, "commuting data too large for the dense Lotka–Volterra reduction: saddle sequence with "
                         "the commuting rule (equal to the Lotka–Volterra ε → 0 limit)")
     return Prediction("saddle-sequence", seq.plateau_levels, np.asarray(times), np.asarray(lead), seq.escape_rates,
-                      seq.ranks, dirs, bool(seq.global_minimum), float(eps), tuple(notes), tuple(rules))
+                      seq.ranks, dirs, bool(seq.global_minimum), float(eps), tuple(notes))
 
 
 def _as_data(X, Y, name: str | None) -> Dataset:

@@ -11,11 +11,16 @@ MSE, ``r = ∂ℓ/∂f``, ``G = (1/N) 𝒜*(r)``, ``W ← W − η ∇_W L``, tr
 * :func:`simulate_batched` — many GD runs on shared data (differing ε, seed, η, λ) as one batch.
 * :func:`gradient_flow` — ``dM/dt = −2(GM + MG)`` with ``scipy.integrate.solve_ivp``.
 * :func:`train_network` — the real ``nn.Module`` with the same loss, time, data and ``W(0)``.
+* :func:`initial_state` / :func:`initial_weights` — the one parser (and builder, at scale ε) of ``M(0)``/``W(0)``.
+* :func:`training_loop` — the one discrete loop (GD/SGD/momentum/weight decay/Adam) behind
+  :func:`simulate` and :func:`train_network`.
 * :class:`Trajectory` — the common result.
 """
 
 from .batched import simulate_batched
 from .flow import gradient_flow
+from .initial import initial_state, initial_weights
+from .loop import training_loop
 from .losses import LOSSES
 from .network import train_network
 from .simulate import FORMS, OPTIMIZERS, minibatch_indices, simulate
@@ -23,4 +28,5 @@ from ..structure import data_subspace, project_operator
 from .trajectory import Trajectory
 
 __all__ = ["simulate", "simulate_batched", "gradient_flow", "train_network", "Trajectory", "data_subspace",
-           "project_operator", "minibatch_indices", "FORMS", "OPTIMIZERS", "LOSSES"]
+           "project_operator", "minibatch_indices", "FORMS", "OPTIMIZERS", "LOSSES", "initial_state",
+           "initial_weights", "training_loop"]

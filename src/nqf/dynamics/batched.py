@@ -48,10 +48,11 @@ from __future__ import annotations
 
 import torch
 
-from .._validation import as_tensor
+from .._validation import divergence_threshold_value, int_param, steps_value
 from ..errors import InvalidParameterError, InvalidTypeError, NotClosedError, ShapeError
 from ..structure.operator import StructureOperator
 from .factored import factor_from_matrix, orthogonalize_columns
+from .initial import initial_state
 from .losses import check_loss, prepare_targets
 from .trajectory import DIVERGED, FINISHED, Trajectory
 
@@ -150,27 +151,18 @@ def simulate_batched(op: StructureOperator, y, *, M0, lr, steps: int, weight_dec
         raise NotClosedError("`op` has a linear or cross-unit term: the dynamics close on (M, μ) and depend on "
                              "the width; use `nqf.simulate` with `W0` for each run")
     check_loss(loss)
-    if int(steps) != steps or steps < 0:
-        raise InvalidParameterError(f"`steps` must be a non-negative integer; found {steps!r}")
-    steps = int(steps)
-    if save_every is None:
-        save_every = max(1, steps // 1000)
-    if int(save_every) != save_every or save_every < 1:
-        raise InvalidParameterError(f"`save_every` must be a positive integer; found {save_every!r}")
-    if not divergence_threshold > 1:
-        raise InvalidParameterError(f"`divergence_threshold` must be > 1; found {divergence_threshold!r}")
+    steps = steps_value(steps)
+    save_every = max(1, steps // 1000) if save_every is None else int_param("save_every", save_every, minimum=1)
+    divergence_threshold = divergence_threshold_value(divergence_threshold)
     dt, dev, p, N = op.dtype, op.device, op.p, op.n_samples
-    M = as_tensor("M0", M0, ndim=(2, 3), dtype=dt, device=dev)
+    M = initial_state(p, M0=M0, dtype=dt, device=dev, batched=True).M
     if M.ndim == 2:
         M = M[None]
-    if M.shape[1:] != (p, p):
-        raise ShapeError(f"`M0` must have shape (B, {p}, {p}) or ({p}, {p}); found {tuple(M.shape)}")
     B = max(M.shape[0], torch.as_tensor(lr).numel(), torch.as_tensor(weight_decay).numel())
     if M.shape[0] == 1:
         M = M.expand(B, p, p)
     elif M.shape[0] != B:
         raise ShapeError(f"`M0` holds {M.shape[0]} runs but `lr`/`weight_decay` hold {B}")
-    M = _check_psd_batch(M)
     eta = _batch_param("lr", lr, B, dt, dev)
     lam = _batch_param("weight_decay", weight_decay, B, dt, dev)
     if bool((eta <= 0).any()):
@@ -269,24 +261,3 @@ def simulate_batched(op: StructureOperator, y, *, M0, lr, steps: int, weight_dec
                               M=torch.stack(rec_M[b]) if save_M and rec_M[b] else None,
                               status=status[b], message=message[b], info=info))
     return out
-
-
-def _check_psd_batch(M: torch.Tensor) -> torch.Tensor:
-    """Symmetric part of each ``M_b``; raise unless each is symmetric PSD to round-off."""
-    eps = torch.finfo(M.dtype).eps
-    scale = M.abs().flatten(1).amax(1).clamp(min=torch.finfo(M.dtype).tiny)
-    asym = (M - M.transpose(1, 2)).abs().flatten(1).amax(1)
-    tol = 10 * eps * scale
-    if bool((asym > tol).any()):
-        b = int(torch.argmax(asym / scale))
-        raise InvalidParameterError(f"`M0` must be symmetric; run {b} has max |M − Mᵀ| = {float(asym[b]):.3e}")
-    M = 0.5 * (M + M.transpose(1, 2))
-    lam = torch.linalg.eigvalsh(M)[:, 0]
-    bad = lam < -tol * max(M.shape[1], 1)
-    if bool(bad.any()):
-        b = int(torch.nonzero(bad)[0])
-        raise InvalidParameterError(f"`M0` must be positive semidefinite; run {b} has smallest eigenvalue "
-                                    f"{float(lam[b]):.3e}")
-    return M
-
-

@@ -35,11 +35,12 @@ import numpy as np
 import torch
 from scipy.integrate import solve_ivp
 
-from .._validation import as_tensor, check_flow_scalars, check_shape
+from .._validation import as_tensor, check_flow_scalars
 from ..structure.operator import StructureOperator
 from .factored import factor_from_matrix, factor_from_weights, gradient_terms, orthogonalize_columns, predictions
+from .initial import initial_state
 from .losses import check_loss, loss_value, prepare_targets, residual
-from .simulate import POLISH_MAX_RANK, check_psd
+from .simulate import POLISH_MAX_RANK
 from .trajectory import DIVERGED, FINISHED, Trajectory
 from ..errors import InvalidParameterError, InvalidTypeError
 
@@ -90,9 +91,9 @@ def gradient_flow(op: StructureOperator, y, *, M0=None, W0=None, t_span, t_eval=
     if not isinstance(op, StructureOperator):
         raise InvalidTypeError(f"`op` must be a StructureOperator; found {type(op).__name__}")
     check_loss(loss)
-    if (M0 is None) == (W0 is None):
-        raise InvalidParameterError("exactly one of `M0` (p×p order parameter) and `W0` (p×m weights) must be given; found "
-                         + ("both" if M0 is not None else "neither"))
+    init = initial_state(op.p, M0=M0, W0=W0, dtype=op.dtype, device=op.device, zgz=op.satisfies_zgz)
+    W0, m = init.W0, init.width
+    mu_init = None if W0 is None or op.satisfies_zgz else W0.sum(1)
     atol_given = atol
     # non-finite spans, tolerances or rates would make the integrator run for ever: refused up front
     t0, t1, rtol, atol, weight_decay, max_step = check_flow_scalars(t_span, rtol, 1.0 if atol is None else atol,
@@ -100,19 +101,6 @@ def gradient_flow(op: StructureOperator, y, *, M0=None, W0=None, t_span, t_eval=
     atol = None if atol_given is None else atol
     y = prepare_targets(y, loss, op.n_samples, op.n_outputs, op.dtype, op.device)
     p, dt, dev = op.p, op.dtype, op.device
-    if W0 is not None:
-        W0 = as_tensor("W0", W0, ndim=2, dtype=dt, device=dev)
-        check_shape("W0", W0, (p, None))
-        M_init, m = W0 @ W0.T, W0.shape[1]
-        mu_init = None if op.satisfies_zgz else W0.sum(1)
-    else:
-        if not op.satisfies_zgz:
-            raise InvalidParameterError("this operator has a linear/cross term (no zero-gradient condition): pass `W0` "
-                             "(the flow of (M, μ) depends on the width m)")
-        M_init = as_tensor("M0", M0, ndim=2, dtype=dt, device=dev)
-        check_shape("M0", M_init, (p, p))
-        M_init = check_psd("M0", M_init)
-        m, mu_init = None, None
     if t_eval is not None:
         t_eval = as_tensor("t_eval", t_eval, ndim=(0, 1), dtype=torch.float64).cpu().numpy().reshape(-1)
         if t_eval.size and (t_eval.min() < t0 or t_eval.max() > t1):
@@ -120,7 +108,7 @@ def gradient_flow(op: StructureOperator, y, *, M0=None, W0=None, t_span, t_eval=
     if W0 is not None:
         L0, c = factor_from_weights(W0, with_ones=mu_init is not None)
     else:
-        L0, c = factor_from_matrix(M_init), None
+        L0, c = factor_from_matrix(init.M), None
     has_mu = c is not None
     polish = not has_mu and L0.shape[1] <= POLISH_MAX_RANK
     sol = _integrate(op, y, loss, weight_decay, L0, c, t0, t1, t_eval, rtol, atol, method, max_step, polish)

@@ -55,13 +55,13 @@ runs only in weight form.
 from __future__ import annotations
 
 import dataclasses
-import math
+from typing import Any
 
 import torch
 
-from .._validation import (as_tensor, check_run_scalars, check_saved_memory, check_shape, divergence_curvature,
-                           divergence_message, divergence_threshold_value, int_param, tolerance)
+from .._validation import check_saved_memory, divergence_curvature, divergence_threshold_value
 from ..errors import InvalidParameterError, InvalidTypeError, NotClosedError
+from ..structure import data_subspace, project_operator
 from ..structure.operator import StructureOperator
 from .factored import (
     apply_G,
@@ -71,76 +71,17 @@ from .factored import (
     orthogonalize_columns,
     predictions,
 )
+from .initial import check_psd, initial_state
+from .loop import OPTIMIZERS, StepRule, check_run_args, minibatch_indices, training_loop
 from .losses import check_loss, loss_value, prepare_targets, residual
-from ..structure import data_subspace, project_operator
-from .trajectory import DIVERGED, FINISHED, Trajectory
+from .trajectory import Trajectory
 
-__all__ = ["simulate", "minibatch_indices", "FORMS", "OPTIMIZERS"]
+__all__ = ["simulate", "minibatch_indices", "FORMS", "OPTIMIZERS", "check_psd", "check_run_args"]
 
 FORMS = ("order_parameter", "weights")
-OPTIMIZERS = ("gd", "sgd", "adam")
 POLISH_MAX_RANK = 256  # factors with more columns are not re-orthogonalised (O(p r²) per polish)
 POLISH_FACTOR = 100.0  # re-orthogonalise when a column norm has changed by this factor since the last time
 POLISH_EVERY = 8  # … checked every this many steps
-
-
-# --------------------------------------------------------------------------- helpers shared with train_network
-def minibatch_indices(n_samples: int, batch_size: int | None, steps: int, seed: int = 0):
-    """The minibatches of a run: a fresh random permutation per epoch, consecutive chunks of it.
-
-    The same ``(n_samples, batch_size, steps, seed)`` gives the same batches in
-    :func:`simulate` (either form) and in :func:`~nqf.dynamics.train_network`.
-    An epoch's last incomplete chunk is dropped (each batch has exactly
-    ``batch_size`` samples).
-
-    Yields
-    ------
-    torch.Tensor of int64, shape (batch_size,) (CPU), or ``None`` for full batch.
-    """
-    if batch_size is None:
-        for _ in range(steps):
-            yield None
-        return
-    gen = torch.Generator(device="cpu").manual_seed(int(seed))
-    perm, pos = torch.randperm(n_samples, generator=gen), 0
-    for _ in range(steps):
-        if pos + batch_size > n_samples:
-            perm, pos = torch.randperm(n_samples, generator=gen), 0
-        yield perm[pos:pos + batch_size]
-        pos += batch_size
-
-
-def check_run_args(lr, steps, optimizer, batch_size, momentum, weight_decay, n_samples, save_every):
-    """Validate the optimisation settings; returns ``(lr, steps, batch_size, save_every)``."""
-    lr, steps, momentum, weight_decay, save_every = check_run_scalars(lr, steps, momentum, weight_decay, save_every)
-    if optimizer not in OPTIMIZERS:
-        raise InvalidParameterError(f"`optimizer` must be one of {OPTIMIZERS}; found {optimizer!r}")
-    if optimizer == "gd" and batch_size is not None:
-        raise InvalidParameterError("`batch_size` must be None for `optimizer`='gd' (full batch); use 'sgd' for minibatches")
-    if optimizer == "sgd" and batch_size is None:
-        raise InvalidParameterError("`optimizer`='sgd' needs `batch_size` (minibatch size)")
-    if batch_size is not None:
-        batch_size = int_param("batch_size", batch_size, minimum=1, maximum=n_samples)
-    if optimizer == "adam" and momentum != 0.0:
-        raise InvalidParameterError("`momentum` is for 'gd'/'sgd'; Adam has its own `adam_betas`")
-    if save_every is None:
-        save_every = max(1, steps // 1000)
-    return float(lr), steps, None if batch_size is None else int(batch_size), int(save_every)
-
-
-def check_psd(name: str, M: torch.Tensor) -> torch.Tensor:
-    """Raise unless ``M`` is symmetric positive semidefinite (to round-off); return its symmetric part."""
-    scale = float(M.abs().max()) if M.numel() else 0.0
-    tol = tolerance(M.dtype) * max(scale, torch.finfo(M.dtype).tiny)
-    asym = float((M - M.T).abs().max()) if M.numel() else 0.0
-    if asym > tol:
-        raise InvalidParameterError(f"`{name}` must be symmetric; found max |M − Mᵀ| = {asym:.3e} (max |M| = {scale:.3e})")
-    M = 0.5 * (M + M.T)
-    lam = float(torch.linalg.eigvalsh(M).min()) if M.numel() else 0.0
-    if lam < -tol * max(M.shape[0], 1):
-        raise InvalidParameterError(f"`{name}` must be positive semidefinite (an order parameter W Wᵀ); found smallest "
-                         f"eigenvalue {lam:.3e}")
-    return M
 
 
 # --------------------------------------------------------------------------- entry point
@@ -233,29 +174,16 @@ def simulate(op: StructureOperator, y, *, M0=None, W0=None, lr: float, steps: in
             "`optimizer`='adam' does not close on the order parameter M = W Wᵀ: Adam divides each coordinate "
             "of the gradient 2GW by its own running RMS, which depends on W itself (and on the basis), not "
             "only on W Wᵀ. Use `form`='weights' with `W0`, or a closed optimizer ('gd', 'sgd', momentum).")
-    if (M0 is None) == (W0 is None):
-        raise InvalidParameterError("exactly one of `M0` (p×p order parameter) and `W0` (p×m weights) must be given; found "
-                         + ("both" if M0 is not None else "neither"))
+    if M0 is not None and W0 is None and form == "weights":
+        raise InvalidParameterError("`form`='weights' needs `W0` (p×m weights); `M0` only fixes W up to a rotation")
+    init = initial_state(op.p, M0=M0, W0=W0, dtype=op.dtype, device=op.device, zgz=op.satisfies_zgz)
+    M0, W0, width = init.M0, init.W0, init.width
     y = prepare_targets(y, loss, op.n_samples, op.n_outputs, op.dtype, op.device)
     p = op.p
-    if W0 is not None:
-        W0 = as_tensor("W0", W0, ndim=2, dtype=op.dtype, device=op.device)
-        check_shape("W0", W0, (p, None))
-        width = W0.shape[1]
-    else:
-        if form == "weights":
-            raise InvalidParameterError("`form`='weights' needs `W0` (p×m weights); `M0` only fixes W up to a rotation")
-        if not op.satisfies_zgz:
-            raise InvalidParameterError("this operator has a linear/cross term (no zero-gradient condition): the dynamics "
-                             "close on (M, μ) and depend on the width m, so pass `W0` (p×m) instead of `M0`")
-        M0 = as_tensor("M0", M0, ndim=2, dtype=op.dtype, device=op.device)
-        check_shape("M0", M0, (p, p))
-        M0 = check_psd("M0", M0)
-        width = None
     divergence_threshold = divergence_threshold_value(divergence_threshold)
     itemsize = torch.empty((), dtype=op.dtype).element_size()
     check_saved_memory(steps, save_every, itemsize * ((p * p if save_M else 0) + (p if not op.satisfies_zgz else 0)
-                                                      + (p * width if form == "weights" and save_W else 0)) + 16,
+                                                      + (p * (width or 0) if form == "weights" and save_W else 0)) + 16,
                        device=op.device)
 
     settings = dict(form=form, optimizer=optimizer, lr=lr, steps=steps, batch_size=batch_size,
@@ -272,165 +200,123 @@ def simulate(op: StructureOperator, y, *, M0=None, W0=None, lr: float, steps: in
     return traj
 
 
-# --------------------------------------------------------------------------- the loop
+# --------------------------------------------------------------------------- the run
 def _run(op, y, M0, W0, s, track_transfer: bool = False) -> Trajectory:
-    """Run the loop; with ``track_transfer`` also propagate the linear transfer map ``Φ`` (Φ(0) = I)
-    and the scalar factor ``a`` of directions with ``S = λ I`` (used by compression).
+    """Run :func:`~nqf.dynamics.loop.training_loop`; with ``track_transfer`` also propagate the linear transfer
+    map ``Φ`` (Φ(0) = I) and the scalar factor ``a`` of directions with ``S = λ I`` (used by compression).
 
     Both forms propagate a left factor of the units (:mod:`nqf.dynamics.factored`): the weight
     form ``W`` itself (``c = 1``), the order-parameter form ``L`` with ``M = L Lᵀ`` (``r ≤ p``
-    columns, ``p + 1`` without ZGZ), the momentum buffer ``K`` with ``V = K Qᵀ``."""
-    form, opt, lr, lam, beta = s["form"], s["optimizer"], s["lr"], s["weight_decay"], s["momentum"]
+    columns, ``p + 1`` without ZGZ), the momentum buffer ``K`` with ``V = K Qᵀ``; the gradient
+    of the units is ``S L + h cᵀ`` (module docstring)."""
+    lr, lam, beta = s["lr"], s["weight_decay"], s["momentum"]
     p, N, dt, dev = op.p, op.n_samples, op.dtype, op.device
     zgz = op.satisfies_zgz
-    weights = form == "weights"
-    if W0 is not None:
-        m = W0.shape[1]
-        if weights:
-            L = W0.clone()
-            c = None if zgz else torch.ones(m, dtype=dt, device=dev)
-        else:
-            L, c = factor_from_weights(W0, with_ones=not zgz)
+    weights = s["form"] == "weights"
+    if W0 is None:
+        L, c = factor_from_matrix(M0), None
+    elif weights:
+        L, c = W0.clone(), (None if zgz else torch.ones(W0.shape[1], dtype=dt, device=dev))
     else:
-        m, c = None, None
-        L = factor_from_matrix(M0)
-    mu = None if zgz else L @ c
-    mom = beta != 0.0
-    K = torch.zeros_like(L) if mom else None
+        L, c = factor_from_weights(W0, with_ones=not zgz)
     # keep the columns of the factor along eigenvectors of M (relative accuracy of small directions)
     polish = not weights and zgz and L.shape[1] <= POLISH_MAX_RANK
     if polish:
         L = orthogonalize_columns(L)
-        ref_norm = L.norm(dim=0)
-    if opt == "adam":
-        m1, m2 = torch.zeros_like(L), torch.zeros_like(L)
-    if track_transfer:
-        Phi, Psi = torch.eye(p, dtype=dt, device=dev), torch.zeros(p, p, dtype=dt, device=dev)
-        a_sc, b_sc = 1.0, 0.0
-
+    st: dict[str, Any] = dict(ref_norm=L.norm(dim=0), Phi=torch.eye(p, dtype=dt, device=dev),
+                              Psi=torch.zeros(p, p, dtype=dt, device=dev), a=1.0, b=0.0)
     rec = dict(step=[], loss=[], M=[], W=[], mu=[], Phi=[], a=[])
-    full_loss0 = None
-    status, message = FINISHED, f"finished {s['steps']} steps"
-
-    def save(k, Lv):
-        rec["step"].append(k)
-        rec["loss"].append(Lv)
-        if s["save_M"]:
-            M = L @ L.T
-            rec["M"].append(0.5 * (M + M.T))
-        if weights and s["save_W"]:
-            rec["W"].append(L.clone())
-        if mu is not None:
-            rec["mu"].append(mu.clone())
-        if track_transfer:
-            rec["Phi"].append(Phi.clone())
-            rec["a"].append(a_sc)
-
-    batches = minibatch_indices(N, s["batch_size"], s["steps"], s["seed"])
     mse = s["loss"] == "mse"
-    threshold = s["divergence_threshold"]
-    L_prev = r = None  # the last finite state and its residual (for the curvature in a divergence message)
-    for k in range(s["steps"] + 1):
-        last = k == s["steps"]
-        idx = None if last else next(batches)
+
+    def mu_of(L):
+        return None if c is None else L @ c
+
+    def evaluate(params, idx):
+        (L,) = params
         if idx is None:
             ob, yb, nb = op, y, N
         else:
             idx = idx.to(dev)
             ob, yb, nb = op.take(idx), y[idx], idx.numel()
+        mu = mu_of(L)
         f = predictions(ob, L, mu)
+        ctx = dict(ob=ob, yb=yb, nb=nb, f=f, mu=mu, r=None)
         if mse:  # ½ Σ (f − y)² / N with one reduction; the residual is the same difference
-            r = f - yb
+            ctx["r"] = r = f - yb
             rf = r.reshape(-1)
-            Lb = 0.5 * torch.dot(rf, rf) / nb
-        else:
-            Lb = loss_value(f, yb, s["loss"])
-        saving = last or k % s["save_every"] == 0
-        if idx is None:
-            Lfull = Lb
-        elif saving:
-            Lfull = loss_value(predictions(op, L, mu), y, s["loss"])
-        else:
-            Lfull = None
-        if full_loss0 is None:
-            full_loss0 = float(Lfull)
-            limit = threshold * max(full_loss0, torch.finfo(dt).tiny)
-        Lcheck = float(Lb)
-        if not math.isfinite(Lcheck) or Lcheck > limit or (saving and not bool(torch.isfinite(L).all())):
-            status = DIVERGED
-            curv = divergence_curvature(op, L_prev, r, lam, N, loss=s["loss"]) \
-                if s["batch_size"] is None and opt != "adam" else None
-            message = divergence_message(step=k, t=k * lr, loss=Lcheck, limit=limit, lr=lr, saved=len(rec["step"]),
-                                         curvature=curv, momentum=beta, optimizer=opt)
-            break
-        if saving:
-            save(k, float(Lfull))
-        if last:
-            break
-        if not mse:
-            r = residual(f, yb, s["loss"])
-        L_prev = L
-        GL, h = gradient_terms(ob, r, L, mu, nb)
-        if opt != "adam" and not mom and not lam and h is None:
-            L = torch.add(L, GL, alpha=-2.0 * lr)  # plain GD: L ← (I − 2ηG) L in one pass
-            g = None
-        else:
-            g = 2.0 * GL  # S L = 2 G L + λ L; the gradient of the units is S L + h cᵀ
-            if lam:
-                g = g + lam * L
-            if h is not None:
-                g = g + torch.outer(h, c)
-        if g is None:
-            pass
-        elif opt == "adam":
-            b1, b2 = s["adam_betas"]
-            m1.mul_(b1).add_(g, alpha=1 - b1)
-            m2.mul_(b2).addcmul_(g, g, value=1 - b2)
-            mhat = m1 / (1 - b1 ** (k + 1))
-            vhat = m2 / (1 - b2 ** (k + 1))
-            L = L - lr * mhat / (vhat.sqrt() + s["adam_eps"])
-        elif mom:
-            K = beta * K + g
-            L = L - lr * K
-        else:
-            L = L - lr * g
-        if mu is not None:
-            mu = L @ c
+            return 0.5 * torch.dot(rf, rf) / nb, ctx
+        return loss_value(f, yb, s["loss"]), ctx
+
+    def gradient(params, ctx, idx):
+        if ctx["r"] is None:
+            ctx["r"] = residual(ctx["f"], ctx["yb"], s["loss"])
+        GL, h = gradient_terms(ctx["ob"], ctx["r"], params[0], ctx["mu"], ctx["nb"])
+        g = 2.0 * GL  # S L = 2 G L + λ L (λ added by the loop); the gradient of the units is S L + h cᵀ
+        return [g if h is None or c is None else g + torch.outer(h, c)]
+
+    def after_step(k, params, descent, ctx):
+        (L,) = params
         if polish and k % POLISH_EVERY == 0:
-            ratio = L.norm(dim=0) / ref_norm
+            ratio = L.norm(dim=0) / st["ref_norm"]
             if bool(((ratio > POLISH_FACTOR) | (ratio * POLISH_FACTOR < 1.0)).any()):
-                if mom:
-                    LK = orthogonalize_columns(torch.cat([L, K], 0))
-                    L, K = LK[:p], LK[p:]
+                if descent.velocity is not None:
+                    LK = orthogonalize_columns(torch.cat([L, descent.velocity[0]], 0))
+                    L, descent.velocity[0] = LK[:p], LK[p:]
                 else:
                     L = orthogonalize_columns(L)
-                ref_norm = L.norm(dim=0)
+                st["ref_norm"] = L.norm(dim=0)
         if track_transfer:
-            SPhi = 2.0 * apply_G(ob, r, Phi, nb) + lam * Phi
-            if mom:
-                Psi = beta * Psi + SPhi
-                Phi = Phi - lr * Psi
-                b_sc = beta * b_sc + lam * a_sc
-                a_sc = a_sc - lr * b_sc
+            Phi = st["Phi"]
+            SPhi = 2.0 * apply_G(ctx["ob"], ctx["r"], Phi, ctx["nb"]) + lam * Phi
+            if beta:
+                st["Psi"] = beta * st["Psi"] + SPhi
+                st["Phi"] = Phi - lr * st["Psi"]
+                st["b"] = beta * st["b"] + lam * st["a"]
+                st["a"] = st["a"] - lr * st["b"]
             else:
-                Phi = Phi - lr * SPhi
-                a_sc = a_sc * (1.0 - lr * lam)
+                st["Phi"] = Phi - lr * SPhi
+                st["a"] = st["a"] * (1.0 - lr * lam)
+        return [L]
 
+    def save(k, params, loss):
+        (L,) = params
+        rec["step"].append(k)
+        rec["loss"].append(loss)
+        if s["save_M"]:
+            M = L @ L.T
+            rec["M"].append(0.5 * (M + M.T))
+        if weights and s["save_W"]:
+            rec["W"].append(L.clone())
+        if c is not None:
+            rec["mu"].append(mu_of(L))
+        if track_transfer:
+            rec["Phi"].append(st["Phi"].clone())
+            rec["a"].append(st["a"])
+
+    rule = StepRule(lr=lr, optimizer=s["optimizer"], momentum=beta, weight_decay=lam, adam_betas=s["adam_betas"],
+                    adam_eps=s["adam_eps"])
+    out = training_loop(
+        [L], rule, steps=s["steps"], n_samples=N, batch_size=s["batch_size"], seed=s["seed"],
+        save_every=s["save_every"], divergence_threshold=s["divergence_threshold"], evaluate=evaluate,
+        gradient=gradient, save=save, after_step=after_step,
+        full_loss=lambda params: loss_value(predictions(op, params[0], mu_of(params[0])), y, s["loss"]),
+        curvature=lambda prev, ctx: None if prev is None else divergence_curvature(op, prev[0], ctx["r"], lam, N,
+                                                                                   loss=s["loss"]))
     step = torch.tensor(rec["step"], dtype=torch.long)
-    traj = Trajectory(
+    info = dict(s)
+    if not weights:
+        info["factor_rank"] = int(L.shape[1])
+    if track_transfer:
+        info["Phi"] = torch.stack(rec["Phi"]) if rec["Phi"] else None
+        info["a"] = torch.tensor(rec["a"], dtype=dt)
+    return Trajectory(
         t=step.to(dtype=dt, device=dev) * lr,
         loss=torch.tensor(rec["loss"], dtype=dt, device=dev),
         step=step,
         M=torch.stack(rec["M"]) if rec["M"] else None,
         W=torch.stack(rec["W"]) if rec["W"] else None,
         mu=torch.stack(rec["mu"]) if rec["mu"] else None,
-        status=status, message=message, info=dict(s))
-    if not weights:
-        traj.info["factor_rank"] = int(L.shape[1])
-    if track_transfer:
-        traj.info["Phi"] = torch.stack(rec["Phi"]) if rec["Phi"] else None
-        traj.info["a"] = torch.tensor(rec["a"], dtype=dt)
-    return traj
+        status=out.status, message=out.message, info=info)
 
 
 def _simulate_compressed(op, y, M0, W0, s) -> Trajectory:

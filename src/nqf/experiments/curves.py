@@ -9,6 +9,7 @@ import math
 import numpy as np
 import torch
 
+from ..dynamics.initial import initial_weights  # re-exported: the one builder of W(0) = √ε Q
 from ..reductions.timing import crossing_time  # re-exported: the one level-crossing time
 
 __all__ = ["crossing_time", "to_cpu", "initial_weights", "stop_reason", "mark_stop", "mark_unfinished",
@@ -22,17 +23,6 @@ def to_cpu(traj):
     """A trajectory with every tensor on the CPU (for saving and plotting)."""
     return dataclasses.replace(traj, **{f.name: getattr(traj, f.name).cpu() for f in dataclasses.fields(traj)
                                         if isinstance(getattr(traj, f.name), torch.Tensor)})
-
-
-def initial_weights(p: int, m: int, eps: float, gen: torch.Generator) -> torch.Tensor:
-    """``W0 = √ε Q`` with ``Q`` (p, m) of orthonormal rows, so that ``M(0) = W0 W0ᵀ = εI`` (needs ``m ≥ p``).
-
-    Returns
-    -------
-    torch.Tensor, shape (p, m), float64
-    """
-    Qm, _ = torch.linalg.qr(torch.randn(m, p, dtype=torch.float64, generator=gen))
-    return math.sqrt(eps) * Qm.T
 
 
 def stop_reason(**trajectories) -> str:

@@ -1,0 +1,236 @@
+r"""The one discrete training loop: GD / minibatch SGD / heavy-ball momentum / weight decay / Adam (docs/theory.md §3).
+
+Conventions (docs/theory.md §0): ``L = (1/N) Σ_n ℓ(f_n, y_n)`` (a minibatch uses its own
+mean), a step is ``x ← x − η ∇_x L`` for every trained tensor ``x``, training time
+``t = η · step``.  The update rules, each applied to every tensor of the list:
+
+* weight decay λ adds ``(λ/2)‖x‖²`` to the loss (coupled L2, ``torch.optim.SGD``'s
+  ``weight_decay``): ``g = ∇_x L + λ x``;
+* plain GD/SGD: ``x ← x − η g``;
+* heavy-ball momentum β (``torch.optim.SGD`` convention): ``v ← β v + g``, ``x ← x − η v``;
+* Adam (``torch.optim.Adam`` conventions, bias-corrected): ``m₁ ← β₁ m₁ + (1 − β₁) g``,
+  ``m₂ ← β₂ m₂ + (1 − β₂) g²``, ``x ← x − η m̂₁ / (√m̂₂ + ε)`` with
+  ``m̂ᵢ = mᵢ / (1 − βᵢ^{k+1})``.
+
+:func:`training_loop` runs these steps with the minibatches of :func:`minibatch_indices`,
+saves every ``save_every`` steps (step 0 and the last step always), and stops when the
+batch loss is not finite or exceeds ``divergence_threshold × L(0)`` (``L(0)`` the
+full-data loss at step 0).  What is trained and how its loss and gradient are computed
+is the caller's: the weight and order-parameter forms of :func:`~nqf.dynamics.simulate`
+pass the factor of ``M`` and the closed gradient ``S L + h cᵀ``;
+:func:`~nqf.dynamics.train_network` passes the unit weights of a real module and the
+autograd gradient.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from .._validation import check_run_scalars, divergence_message, int_param
+from ..errors import InvalidParameterError
+from ..results import Result, summarize
+from .trajectory import DIVERGED, FINISHED
+
+__all__ = ["StepRule", "Descent", "LoopOutcome", "training_loop", "minibatch_indices", "check_run_args", "OPTIMIZERS"]
+
+OPTIMIZERS = ("gd", "sgd", "adam")
+
+
+def minibatch_indices(n_samples: int, batch_size: int | None, steps: int, seed: int = 0) -> Iterator:
+    """The minibatches of a run: a fresh random permutation per epoch, consecutive chunks of it.
+
+    The same ``(n_samples, batch_size, steps, seed)`` gives the same batches in
+    :func:`~nqf.dynamics.simulate` (either form) and in :func:`~nqf.dynamics.train_network`.
+    An epoch's last incomplete chunk is dropped (each batch has exactly
+    ``batch_size`` samples).
+
+    Yields
+    ------
+    torch.Tensor of int64, shape (batch_size,) (CPU), or ``None`` for full batch.
+    """
+    if batch_size is None:
+        for _ in range(steps):
+            yield None
+        return
+    gen = torch.Generator(device="cpu").manual_seed(int(seed))
+    perm, pos = torch.randperm(n_samples, generator=gen), 0
+    for _ in range(steps):
+        if pos + batch_size > n_samples:
+            perm, pos = torch.randperm(n_samples, generator=gen), 0
+        yield perm[pos:pos + batch_size]
+        pos += batch_size
+
+
+def check_run_args(lr, steps, optimizer, batch_size, momentum, weight_decay, n_samples, save_every):
+    """Validate the optimisation settings; returns ``(lr, steps, batch_size, save_every)``.
+
+    ``save_every=None`` becomes ``max(1, steps // 1000)``.
+    """
+    lr, steps, momentum, weight_decay, save_every = check_run_scalars(lr, steps, momentum, weight_decay, save_every)
+    if optimizer not in OPTIMIZERS:
+        raise InvalidParameterError(f"`optimizer` must be one of {OPTIMIZERS}; found {optimizer!r}")
+    if optimizer == "gd" and batch_size is not None:
+        raise InvalidParameterError("`batch_size` must be None for `optimizer`='gd' (full batch); use 'sgd' for "
+                                    "minibatches")
+    if optimizer == "sgd" and batch_size is None:
+        raise InvalidParameterError("`optimizer`='sgd' needs `batch_size` (minibatch size)")
+    if batch_size is not None:
+        batch_size = int_param("batch_size", batch_size, minimum=1, maximum=n_samples)
+    if optimizer == "adam" and momentum != 0.0:
+        raise InvalidParameterError("`momentum` is for 'gd'/'sgd'; Adam has its own `adam_betas`")
+    if save_every is None:
+        save_every = max(1, steps // 1000)
+    return float(lr), steps, None if batch_size is None else int(batch_size), int(save_every)
+
+
+@dataclass(frozen=True)
+class StepRule:
+    """The update rule of a step (module docstring): ``optimizer`` ``"gd"``/``"sgd"`` (with ``momentum``
+    β ∈ [0, 1)) or ``"adam"``; ``weight_decay`` λ ≥ 0; step size ``lr`` η.  Validated by
+    :func:`check_run_args`."""
+
+    lr: float
+    optimizer: str = "gd"
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    adam_eps: float = 1e-8
+
+
+class Descent:
+    """The optimiser state over a list of tensors: momentum buffers ``velocity`` (heavy ball) or the
+    Adam moments.  :meth:`step` returns new tensors (the inputs are not modified)."""
+
+    def __init__(self, rule: StepRule, params: Sequence[torch.Tensor]):
+        self.rule = rule
+        adam = rule.optimizer == "adam"
+        self.velocity = [torch.zeros_like(x) for x in params] if rule.momentum and not adam else None
+        self.moments = [(torch.zeros_like(x), torch.zeros_like(x)) for x in params] if adam else None
+
+    def step(self, params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], k: int) -> list[torch.Tensor]:
+        """One step ``k`` (0-based; Adam's bias correction uses ``k + 1``) from the loss gradients ``grads``."""
+        rule = self.rule
+        lr, lam, beta = rule.lr, rule.weight_decay, rule.momentum
+        out = []
+        for i, (x, g) in enumerate(zip(params, grads, strict=True)):
+            if lam:
+                g = g + lam * x
+            if self.moments is not None:
+                b1, b2 = rule.adam_betas
+                m1, m2 = self.moments[i]
+                m1.mul_(b1).add_(g, alpha=1 - b1)
+                m2.mul_(b2).addcmul_(g, g, value=1 - b2)
+                mhat = m1 / (1 - b1 ** (k + 1))
+                vhat = m2 / (1 - b2 ** (k + 1))
+                x = x - lr * mhat / (vhat.sqrt() + rule.adam_eps)
+            elif self.velocity is not None:
+                v = beta * self.velocity[i] + g
+                self.velocity[i] = v
+                x = x - lr * v
+            else:
+                x = torch.add(x, g, alpha=-lr)
+            out.append(x)
+        return out
+
+
+@dataclass(frozen=True)
+class LoopOutcome(Result):
+    """How :func:`training_loop` ended: the final tensors, ``status`` (``0`` finished, ``-1``
+    diverged) and the message."""
+
+    params: list
+    status: int
+    message: str
+
+    def __repr__(self) -> str:
+        return f"LoopOutcome(tensors={len(self.params)}, status={self.status}, message={summarize(self.message)})"
+
+    def to_dict(self) -> dict:
+        """JSON-ready: the shapes of the final tensors, ``status`` and ``message``."""
+        return {"shapes": [list(x.shape) for x in self.params], "status": int(self.status), "message": self.message}
+
+
+def training_loop(params: Sequence[torch.Tensor], rule: StepRule, *, steps: int, n_samples: int,
+                  batch_size: int | None, seed: int, save_every: int, divergence_threshold: float,
+                  evaluate: Callable, gradient: Callable, save: Callable, full_loss: Callable | None = None,
+                  after_step: Callable | None = None, curvature: Callable | None = None) -> LoopOutcome:
+    r"""Run ``steps`` steps of ``rule`` on the tensors ``params`` (module docstring).
+
+    At each step ``k = 0, …, steps``: the batch loss at the current tensors, the
+    divergence check, the save (every ``save_every`` steps, and the last), then — except
+    after the last step — the gradient and the update.
+
+    Parameters
+    ----------
+    params : sequence of torch.Tensor
+        The trained tensors at step 0.
+    rule : StepRule
+    steps, n_samples, batch_size, seed
+        Number of steps; samples and minibatch size (``None``: full batch) and seed of
+        :func:`minibatch_indices`.
+    save_every : int
+        Save every this many steps (step 0 and the last step always).
+    divergence_threshold : float
+        Stop when the batch loss is not finite or exceeds this multiple of the full-data ``L(0)``,
+        or (at a save) a tensor is not finite.
+    evaluate : callable ``(params, idx) -> (loss, ctx)``
+        The mean loss on the batch ``idx`` (int64 CPU tensor, ``None`` = all data) at ``params``
+        and whatever the gradient needs (``ctx``: residuals, an autograd graph).
+    gradient : callable ``(params, ctx, idx) -> list of torch.Tensor``
+        ``∇_x L`` on that batch, one per tensor, without weight decay.
+    save : callable ``(k, params, loss)``
+        Store a state; ``loss`` is the full-data loss (float).
+    full_loss : callable ``params -> float``, optional
+        The full-data loss at a save or at step 0 of a minibatch run (default: ``evaluate(params, None)``).
+    after_step : callable ``(k, params, descent, ctx) -> params or None``, optional
+        Called after each update with the new tensors and the :class:`Descent` (whose buffers it may
+        replace); a returned list replaces the tensors (e.g. a rotation of a factor).
+    curvature : callable ``(previous_params, ctx) -> float or None``, optional
+        Curvature estimate for the divergence message (asked only for full-batch GD/momentum).
+
+    Returns
+    -------
+    LoopOutcome
+    """
+    params = list(params)
+    descent = Descent(rule, params)
+    dtype = params[0].dtype
+    batches = minibatch_indices(n_samples, batch_size, steps, seed)
+    status, message = FINISHED, f"finished {steps} steps"
+    limit, previous, saved = None, None, 0
+    for k in range(steps + 1):
+        last = k == steps
+        idx = None if last else next(batches)
+        Lb, ctx = evaluate(params, idx)
+        saving = last or k % save_every == 0
+        if idx is None:
+            Lfull = Lb
+        elif saving or limit is None:
+            Lfull = float(evaluate(params, None)[0]) if full_loss is None else full_loss(params)
+        if limit is None:
+            limit = divergence_threshold * max(float(Lfull), torch.finfo(dtype).tiny)
+        Lcheck = float(Lb)
+        if not math.isfinite(Lcheck) or Lcheck > limit or (saving and not all(bool(torch.isfinite(x).all())
+                                                                              for x in params)):
+            status = DIVERGED
+            curv = curvature(previous, ctx) if curvature is not None and batch_size is None \
+                and rule.optimizer != "adam" else None
+            message = divergence_message(step=k, t=k * rule.lr, loss=Lcheck, limit=limit, lr=rule.lr, saved=saved,
+                                         curvature=curv, momentum=rule.momentum, optimizer=rule.optimizer)
+            break
+        if saving:
+            save(k, params, float(Lfull))
+            saved += 1
+        if last:
+            break
+        grads = gradient(params, ctx, idx)
+        previous = params
+        with torch.no_grad():
+            params = descent.step(params, grads, k)
+        if after_step is not None:
+            params = after_step(k, params, descent, ctx) or params
+    return LoopOutcome(params=params, status=status, message=message)
