@@ -80,18 +80,23 @@ def predict(op, Y, eps: float, *, commuting: bool, M0=None) -> Prediction:
         rates = np.concatenate([zeta[pl.modes.numpy()], [0.0]]) if times.size else np.array([0.0])
         ranks = np.arange(times.size + 1)
         return Prediction("lotka-volterra", levels, times, times.copy(), rates, ranks, dirs,
-                          True, float(eps), ("commuting data: Lotka–Volterra reduction",))
+                          True, float(eps), ("commuting data: Lotka–Volterra reduction",),
+                          ("Lotka–Volterra",) * int(times.size))
+    from ..reductions.saddles.clock import predicted_escape_times
+
     seq = saddle_sequence(op, Y, rule="commuting" if commuting else "generic")
     K = len(seq) - 1
-    times = seq.escape_times(eps) if K else np.zeros(0)
+    times, rules = predicted_escape_times(seq, eps) if K else (np.zeros(0), ())
     lead = seq.escape_times(eps, offset=False) if K else np.zeros(0)
     dirs = np.stack([seq.saddles[k].escape_direction[:, 0].numpy() for k in range(K)], 1) if K else np.zeros((op.p, 0))
-    notes = ["first drop with its exact O(1) offset; later drops leading order τ_k ln(1/ε)"] + list(seq.notes)
+    notes = ["drop times: the first with its exact O(1) offset; later ones with the O(1) correction of the "
+             "small-part recursion where it applies, else leading order τ_k ln(1/ε) (rule per drop in "
+             "time_rules)"] + list(seq.notes)
     if commuting:
         notes.insert(0, "commuting data too large for the dense Lotka–Volterra reduction: saddle sequence with "
                         "the commuting rule (equal to the Lotka–Volterra ε → 0 limit)")
     return Prediction("saddle-sequence", seq.plateau_levels, np.asarray(times), np.asarray(lead), seq.escape_rates,
-                      seq.ranks, dirs, bool(seq.global_minimum), float(eps), tuple(notes))
+                      seq.ranks, dirs, bool(seq.global_minimum), float(eps), tuple(notes), tuple(rules))
 
 
 def _as_data(X, Y, name: str | None) -> Dataset:
