@@ -26,7 +26,7 @@ from ..errors import NQFError
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
-    import tomli as tomllib
+    import tomli as tomllib  # pyright: ignore[reportMissingImports]  # installed only on Python < 3.11
 
 __all__ = ["RunConfig", "ConfigError", "load_config", "parse_config", "format_validation_error",
            "parse_set", "apply_overrides", "resolved_config", "config_hash", "read_config_data"]

@@ -22,11 +22,11 @@ import torch
 from matplotlib import colormaps
 from pydantic import Field, model_validator
 
+from ..errors import InvalidParameterError
 from ..report.figures import new_figure
 from .base import Check, EpsList, Experiment, Outcome, Params, Table, register
 from .catalog import CATALOG
 from .curves import mark_stop, mark_unfinished, stop_reason
-from ..errors import InvalidParameterError
 
 __all__ = ["InteractingModes", "correlated_task"]
 
@@ -43,8 +43,8 @@ class InteractingParams(Params):
     @model_validator(mode="after")
     def _sizes(self):
         if self.n_samples < self.n_modes:
-            raise InvalidParameterError(f"`n_samples` = {self.n_samples} must be ≥ `n_modes` = {self.n_modes} (a full-rank "
-                             "interaction matrix C)")
+            raise InvalidParameterError(f"`n_samples` = {self.n_samples} must be ≥ `n_modes` = {self.n_modes} "
+                                        "(a full-rank interaction matrix C)")
         return self
 
 
@@ -75,8 +75,8 @@ class InteractingModes(Experiment):
     Params = InteractingParams
     tiny = {"n_modes": 4, "n_samples": 40, "eps": [1e-10, 1e-40], "n_points": 200}
     checks = ("rescaled switch-on time τ of every switch-on event at the smallest ε: ε → 0 active-set limit "
-              "(nqf.reductions.lv.limit, a combinatorial QP path) vs the stiff log-coordinate integration of the LV flow "
-              "(independent integration); absolute tolerance B/ln(1/ε), the theory's O(1/ln(1/ε)) error with "
+              "(nqf.reductions.lv.limit, a combinatorial QP path) vs the stiff log-coordinate integration of the LV "
+              "flow (independent integration); absolute tolerance B/ln(1/ε), the theory's O(1/ln(1/ε)) error with "
               "the O(1) time offset bounded by B = Σ_{events so far} (|ln(v/2)| + c)/r (v: the mode's plateau "
               "value, r: its growth rate d ln z/dt before the event, c = `offset_constant`)",)
 
@@ -89,7 +89,7 @@ class InteractingModes(Experiment):
         X, y = correlated_task(K, P.n_samples, P.noise, ctx.seed + 1)
         op = matrix_sensing(X)
         base = lv.reduce(op, y, P.eps[0] * torch.eye(K, dtype=torch.float64))
-        res = lv.limit(base.beta, base.C, y2=float(base.y2))
+        res = lv.limit(base.beta, base.C, y2=base.y2)
         ons = [e for e in res.events if e.kind == "on"]
         tau_end = float(res.path_tau[-1])
         never = np.flatnonzero(np.isinf(res.switch_on_times().numpy()))
@@ -144,7 +144,7 @@ class InteractingModes(Experiment):
         axL = axes[len(P.eps)]
         for ax in axes[len(P.eps) + 1:]:
             ax.axis("off")
-        for i, e in enumerate(P.eps):
+        for e in P.eps:
             axL.plot(out.arrays[f"eps_{e:g}_tau"], out.arrays[f"eps_{e:g}_loss"], lw=1.5, label=f"ε = {e:g}")
         tau_lim = np.concatenate([[0.0], res.taus.numpy(), [tau_end]])
         L_lim = np.concatenate([[res.initial_loss], res.losses.numpy(), [res.losses.numpy()[-1]]])

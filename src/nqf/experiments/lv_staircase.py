@@ -20,11 +20,11 @@ import numpy as np
 import torch
 from pydantic import Field, model_validator
 
+from ..errors import InvalidParameterError
 from ..report.figures import mark_times, new_figure
 from .base import Check, EpsList, Experiment, Outcome, Params, Table, register
 from .catalog import CATALOG
 from .curves import crossing_time, mark_stop, mark_unfinished, stop_reason, to_cpu
-from ..errors import InvalidParameterError
 
 __all__ = ["LVStaircase", "diagonal_task"]
 
@@ -47,8 +47,9 @@ class LVStaircaseParams(Params):
             raise InvalidParameterError(f"`n_samples` = {self.n_samples} must be ≥ `n_modes` = {self.n_modes} for "
                              "orthogonal features")
         if self.time_tolerance * self.step_fraction >= 0.5:
-            raise InvalidParameterError(f"`time_tolerance` · `step_fraction` = {self.time_tolerance * self.step_fraction:g} "
-                             "must be < 0.5 for the checks to mean anything")
+            raise InvalidParameterError(
+                f"`time_tolerance` · `step_fraction` = {self.time_tolerance * self.step_fraction:g} "
+                "must be < 0.5 for the checks to mean anything")
         return self
 
 
@@ -85,8 +86,8 @@ class LVStaircase(Experiment):
               "tolerance `time_tolerance` · `step_fraction` (same origin)")
 
     def run(self, params: LVStaircaseParams, ctx, out: Outcome) -> None:
-        from ..reductions import lv
         from ..dynamics import simulate
+        from ..reductions import lv
         from ..structure import matrix_sensing
 
         P = params
@@ -112,6 +113,7 @@ class LVStaircase(Experiment):
             run = ctx.checkpoint(f"eps_{e:g}", lambda e=e, steps=steps, save=save: to_cpu(simulate(
                 op, y, M0=e * torch.eye(K, dtype=torch.float64), lr=lr, steps=steps, save_every=save)))
             t = run.t.numpy()
+            assert system.basis is not None  # lv.reduce always records the basis of the K modes
             B = system.basis.to(torch.float64)
             z = torch.einsum("pk,tpq,qk->tk", B, run.M, B).numpy()
             zf = system.final_state().numpy()
