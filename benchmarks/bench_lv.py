@@ -1,4 +1,4 @@
-"""Benchmark of the Lotka–Volterra solvers (nqf.lv).
+"""Benchmark of the Lotka–Volterra solvers (nqf.reductions.lv).
 
 Prints wall-clock times for
 
@@ -11,22 +11,39 @@ Prints wall-clock times for
    by side with the previous implementation (Radau with the sparse Jacobian; slow: ``--no-before``
    skips it);
 3. the ε → 0 limit (active-set construction) for K = 2000 interacting modes with a dense
-   diagonal-plus-low-rank C — checked against scipy's NNLS on the square-root factor.
+   diagonal-plus-low-rank C — checked against scipy's NNLS on the square-root factor, and side by
+   side with the previous implementation (``benchmarks/lv_limit_reference.py``: explicit inverse of
+   ``C_SS``, ``β − Cz`` recomputed in ``O(K²)`` after every event), same events required.
 
-Run: ``python benchmarks/bench_lv.py [--K 10000] [--K-limit 2000]``.
+Times are wall-clock and CPU (``time.process_time``) with single-threaded BLAS by default, so
+that the ratios measured in one run are meaningful on a shared machine.
+
+Run: ``python benchmarks/bench_lv.py [--K 10000] [--K-limit 2000] [--parts limit] [--no-before]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import nnls
 
-from nqf.lv.limit import limit
-from nqf.lv.system import LotkaVolterra
+try:
+    from threadpoolctl import threadpool_limits
+except ImportError:  # pragma: no cover - optional
+    threadpool_limits = None
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from lv_limit_reference import reference_limit
+
+from nqf.reductions.lv.limit import limit
+from nqf.reductions.lv.system import LotkaVolterra
 
 
 def bench_diagonal(K: int, eps: float, rng) -> None:
@@ -37,7 +54,7 @@ def bench_diagonal(K: int, eps: float, rng) -> None:
     ts = lv.logistic_switch_times().numpy()
     T = 1.2 * np.nanmax(ts[np.isfinite(ts)])
     z = lv.logistic(np.linspace(0.0, T, 400)).numpy()
-    pl = lv.plateaus()
+    lv.plateaus()
     dt = time.perf_counter() - t0
     on = beta > 0
     ref = np.log(beta[on] / c[on] / eps - 1) / (4 * beta[on])
@@ -77,14 +94,18 @@ def bench_sparse(K: int, eps: float, rng, before: bool = True) -> None:
               f"max |z_before - z_now| over the grid = {diff:.1e}")
 
 
-def bench_limit(K: int, rng) -> None:
+def _timed(f, *args):
+    t0, c0 = time.perf_counter(), time.process_time()
+    out = f(*args)
+    return out, time.perf_counter() - t0, time.process_time() - c0
+
+
+def bench_limit(K: int, rng, before: bool = True) -> None:
     V = rng.standard_normal((K, 20)) * 3.0 / np.sqrt(K)
     C = np.diag(np.linspace(0.5, 1.5, K)) + V @ V.T
     zt = np.where(rng.random(K) < 0.6, rng.random(K), 0.0)
     beta = C @ zt + 0.05 * rng.standard_normal(K)
-    t0 = time.perf_counter()
-    res = limit(beta, C)
-    dt = time.perf_counter() - t0
+    res, dt, cpu = _timed(limit, beta, C)
     n_on = sum(e.kind == "on" for e in res.events)
     n_off = len(res.events) - n_on
     t1 = time.perf_counter()
@@ -93,8 +114,21 @@ def bench_limit(K: int, rng) -> None:
     dt_ref = time.perf_counter() - t1
     err = np.max(np.abs(res.z_final.numpy() - x))
     print(f"[eps -> 0 limit] K = {K} dense C: {len(res.events)} events ({n_on} on, {n_off} off) in {dt:.2f} s "
-          f"(final active set {len(res.final_active)}); reference NNLS of the final state alone: "
+          f"(cpu {cpu:.2f} s; final active set {len(res.final_active)}); reference NNLS of the final state alone: "
           f"{dt_ref:.2f} s, max |z_final - z_nnls| = {err:.1e}")
+    if before:
+        # the implementation before the incremental factor (benchmarks/lv_limit_reference.py), same run
+        old, dt_old, cpu_old = _timed(reference_limit, beta, C)
+        same = [(e.mode, e.kind) for e in old.events] == [(e.mode, e.kind) for e in res.events]
+        msg = "different event sequence!"
+        if same:
+            t_new, t_old = res.taus.numpy(), old.taus.numpy()
+            dtau = float(np.max(np.abs(t_new - t_old)) / max(float(np.max(np.abs(t_old))), 1e-300))
+            dz = float(np.max(np.abs(res.z_final.numpy() - old.z_final.numpy())) / np.max(np.abs(x)))
+            msg = (f"same {len(res.events)} events, max rel. |tau_new - tau_old| = {dtau:.1e}, "
+                   f"rel. |dz_final| = {dz:.1e}")
+        print(f"    before (explicit inverse, O(K^2) gradient per event): {dt_old:.2f} s (cpu {cpu_old:.2f} s) "
+              f"-> now {dt_old / dt:.1f}x faster (cpu {cpu_old / cpu:.1f}x); {msg}")
 
 
 def main() -> None:
@@ -104,11 +138,19 @@ def main() -> None:
     ap.add_argument("--eps", type=float, default=1e-30)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-before", action="store_true", help="skip the slow runs of the previous implementation")
+    ap.add_argument("--parts", default="diagonal,sparse,limit", help="comma-separated subset of diagonal,sparse,limit")
+    ap.add_argument("--threads", type=int, default=1, help="BLAS threads (via threadpoolctl when installed)")
     args = ap.parse_args()
-    rng = np.random.default_rng(args.seed)
-    bench_diagonal(args.K, args.eps, rng)
-    bench_sparse(args.K, args.eps, rng, before=not args.no_before)
-    bench_limit(args.K_limit, rng)
+    parts = set(args.parts.split(","))
+    ctx = threadpool_limits(args.threads) if threadpool_limits is not None else contextlib.nullcontext()
+    with ctx:
+        # one generator per part, so that --parts does not change the problems
+        if "diagonal" in parts:
+            bench_diagonal(args.K, args.eps, np.random.default_rng([args.seed, 0]))
+        if "sparse" in parts:
+            bench_sparse(args.K, args.eps, np.random.default_rng([args.seed, 1]), before=not args.no_before)
+        if "limit" in parts:
+            bench_limit(args.K_limit, np.random.default_rng([args.seed, 2]), before=not args.no_before)
 
 
 if __name__ == "__main__":

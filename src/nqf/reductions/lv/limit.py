@@ -219,9 +219,8 @@ def limit(beta, C, s0=None, *, y2: float | None = None, max_events: int | None =
     path_tau, path_s = [0.0], [s.copy()]
 
     def plateau(z):
-        # at a restricted optimum C_PP z_P = β_P, so −βᵀz + ½zᵀCz = −½ β_Pᵀ z_P
-        P = qp.in_p
-        return -0.5 * float(b[P] @ z[P])
+        # at a restricted optimum C_PP z_P = β_P, so −βᵀz + ½zᵀCz = −½ β_Pᵀ z_P (z = 0 off P)
+        return -0.5 * float(b @ z)
 
     # the velocities 4(β − Cz) vanish on the active set (free_gradient), so `v > vthr` selects
     # inactive modes only; modes with s = −inf (z(0) = 0) never move
@@ -230,7 +229,7 @@ def limit(beta, C, s0=None, *, y2: float | None = None, max_events: int | None =
     step = np.empty(K)
 
     def process(tau):
-        before = qp.in_p.copy()
+        was = {}  # membership before this τ of every mode that joins or leaves at this τ
         for _ in range(3 * K + 10):
             v = 4.0 * qp.free_gradient()
             idx = np.flatnonzero((v > vthr) & (s >= -stol))
@@ -238,17 +237,20 @@ def limit(beta, C, s0=None, *, y2: float | None = None, max_events: int | None =
                 break
             k = int(idx[np.argmax(v[idx])])
             s[k] = 0.0
+            was.setdefault(k, False)
             try:
-                qp.add(k)
+                removed = qp.add(k)
             except UnboundedError as exc:
                 raise InvalidParameterError(f"`beta`, `C`: {exc}") from None
-        after = qp.in_p.copy()
-        s[after] = 0.0
-        on, off = np.flatnonzero(after & ~before).tolist(), np.flatnonzero(before & ~after).tolist()
+            for r in removed:
+                was.setdefault(r, True)
+        in_p = qp.in_p
+        on = sorted(k for k, w in was.items() if not w and in_p[k])
+        off = sorted(k for k, w in was.items() if w and not in_p[k])
         if on or off:
             z = qp.z.copy()
             val = plateau(z)
-            act = tuple(np.flatnonzero(after).tolist())
+            act = tuple(np.flatnonzero(in_p).tolist())
             for k in on:
                 events.append(LimitEvent(tau, k, "on", act, val, float(z[k])))
                 z_after.append(z)

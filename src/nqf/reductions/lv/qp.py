@@ -47,7 +47,7 @@ class ActiveSetQP:
       (``C_{P∖j}⁻¹`` is the Schur complement of ``C_PP⁻¹`` at ``j``) — ``O(|P|²)``.
 
     Round-off drift is monitored through the optimality residual ``(β − Cz)_P`` (which must
-    vanish; checked after every solve from scratch and every 8th warm-started one) and removed
+    vanish; checked after every solve from scratch and every 16th warm-started one) and removed
     by recomputing ``R`` from ``C_PP`` when it exceeds ``1e-10`` relative.
 
     Parameters
@@ -70,8 +70,8 @@ class ActiveSetQP:
         How often ``R`` was recomputed from scratch because of drift.
     """
 
-    CHECK_EVERY = 8  # warm-started solves between two residual checks
-    BLOCK = 48  # rows of R per block in the fused products of :meth:`_border`
+    CHECK_EVERY = 16  # warm-started solves between two residual checks
+    BLOCK = 128  # rows of R per block in the fused products of :meth:`_border`
 
     def __init__(self, C: np.ndarray, beta: np.ndarray, rtol: float = 1e-11):
         self.beta = np.asarray(beta, dtype=float)
