@@ -215,3 +215,14 @@ def test_initial_state_parses_and_refuses():
     assert initial_state(p, M0=batch, batched=True).M0.shape == (2, p, p)
     with pytest.raises(InvalidParameterError, match="run 1"):
         initial_state(p, M0=torch.stack([M0, -M0]), batched=True)
+
+
+def test_gaussian_initial_weights_have_eps_identity_in_expectation():
+    """``W = √ε G/√m``: ``M(0) = W Wᵀ`` is ``εI`` up to fluctuations ``~ ε √(2/m)`` per entry."""
+    p, m, eps = 3, 20000, 1e-4
+    W = initial_weights(p, m, eps, seed=5, init="gaussian")
+    assert W.shape == (p, m)
+    err = float((W @ W.T - eps * torch.eye(p, dtype=F64)).abs().max())
+    assert err < 6 * eps * math.sqrt(2 / m)  # ≥ 6 standard deviations: a wrong scale (ε², √ε, 1/m) fails
+    with pytest.raises(InvalidParameterError, match="init"):
+        initial_weights(p, m, eps, init="uniform")

@@ -23,7 +23,9 @@ import torch
 from .._validation import as_tensor, check_shape, float_param, int_param, tolerance
 from ..errors import InvalidParameterError, InvalidTypeError, ShapeError
 
-__all__ = ["initial_state", "initial_weights", "check_psd", "InitialState"]
+__all__ = ["initial_state", "initial_weights", "check_psd", "InitialState", "INITS"]
+
+INITS = ("orthonormal", "gaussian")
 
 
 def check_psd(name: str, M: torch.Tensor) -> torch.Tensor:
@@ -59,8 +61,11 @@ def _eps_value(eps) -> float:
 
 
 def initial_weights(p: int, width: int, eps: float, generator: torch.Generator | None = None, *, seed: int = 0,
-                    dtype=torch.float64) -> torch.Tensor:
+                    dtype=torch.float64, init: str = "orthonormal") -> torch.Tensor:
     """Unit weights ``W(0)`` (p × width) with ``M(0) = εI`` (``width ≥ p``) or ``ε Π`` (``width < p``).
+
+    With ``init="gaussian"`` instead ``W(0) = √ε G / √m`` (``G`` standard Gaussian, the usual
+    random initialisation): ``E[M(0)] = εI``, with fluctuations ``O(ε/√m)``.
 
     Parameters
     ----------
@@ -75,6 +80,7 @@ def initial_weights(p: int, width: int, eps: float, generator: torch.Generator |
     seed : int
         Seed of the frame when no ``generator`` is given.
     dtype : torch.dtype
+    init : {"orthonormal", "gaussian"}
 
     Returns
     -------
@@ -85,7 +91,11 @@ def initial_weights(p: int, width: int, eps: float, generator: torch.Generator |
     eps = _eps_value(eps)
     if generator is not None and not isinstance(generator, torch.Generator):
         raise InvalidTypeError(f"`generator` must be a torch.Generator; found {type(generator).__name__}")
+    if init not in INITS:
+        raise InvalidParameterError(f"`init` must be one of {INITS}; found {init!r}")
     g = generator if generator is not None else torch.Generator().manual_seed(int(seed))
+    if init == "gaussian":
+        return (math.sqrt(eps) * torch.randn(p, width, dtype=torch.float64, generator=g) / math.sqrt(width)).to(dtype)
     if width >= p:
         Q, _ = torch.linalg.qr(torch.randn(width, p, generator=g, dtype=torch.float64))  # (m, p), QᵀQ = I
         W = Q.T

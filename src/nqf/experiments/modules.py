@@ -108,7 +108,7 @@ def build_family(name: str, n: int, m: int, D: int, T: int, gen: torch.Generator
 
 def _run_family(fam, P: ModulesParams, ctx, j: int, signal: float, key: str):
     """Teacher, real network and NQF of one family; returns a dict of the curves and numbers."""
-    from ..dynamics import simulate, train_network
+    from ..dynamics import initial_weights, simulate, train_network
 
     gen = ctx.generator(100 + j)
     X, op, net = build_family(fam, P.n_samples, P.width, P.dim, P.tokens, gen)
@@ -125,7 +125,7 @@ def _run_family(fam, P: ModulesParams, ctx, j: int, signal: float, key: str):
     t_escape = math.log(1 / P.eps) / (4 * lam)
     lr = P.step_fraction / (4 * lam)
     steps = max(int(P.horizon * t_escape / lr), 10)
-    W0 = math.sqrt(P.eps) * torch.randn(p, P.width, dtype=torch.float64, generator=gen) / math.sqrt(P.width)
+    W0 = initial_weights(p, P.width, P.eps, gen, init="gaussian")
     dev = ctx.device
     real = ctx.checkpoint(f"{key}-real", lambda: to_cpu(train_network(
         net.to(dev), net.units, X.to(dev), y.to(dev), W0=W0.to(dev), lr=lr, steps=steps,
