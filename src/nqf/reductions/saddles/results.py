@@ -15,18 +15,14 @@ import numpy as np
 import torch
 
 from ...errors import InvalidParameterError
+from ...results import Result, to_jsonable
 from ..timing import staircase
 
 __all__ = ["Saddle", "SaddleSequence"]
 
 
-def _num(x) -> float | None:
-    x = float(x)
-    return x if math.isfinite(x) else None
-
-
 @dataclass(frozen=True, eq=False)
-class Saddle:
+class Saddle(Result):
     """One stationary point of the flow (one plateau of the staircase).
 
     Attributes
@@ -85,15 +81,15 @@ class Saddle:
 
     def to_dict(self) -> dict:
         """JSON-ready scalars and the rates (``M``, ``V``, ``G`` and the directions are left out)."""
-        return {"index": int(self.index), "p": int(self.M.shape[0]), "rank": int(self.rank), "loss": _num(self.loss),
-                "stationarity": _num(self.stationarity), "escape_rate": _num(self.escape_rate),
-                "escape_mode_rate": _num(self.escape_mode_rate), "tau": _num(self.tau),
-                "n_escaping": 0 if self.escape_direction is None else int(self.escape_direction.shape[1]),
-                "rates": [_num(v) for v in self.rates.tolist()]}
+        return to_jsonable({"index": self.index, "p": int(self.M.shape[0]), "rank": self.rank, "loss": self.loss,
+                            "stationarity": self.stationarity, "escape_rate": self.escape_rate,
+                            "escape_mode_rate": self.escape_mode_rate, "tau": self.tau,
+                            "n_escaping": 0 if self.escape_direction is None else int(self.escape_direction.shape[1]),
+                            "rates": self.rates})
 
 
 @dataclass(frozen=True, eq=False)
-class SaddleSequence:
+class SaddleSequence(Result):
     """Result of :func:`saddle_sequence`: the predicted staircase.
 
     Attributes
@@ -254,12 +250,7 @@ class SaddleSequence:
 
     def to_dict(self) -> dict:
         """JSON-ready summary (numbers and lists; NaN/inf as None) with one entry per saddle."""
-        d = self.summary()
-        for key in ("plateau_levels", "escape_rates", "taus"):
-            d[key] = [_num(v) for v in d[key]]
-        d["first_offset"], d["certificate"] = _num(d["first_offset"]), _num(d["certificate"])
-        d["saddles"] = [s.to_dict() for s in self.saddles]
-        return d
+        return to_jsonable({**self.summary(), "saddles": [s.to_dict() for s in self.saddles]})
 
     def summary(self) -> dict:
         """JSON-serialisable summary."""
