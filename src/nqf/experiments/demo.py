@@ -23,11 +23,11 @@ import numpy as np
 import torch
 from pydantic import Field, field_validator, model_validator
 
+from ..errors import InvalidParameterError
 from ..report.figures import mark_times, new_figure
 from .base import Check, Experiment, Outcome, Params, Table, register
 from .catalog import CATALOG
 from .curves import crossing_time, initial_weights, mark_stop, mark_unfinished, stop_reason, to_cpu
-from ..errors import InvalidParameterError
 
 __all__ = ["Demo", "teacher_task"]
 
@@ -59,13 +59,14 @@ class DemoParams(Params):
         if C > D:
             raise InvalidParameterError(f"`singular_values` has {C} values but `in_features` = {D}: at most D modes")
         if self.n_samples < D:
-            raise InvalidParameterError(f"`n_samples` = {self.n_samples} must be ≥ `in_features` = {D} to whiten the inputs")
+            raise InvalidParameterError(
+                f"`n_samples` = {self.n_samples} must be ≥ `in_features` = {D} to whiten the inputs")
         if self.width < C + D:
-            raise InvalidParameterError(f"`width` = {self.width} must be ≥ C + D = {C + D} (C = len(`singular_values`), "
-                             "D = `in_features`) so that M(0) = εI")
+            raise InvalidParameterError(f"`width` = {self.width} must be ≥ C + D = {C + D} "
+                                        "(C = len(`singular_values`), D = `in_features`) so that M(0) = εI")
         if self.save_every * self.lr > 0.05 * self.t_max:
-            raise InvalidParameterError(f"`save_every` · `lr` = {self.save_every * self.lr:g} must be ≤ 5% of `t_max` = "
-                             f"{self.t_max:g} to resolve the steps")
+            raise InvalidParameterError(f"`save_every` · `lr` = {self.save_every * self.lr:g} must be ≤ 5% of "
+                                        f"`t_max` = {self.t_max:g} to resolve the steps")
         return self
 
 
@@ -111,8 +112,8 @@ class Demo(Experiment):
     def run(self, params: DemoParams, ctx, out: Outcome) -> None:
         from ..dynamics import simulate, train_network
         from ..networks import TwoLayerMLP
-        from ..structure import mlp
         from ..reductions.svd_modes import two_layer_modes
+        from ..structure import mlp
 
         P = params
         dev = ctx.device

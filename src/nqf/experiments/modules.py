@@ -19,11 +19,11 @@ import numpy as np
 import torch
 from pydantic import Field, model_validator
 
+from ..errors import InvalidParameterError
 from ..report.figures import new_figure
 from .base import Check, Experiment, Outcome, Params, Table, register
 from .catalog import CATALOG
 from .curves import mark_stop, stop_reason, to_cpu
-from ..errors import InvalidParameterError
 
 __all__ = ["ModulesVsNQF", "build_family", "FAMILIES"]
 
@@ -64,7 +64,8 @@ class ModulesParams(Params):
             raise InvalidParameterError(f"`n_samples` = {self.n_samples} must be ≥ 2 · `teacher_rank` = "
                              f"{2 * self.teacher_rank}")
         if any(not 0 < v <= 10 for v in self.moe_signal_scan):
-            raise InvalidParameterError(f"every `moe_signal_scan` entry must lie in (0, 10]; found {self.moe_signal_scan}")
+            raise InvalidParameterError(
+                f"every `moe_signal_scan` entry must lie in (0, 10]; found {self.moe_signal_scan}")
         return self
 
 

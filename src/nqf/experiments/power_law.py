@@ -35,11 +35,11 @@ import torch
 from pydantic import Field, model_validator
 from scipy.special import expit
 
+from ..errors import InvalidParameterError
 from ..report.figures import new_figure
 from .base import Check, Experiment, Outcome, Params, Table, register
 from .catalog import CATALOG
 from .curves import initial_weights, mark_stop, mark_unfinished, stop_reason, to_cpu
-from ..errors import InvalidParameterError
 
 __all__ = ["PowerLaw", "fourier_task", "exact_mode_sum", "isotropic_mode_sum", "ols_exponent"]
 
@@ -197,8 +197,8 @@ class PowerLaw(Experiment):
 
     # ------------------------------------------------------------------ asymptotic regime (LV flow)
     def _asymptotic(self, P: PowerLawParams, ctx, out: Outcome) -> None:
-        from ..reductions import lv
         from ..analysis import predict_exponent
+        from ..reductions import lv
 
         K, e = P.asymptotic_modes, P.asymptotic_eps
         ref, window, (ell, zeta, log_ratio) = _reference(K, P.gamma, e, P.first_mode)
@@ -269,8 +269,8 @@ class PowerLaw(Experiment):
         from ..analysis import fit_power_law
         from ..dynamics import simulate, train_network
         from ..networks import TwoLayerMLP
-        from ..structure import mlp
         from ..reductions.svd_modes import two_layer_modes
+        from ..structure import mlp
 
         K = P.n_modes
         X, Y, c = fourier_task(K, P.gamma)
@@ -296,7 +296,7 @@ class PowerLaw(Experiment):
                     op, Y, M0=W0 @ W0.T, lr=lr, steps=steps, save_every=save, save_M=False)))
             else:
                 net = TwoLayerMLP(K, m, K, "tanh")
-                runs[part] = ctx.checkpoint("real", lambda: to_cpu(train_network(
+                runs[part] = ctx.checkpoint("real", lambda net=net: to_cpu(train_network(
                     net, net.units, X, Y, W0=W0, lr=lr, steps=steps, save_every=save, save_W=False,
                     save_M=False)))
         sim = runs["nqf"]
@@ -327,12 +327,12 @@ class PowerLaw(Experiment):
             ok = not stop_reason(real=real)
             fit_real = fit_power_law(t[:n], L_real[:n], window=window, L_inf=0.0, n_boot=P.n_boot,
                                      seed=ctx.seed) if ok else None
-            rows.append(["real tanh MLP", fit_real.exponent if ok else None,
-                         *(fit_real.ci if ok else (None, None))])
+            rows.append(["real tanh MLP", fit_real.exponent if fit_real is not None else None,
+                         *(fit_real.ci if fit_real is not None else (None, None))])
             ax.loglog(t[:n], L_real[:n], lw=1.5, alpha=0.8, label="real tanh MLP")
             mark_stop(ax, real, label="real network stopped")
             out.arrays["loss_real"] = L_real
-            out.metrics["exponent_real_network"] = fit_real.exponent if ok else None
+            out.metrics["exponent_real_network"] = fit_real.exponent if fit_real is not None else None
         if fit_sim is not None:
             tt = np.geomspace(*window, 20)
             ax.loglog(tt, 1.3 * (fit_sim(tt) - fit_sim.L_inf), "--", color="C3",

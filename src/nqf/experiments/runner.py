@@ -183,7 +183,8 @@ def run_experiment(exp: Experiment, params: Params, out_dir, *, seed: int = 0, d
         error = KeyboardInterrupt()
     if error is not None:
         try:
-            error.run_directory = rundir.path
+            # any exception may propagate here; the CLI reads the path back with getattr
+            error.run_directory = rundir.path  # pyright: ignore[reportAttributeAccessIssue]
         except AttributeError:  # pragma: no cover - exceptions without a __dict__
             pass
         raise error

@@ -22,11 +22,11 @@ import numpy as np
 import torch
 from pydantic import Field, model_validator
 
+from ..errors import InvalidParameterError
 from ..report.figures import new_figure
 from .base import Check, EpsList, Experiment, Outcome, Params, Table, register
 from .catalog import CATALOG
 from .curves import mark_unfinished
-from ..errors import InvalidParameterError
 
 __all__ = ["Validity"]
 
@@ -50,12 +50,13 @@ class ValidityParams(Params):
     @model_validator(mode="after")
     def _sizes(self):
         if len(self.eps) < 3:
-            raise InvalidParameterError(f"`eps` needs at least 3 values to fit the separation-time slope; found {len(self.eps)}")
+            raise InvalidParameterError(
+                f"`eps` needs at least 3 values to fit the separation-time slope; found {len(self.eps)}")
         if self.fraction >= 1:
             raise InvalidParameterError(f"`fraction` = {self.fraction:g} must be < 1 (a fraction of the loss drop)")
         if self.teacher_width > self.width:
-            raise InvalidParameterError(f"`teacher_width` = {self.teacher_width} must be ≤ `width` = {self.width} for the "
-                             "student to represent the teacher")
+            raise InvalidParameterError(f"`teacher_width` = {self.teacher_width} must be ≤ `width` = {self.width} "
+                                        "for the student to represent the teacher")
         return self
 
 
@@ -219,8 +220,9 @@ class Validity(Experiment):
             "Validity over ε", ["ε", "first switch-on t*", "separation time", "gap at t*", "gap at t* / loss drop"],
             rows, caption=f"{P.model} student (m = {P.width}) on a {P.model} teacher; separation: gap > "
                           f"{P.fraction:g} × loss drop"))
-        out.arrays.update({"eps": eps, "normalised_gap_at_switch": sweep.normalised_gap_at_switch,
-                           "early_normalised_gap": sweep.early_normalised_gap})
+        out.arrays.update({"eps": eps, "normalised_gap_at_switch": sweep.normalised_gap_at_switch})
+        if sweep.early_normalised_gap is not None:
+            out.arrays["early_normalised_gap"] = sweep.early_normalised_gap
         out.metrics.update({"slope_gap_at_switch_vs_eps": sweep.slope, "slope_early_gap_vs_eps": sweep.early_slope,
                             "early_time": early_time, "lr": lr, "separation_slope_measured": slope,
                             "separation_slope_predicted": 1 / rate})
