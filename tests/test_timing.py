@@ -76,7 +76,7 @@ def test_logistic_switch_time_edge_cases():
     with pytest.raises(InvalidParameterError, match="z_star"):
         logistic_switch_time([1.0])
     with pytest.raises(InvalidParameterError, match="eps"):
-        leading_switch_time([1.0], 1.0)
+        leading_switch_time([1.0], 0.0)
     assert np.isinf(leading_switch_time([0.0, -2.0], 0.1)).all()
 
 

@@ -78,9 +78,9 @@ import torch
 
 from .._validation import as_tensor
 from ..errors import InvalidParameterError, NormalFormError, NQFError, ShapeError
-from .timing import logistic_switch_time
 from ..results import Result
 from ..structure.activations import get_activation
+from .timing import leading_switch_time, logistic_switch_time
 
 __all__ = ["TwoLayerModes", "two_layer_modes", "whiten", "whitening_error", "NotWhitenedError",
            "NotWhitenedWarning"]
@@ -461,8 +461,7 @@ def two_layer_modes(X, Y, activation="tanh", *, sigma1: float | None = None, eps
     y2 = float((Y ** 2).sum(1).mean())
     cum = torch.cat([torch.zeros(1, dtype=torch.float64), torch.cumsum(S ** 2, 0)])
     plateaus = 0.5 * (y2 - cum)
-    log_inv_eps = -math.log(eps)
-    lead = torch.where(rates > 0, log_inv_eps / rates, torch.full_like(rates, math.inf))
+    lead = torch.as_tensor(leading_switch_time(rates.numpy(), eps), dtype=torch.float64)
     modes = TwoLayerModes(S, U, V, sigma1, float(eps), init, rates, torch.empty(0), lead, plateaus,
                           float(plateaus[-1]), y2, werr)
     return dataclasses.replace(modes, switch_times=_half_times(modes))

@@ -95,15 +95,16 @@ def leading_switch_time(rate, eps: float) -> np.ndarray:
     Parameters
     ----------
     rate : array_like
-    eps : float in (0, 1)
+    eps : float > 0
+        Initial scale (a plateau exists only for ``ε < 1``; ``ε ≥ 1`` gives ``≤ 0``).
 
     Returns
     -------
     numpy.ndarray, shape of ``rate``
     """
     e = float(eps)
-    if not 0.0 < e < 1.0:
-        raise InvalidParameterError(f"`eps` must lie in (0, 1) (the initial scale); found {eps!r}")
+    if not (math.isfinite(e) and e > 0.0):
+        raise InvalidParameterError(f"`eps` must be a positive finite number (the initial scale); found {eps!r}")
     zeta = np.asarray(rate, dtype=np.float64)
     with np.errstate(divide="ignore"):
         return np.where(zeta > 0, math.log(1.0 / e) / np.where(zeta > 0, zeta, 1.0), np.inf)
