@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .solution import LVSolution, _np, _t
-from ..timing import logistic_switch_time
 from ...errors import InvalidParameterError
+from ..timing import logistic_switch_time
+from .solution import LVSolution, _np, _t
 
 __all__ = ["LogisticSolutions"]
 

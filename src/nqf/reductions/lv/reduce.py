@@ -209,7 +209,8 @@ def reduce(op: StructureOperator, y, M0, *, tol: float | None = None, seed: int 
                 f"`op`: the structure matrices do not commute: relative off-diagonal norm in the best "
                 f"shared basis δ = {dA:.3e} > tol = {tol:.1e} (worst: sample {n}, output {c}); the "
                 f"Lotka–Volterra reduction needs commuting data — use the greedy saddle sequence "
-                f"(nqf.reductions.saddles.saddle_sequence) and the order-parameter dynamics (nqf.simulate) instead", dA, iA)
+                f"(nqf.reductions.saddles.saddle_sequence) and the order-parameter dynamics (nqf.simulate) "
+                "instead", dA, iA)
         comm = np.einsum("ij,mjk->mik", M0n, A)
         comm = comm - comm.transpose(0, 2, 1)
         rel = np.linalg.norm(comm, axis=(1, 2)) / (m0n * np.where(norms > 0, norms, 1.0))
