@@ -74,18 +74,16 @@ def mark_stop(ax, traj, t=None, y=None, color="C3", label="run stopped") -> bool
     return True
 
 
-def clean_roundoff(x, scale: float):
-    """``x`` with values below float64 round-off relative to ``scale`` set to exactly 0.
+def clean_roundoff(x, scale: float) -> np.ndarray:
+    """A float copy of ``x`` with values below float64 round-off relative to ``scale`` set to exactly 0.
 
     Parameters
     ----------
-    x : float or numpy.ndarray
+    x : array_like
     scale : float
         The size of the quantities ``x`` was computed from (e.g. the initial loss).
     """
     tol = ROUNDOFF * abs(scale)
-    if np.ndim(x) == 0:
-        return 0.0 if abs(float(x)) < tol else float(x)
     x = np.array(x, dtype=float)
     x[np.abs(x) < tol] = 0.0
     return x

@@ -15,8 +15,8 @@ Three non-commuting problems:
 Each runs the order-parameter GD and the real network from ``M(0) = εI``
 (``W0 = √ε Q``, ``Q`` with orthonormal rows) and marks the predicted plateau
 levels and escape times (``t_k ≈ τ_k ln(1/ε)`` plus the ``O(1)`` offset: exact
-for the first, from the small-part recursion for later ones) on the measured curves.  Measured plateau ``k``: the loss at the
-midpoint between the predicted escapes ``t_k`` and ``t_{k+1}``; measured first
+for the first, from the small-part recursion for later ones) on the measured curves.  Measured
+plateau ``k``: the loss at the midpoint between the predicted escapes ``t_k`` and ``t_{k+1}``; measured first
 escape: the time the loss crosses halfway from ``L_0`` to ``L_1``.
 """
 
@@ -29,12 +29,12 @@ import numpy as np
 import torch
 from pydantic import Field, model_validator
 
+from ..errors import InvalidParameterError
+from ..reductions.timing import crossing_times, midpoint_levels
 from ..report.figures import mark_times, new_figure
 from .base import Check, Experiment, Outcome, Params, Table, register
 from .catalog import CATALOG
-from ..reductions.timing import crossing_times, midpoint_levels
 from .curves import clean_roundoff, initial_weights, mark_stop, mark_unfinished, stop_reason, to_cpu
-from ..errors import InvalidParameterError
 
 __all__ = ["Saddles", "saddle_problem"]
 
@@ -65,8 +65,8 @@ class SaddlesParams(Params):
         p_min = {"mlp": 8, "qk-attention": 12, "cnn": 12}
         need = max(p_min[n] for n in self.problems)
         if self.width < need:
-            raise InvalidParameterError(f"`width` = {self.width} must be ≥ p = {need} (the largest problem in `problems`) "
-                             "so that M(0) = εI")
+            raise InvalidParameterError(f"`width` = {self.width} must be ≥ p = {need} (the largest problem in "
+                                        "`problems`) so that M(0) = εI")
         if self.n_samples < 2 * need:
             raise InvalidParameterError(f"`n_samples` = {self.n_samples} must be ≥ 2p = {2 * need} for the problems in "
                              "`problems`")
@@ -167,10 +167,15 @@ class Saddles(Experiment):
                                  f"{P.max_steps}); lower `max_rank`, raise `eps` or `step_fraction`")
             save = max(steps // P.save_points, 1)
             W0 = initial_weights(op.p, P.width, P.eps, g)
-            real = ctx.checkpoint(f"{name}-real", lambda: to_cpu(train_network(
-                net, net.units, X, Y, W0=W0, lr=lr, steps=steps, save_every=save, save_W=False, save_M=False)))
-            sim = ctx.checkpoint(f"{name}-nqf", lambda: to_cpu(simulate(
-                op, Y, M0=W0 @ W0.T, lr=lr, steps=steps, save_every=save, save_M=False))) if P.nqf_runs else None
+            # checkpoint calls the closure at once; the defaults bind this iteration's values all the same
+            real = ctx.checkpoint(
+                f"{name}-real",
+                lambda net=net, X=X, Y=Y, W0=W0, lr=lr, steps=steps, save=save: to_cpu(train_network(
+                    net, net.units, X, Y, W0=W0, lr=lr, steps=steps, save_every=save, save_W=False, save_M=False)))
+            sim = ctx.checkpoint(
+                f"{name}-nqf",
+                lambda op=op, Y=Y, W0=W0, lr=lr, steps=steps, save=save: to_cpu(simulate(
+                    op, Y, M0=W0 @ W0.T, lr=lr, steps=steps, save_every=save, save_M=False))) if P.nqf_runs else None
             t, Lr = real.t.numpy(), real.loss.numpy()
             n_checks = len(out.checks)
             bounds = np.concatenate([[0.0], t_esc, [t[-1]]])
