@@ -118,7 +118,7 @@ def path_violation(beta, C, events, z_after, path_tau, path_s):
 
 def outputs(res):
     """``(events, plateau states, path_tau, path_s)`` of a :class:`LimitResult` as numpy."""
-    return res.events, res._z_after, res.path_tau.numpy(), res.path_s.numpy()
+    return res.events, res.z_after, res.path_tau.numpy(), res.path_s.numpy()
 
 
 CASES = [(kind, K, seed) for kind in ("dense", "singular", "tridiagonal")
