@@ -181,7 +181,8 @@ def training_loop(params: Sequence[torch.Tensor], rule: StepRule, *, steps: int,
         The mean loss on the batch ``idx`` (int64 CPU tensor, ``None`` = all data) at ``params``
         and whatever the gradient needs (``ctx``: residuals, an autograd graph).
     gradient : callable ``(params, ctx, idx) -> list of torch.Tensor``
-        ``∇_x L`` on that batch, one per tensor, without weight decay.
+        ``∇_x L`` on that batch, one per tensor, without weight decay (tensors without an autograd graph:
+        detached, as ``torch.autograd.grad`` returns them).
     save : callable ``(k, params, loss)``
         Store a state; ``loss`` is the full-data loss (float).
     full_loss : callable ``params -> float``, optional
@@ -229,8 +230,7 @@ def training_loop(params: Sequence[torch.Tensor], rule: StepRule, *, steps: int,
             break
         grads = gradient(params, ctx, idx)
         previous = params
-        with torch.no_grad():
-            params = descent.step(params, grads, k)
+        params = descent.step(params, grads, k)  # the tensors and gradients carry no autograd graph
         if after_step is not None:
             params = after_step(k, params, descent, ctx) or params
     return LoopOutcome(params=params, status=status, message=message)
