@@ -199,7 +199,8 @@ def limit(beta, C, s0=None, *, y2: float | None = None, max_events: int | None =
         np.linalg.cholesky(Cn + 1e-10 * scale * np.eye(K))
     except np.linalg.LinAlgError:
         lam = float(np.linalg.eigvalsh(Cn)[0])
-        raise InvalidParameterError(f"`C` must be positive semi-definite; found smallest eigenvalue {lam:.3e}") from None
+        raise InvalidParameterError(f"`C` must be positive semi-definite; found smallest eigenvalue "
+                                    f"{lam:.3e}") from None
     if s0 is None:
         s = -np.ones(K)
     else:

@@ -125,7 +125,7 @@ class ActiveSetQP:
         """``(c, l, u, piv)`` for appending mode ``k``: ``c = C_Pk``, ``l = R c``, ``u = Rᵀl``."""
         m = self._m
         sk = self._slot[k]
-        ckk = self._Cs[sk, sk]
+        ckk = float(self._Cs[sk, sk])
         if m == 0:
             e = np.zeros(0)
             return e, e, e, ckk
