@@ -22,7 +22,8 @@ def _as_1d(name: str, value) -> np.ndarray:
             value = value.detach().cpu().numpy()
         a = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError) as exc:
-        raise InvalidTypeError(f"`{name}` must be a 1-D array of numbers; found {type(value).__name__} ({exc})") from exc
+        raise InvalidTypeError(
+            f"`{name}` must be a 1-D array of numbers; found {type(value).__name__} ({exc})") from exc
     if a.ndim != 1:
         raise ShapeError(f"`{name}` must be 1-D; found shape {a.shape}")
     return a
@@ -73,7 +74,7 @@ def as_curve(t, loss, *, min_points: int = 3, name_t: str = "t", name_loss: str 
     return t, loss
 
 
-def log_grid(t: np.ndarray, y: np.ndarray, n_grid: int, smooth: float, return_counts: bool = False):
+def log_grid(t: np.ndarray, y: np.ndarray, n_grid: int, smooth: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Bin-average ``y`` on a uniform grid in ``x = ln t`` and smooth it.
 
     Each grid cell takes the mean of the points that fall in it (so dense late
@@ -89,7 +90,7 @@ def log_grid(t: np.ndarray, y: np.ndarray, n_grid: int, smooth: float, return_co
     ys : numpy.ndarray, shape (n_grid,)
         Smoothed cell means.
     counts : numpy.ndarray of int, shape (n_grid,)
-        Points per cell (only with ``return_counts``).
+        Points per cell.
     """
     lx = np.log(t)
     edges = np.linspace(lx[0], lx[-1], n_grid + 1)
@@ -105,4 +106,4 @@ def log_grid(t: np.ndarray, y: np.ndarray, n_grid: int, smooth: float, return_co
     dx = x[1] - x[0] if n_grid > 1 else 1.0
     if smooth > 0:
         ym = gaussian_filter1d(ym, smooth / dx, mode="nearest")
-    return (x, ym, cnt) if return_counts else (x, ym)
+    return x, ym, cnt

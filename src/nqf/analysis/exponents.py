@@ -132,7 +132,8 @@ def predict_exponent(ell, zeta, k_range: tuple | None = None) -> ExponentPredict
     sb, seb = _loglog_slope(k, ze)
     a, b = -sa, -sb
     if b <= 0:
-        raise InvalidParameterError(f"rates do not decay with rank (fitted b = {b:.3g} ≤ 0): no power law from merged modes")
+        raise InvalidParameterError(
+            f"rates do not decay with rank (fitted b = {b:.3g} ≤ 0): no power law from merged modes")
     if a <= 1:
         warnings.warn(f"fitted a = {a:.3g} ≤ 1: Σ ℓ_k diverges and (a − 1)/b ≤ 0 is not a decay exponent",
                       RuntimeWarning, stacklevel=2)

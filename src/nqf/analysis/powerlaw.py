@@ -70,10 +70,11 @@ the window chosen again with that ``L_∞`` (one refinement).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 from scipy.ndimage import gaussian_filter1d
-from scipy.optimize import minimize_scalar
+from scipy.optimize import OptimizeResult, minimize_scalar
 
 from ..errors import InvalidParameterError, NoPowerLawError, ShapeError
 from ..results import Result, to_jsonable
@@ -188,7 +189,8 @@ def _fit_once(lt, L, L_inf, n_bins):
         lo, hi = grid[max(j - 1, 0)], grid[min(j + 1, grid.size - 1)]
         u = grid[j]
         if hi > lo:
-            r = minimize_scalar(sse, bounds=(lo, hi), method="bounded", options={"xatol": 1e-12})
+            # documented to return an OptimizeResult; scipy's unannotated body infers a wider union
+            r = cast(OptimizeResult, minimize_scalar(sse, bounds=(lo, hi), method="bounded", options={"xatol": 1e-12}))
             if r.fun < vals[j]:
                 u = r.x
         linf = u * Lmin
@@ -237,8 +239,8 @@ def auto_window(t, loss, L_inf: float = 0.0, *, start_fraction: float = 0.5, flo
         # the excess has reached zero (round-off or an overestimated L_inf): that is the floor
         n = int(np.argmax(E <= 0))
         if n < 4:
-            raise InvalidParameterError(f"`loss` must exceed `L_inf` = {L_inf:g} on the first points to find a power-law "
-                             f"window; found loss[{n}] = {loss[n]:.3g}")
+            raise InvalidParameterError(f"`loss` must exceed `L_inf` = {L_inf:g} on the first points to find a "
+                                        f"power-law window; found loss[{n}] = {loss[n]:.3g}")
         t, loss, E = t[:n], loss[:n], E[:n]
     ly = np.log(E)
     span = float(np.log(t[-1]) - np.log(t[0]))
@@ -246,7 +248,7 @@ def auto_window(t, loss, L_inf: float = 0.0, *, start_fraction: float = 0.5, flo
         n_grid = max(50, int(round(span / GRID_DX)))
     dx = span / n_grid
     smooth = 3 * GRID_DX if smooth is None else smooth
-    x, ys = log_grid(t, ly, n_grid, smooth)
+    x, ys, _ = log_grid(t, ly, n_grid, smooth)
     # absolute scatter of the loss about its smoothed curve, per neighbourhood of ±0.25 in ln t
     lt = np.log(t)
     absres = np.abs(loss - (np.exp(np.interp(lt, x, ys)) + L_inf))
@@ -369,7 +371,8 @@ def fit_power_law(t, loss, window=None, L_inf=0.0, *, n_boot: int = 500, seed: i
                          f"(need ≥ 3; the curve spans t ∈ [{t[0]:.3g}, {t[-1]:.3g}])")
     lt, L = np.log(t[sel]), loss[sel]
     if L_inf != "fit" and np.any(L <= L_inf):
-        raise InvalidParameterError(f"`loss` must exceed `L_inf` = {L_inf:g} inside the window; found min {L.min():.3g}")
+        raise InvalidParameterError(
+            f"`loss` must exceed `L_inf` = {L_inf:g} inside the window; found min {L.min():.3g}")
     slope, icpt, res, sxx, linf, bx, by, cnt = _fit_once(lt, L, L_inf, n_bins)
     dof = max(bx.size - 2, 1)
     stderr = float(np.sqrt((res ** 2).sum() / dof / sxx))

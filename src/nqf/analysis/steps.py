@@ -42,9 +42,9 @@ import numpy as np
 from scipy.ndimage import gaussian_filter1d
 from scipy.signal import find_peaks, peak_prominences, peak_widths
 
-from ._curves import as_curve, log_grid
 from ..errors import InvalidParameterError
 from ..results import Result
+from ._curves import as_curve, log_grid
 
 __all__ = ["Steps", "detect_steps"]
 
@@ -124,14 +124,14 @@ def detect_steps(t, loss, *, n_grid: int = 400, smooth: float | None = None, min
         i = int(np.argmax(loss <= loss_floor))
         raise InvalidParameterError(f"`loss` must exceed `loss_floor` = {loss_floor:g} everywhere (steps are found on "
                          f"ln(L − loss_floor)); found loss[{i}] = {loss[i]:.3g}")
-    x, ys = log_grid(t, np.log(loss - loss_floor), n_grid, 0.0)
-    dx = x[1] - x[0]
+    x, _, _ = log_grid(t, np.log(loss - loss_floor), n_grid, 0.0)
+    dx = float(x[1] - x[0])
     if smooth is None:
         smooth = 2 * dx
     if smooth < 0:
         raise InvalidParameterError(f"`smooth` must be ≥ 0; found {smooth!r}")
     ly = np.log(loss - loss_floor)
-    x, ys, cnt = log_grid(t, ly, n_grid, smooth, return_counts=True)
+    x, ys, cnt = log_grid(t, ly, n_grid, smooth)
     D = -np.gradient(ys, dx)
     sigma_D = _slope_noise(t, ly, x, ys, cnt, smooth, dx)
     # pad so that a step at the very edge still has a base
@@ -175,7 +175,7 @@ def detect_steps(t, loss, *, n_grid: int = 400, smooth: float | None = None, min
     seg_lo = np.concatenate([[x[0]], xhi])
     seg_hi = np.concatenate([xlo, [x[-1]]])
     levels, intervals = [], []
-    for a, b in zip(seg_lo, seg_hi):
+    for a, b in zip(seg_lo, seg_hi, strict=True):
         sel = (x >= a) & (x <= b)
         if sel.any():
             lv = np.median(ys[sel])

@@ -26,20 +26,20 @@ near ``t*`` the active weights are ``O(1)`` whatever ε, so it need not.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import torch
 from torch.func import functional_call
 
 from .._validation import as_tensor
-from ..errors import InvalidParameterError, ShapeError
-from ..results import Result
-from ..structure.operator import StructureOperator
 from ..dynamics.network import UnitScatter, train_network
 from ..dynamics.simulate import simulate
 from ..dynamics.trajectory import Trajectory
+from ..errors import InvalidParameterError, ShapeError
+from ..results import Result
+from ..structure.operator import StructureOperator
 
 __all__ = ["ValidityReport", "ValiditySweep", "remainder_ratio", "validity_report", "validity_sweep"]
 
@@ -201,7 +201,8 @@ def validity_report(module: torch.nn.Module, units, X, op: StructureOperator, ne
     K = min(len(network), len(nqf))
     tn, tq = network.t[:K].cpu(), nqf.t[:K].cpu()
     if not torch.allclose(tn, tq, rtol=1e-9, atol=1e-12):
-        raise InvalidParameterError("`network` and `nqf` must be saved on the same time grid (same lr, steps, save_every)")
+        raise InvalidParameterError(
+            "`network` and `nqf` must be saved on the same time grid (same lr, steps, save_every)")
     Ln, Lq = network.loss[:K].cpu(), nqf.loss[:K].cpu()
     gap = (Ln - Lq).abs()
     drop = float(Lq[0] - Lq.min()) if K else 0.0
@@ -221,9 +222,9 @@ def validity_report(module: torch.nn.Module, units, X, op: StructureOperator, ne
 
 
 def validity_sweep(module: torch.nn.Module, units, X, y, op: StructureOperator, W_dir, eps, *, lr: float,
-                   steps, loss: str = "mse", output: Callable | None = None, fraction: float = 0.1,
-                   switch_fraction: float = 0.5, early_time: float | None = None,
-                   save_every: int | Callable | None = None) -> ValiditySweep:
+                   steps: int | Callable[[float], int], loss: str = "mse", output: Callable | None = None,
+                   fraction: float = 0.1, switch_fraction: float = 0.5, early_time: float | None = None,
+                   save_every: int | Callable[[float], int] | None = None) -> ValiditySweep:
     r"""Run NQF and network from ``W(0) = √ε W_dir`` for each ε and collect the validity numbers.
 
     Parameters
