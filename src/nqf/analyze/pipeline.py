@@ -256,7 +256,7 @@ def analyze(model, X, Y=None, *, eps: float = 1e-6, units: str | None = None, lr
     for key, tr in (("strength_real", real), ("strength_nqf", sim)):
         strength[key] = (torch.einsum("pk,tpq,qk->tk", Q, tr.M[:n], Q).numpy() if tr.M is not None and Q.numel()
                          else np.zeros((n, 0)))
-    val = validity(t, Lr, Ln, real.step[:n].numpy(), pred, gap_tolerance)
+    val = validity(t, Lr, Ln, torch.as_tensor(real.step)[:n].numpy(), pred, gap_tolerance)
     verdict = judge(pred, cmp_nqf, cmp_real, val, eps, found, m, p)
     curves = {"t": t, "loss_real": Lr, "loss_nqf": Ln, "loss_predicted": pred.loss_curve(t), **strength}
     return Analysis(model=desc, data=data.name, units=found.describe(), operator=how, p=p, width=m,

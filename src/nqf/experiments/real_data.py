@@ -79,9 +79,10 @@ class UpperBoundCheck(Check):
 
     @property
     def error(self) -> float | None:
-        if not (self._finite(self.predicted) and self._finite(self.measured)):
+        p, m = self.predicted, self.measured
+        if p is None or m is None or not (self._finite(p) and self._finite(m)):
             return None
-        return max(0.0, float(self.measured) - float(self.predicted))
+        return max(0.0, float(m) - float(p))
 
 
 class RealDataParams(Params):
