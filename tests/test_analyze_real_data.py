@@ -34,7 +34,7 @@ def test_real_data_params_need_two_eps():
 def test_digits_nqf_at_eps_1e30_lands_within_3_percent_of_the_rule_selected_times():
     """Issue 11: the weight-form GD simulation of the NQF on digits from M(0) = 1e-30 I crosses every predicted
     midpoint within 3 % of the times the analysis uses (predicted_escape_times: drop 1 exact offset, drop 2 the
-    O(1) recursion, later drops leading order; measured 0.0–2.8 %, drop 2 0.13 %).  3 %: the leading-order
+    O(1) recursion, later drops leading order; measured 0.0–2.2 %, drop 2 0.13 % — leading order 2.8 %).  3 %: the leading-order
     error O(1/ln(1/ε)) = O(0.014) here, plus GD with η·rate = 0.02 being ≤ 0.5 % slower than the flow."""
     import numpy as np
     import torch
