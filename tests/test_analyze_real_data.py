@@ -34,8 +34,9 @@ def test_real_data_params_need_two_eps():
 def test_digits_nqf_at_eps_1e30_lands_within_3_percent_of_the_rule_selected_times():
     """Issue 11: the weight-form GD simulation of the NQF on digits from M(0) = 1e-30 I crosses every predicted
     midpoint within 3 % of the times the analysis uses (predicted_escape_times: drop 1 exact offset, drop 2 the
-    O(1) recursion, later drops leading order; measured 0.0–2.2 %, drop 2 0.13 % — leading order 2.8 %).  3 %: the leading-order
-    error O(1/ln(1/ε)) = O(0.014) here, plus GD with η·rate = 0.02 being ≤ 0.5 % slower than the flow."""
+    O(1) recursion, later drops leading order; measured 0.0–2.2 %, drop 2 0.13 % — leading order 2.8 %).
+    3 %: the leading-order error O(1/ln(1/ε)) = O(0.014) here, plus GD with η·rate = 0.02 being ≤ 0.5 % slower
+    than the flow."""
     import numpy as np
     import torch
 
@@ -60,3 +61,39 @@ def test_digits_nqf_at_eps_1e30_lands_within_3_percent_of_the_rule_selected_time
     c = compare_staircase(sim.t.numpy(), sim.loss.numpy(), seq.plateau_levels, times)
     assert np.all(c.time_errors < 0.03), c.time_errors
     assert c.time_errors[1] < 0.01, c.time_errors          # the corrected drop 2 (leading order: 2.9 %)
+
+
+def test_orbit_tails_predict_the_loss_where_wine_plateau_1_is_read():
+    """Wine's first saddle relaxes slowly (rate ≈ 0.08 against an escape rate of 2.0): at ε = 1e-10 the middle of
+    plateau 1 is still ≈ 13 % of the drop above the bare saddle level L_1.  The NQF simulation (independent GD,
+    order-parameter form) there is 8.2 % above L_1 and within 2.5 % of saddle value + orbit tails
+    (clock.composite_loss; measured 2.45 %); at the end of the run (plateau 2, also slowly relaxing) 8 % vs 1 %.
+    Tolerance 4 %: half the 8 % level tolerance of the experiment, above the measured composite error."""
+    import numpy as np
+    import torch
+
+    from nqf.analysis.compare import compare_staircase, level_read_times
+    from nqf.analysis.schedule import initial_weights, stable_learning_rate, step_count
+    from nqf.data import load_dataset
+    from nqf.dynamics import simulate
+    from nqf.reductions.saddles import saddle_sequence
+    from nqf.reductions.saddles.clock import composite_loss, heteroclinic_chain, predicted_escape_times
+    from nqf.structure import mlp
+
+    d = load_dataset("wine")
+    X, Y = torch.as_tensor(d.X), torch.as_tensor(d.Y)
+    op = mlp(X, "tanh", n_outputs=3)
+    seq = saddle_sequence(op, Y)
+    chain = heteroclinic_chain(seq, rtol=1e-8)
+    eps = 1e-10
+    times, rules = predicted_escape_times(seq, eps, chain=chain)
+    lr = stable_learning_rate(seq.escape_rates)
+    sim = simulate(op, Y, W0=initial_weights(op.p, 64, eps), lr=lr, steps=step_count(times, lr), save_every=4,
+                   save_M=False, save_W=False)
+    t, L = sim.t.numpy(), sim.loss.numpy()
+    c = compare_staircase(t, L, seq.plateau_levels, times)
+    pred = composite_loss(chain, seq.plateau_levels, times, level_read_times(float(t[-1]), times))
+    bare = np.abs(c.levels_measured[1:] - seq.plateau_levels[1:]) / seq.plateau_levels[1:]
+    tails = np.abs(c.levels_measured[1:] - pred[1:]) / pred[1:]
+    assert np.all(bare > 0.06), bare
+    assert np.all(tails < 0.04), tails
