@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from nqf.errors import NonCommutingError, NotClosedError, ShapeError
+from nqf.errors import InvalidParameterError, NonCommutingError, NotClosedError, ShapeError
 from nqf.reductions.lv.reduce import commutation_defect, reduce, relative_commutator
 from nqf.structure.operator import DenseStructure
 
@@ -170,3 +170,6 @@ def test_reduce_bad_inputs():
         reduce(op_lin, torch.zeros(N), torch.eye(p))
     with pytest.raises(TypeError, match="`op`"):
         reduce(A, torch.zeros(N), torch.eye(p))
+    # no random combination tried: there is no basis to return (it used to come back as (inf, None))
+    with pytest.raises(InvalidParameterError, match="`tries`"):
+        commutation_defect(A, tries=0)

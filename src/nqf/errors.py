@@ -8,6 +8,8 @@ what was found.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class NQFError(Exception):
     """Base class of every error nqf raises on purpose."""
@@ -37,9 +39,17 @@ class NotClosedError(NQFError, ValueError):
 class NonCommutingError(NQFError, ValueError):
     """The structure matrices do not commute, so no Lotka–Volterra reduction exists."""
 
+    #: The measured non-commutation (set by :func:`nqf.reductions.lv.reduce`), else None.
+    value: float | None = None
+    #: The worst measurement (``sample · C + output``) where the test names one, else None.
+    index: int | None = None
+
 
 class DivergenceError(NQFError, ArithmeticError):
     """A simulation diverged (loss became non-finite or grew without bound)."""
+
+    #: The run up to the divergence (a :class:`nqf.dynamics.Trajectory`) where the simulation records it.
+    trajectory: Any = None
 
 
 class InvalidParameterError(NQFError, ValueError):

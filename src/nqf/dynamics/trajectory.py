@@ -64,7 +64,7 @@ class Trajectory(Result):
     def __len__(self) -> int:
         return int(self.t.shape[0])
 
-    def raise_for_status(self) -> "Trajectory":
+    def raise_for_status(self) -> Trajectory:
         """Raise :class:`~nqf.errors.DivergenceError` (carrying ``self``) if the run failed."""
         if not self.success:
             err = DivergenceError(self.message)

@@ -9,15 +9,20 @@ Mixed into :class:`nqf.reductions.lv.LotkaVolterra`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 from scipy.optimize import minimize, nnls
 
-from .qp import ActiveSetQP, UnboundedError
-from .solution import _t
 from ...errors import InvalidParameterError
 from ...results import Result
+from .qp import ActiveSetQP, UnboundedError
+from .solution import _t
+
+if TYPE_CHECKING:
+    from .limit import LimitResult
 
 __all__ = ["FinalState", "Plateaus"]
 
@@ -47,6 +52,23 @@ class Plateaus(Result):
 class FinalState:
     """Final state and plateau sequence (methods of :class:`~nqf.reductions.lv.LotkaVolterra`)."""
 
+    # set by LotkaVolterra.__init__; exactly one of _dense and _sparse is not None
+    K: int
+    is_diagonal: bool
+    _beta: np.ndarray
+    _diag: np.ndarray
+    _z0: np.ndarray
+    _dense: np.ndarray | None
+    _sparse: sp.csr_matrix | sp.csr_array | None
+    _factor: tuple[np.ndarray, np.ndarray] | None
+    _final: np.ndarray | None
+
+    if TYPE_CHECKING:  # defined by LotkaVolterra and LogisticSolutions
+        def limit(self, eps: float | None = None) -> LimitResult: ...
+        def loss(self, z) -> torch.Tensor: ...
+        def final_loss(self) -> float: ...
+        def logistic_switch_times(self, fraction: float = 0.5) -> torch.Tensor: ...
+
     def final_state(self) -> torch.Tensor:
         r"""Minimiser ``z∞`` of ``L(z)`` over ``z ≥ 0`` (where gradient flow ends).
 
@@ -74,12 +96,13 @@ class FinalState:
             self._final = self._compute_final()
         return _t(self._final)
 
-    def _singular(self) -> bool:
-        """``C`` (dense) has an eigenvalue ``≤ 1e-10 λ_max``."""
-        lam = np.linalg.eigvalsh(self._dense)
+    @staticmethod
+    def _singular(C: np.ndarray) -> bool:
+        """The dense ``C`` has an eigenvalue ``≤ 1e-10 λ_max``."""
+        lam = np.linalg.eigvalsh(C)
         return bool(lam[0] <= 1e-10 * max(float(lam[-1]), 1e-300))
 
-    def _selected_final(self) -> np.ndarray:
+    def _selected_final(self, C: np.ndarray) -> np.ndarray:
         r"""The minimiser the flow from ``z(0)`` ends on when ``C`` is singular.
 
         Along the flow ``d/dt Σ_k v_k ln z_k = 4 vᵀ(β − Cz) = 0`` for every null vector
@@ -93,7 +116,7 @@ class FinalState:
         ε → 0 selection of :meth:`limit` gives ``F`` and ``C z∞``.
         """
         z_lim = self.limit().z_final.numpy()
-        C, b = self._dense, self._beta
+        b = self._beta
         w = C @ z_lim
         g = w - b
         scale = max(float(np.max(np.abs(b))), float(np.max(np.abs(w))), 1e-300)
@@ -139,8 +162,8 @@ class FinalState:
         b, d = self._beta, self._diag
         if self.is_diagonal:
             return np.where((b > 0) & (d > 0), np.maximum(b, 0) / np.where(d > 0, d, 1.0), 0.0)
-        if self._dense is not None and float(np.max(self._z0)) < 1.0 and self._singular():
-            return self._selected_final()
+        if self._dense is not None and float(np.max(self._z0)) < 1.0 and self._singular(self._dense):
+            return self._selected_final(self._dense)
         if self._factor is not None:
             A, y = self._factor
             x, _ = nnls(A, y, maxiter=50 * self.K)
@@ -159,6 +182,7 @@ class FinalState:
             except UnboundedError as exc:
                 raise InvalidParameterError(f"`beta`, `C`: {exc}") from None
         C = self._sparse
+        assert C is not None  # neither diagonal nor dense: sparse
         res = minimize(lambda z: (-b @ z + 0.5 * z @ (C @ z), C @ z - b), np.zeros(self.K), jac=True,
                        method="L-BFGS-B", bounds=[(0, None)] * self.K,
                        options={"maxiter": 100000, "ftol": 1e-15, "gtol": 1e-12})
@@ -181,6 +205,7 @@ class FinalState:
         """
         if not self.is_diagonal:
             res = self.limit(eps)
+            assert res.eps is not None  # LotkaVolterra.limit records the ε it used
             L = -np.log(res.eps)
             losses = [self.loss(np.zeros(self.K)).item()] + [self.loss(zz).item() for zz in res._z_after]
             return Plateaus(_t(res.taus.numpy() * L), res.modes, list(res.kinds), _t(losses))

@@ -20,6 +20,12 @@ __all__ = ["LogisticSolutions"]
 class LogisticSolutions:
     """Closed forms of the diagonal case (methods of :class:`~nqf.reductions.lv.LotkaVolterra`)."""
 
+    # set by LotkaVolterra.__init__
+    is_diagonal: bool
+    _beta: np.ndarray
+    _diag: np.ndarray
+    _z0: np.ndarray
+
     def _require_diagonal(self, what: str):
         if not self.is_diagonal:
             raise InvalidParameterError(f"`{what}` needs a diagonal `C` (orthogonal features); this system has "

@@ -46,7 +46,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..._validation import as_tensor
+from ..._validation import as_tensor, positive_int
 from ...errors import InvalidParameterError, InvalidTypeError, NonCommutingError, NotClosedError, ShapeError
 from ...structure.commute import commutator_defect, commutator_ratio
 from ...structure.operator import StructureOperator
@@ -95,7 +95,7 @@ def commutation_defect(A, *, seed: int = 0, tries: int = 3) -> tuple[float, np.n
         Symmetric matrices.
     seed : int
         Seed of the random combination.
-    tries : int
+    tries : int ≥ 1
         Number of random combinations tried; the best is returned.
 
     Returns
@@ -106,22 +106,25 @@ def commutation_defect(A, *, seed: int = 0, tries: int = 3) -> tuple[float, np.n
         Orthonormal basis (columns).
     """
     A = as_tensor("A", A, ndim=3, dtype=torch.float64).numpy()
-    return _shared_basis(A, np.random.default_rng(seed), tries)[:2]
+    delta, U, _ = _shared_basis(A, np.random.default_rng(seed), positive_int("tries", tries))
+    return delta, U
 
 
-def _shared_basis(A: np.ndarray, rng, tries: int, tol: float = 0.0):
+def _shared_basis(A: np.ndarray, rng, tries: int, tol: float = 0.0) -> tuple[float, np.ndarray, int]:
+    """The best of ``tries`` (≥ 1) random combinations: ``(δ, U, worst measurement)``."""
     norms = np.linalg.norm(A, axis=(1, 2))
     w = np.where(norms > 0, 1.0 / np.where(norms > 0, norms, 1.0), 0.0)
-    best = (np.inf, None, 0)
+    best: tuple[float, np.ndarray, int] | None = None
     for _ in range(tries):
         c = rng.standard_normal(A.shape[0]) * w
         S = np.einsum("m,mij->ij", c, A)
         _, U = np.linalg.eigh(0.5 * (S + S.T))
         d, i = _offdiag_defect(U, A, norms)
-        if d < best[0]:
+        if best is None or d < best[0]:
             best = (d, U, i)
         if d <= tol:
             break
+    assert best is not None  # tries ≥ 1
     return best
 
 

@@ -158,7 +158,8 @@ class LVSolution(Result):
             f = lambda s, j=j, target=target: float(self._dense(s)[j]) - target  # noqa: E731
             a, b = t[i - 1], t[i]
             if f(a) < 0 < f(b):
-                out[k] = brentq(f, a, b, xtol=1e-13 * max(b, 1.0), rtol=1e-14)
+                # scipy's unannotated `rtol=4·eps` default makes pyright infer a float64 parameter
+                out[k] = brentq(f, a, b, xtol=1e-13 * max(b, 1.0), rtol=1e-14)  # pyright: ignore[reportArgumentType]
         return _t(out)
 
 

@@ -31,6 +31,7 @@ Solvers (all on a :class:`LotkaVolterra`):
 """
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -88,6 +89,8 @@ class LotkaVolterra(LogisticSolutions, FinalState):
     is_diagonal : bool
         True when every off-diagonal ``|C_kl| ≤ 1e-12 √(C_kk C_ll)`` (round-off couplings, as
         produced by :func:`reduce` on orthogonal features, are ignored by the logistic solver).
+    commutation_defect : float or None
+        The measured non-commutation ``δ`` of the basis, set by :func:`reduce` (None otherwise).
 
     Raises
     ------
@@ -97,6 +100,8 @@ class LotkaVolterra(LogisticSolutions, FinalState):
         ``C`` not symmetric, not positive semi-definite, ``z0`` negative (or a scalar ``ε ≤ 0``),
         or a mode with ``β_k > 0`` and ``C_kk = 0`` (loss unbounded below).
     """
+
+    commutation_defect: float | None = None
 
     def __init__(self, beta, C, z0, *, y2=None, basis=None, factor=None, rest=None, psd_tol: float = 1e-10):
         b = _np("beta", beta, 1)
@@ -176,9 +181,11 @@ class LotkaVolterra(LogisticSolutions, FinalState):
                 raise InvalidParameterError(f"`C` must be positive semi-definite; found smallest eigenvalue {lam:.3e} "
                                  f"(largest diagonal entry {scale:.3e})") from None
         C = self._sparse
+        assert C is not None  # exactly one of _dense and _sparse is set
         if self.is_diagonal:
             if d.min() < -tol * scale:
-                raise InvalidParameterError(f"`C` must be positive semi-definite; found a diagonal entry {d.min():.3e} < 0")
+                raise InvalidParameterError(
+                    f"`C` must be positive semi-definite; found a diagonal entry {d.min():.3e} < 0")
             return
         asym = abs(C - C.T).max()
         if asym > 1e-10 * max(abs(C).max(), 1e-300):
@@ -188,7 +195,8 @@ class LotkaVolterra(LogisticSolutions, FinalState):
             return  # Gershgorin: diagonally dominant with a non-negative diagonal ⇒ PSD
         from scipy.sparse.linalg import eigsh
 
-        lam = float(eigsh(C, k=1, which="SA", return_eigenvectors=False, tol=1e-8)[0])
+        # scipy's unannotated `tol=0` default makes pyright infer an int parameter
+        lam = float(eigsh(C, k=1, which="SA", return_eigenvectors=False, tol=1e-8)[0])  # pyright: ignore[reportArgumentType]
         if lam < -tol * scale * 10:
             raise InvalidParameterError(f"`C` must be positive semi-definite; found smallest eigenvalue {lam:.3e}")
 
@@ -203,7 +211,8 @@ class LotkaVolterra(LogisticSolutions, FinalState):
         if (z < 0).any():
             raise InvalidParameterError(f"`z0` must be ≥ 0 (z = diag of a PSD M(0)); found min {z.min():.3e}")
         if not (z > 0).any():
-            raise InvalidParameterError("`z0` must have at least one positive entry; found all zeros (nothing can grow)")
+            raise InvalidParameterError(
+                "`z0` must have at least one positive entry; found all zeros (nothing can grow)")
         return z
 
     # ------------------------------------------------------------ attributes
@@ -420,11 +429,17 @@ class LotkaVolterra(LogisticSolutions, FinalState):
         mask = self._z0 > 0
         idx = np.flatnonzero(mask)
         b = self._beta[idx]
+        lband = uband = 0
+        coo = None
         if self._dense is not None:
             Cm = self._dense[np.ix_(idx, idx)]
         else:
+            assert self._sparse is not None  # exactly one of _dense and _sparse is set
             Cm = self._sparse[idx][:, idx].tocsc()
-        sparse = sp.issparse(Cm)
+            coo = Cm.tocoo()
+            lband = int(max(0, (coo.row - coo.col).max(initial=0)))
+            uband = int(max(0, (coo.col - coo.row).max(initial=0)))
+        sparse = coo is not None
 
         # Trial Newton iterates of a large implicit step can overshoot far beyond any state the
         # flow visits; capping z there keeps f finite (no inf − inf = NaN in the error estimate),
@@ -442,31 +457,26 @@ class LotkaVolterra(LogisticSolutions, FinalState):
                 return (-4.0 * (Cm @ sp.diags(z))).tocsc()
             return -4.0 * Cm * z[None, :]
 
-        extra = {}
-        if sparse:
-            coo = Cm.tocoo()
-            lband = int(max(0, (coo.row - coo.col).max(initial=0)))
-            uband = int(max(0, (coo.col - coo.row).max(initial=0)))
+        extra: dict[str, Any] = {}
+        jacobian = jac
         if method == "auto":
             method = ("LSODA" if max(lband, uband) <= BAND_MAX else "BDF") if sparse else "Radau"
-        if method == "LSODA" and sparse:
+        if method == "LSODA" and coo is not None:
             # LSODA's packed banded Jacobian: J[uband + i − j, j] = −4 C_ij z_j
             pos = uband + coo.row - coo.col
 
-            def jac(_t_, u):  # noqa: F811
+            def banded_jac(_t_, u):
                 z = np.exp(np.minimum(u, ucap))
                 J = np.zeros((lband + uband + 1, u.shape[0]))
                 J[pos, coo.col] = -4.0 * coo.data * z[coo.col]
                 return J
 
+            jacobian = banded_jac
             extra = {"lband": lband, "uband": uband}
-        elif method == "LSODA":
-            def jac(_t_, u):  # noqa: F811
-                return -4.0 * Cm * np.exp(np.minimum(u, ucap))[None, :]
 
         u0 = np.log(self._z0[idx])
         with np.errstate(over="ignore", invalid="ignore"):  # rejected Newton trials inside scipy
-            sol = solve_ivp(fun, (0.0, float(tt[-1])), u0, method=method, t_eval=tt, jac=jac, rtol=rtol,
+            sol = solve_ivp(fun, (0.0, float(tt[-1])), u0, method=method, t_eval=tt, jac=jacobian, rtol=rtol,
                             atol=atol, dense_output=dense_output, **extra)
         lz = np.full((sol.t.shape[0], self.K), -np.inf)
         lz[:, idx] = sol.y.T
