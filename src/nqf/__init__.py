@@ -60,17 +60,17 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these are reso
     from . import analysis as analysis
     from . import dynamics as dynamics
     from . import errors as errors
-    from .reductions import lv as lv
     from . import networks as networks
     from . import reductions as reductions
-    from .reductions import saddles as saddles
     from . import structure as structure
-    from .reductions import svd_modes as svd_modes
     from .analyze import analyze as analyze
     from .dynamics import Trajectory as Trajectory
     from .dynamics import gradient_flow as gradient_flow
     from .dynamics import simulate as simulate
     from .dynamics import train_network as train_network
+    from .reductions import lv as lv
+    from .reductions import saddles as saddles
+    from .reductions import svd_modes as svd_modes
     from .reductions.svd_modes import two_layer_modes as two_layer_modes
 
 

@@ -17,6 +17,7 @@ MSE, ``r = ∂ℓ/∂f``, ``G = (1/N) 𝒜*(r)``, ``W ← W − η ∇_W L``, tr
 * :class:`Trajectory` — the common result.
 """
 
+from ..structure import data_subspace, project_operator
 from .batched import simulate_batched
 from .flow import gradient_flow
 from .initial import initial_state, initial_weights
@@ -24,7 +25,6 @@ from .loop import training_loop
 from .losses import LOSSES
 from .network import train_network
 from .simulate import FORMS, OPTIMIZERS, minibatch_indices, simulate
-from ..structure import data_subspace, project_operator
 from .trajectory import Trajectory
 
 __all__ = ["simulate", "simulate_batched", "gradient_flow", "train_network", "Trajectory", "data_subspace",

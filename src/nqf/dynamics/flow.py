@@ -36,13 +36,13 @@ import torch
 from scipy.integrate import solve_ivp
 
 from .._validation import as_tensor, check_flow_scalars
+from ..errors import InvalidParameterError, InvalidTypeError
 from ..structure.operator import StructureOperator
 from .factored import factor_from_matrix, factor_from_weights, gradient_terms, orthogonalize_columns, predictions
 from .initial import initial_state
 from .losses import check_loss, loss_value, prepare_targets, residual
 from .simulate import POLISH_MAX_RANK
 from .trajectory import DIVERGED, FINISHED, Trajectory
-from ..errors import InvalidParameterError, InvalidTypeError
 
 __all__ = ["gradient_flow", "integrate_factor"]
 
@@ -104,7 +104,8 @@ def gradient_flow(op: StructureOperator, y, *, M0=None, W0=None, t_span, t_eval=
     if t_eval is not None:
         t_eval = as_tensor("t_eval", t_eval, ndim=(0, 1), dtype=torch.float64).cpu().numpy().reshape(-1)
         if t_eval.size and (t_eval.min() < t0 or t_eval.max() > t1):
-            raise InvalidParameterError(f"`t_eval` must lie within `t_span` {t_span}; found [{t_eval.min()}, {t_eval.max()}]")
+            raise InvalidParameterError(
+                f"`t_eval` must lie within `t_span` {t_span}; found [{t_eval.min()}, {t_eval.max()}]")
     if W0 is not None:
         L0, c = factor_from_weights(W0, with_ones=mu_init is not None)
     else:
@@ -222,6 +223,7 @@ def integrate_factor(op: StructureOperator, y: torch.Tensor, L0: torch.Tensor, t
         if lam:
             dL = dL - lam * L
         if h is not None:
+            assert cc is not None  # h comes from the bias part, which comes with c = Qᵀ1
             dL = dL - torch.outer(h, cc)
         return dL.reshape(-1).cpu().numpy()
 

@@ -42,18 +42,19 @@ def prepare_targets(y, loss: str, n_samples: int, n_outputs: int, dtype, device)
     N, C = n_samples, n_outputs
     if loss == "cross_entropy":
         if C < 2:
-            raise InvalidParameterError(f"`loss`='cross_entropy' needs an operator with ≥ 2 outputs; found n_outputs={C} "
-                             "(use 'logistic' for one output)")
+            raise InvalidParameterError(f"`loss`='cross_entropy' needs an operator with ≥ 2 outputs; "
+                                        f"found n_outputs={C} (use 'logistic' for one output)")
         t = as_tensor("y", y, ndim=(1, 2), dtype=dtype, device=device)
         if t.ndim == 1:
             check_shape("y", t, (N,))
             if bool((t != t.round()).any()) or bool((t < 0).any()) or bool((t >= C).any()):
-                raise InvalidParameterError(f"`y` of shape (N,) must hold integer class labels in [0, {C}); found values "
-                                 f"in [{float(t.min()):g}, {float(t.max()):g}]")
+                raise InvalidParameterError(f"`y` of shape (N,) must hold integer class labels in [0, {C}); "
+                                            f"found values in [{float(t.min()):g}, {float(t.max()):g}]")
             return torch.nn.functional.one_hot(t.long(), C).to(dtype)
         check_shape("y", t, (N, C))
         if bool((t < 0).any()) or not torch.allclose(t.sum(1), torch.ones_like(t[:, 0])):
-            raise InvalidParameterError("`y` of shape (N, C) must hold class probabilities (non-negative rows summing to 1)")
+            raise InvalidParameterError(
+                "`y` of shape (N, C) must hold class probabilities (non-negative rows summing to 1)")
         return t
     t = as_tensor("y", y, ndim=(1, 2), dtype=dtype, device=device)
     if t.ndim == 1:

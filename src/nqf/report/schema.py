@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -31,7 +31,7 @@ _MAX_BYTES = 256 * 1024 * 1024
 class ResultsFileError(NQFError, ValueError):
     """A ``results.json`` is missing, unreadable, malformed or of another schema version (one-line message)."""
 
-Cell = Union[float, int, str, bool, None]
+Cell = float | int | str | bool | None
 
 
 class _Strict(BaseModel):
@@ -52,13 +52,13 @@ class CheckModel(_Strict):
     through this model, so the result objects and the file agree by construction."""
 
     name: str
-    predicted: Optional[float]
-    measured: Optional[float]
-    tolerance: Optional[float] = Field(None, description="allowed |measured − predicted| / |predicted|")
-    relative_error: Optional[float] = None
-    passed: Optional[bool] = None
+    predicted: float | None
+    measured: float | None
+    tolerance: float | None = Field(None, description="allowed |measured − predicted| / |predicted|")
+    relative_error: float | None = None
+    passed: bool | None = None
     kind: Literal["relative", "absolute"] = "relative"
-    error: Optional[float] = Field(None, description="the error judged against the tolerance (see kind)")
+    error: float | None = Field(None, description="the error judged against the tolerance (see kind)")
     reference: str = Field("", description="the independent value the prediction is held against")
     tolerance_origin: str = Field("", description="where the tolerance comes from (numerics, theory's error order)")
     reason: str = Field("", description="why the check is not judged, or failed without a comparison")
@@ -85,13 +85,13 @@ class ResultsFile(_Strict):
     device: str
     versions: Versions
     started: str
-    finished: Optional[str]
-    wall_seconds: Optional[float]
+    finished: str | None
+    wall_seconds: float | None
     metrics: dict[str, Cell]
     checks: list[CheckModel]
     tables: list[TableModel]
     figures: dict[str, dict[str, str]]
-    arrays: Optional[str]
+    arrays: str | None
     summary: list[str] = []
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)

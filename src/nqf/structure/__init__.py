@@ -14,6 +14,8 @@ from .activations import ACTIVATIONS, Activation, get_activation
 from .attention import EyeKronKernel, HeadValueKernel, multi_head_attention, qk_attention
 from .attention_layouts import attention_units
 from .autodiff import check_permutation_symmetry, check_truncation_order, from_module
+from .bilinear import BilinearKernel, BilinearStructure, DenseKernel, OneHotKronKernel
+from .commute import commutator_defect, commutes
 from .conv import conv1d, conv2d, conv_output_size
 from .conv_layouts import conv_units
 from .discover import UnitCandidate, find_units, select_units
@@ -21,14 +23,13 @@ from .factorization import SensingStructure, factorization, linear_network, matr
 from .layouts import mlp_units
 from .mlp import mlp
 from .moe import mixture_of_experts
-from .bilinear import BilinearKernel, BilinearStructure, DenseKernel, OneHotKronKernel
-from .commute import commutator_defect, commutes
 from .operator import DenseStructure, ProjectedStructure, StructureOperator, project_operator
 from .subspace import data_subspace
 from .units import UnitLayout, UnitScatter, UnitSlice, get_unit_weights, set_unit_weights
 
 __all__ = [
-    "StructureOperator", "ProjectedStructure", "data_subspace", "project_operator", "DenseStructure", "BilinearStructure", "SensingStructure", "BilinearKernel",
+    "StructureOperator", "ProjectedStructure", "data_subspace", "project_operator", "DenseStructure",
+    "BilinearStructure", "SensingStructure", "BilinearKernel",
     "DenseKernel", "OneHotKronKernel", "HeadValueKernel", "EyeKronKernel", "UnitLayout", "UnitSlice",
     "Activation", "ACTIVATIONS", "get_activation", "from_module", "check_truncation_order",
     "mlp_units", "attention_units", "conv_units", "check_permutation_symmetry",
