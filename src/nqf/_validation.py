@@ -362,19 +362,6 @@ def divergence_message(*, step: int, t: float, loss: float, limit: float, lr: fl
                   f"(GD on MSE is stable while η·‖2G‖ stays below 2).")
 
 
-def spectral_norm(S: torch.Tensor | None) -> float | None:
-    """Largest absolute eigenvalue of a symmetric matrix (``None`` if unavailable or not finite)."""
-    if S is None:
-        return None
-    try:
-        S = S.detach()
-        if not bool(torch.isfinite(S).all()):
-            return None
-        return float(torch.linalg.eigvalsh(0.5 * (S + S.T)).abs().max())
-    except Exception:  # noqa: BLE001 - an estimate only
-        return None
-
-
 def divergence_curvature(op, L: torch.Tensor, r: torch.Tensor, weight_decay: float, n_samples: int, *,
                          loss: str = "mse", iters: int = 40) -> float | None:
     """Largest eigenvalue of the loss Hessian in unit space at the factor ``L`` (``M = L Lᵀ``), for full-batch
