@@ -87,7 +87,7 @@ def _batches(n, batch_size, steps, seed):
 
 def _max_rel(saved, states):
     err = 0.0
-    for (k, w, b, _), (wr, br) in zip(saved, [states[k] for k, *_ in saved], strict=True):
+    for (_, w, b, _), (wr, br) in zip(saved, [states[k] for k, *_ in saved], strict=True):
         err = max(err, float((w - wr).abs().max() / wr.abs().max()), float((b - br).abs().max() / br.abs().max()))
     return err
 
