@@ -430,3 +430,13 @@ def test_inputs_are_detached_and_copied_on_request():
     with torch.no_grad():
         w[0] = 7.0
     assert float(c2[0]) == 1.0
+
+
+def test_unknown_names_are_nqf_errors_and_key_errors():
+    """An unknown experiment name: an NQFError that existing ``except KeyError`` still catches, unquoted."""
+    from nqf.errors import UnknownNameError
+
+    with pytest.raises(UnknownNameError, match="unknown experiment 'nope'; available: ") as info:
+        get_experiment("nope")
+    assert isinstance(info.value, KeyError) and isinstance(info.value, NQFError)
+    assert str(info.value).startswith("unknown experiment")  # not wrapped in quotes as KeyError would be

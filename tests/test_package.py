@@ -255,7 +255,7 @@ def test_no_plain_value_or_type_errors_in_the_package():
         if path.name == "errors.py":
             continue
         for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if re.search(r"\braise (ValueError|TypeError)\b", line):
+            if re.search(r"\braise (ValueError|TypeError|KeyError)\b", line):
                 offenders.append(f"{path.relative_to(ROOT)}:{i}")
     assert offenders == [], offenders
 

@@ -76,5 +76,12 @@ class NoUnitsError(NQFError, ValueError):
     """No layer of interchangeable units was found in a module, or the choice among several is ambiguous."""
 
 
+class UnknownNameError(NQFError, KeyError):
+    """A name (experiment, parameter, submodule) that is not among the available ones; the message lists them."""
+
+    def __str__(self) -> str:  # KeyError would quote the whole message
+        return str(self.args[0]) if self.args else ""
+
+
 class NoPowerLawError(NQFError, ValueError):
     """A loss curve has no power-law range to fit (too short, or no straight stretch in log–log)."""

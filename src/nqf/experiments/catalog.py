@@ -20,7 +20,7 @@ from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..errors import InvalidParameterError
+from ..errors import InvalidParameterError, UnknownNameError
 
 if TYPE_CHECKING:
     from .base import Experiment
@@ -135,9 +135,9 @@ def describe() -> dict[str, str]:
 
 
 def get_experiment(name: str) -> Experiment:
-    """The registered experiment called ``name``; ``KeyError`` listing the available names otherwise."""
+    """The registered experiment called ``name``; ``UnknownNameError`` (a ``KeyError``) listing the available names otherwise."""
     if name not in REGISTRY:
-        raise KeyError(f"unknown experiment {name!r}; available: {', '.join(sorted(REGISTRY))}")
+        raise UnknownNameError(f"unknown experiment {name!r}; available: {', '.join(sorted(REGISTRY))}")
     return REGISTRY[name]
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from ..errors import InvalidTypeError, NormalFormError, ShapeError
+from ..errors import InvalidTypeError, NormalFormError, ShapeError, UnknownNameError
 from .units import UnitLayout, UnitSlice
 
 __all__ = ["conv_units"]
@@ -56,7 +56,7 @@ def conv_units(module: nn.Module, conv: str, readout: str, *, channel_axis: int 
 
     Raises
     ------
-    KeyError
+    UnknownNameError (a KeyError)
         ``conv`` or ``readout`` is not in ``module``.
     TypeError
         ``conv`` is not an ``nn.Conv1d``/``nn.Conv2d``.
@@ -69,7 +69,7 @@ def conv_units(module: nn.Module, conv: str, readout: str, *, channel_axis: int 
     modules = dict(module.named_modules())
     params = dict(module.named_parameters())
     if conv not in modules:
-        raise KeyError(f"`conv` names submodule {conv!r}, which the module does not have; its submodules are "
+        raise UnknownNameError(f"`conv` names submodule {conv!r}, which the module does not have; its submodules are "
                        f"{sorted(k for k in modules if k)}")
     layer = modules[conv]
     if not isinstance(layer, (nn.Conv1d, nn.Conv2d)):
@@ -82,7 +82,7 @@ def conv_units(module: nn.Module, conv: str, readout: str, *, channel_axis: int 
     elif readout in params:
         rname = readout
     else:
-        raise KeyError(f"`readout` names {readout!r}, which is neither an nn.Linear submodule nor a parameter of "
+        raise UnknownNameError(f"`readout` names {readout!r}, which is neither an nn.Linear submodule nor a parameter of "
                        f"the module; its parameters are {sorted(params)}")
     weight = params[rname]
     m = layer.out_channels

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from .._validation import as_tensor, check_shape
-from ..errors import InvalidParameterError, ShapeError
+from ..errors import InvalidParameterError, ShapeError, UnknownNameError
 
 __all__ = ["UnitSlice", "UnitLayout", "UnitScatter", "get_unit_weights", "set_unit_weights"]
 
@@ -93,14 +93,14 @@ class UnitLayout:
 
         Raises
         ------
-        KeyError, ShapeError
+        UnknownNameError (a KeyError), ShapeError
             Unknown parameter name, axis out of range, or slices that do not
             hold the same number of units.
         """
         counts = []
         for s in self.slices:
             if s.param not in params:
-                raise KeyError(f"unit slice names parameter `{s.param}`, which the module does not have; "
+                raise UnknownNameError(f"unit slice names parameter `{s.param}`, which the module does not have; "
                                f"its parameters are {sorted(params)}")
             t = params[s.param]
             if not -t.ndim <= s.axis < t.ndim:
