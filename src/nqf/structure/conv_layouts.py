@@ -82,8 +82,8 @@ def conv_units(module: nn.Module, conv: str, readout: str, *, channel_axis: int 
     elif readout in params:
         rname = readout
     else:
-        raise UnknownNameError(f"`readout` names {readout!r}, which is neither an nn.Linear submodule nor a parameter of "
-                       f"the module; its parameters are {sorted(params)}")
+        raise UnknownNameError(f"`readout` names {readout!r}, which is neither an nn.Linear submodule nor a "
+                               f"parameter of the module; its parameters are {sorted(params)}")
     weight = params[rname]
     m = layer.out_channels
     if not -weight.ndim <= channel_axis < weight.ndim:
