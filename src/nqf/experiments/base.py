@@ -6,7 +6,7 @@ import dataclasses
 import math
 import sys
 from dataclasses import dataclass, field
-from typing import Annotated, Any, ClassVar, Literal, get_args
+from typing import Annotated, Any, ClassVar, Literal, TypeGuard, get_args
 
 import numpy as np
 from pydantic import AfterValidator, BaseModel, ConfigDict, field_validator
@@ -32,8 +32,8 @@ class Params(BaseModel):
         if field is not None and _has_bool(value) and not _admits_bool(field.annotation):
             raise InvalidParameterError("expected a number, found a boolean (true/false)")
         if _has_subnormal(value):
-            raise InvalidParameterError(f"a subnormal number (nonzero, below {sys.float_info.min:.3g}) has too few significant "
-                             "digits to compute with")
+            raise InvalidParameterError(f"a subnormal number (nonzero, below {sys.float_info.min:.3g}) has too few "
+                                        "significant digits to compute with")
         return value
 
 
@@ -128,7 +128,7 @@ class Check(Result):
     inputs_finished: bool = True
 
     @staticmethod
-    def _finite(v) -> bool:
+    def _finite(v: float | None) -> TypeGuard[float]:
         return v is not None and math.isfinite(float(v))
 
     @property

@@ -135,7 +135,9 @@ def describe() -> dict[str, str]:
 
 
 def get_experiment(name: str) -> Experiment:
-    """The registered experiment called ``name``; ``UnknownNameError`` (a ``KeyError``) listing the available names otherwise."""
+    """The registered experiment called ``name``.
+
+    ``UnknownNameError`` (a ``KeyError``) listing the available names otherwise."""
     if name not in REGISTRY:
         raise UnknownNameError(f"unknown experiment {name!r}; available: {', '.join(sorted(REGISTRY))}")
     return REGISTRY[name]
