@@ -77,10 +77,11 @@ class FoundUnits(Result):
 def _mlp_blocks(module: nn.Module) -> list[FoundUnits]:
     params = dict(module.named_parameters())
     found = []
-    if isinstance(getattr(module, "units", None), UnitLayout) and hasattr(module, "input"):
-        lay = module.units.resolve(params)
+    units = getattr(module, "units", None)
+    if isinstance(units, UnitLayout) and hasattr(module, "input"):
+        lay = units.resolve(params)
         act = getattr(module, "activation", None)
-        found.append(FoundUnits("input", "mlp-hidden", lay, lay.n_units, lay.p(params), act, True,
+        found.append(FoundUnits("input", "mlp-hidden", lay, lay.m, lay.p(params), act, True,
                                 getattr(module, "bias", False) is True))
         return found
     for prefix, seq in module.named_modules():
@@ -101,7 +102,7 @@ def _mlp_blocks(module: nn.Module) -> list[FoundUnits]:
                 slices.append(UnitSlice(f"{pre}{n_in}.bias", axis=0))
             lay = UnitLayout(slices).resolve(params)
             whole = seq is module and len(kids) == 3
-            found.append(FoundUnits(f"{pre}{n_in}", "mlp-hidden", lay, lay.n_units, lay.p(params), act, whole,
+            found.append(FoundUnits(f"{pre}{n_in}", "mlp-hidden", lay, lay.m, lay.p(params), act, whole,
                                     lin.bias is not None))
     return found
 
@@ -117,7 +118,7 @@ def _adapt(obj, module) -> FoundUnits:
     mine = {f.name: f for f in _mlp_blocks(module)}
     if name in mine:  # keep the analytic fast path for MLP blocks
         return mine[name]
-    return FoundUnits(name, str(getattr(obj, "kind", "units")), lay, lay.n_units, lay.p(params))
+    return FoundUnits(name, str(getattr(obj, "kind", "units")), lay, lay.m, lay.p(params))
 
 
 def find_unit_layers(module: nn.Module) -> list[FoundUnits]:

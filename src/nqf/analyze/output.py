@@ -17,19 +17,19 @@ __all__ = ["AnalyzeParams", "AnalyzeExperiment", "fill_outcome", "save_analysis"
 
 
 class AnalyzeParams(Params):
-    model: str = Field("mlp:width=256,act=tanh", description="built-in spec or FILE.py:FACTORY")
-    data: str = Field("digits", description="bundled name or .npz/.csv/.pt file")
-    target: str | None = Field(None, description="CSV target columns")
-    units: str | None = Field(None, description="layer of units (default: the first found)")
-    eps: float = Field(1e-6, gt=0, lt=1, description="initial scale: M(0) = εI")
-    lr: float | None = Field(None, gt=0, description="GD step (default 0.02 / largest escape rate)")
-    steps: int | None = Field(None, ge=1, description="GD steps (default: to t = 1.5 t_K + 5)")
-    subset: int | None = Field(None, ge=1, description="random subset of the samples")
-    standardize: bool = Field(True, description="standardise the inputs")
-    one_hot: bool = Field(True, description="classification targets as centred one-hot")
-    center: bool = Field(True, description="centre the targets")
-    gap_tolerance: float = Field(0.05, gt=0, description="relative gap real vs NQF that counts as leaving it")
-    flat_threshold: float = Field(0.25, gt=0, description="flat plateau: loss change / adjacent drop ≤ this")
+    model: str = Field(default="mlp:width=256,act=tanh", description="built-in spec or FILE.py:FACTORY")
+    data: str = Field(default="digits", description="bundled name or .npz/.csv/.pt file")
+    target: str | None = Field(default=None, description="CSV target columns")
+    units: str | None = Field(default=None, description="layer of units (default: the first found)")
+    eps: float = Field(default=1e-6, gt=0, lt=1, description="initial scale: M(0) = εI")
+    lr: float | None = Field(default=None, gt=0, description="GD step (default 0.02 / largest escape rate)")
+    steps: int | None = Field(default=None, ge=1, description="GD steps (default: to t = 1.5 t_K + 5)")
+    subset: int | None = Field(default=None, ge=1, description="random subset of the samples")
+    standardize: bool = Field(default=True, description="standardise the inputs")
+    one_hot: bool = Field(default=True, description="classification targets as centred one-hot")
+    center: bool = Field(default=True, description="centre the targets")
+    gap_tolerance: float = Field(default=0.05, gt=0, description="relative gap real vs NQF that counts as leaving it")
+    flat_threshold: float = Field(default=0.25, gt=0, description="flat plateau: loss change / adjacent drop ≤ this")
 
 
 def load_data(P: AnalyzeParams, seed: int = 0):
