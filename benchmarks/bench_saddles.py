@@ -4,7 +4,7 @@ Vector-output two-layer tanh MLP NQF (``nqf.structure.mlp``) with ``C = 10``
 outputs and ``D = 490`` correlated inputs (``p = C + D = 500``), ``N = 2000``
 samples, targets from a rank-8 linear teacher with a decaying spectrum plus
 noise restricted to 8 output directions, so the optimum has rank 8.  Prints
-the wall time of :func:`nqf.saddles.saddle_sequence` (all saddles, the escape
+the wall time of :func:`nqf.reductions.saddles.saddle_sequence` (all saddles, the escape
 trajectory and the bookkeeping), the per-saddle levels and how far they are
 from the closed-form reduced-rank-regression losses.
 
@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from nqf.saddles import saddle_sequence
+from nqf.reductions.saddles import saddle_sequence
 from nqf.structure.mlp import mlp
 
 
@@ -61,7 +61,7 @@ def main():
     seq = saddle_sequence(op, Y)
     dt = time.perf_counter() - t0
     truth = rrr_losses(X, Y, int(seq.ranks[-1]))
-    err = max(abs(a - b) for a, b in zip(seq.plateau_levels, truth))
+    err = max(abs(L - truth[int(r)]) for L, r in zip(seq.plateau_levels, seq.ranks, strict=True))
     print(f"p = {op.p}, N = {op.n_samples}, C = {op.n_outputs}: {len(seq) - 1} saddles, final rank "
           f"{seq.ranks[-1]}, global minimum: {seq.global_minimum} ({seq.message})")
     print(f"saddle sequence wall time: {dt:.2f} s ({threads} torch thread(s))")
