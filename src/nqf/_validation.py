@@ -151,6 +151,16 @@ def int_param(name: str, value, *, minimum: int | None = None, maximum: int | No
     return v
 
 
+def int_tuple(name: str, value, n: int, minimum: int) -> tuple[int, ...]:
+    """``value`` as a tuple of ``n`` integers ≥ ``minimum`` (an int is repeated)."""
+    vals = (value,) * n if not isinstance(value, (tuple, list)) else tuple(value)
+    ok = len(vals) == n and all(not isinstance(v, bool) and isinstance(v, int) and v >= minimum for v in vals)
+    if not ok:
+        what = "an int" if n == 1 else "an int or a pair of ints"
+        raise InvalidParameterError(f"`{name}` must be {what}, each ≥ {minimum}; found {value!r}")
+    return vals
+
+
 def float_param(name: str, value, *, positive: bool = False, nonnegative: bool = False,
                 finite: bool = True, allow_inf: bool = False) -> float:
     """``value`` as a real ``float`` (numpy scalars and 0-d tensors accepted; bools, NaN and inf refused).

@@ -8,10 +8,10 @@ from typing import cast
 import torch
 from torch import nn
 
-from .._validation import positive_int
+from .._validation import int_tuple, positive_int
 from ..errors import InvalidParameterError
 from ..structure.activations import Activation, get_activation
-from ..structure.conv import READOUTS, _int_tuple, conv_output_size
+from ..structure.conv import READOUTS, conv_output_size
 from ..structure.units import UnitLayout, UnitSlice
 
 __all__ = ["ConvNet1d", "ConvNet2d"]
@@ -77,9 +77,9 @@ class ConvNet1d(_ConvNet):
                  *, dtype: torch.dtype = torch.float64):
         super().__init__()
         self.activation = get_activation(activation)
-        (k,) = _int_tuple("kernel_size", kernel_size, 1, 1)
-        (s,) = _int_tuple("stride", stride, 1, 1)
-        (pad,) = _int_tuple("padding", padding, 1, 0)
+        (k,) = int_tuple("kernel_size", kernel_size, 1, 1)
+        (s,) = int_tuple("stride", stride, 1, 1)
+        (pad,) = int_tuple("padding", padding, 1, 0)
         self.conv = nn.Conv1d(in_channels, n_channels, k, stride=s, padding=pad, bias=False, dtype=dtype)
         Q = 1
         if readout == "position":
@@ -117,17 +117,17 @@ class ConvNet2d(_ConvNet):
                  readout: str = "mean", n_outputs: int = 1, input_size=None, *, dtype: torch.dtype = torch.float64):
         super().__init__()
         self.activation = get_activation(activation)
-        # _int_tuple(..., 2, ...) returns exactly two ints
-        ks = cast("tuple[int, int]", _int_tuple("kernel_size", kernel_size, 2, 1))
-        st = cast("tuple[int, int]", _int_tuple("stride", stride, 2, 1))
-        pd = cast("tuple[int, int]", _int_tuple("padding", padding, 2, 0))
+        # int_tuple(..., 2, ...) returns exactly two ints
+        ks = cast("tuple[int, int]", int_tuple("kernel_size", kernel_size, 2, 1))
+        st = cast("tuple[int, int]", int_tuple("stride", stride, 2, 1))
+        pd = cast("tuple[int, int]", int_tuple("padding", padding, 2, 0))
         self.conv = nn.Conv2d(in_channels, n_channels, ks, stride=st, padding=pd, bias=False, dtype=dtype)
         Q = 1
         if readout == "position":
             if input_size is None:
                 raise InvalidParameterError("`input_size` (H, W) is required for readout='position' (the readout "
                                             "has one weight per output position)")
-            H, W = _int_tuple("input_size", input_size, 2, 1)
+            H, W = int_tuple("input_size", input_size, 2, 1)
             Q = conv_output_size(H, ks[0], st[0], pd[0]) * conv_output_size(W, ks[1], st[1], pd[1])
             if conv_output_size(H, ks[0], st[0], pd[0]) < 1 or conv_output_size(W, ks[1], st[1], pd[1]) < 1:
                 raise InvalidParameterError(

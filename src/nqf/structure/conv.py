@@ -48,7 +48,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as Fn
 
-from .._validation import as_tensor, positive_int
+from .._validation import as_tensor, int_tuple, positive_int
 from ..errors import InvalidParameterError, ShapeError
 from .activations import get_activation
 from .bilinear import BilinearStructure, OneHotKronKernel
@@ -57,16 +57,6 @@ __all__ = ["conv1d", "conv2d", "conv_output_size", "READOUTS"]
 
 #: Readouts of the channel outputs.
 READOUTS = ("mean", "position")
-
-
-def _int_tuple(name: str, value, n: int, minimum: int) -> tuple[int, ...]:
-    """``value`` as a tuple of ``n`` integers ≥ ``minimum`` (an int is repeated)."""
-    vals = (value,) * n if not isinstance(value, (tuple, list)) else tuple(value)
-    ok = len(vals) == n and all(not isinstance(v, bool) and isinstance(v, int) and v >= minimum for v in vals)
-    if not ok:
-        what = "an int" if n == 1 else "an int or a pair of ints"
-        raise InvalidParameterError(f"`{name}` must be {what}, each ≥ {minimum}; found {value!r}")
-    return vals
 
 
 def conv_output_size(size: int, kernel: int, stride: int, padding: int) -> int:
@@ -153,9 +143,9 @@ def conv1d(X, kernel_size, stride=1, padding=0, activation="tanh", readout: str 
     X = as_tensor("X", X, ndim=3, dtype=dtype)
     if any(d == 0 for d in X.shape):
         raise ShapeError(f"`X` must have shape (N, in_channels, L) with every size ≥ 1; found {tuple(X.shape)}")
-    (k,) = _int_tuple("kernel_size", kernel_size, 1, 1)
-    (s,) = _int_tuple("stride", stride, 1, 1)
-    (pad,) = _int_tuple("padding", padding, 1, 0)
+    (k,) = int_tuple("kernel_size", kernel_size, 1, 1)
+    (s,) = int_tuple("stride", stride, 1, 1)
+    (pad,) = int_tuple("padding", padding, 1, 0)
     C = _check_common(readout, n_outputs)
     act = get_activation(activation)
     N, cin, L = X.shape
@@ -203,9 +193,9 @@ def conv2d(X, kernel_size, stride=1, padding=0, activation="tanh", readout: str 
     if any(d == 0 for d in X.shape):
         raise ShapeError(f"`X` must have shape (N, in_channels, H, W) with every size ≥ 1; found "
                          f"{tuple(X.shape)}")
-    ks = _int_tuple("kernel_size", kernel_size, 2, 1)
-    st = _int_tuple("stride", stride, 2, 1)
-    pd = _int_tuple("padding", padding, 2, 0)
+    ks = int_tuple("kernel_size", kernel_size, 2, 1)
+    st = int_tuple("stride", stride, 2, 1)
+    pd = int_tuple("padding", padding, 2, 0)
     C = _check_common(readout, n_outputs)
     act = get_activation(activation)
     N, cin, H, W = X.shape
