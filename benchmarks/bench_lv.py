@@ -59,9 +59,11 @@ def bench_diagonal(K: int, eps: float, rng) -> None:
     on = beta > 0
     ref = np.log(beta[on] / c[on] / eps - 1) / (4 * beta[on])
     err = np.max(np.abs(ts[on] / ref - 1))
-    print(f"[diagonal C]  K = {K}, eps = {eps:g}: logistic for all modes on 400 times "
-          f"+ {int(on.sum())} switch times + plateau sequence: {dt:.3f} s "
-          f"(max rel. deviation from ln(z*/eps-1)/zeta: {err:.1e}; z grid {z.shape})")
+    print(
+        f"[diagonal C]  K = {K}, eps = {eps:g}: logistic for all modes on 400 times "
+        f"+ {int(on.sum())} switch times + plateau sequence: {dt:.3f} s "
+        f"(max rel. deviation from ln(z*/eps-1)/zeta: {err:.1e}; z grid {z.shape})"
+    )
 
 
 def bench_sparse(K: int, eps: float, rng, before: bool = True) -> None:
@@ -80,18 +82,22 @@ def bench_sparse(K: int, eps: float, rng, before: bool = True) -> None:
     t3 = time.perf_counter()
     fin = np.isfinite(st).sum()
     dev = np.max(np.abs(sol.z.numpy()[-1] - zf))
-    print(f"[tridiagonal C] K = {K}, eps = {eps:g}: final state (L-BFGS-B) {t1 - t0:.2f} s, "
-          f"stiff log-coordinate flow to t = {T:.0f} {t2 - t1:.2f} s "
-          f"(success={sol.success}, {sol.stats}), switch times of {fin} modes {t3 - t2:.3f} s; "
-          f"max |z(T) - z_inf| = {dev:.1e}")
+    print(
+        f"[tridiagonal C] K = {K}, eps = {eps:g}: final state (L-BFGS-B) {t1 - t0:.2f} s, "
+        f"stiff log-coordinate flow to t = {T:.0f} {t2 - t1:.2f} s "
+        f"(success={sol.success}, {sol.stats}), switch times of {fin} modes {t3 - t2:.3f} s; "
+        f"max |z(T) - z_inf| = {dev:.1e}"
+    )
     if before:
         # the implementation before the banded Jacobian: Radau with the sparse Jacobian (complex sparse LU)
         t4 = time.perf_counter()
         old = lv.flow(T, n_points=301, dense_output=False, rtol=1e-8, atol=1e-8, method="Radau")
         t5 = time.perf_counter()
         diff = float(np.max(np.abs(old.z.numpy() - sol.z.numpy())))
-        print(f"    before (Radau, sparse Jacobian): {t5 - t4:.2f} s -> now {(t5 - t4) / (t2 - t1):.1f}x faster; "
-              f"max |z_before - z_now| over the grid = {diff:.1e}")
+        print(
+            f"    before (Radau, sparse Jacobian): {t5 - t4:.2f} s -> now {(t5 - t4) / (t2 - t1):.1f}x faster; "
+            f"max |z_before - z_now| over the grid = {diff:.1e}"
+        )
 
 
 def _timed(f, *args):
@@ -113,9 +119,11 @@ def bench_limit(K: int, rng, before: bool = True) -> None:
     x, _ = nnls((U * np.sqrt(lam)).T, (U.T @ beta) / np.sqrt(lam), maxiter=100 * K)
     dt_ref = time.perf_counter() - t1
     err = np.max(np.abs(res.z_final.numpy() - x))
-    print(f"[eps -> 0 limit] K = {K} dense C: {len(res.events)} events ({n_on} on, {n_off} off) in {dt:.2f} s "
-          f"(cpu {cpu:.2f} s; final active set {len(res.final_active)}); reference NNLS of the final state alone: "
-          f"{dt_ref:.2f} s, max |z_final - z_nnls| = {err:.1e}")
+    print(
+        f"[eps -> 0 limit] K = {K} dense C: {len(res.events)} events ({n_on} on, {n_off} off) in {dt:.2f} s "
+        f"(cpu {cpu:.2f} s; final active set {len(res.final_active)}); reference NNLS of the final state alone: "
+        f"{dt_ref:.2f} s, max |z_final - z_nnls| = {err:.1e}"
+    )
     if before:
         # the implementation before the incremental factor (benchmarks/lv_limit_reference.py), same run
         old, dt_old, cpu_old = _timed(reference_limit, beta, C)
@@ -125,10 +133,13 @@ def bench_limit(K: int, rng, before: bool = True) -> None:
             t_new, t_old = res.taus.numpy(), old.taus.numpy()
             dtau = float(np.max(np.abs(t_new - t_old)) / max(float(np.max(np.abs(t_old))), 1e-300))
             dz = float(np.max(np.abs(res.z_final.numpy() - old.z_final.numpy())) / np.max(np.abs(x)))
-            msg = (f"same {len(res.events)} events, max rel. |tau_new - tau_old| = {dtau:.1e}, "
-                   f"rel. |dz_final| = {dz:.1e}")
-        print(f"    before (explicit inverse, O(K^2) gradient per event): {dt_old:.2f} s (cpu {cpu_old:.2f} s) "
-              f"-> now {dt_old / dt:.1f}x faster (cpu {cpu_old / cpu:.1f}x); {msg}")
+            msg = (
+                f"same {len(res.events)} events, max rel. |tau_new - tau_old| = {dtau:.1e}, rel. |dz_final| = {dz:.1e}"
+            )
+        print(
+            f"    before (explicit inverse, O(K^2) gradient per event): {dt_old:.2f} s (cpu {cpu_old:.2f} s) "
+            f"-> now {dt_old / dt:.1f}x faster (cpu {cpu_old / cpu:.1f}x); {msg}"
+        )
 
 
 def main() -> None:

@@ -41,7 +41,7 @@ def make_problem(p: int = 500, C: int = 10, N: int = 2000, rank: int = 8, seed: 
 def rrr_losses(X, Y, kmax):
     N = X.shape[0]
     w, U = torch.linalg.eigh(X.T @ X / N)
-    s = torch.linalg.svdvals((Y.T @ X / N) @ U @ torch.diag(w ** -0.5) @ U.T)
+    s = torch.linalg.svdvals((Y.T @ X / N) @ U @ torch.diag(w**-0.5) @ U.T)
     Eyy = float((Y * Y).sum()) / N
     return [0.5 * (Eyy - float((s[:k] ** 2).sum())) for k in range(kmax + 1)]
 
@@ -49,8 +49,9 @@ def rrr_losses(X, Y, kmax):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--p", type=int, default=500)
-    ap.add_argument("--threads", type=int, default=None,
-                    help="torch CPU threads (default: the machine's CPU count, os.cpu_count())")
+    ap.add_argument(
+        "--threads", type=int, default=None, help="torch CPU threads (default: the machine's CPU count, os.cpu_count())"
+    )
     args = ap.parse_args()
     threads = args.threads or os.cpu_count() or 1
     if threads < 1:
@@ -62,13 +63,17 @@ def main():
     dt = time.perf_counter() - t0
     truth = rrr_losses(X, Y, int(seq.ranks[-1]))
     err = max(abs(L - truth[int(r)]) for L, r in zip(seq.plateau_levels, seq.ranks, strict=True))
-    print(f"p = {op.p}, N = {op.n_samples}, C = {op.n_outputs}: {len(seq) - 1} saddles, final rank "
-          f"{seq.ranks[-1]}, global minimum: {seq.global_minimum} ({seq.message})")
+    print(
+        f"p = {op.p}, N = {op.n_samples}, C = {op.n_outputs}: {len(seq) - 1} saddles, final rank "
+        f"{seq.ranks[-1]}, global minimum: {seq.global_minimum} ({seq.message})"
+    )
     print(f"saddle sequence wall time: {dt:.2f} s ({threads} torch thread(s))")
     print(f"max |plateau − RRR closed form| = {err:.2e} (plateau 0 = {truth[0]:.3f})")
     for s in seq.saddles:
-        print(f"  k={s.index:2d} rank={s.rank:2d} loss={s.loss:.6e} escape rate={s.escape_rate:.4e} "
-              f"tau={s.tau:.4f} |GM|={s.stationarity:.1e}")
+        print(
+            f"  k={s.index:2d} rank={s.rank:2d} loss={s.loss:.6e} escape rate={s.escape_rate:.4e} "
+            f"tau={s.tau:.4f} |GM|={s.stationarity:.1e}"
+        )
 
 
 if __name__ == "__main__":

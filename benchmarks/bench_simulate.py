@@ -35,8 +35,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def load_previous(ref: str):
     """The `simulate` module of git revision ``ref``, imported inside the ``nqf.dynamics`` package."""
-    src = subprocess.run(["git", "-C", str(ROOT), "show", f"{ref}:src/nqf/dynamics/simulate.py"],
-                         check=True, capture_output=True, text=True).stdout
+    src = subprocess.run(
+        ["git", "-C", str(ROOT), "show", f"{ref}:src/nqf/dynamics/simulate.py"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     path = Path(tempfile.mkdtemp()) / "_simulate_before.py"
     path.write_text(src)
     spec = importlib.util.spec_from_file_location("nqf.dynamics._simulate_before", path)
@@ -76,9 +80,11 @@ def bench(D: int, N: int, C: int, steps: int, old) -> None:
     diff = float(((a.M - b.M).flatten(1).norm(dim=1) / b.M.flatten(1).norm(dim=1)).max())
     v, r = torch.randn(D, C, dtype=torch.float64), torch.randn(N, C, dtype=torch.float64)
     t_pass = best_of(lambda: [(X @ v, X.T @ r) for _ in range(200)], 5) / 200
-    print(f"N = {N}, D = {D}, C = {C} (p = {op.p}): per step before {1e3 * t_old:8.3f} ms, now "
-          f"{1e3 * t_new:7.3f} ms  -> {t_old / t_new:6.1f}x faster; two passes over X {1e3 * t_pass:6.3f} ms "
-          f"(now / two passes = {t_new / t_pass:4.2f}); max rel. difference of M {diff:.1e}")
+    print(
+        f"N = {N}, D = {D}, C = {C} (p = {op.p}): per step before {1e3 * t_old:8.3f} ms, now "
+        f"{1e3 * t_new:7.3f} ms  -> {t_old / t_new:6.1f}x faster; two passes over X {1e3 * t_pass:6.3f} ms "
+        f"(now / two passes = {t_new / t_pass:4.2f}); max rel. difference of M {diff:.1e}"
+    )
 
 
 def main() -> None:

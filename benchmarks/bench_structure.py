@@ -50,8 +50,11 @@ def autodiff_vs_analytic(N=4000, D=64, widths=(256, 4096)):
     X = torch.randn(N, D, dtype=torch.float64)
     ratios = {}
     for m in widths:
-        seq = nn.Sequential(nn.Linear(D, m, bias=False, dtype=torch.float64), nn.Tanh(),
-                            nn.Linear(m, 1, bias=False, dtype=torch.float64))
+        seq = nn.Sequential(
+            nn.Linear(D, m, bias=False, dtype=torch.float64),
+            nn.Tanh(),
+            nn.Linear(m, 1, bias=False, dtype=torch.float64),
+        )
         units = mlp_units(seq)
         op = from_module(seq, units, X[:8])  # warm-up (first forward-AD call imports decompositions)
         err = float((from_module(seq, units, X).dense() - mlp(X, "tanh").dense()).abs().max())
@@ -61,8 +64,10 @@ def autodiff_vs_analytic(N=4000, D=64, widths=(256, 4096)):
             t_ana.append(_cpu_best(lambda: mlp(X, "tanh").dense(), 1))
         ta, tn = min(t_auto), min(t_ana)
         ratios[m] = ta / tn
-        print(f"tanh MLP N={N}, D={D}, p={op.p}, width {m:5d}: from_module {ta:.3f} s, analytic dense "
-              f"{tn:.4f} s, ratio {ta / tn:.1f}x  (max |ΔA| = {err:.1e})")
+        print(
+            f"tanh MLP N={N}, D={D}, p={op.p}, width {m:5d}: from_module {ta:.3f} s, analytic dense "
+            f"{tn:.4f} s, ratio {ta / tn:.1f}x  (max |ΔA| = {err:.1e})"
+        )
     a, b = (ratios[w] for w in widths)
     print(f"  ratio at width {widths[1]} ÷ ratio at width {widths[0]} = {b / a:.2f}")
     return ratios
@@ -100,9 +105,11 @@ def main():
     op.adjoint(f)
     t2 = time.perf_counter()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    print(f"N={N}, D={D}, p={op.p}: op(M) {t1 - t0:.3f} s, adjoint {t2 - t1:.3f} s, "
-          f"peak RSS {peak:.2f} GiB (input X alone: {X.numel() * 8 / 2**30:.2f} GiB; "
-          f"dense would be {N * op.p**2 * 8 / 2**30:.0f} GiB)")
+    print(
+        f"N={N}, D={D}, p={op.p}: op(M) {t1 - t0:.3f} s, adjoint {t2 - t1:.3f} s, "
+        f"peak RSS {peak:.2f} GiB (input X alone: {X.numel() * 8 / 2**30:.2f} GiB; "
+        f"dense would be {N * op.p**2 * 8 / 2**30:.0f} GiB)"
+    )
 
 
 if __name__ == "__main__":

@@ -69,8 +69,9 @@ def _batched(args):
     runs, steps = args
     op, Y = _STATE["op"], _STATE["Y"]
     settings = [_setting(b, op.p) for b in runs]
-    trs = simulate_batched(op, Y, M0=torch.stack([s[0] for s in settings]), lr=[s[1] for s in settings],
-                           steps=steps, save_every=SAVE_EVERY)
+    trs = simulate_batched(
+        op, Y, M0=torch.stack([s[0] for s in settings]), lr=[s[1] for s in settings], steps=steps, save_every=SAVE_EVERY
+    )
     return [(b, tr.M.numpy(), tr.loss.numpy()) for b, tr in zip(runs, trs, strict=True)]
 
 
@@ -99,14 +100,20 @@ def main() -> None:
     dM = max(float(np.max(np.abs(batch[b][0] - one[b][0])) / np.max(np.abs(one[b][0]))) for b in runs)
     dL = max(float(np.max(np.abs(batch[b][1] - one[b][1])) / one[b][1][0]) for b in runs)
     work = a.runs * a.steps
-    print(f"demo problem (p = 11, N = 512, C = 3): {a.runs} runs × {a.steps} steps on {a.workers} worker processes "
-          f"(1 thread each); ε ∈ {EPS}, η ∈ {LRS}, one seed per run")
+    print(
+        f"demo problem (p = 11, N = 512, C = 3): {a.runs} runs × {a.steps} steps on {a.workers} worker processes "
+        f"(1 thread each); ε ∈ {EPS}, η ∈ {LRS}, one seed per run"
+    )
     print(f"one at a time (nqf.simulate):   {t_one:8.2f} s   {work / t_one:12.0f} run-steps/s")
     print(f"batched (simulate_batched):     {t_batch:8.2f} s   {work / t_batch:12.0f} run-steps/s")
-    print(f"throughput ratio batched / one-at-a-time: {t_one / t_batch:.1f}x   (target ≥ 3x: "
-          f"{'met' if t_one / t_batch >= 3 else 'NOT met'})")
-    print(f"agreement: max_b max|ΔM|/max|M| = {dM:.2e}, max_b max|ΔL|/L(0) = {dL:.2e}   (target ≤ 1e-12: "
-          f"{'met' if max(dM, dL) <= 1e-12 else 'NOT met'})")
+    print(
+        f"throughput ratio batched / one-at-a-time: {t_one / t_batch:.1f}x   (target ≥ 3x: "
+        f"{'met' if t_one / t_batch >= 3 else 'NOT met'})"
+    )
+    print(
+        f"agreement: max_b max|ΔM|/max|M| = {dM:.2e}, max_b max|ΔL|/L(0) = {dL:.2e}   (target ≤ 1e-12: "
+        f"{'met' if max(dM, dL) <= 1e-12 else 'NOT met'})"
+    )
 
 
 if __name__ == "__main__":

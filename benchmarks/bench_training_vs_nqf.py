@@ -37,9 +37,13 @@ def main() -> None:
     ap.add_argument("--eps", type=float, default=1e-6, help="initial scale: M(0) = eps · W̃ W̃ᵀ")
     ap.add_argument("--save-every", type=int, default=10)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch CPU threads (default 1: on a shared 2-core machine OpenMP contention makes the "
-                         "small p × p kernels ~100× slower; 0 keeps torch's default)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads (default 1: on a shared 2-core machine OpenMP contention makes the "
+        "small p × p kernels ~100× slower; 0 keeps torch's default)",
+    )
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -71,17 +75,21 @@ def main() -> None:
     n, t_net = timed(lambda: train_network(net, net.units, X, y, W0=W0, save_W=False, **common))
     U = data_subspace(op)
     note = "(= p: compression would not help)" if U.shape[1] == op.p else "(< p: pass compress=True)"
-    print(f"device={dev}, threads={torch.get_num_threads()}, N={args.N}, D={args.D}, p={op.p}, "
-          f"width m={args.width}, steps={args.steps}, lr={args.lr}, eps={args.eps:g}, "
-          f"t_end={args.lr * args.steps:g}; data subspace dim r={U.shape[1]} {note}")
+    print(
+        f"device={dev}, threads={torch.get_num_threads()}, N={args.N}, D={args.D}, p={op.p}, "
+        f"width m={args.width}, steps={args.steps}, lr={args.lr}, eps={args.eps:g}, "
+        f"t_end={args.lr * args.steps:g}; data subspace dim r={U.shape[1]} {note}"
+    )
     print(f"time: network {t_net:.3f} s | weight form {t_w:.3f} s | order parameter {t_op:.4f} s")
     print(f"network ÷ order parameter  = {t_net / t_op:8.1f}   (target ≥ 100)")
     print(f"weight form ÷ order param. = {t_w / t_op:8.1f}")
     dq = float(((q.M - w.M).flatten(1).norm(dim=1) / w.M.flatten(1).norm(dim=1)).max())
     print(f"order parameter vs weight form: max relative ‖ΔM‖ = {dq:.2e}")
     gap = float((n.loss - q.loss).abs().max())
-    print(f"loss: L(0) = {float(q.loss[0]):.4f}, NQF L(end) = {float(q.loss[-1]):.4f}, network L(end) = "
-          f"{float(n.loss[-1]):.4f}, max |L_net − L_NQF| = {gap:.3e}")
+    print(
+        f"loss: L(0) = {float(q.loss[0]):.4f}, NQF L(end) = {float(q.loss[-1]):.4f}, network L(end) = "
+        f"{float(n.loss[-1]):.4f}, max |L_net − L_NQF| = {gap:.3e}"
+    )
 
 
 if __name__ == "__main__":

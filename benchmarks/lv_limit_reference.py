@@ -109,12 +109,12 @@ class ReferenceActiveSetQP:
         g = B[:m, pos].copy()
         gjj = g[pos]
         g = np.delete(g, pos)
-        B[pos:m - 1, :m] = B[pos + 1:m, :m]
-        B[:m - 1, pos:m - 1] = B[:m - 1, pos + 1:m]
+        B[pos : m - 1, :m] = B[pos + 1 : m, :m]
+        B[: m - 1, pos : m - 1] = B[: m - 1, pos + 1 : m]
         B[m - 1, :m] = 0.0
         B[:m, m - 1] = 0.0
         if m > 1:
-            B[:m - 1, :m - 1] -= np.outer(g / gjj, g)
+            B[: m - 1, : m - 1] -= np.outer(g / gjj, g)
         k = self.passive.pop(pos)
         self.in_p[k] = False
         self.z[k] = 0.0
@@ -152,18 +152,23 @@ class ReferenceActiveSetQP:
         while not self._try_append(k):
             guard += 1
             if guard > self.K + 1:
-                raise UnboundedError("active-set step made no progress; `C` is numerically singular "
-                                     "beyond the pivot tolerance")
+                raise UnboundedError(
+                    "active-set step made no progress; `C` is numerically singular beyond the pivot tolerance"
+                )
             # ray along the null direction d (d_k = 1, d_P = −C_PP⁻¹ C_Pk): the loss falls linearly
             P = self.passive
             if not P:
-                raise UnboundedError(f"the loss is unbounded below: mode {k} has C_kk = {self.C[k, k]:.3e} "
-                                     f"and growth rate β_k − (Cz)_k > 0 (`beta` is not in the range of `C`)")
+                raise UnboundedError(
+                    f"the loss is unbounded below: mode {k} has C_kk = {self.C[k, k]:.3e} "
+                    f"and growth rate β_k − (Cz)_k > 0 (`beta` is not in the range of `C`)"
+                )
             dP = -(self._G() @ self.C[P, k])
             neg = dP < 0
             if not neg.any():
-                raise UnboundedError(f"the loss is unbounded below along a null direction of `C` "
-                                     f"through mode {k} (`beta` is not in the range of `C`)")
+                raise UnboundedError(
+                    f"the loss is unbounded below along a null direction of `C` "
+                    f"through mode {k} (`beta` is not in the range of `C`)"
+                )
             zP = self.z[P]
             ratios = np.where(neg, zP / np.where(neg, -dP, 1.0), np.inf)
             j = int(np.argmin(ratios))
@@ -294,8 +299,9 @@ def reference_limit(beta, C, s0=None, *, y2: float | None = None, max_events: in
         np.linalg.cholesky(Cn + 1e-10 * scale * np.eye(K))
     except np.linalg.LinAlgError:
         lam = float(np.linalg.eigvalsh(Cn)[0])
-        raise InvalidParameterError(f"`C` must be positive semi-definite; found smallest eigenvalue "
-                                    f"{lam:.3e}") from None
+        raise InvalidParameterError(
+            f"`C` must be positive semi-definite; found smallest eigenvalue {lam:.3e}"
+        ) from None
     if s0 is None:
         s = -np.ones(K)
     else:
@@ -380,5 +386,12 @@ def reference_limit(beta, C, s0=None, *, y2: float | None = None, max_events: in
     else:
         shift = 0.5 * float(y2)
     events = [LimitEvent(e.tau, e.mode, e.kind, e.active, float(e.loss + shift), e.value) for e in events]
-    return LimitResult(events, torch.as_tensor(zf), torch.as_tensor(np.array(path_tau)),
-                       torch.as_tensor(np.array(path_s)), float(shift), None, z_after)
+    return LimitResult(
+        events,
+        torch.as_tensor(zf),
+        torch.as_tensor(np.array(path_tau)),
+        torch.as_tensor(np.array(path_s)),
+        float(shift),
+        None,
+        z_after,
+    )

@@ -24,7 +24,7 @@ def test_fitted_exponent_matches_prediction(a, b, eps):
     on the exact loss must be within ±0.05 of (a − 1)/b; so must the automatic window's.
     """
     k = np.arange(1, K + 1, dtype=float)
-    ell, zeta = k ** -a, k ** -b
+    ell, zeta = k**-a, k**-b
     pred = predict_exponent(ell, zeta)
     assert abs(pred.a - a) < 1e-10 and abs(pred.b - b) < 1e-10
     assert abs(pred.exponent - (a - 1) / b) < 1e-10
@@ -42,7 +42,7 @@ def test_fitted_exponent_matches_prediction(a, b, eps):
 def test_prefactor_scales_with_log_eps():
     a, b = 2.0, 1.0
     k = np.arange(1, K + 1, dtype=float)
-    ell, zeta = k ** -a, k ** -b
+    ell, zeta = k**-a, k**-b
     tau = np.geomspace(30, 3000, 200)  # rescaled time t/ln(1/ε), inside the resolved modes
     curves = []
     for eps in (1e-4, 1e-12):
@@ -57,11 +57,18 @@ def test_predicted_curve_against_ode_and_closed_form():
     zeta = np.array([3.0, 1.0, 0.4])
     zstar = np.array([2.0, 0.5, 1.5])
     Ckk = np.array([1.0, 4.0, 0.5])
-    ell = 0.5 * Ckk * zstar ** 2
+    ell = 0.5 * Ckk * zstar**2
     t = np.linspace(0, 60, 301)
     for conv, z0 in (("relative", 1e-6 * zstar), ("absolute", np.full(3, 1e-6))):
-        sol = solve_ivp(lambda _, u: zeta * (1 - np.exp(u) / zstar), (0, 60), np.log(z0), t_eval=t,
-                        method="Radau", rtol=1e-11, atol=1e-12)
+        sol = solve_ivp(
+            lambda _, u: zeta * (1 - np.exp(u) / zstar),
+            (0, 60),
+            np.log(z0),
+            t_eval=t,
+            method="Radau",
+            rtol=1e-11,
+            atol=1e-12,
+        )
         z = np.exp(sol.y)
         L_ode = 0.25 + (0.5 * Ckk[:, None] * (zstar[:, None] - z) ** 2).sum(0)
         L = predicted_curve(t, ell, zeta, 1e-6, z0_convention=conv, z_star=zstar, L_inf=0.25)
@@ -86,12 +93,12 @@ def test_extreme_eps_and_order():
     # predict_exponent sorts by rate: a shuffled spectrum gives the same answer
     k = np.arange(1, 501, dtype=float)
     perm = np.random.default_rng(0).permutation(500)
-    p1, p2 = predict_exponent(k ** -3.0, k ** -1.5), predict_exponent((k ** -3.0)[perm], (k ** -1.5)[perm])
+    p1, p2 = predict_exponent(k**-3.0, k**-1.5), predict_exponent((k**-3.0)[perm], (k**-1.5)[perm])
     assert math.isclose(p1.exponent, p2.exponent, rel_tol=1e-12)
     assert np.array_equal(perm[p2.order], np.arange(500))
     # noisy spectra over a restricted range
     rng = np.random.default_rng(1)
-    p3 = predict_exponent(k ** -2.0 * np.exp(0.05 * rng.standard_normal(500)), k ** -1.0, k_range=(10, 500))
+    p3 = predict_exponent(k**-2.0 * np.exp(0.05 * rng.standard_normal(500)), k**-1.0, k_range=(10, 500))
     assert abs(p3.exponent - 1.0) < 5 * p3.a_stderr + 1e-3 and p3.k_range == (10, 500)
 
 
@@ -127,7 +134,7 @@ def test_predicted_curve_tail_matches_high_precision_expit():
     mp.mp.dps = 50
     k = np.arange(1, 49, dtype=float)
     beta = 0.5 / k
-    zeta, ell, eps = 4 * beta, 0.5 * beta ** 2, 1e-6
+    zeta, ell, eps = 4 * beta, 0.5 * beta**2, 1e-6
     t = np.concatenate([np.geomspace(0.1, 100.0, 20), np.linspace(200.0, 9000.0, 60)])
     got = predicted_curve(t, ell, zeta, eps, "absolute", z_star=beta)
     ref = []

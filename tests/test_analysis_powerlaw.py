@@ -19,7 +19,7 @@ def test_recovers_exponent_with_multiplicative_noise(alpha):
     a badly calibrated interval); 95 % calibration is checked by test_interval_coverage.
     """
     rng = np.random.default_rng(int(alpha * 10))
-    L = 2.0 * T ** -alpha * np.exp(0.1 * rng.standard_normal(T.size))
+    L = 2.0 * T**-alpha * np.exp(0.1 * rng.standard_normal(T.size))
     f = fit_power_law(T, L, window=(1.0, 500.0), n_boot=2000, seed=1, ci=0.999)
     assert f.ci[0] <= alpha <= f.ci[1]
     assert f.ci[1] - f.ci[0] < 0.04
@@ -31,7 +31,7 @@ def test_recovers_exponent_with_multiplicative_noise(alpha):
 
 
 def test_noiseless_exact():
-    L = 3.0 * T ** -0.8
+    L = 3.0 * T**-0.8
     f = fit_power_law(T, L, window=(1.0, 500.0), n_boot=50)
     assert abs(f.exponent - 0.8) < 1e-12 and abs(f.prefactor - 3.0) < 1e-10
     assert f.ci[1] - f.ci[0] < 1e-10
@@ -43,7 +43,7 @@ def test_interval_coverage():
     rng = np.random.default_rng(123)
     hits = {"residuals": 0, "wild": 0, "pairs": 0}
     for rep in range(40):
-        L = T ** -1.0 * np.exp(0.1 * rng.standard_normal(T.size))
+        L = T**-1.0 * np.exp(0.1 * rng.standard_normal(T.size))
         for kind in hits:
             f = fit_power_law(T, L, window=(1.0, 500.0), n_boot=200, seed=rep, bootstrap=kind)
             hits[kind] += f.ci[0] <= 1.0 <= f.ci[1]
@@ -52,7 +52,7 @@ def test_interval_coverage():
 
 def test_fitted_L_inf():
     rng = np.random.default_rng(5)
-    L = 0.3 + 2.0 * T ** -1.2 * np.exp(0.05 * rng.standard_normal(T.size))
+    L = 0.3 + 2.0 * T**-1.2 * np.exp(0.05 * rng.standard_normal(T.size))
     f = fit_power_law(T, L, window=(0.5, 100.0), L_inf="fit", n_boot=200, seed=0)
     assert abs(f.L_inf - 0.3) < 0.003
     assert abs(f.exponent - 1.2) < 0.02 and f.ci[0] <= 1.2 <= f.ci[1]
@@ -70,7 +70,7 @@ def test_auto_window_plateau_then_power_law_then_floor():
     for seed in range(3):
         rng = np.random.default_rng(seed)
         t = np.geomspace(1e-2, 1e5, 4000)
-        clean = (1.0 + t ** 4) ** -0.25
+        clean = (1.0 + t**4) ** -0.25
         L = clean * np.exp(0.02 * rng.standard_normal(t.size)) + 1e-4 * np.abs(rng.standard_normal(t.size))
         t0, t1 = auto_window(t, L)
         assert 1.0 < t0 < 10.0
@@ -84,7 +84,7 @@ def test_auto_window_plateau_then_power_law_then_floor():
 
 
 def test_bad_input():
-    L = T ** -1.0
+    L = T**-1.0
     with pytest.raises(ShapeError, match="empty or too small"):
         fit_power_law(T, L, window=(1000.0, 2000.0))
     with pytest.raises(ValueError, match="0 < t0 < t1"):
@@ -115,7 +115,7 @@ def _modes48(t):
 
     k = np.arange(1, 49, dtype=float)
     beta = 0.5 / k
-    return predicted_curve(t, 0.5 * beta ** 2, 4 * beta, 1e-6, "absolute", z_star=beta), 4 * beta
+    return predicted_curve(t, 0.5 * beta**2, 4 * beta, 1e-6, "absolute", z_star=beta), 4 * beta
 
 
 @pytest.mark.parametrize("sampling", ["log", "uniform"])
@@ -153,4 +153,4 @@ def test_no_power_law_range_is_reported():
     with pytest.raises(NoPowerLawError, match="first plateau"):
         auto_window(t, np.full(t.size, 2.0))
     # a clean power law over the same range is accepted
-    assert abs(fit_power_law(t, 1.0 / (1.0 + t ** 2), n_boot=0).exponent - 2.0) < 0.1
+    assert abs(fit_power_law(t, 1.0 / (1.0 + t**2), n_boot=0).exponent - 2.0) < 0.1

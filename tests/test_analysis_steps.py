@@ -19,7 +19,7 @@ def staircase(t):
     zeta = np.log(1 / EPS - 1) / TIMES
     x = np.log(1 / EPS - 1) - zeta[None, :] * t[:, None]
     one_minus_u = expit(x)
-    return FLOOR + (HEIGHTS[None, :] * one_minus_u ** 2).sum(1)
+    return FLOOR + (HEIGHTS[None, :] * one_minus_u**2).sum(1)
 
 
 # the steepest point of ln L vs ln t lies within O(1/(ζ_k t_k)) = 1/23 ≈ 4 % (in ln t) of the half-saturation time
@@ -64,7 +64,7 @@ def test_power_law_has_no_steps():
     t = np.geomspace(0.05, 200, 3000)
     for alpha in (0.3, 0.7, 1.5):
         for _ in range(3):
-            assert len(detect_steps(t, t ** -alpha * np.exp(0.03 * rng.standard_normal(t.size)))) == 0
+            assert len(detect_steps(t, t**-alpha * np.exp(0.03 * rng.standard_normal(t.size)))) == 0
     # a smooth constant curve has no steps and one plateau
     s = detect_steps(t, np.full(t.size, 0.5))
     assert len(s) == 0 and np.allclose(s.plateau_levels, [0.5])
@@ -81,8 +81,15 @@ def test_min_drop_filters_small_steps():
 def test_loss_floor():
     t = np.geomspace(0.05, 200, 3000)
     s = detect_steps(t, staircase(t) + 5.0, loss_floor=5.0)
-    _check(s.__class__(**{**s.__dict__, "plateau_levels": s.plateau_levels - 5.0,
-                          "drops": (s.plateau_levels[:-1] - 5.0) / (s.plateau_levels[1:] - 5.0)}))
+    _check(
+        s.__class__(
+            **{
+                **s.__dict__,
+                "plateau_levels": s.plateau_levels - 5.0,
+                "drops": (s.plateau_levels[:-1] - 5.0) / (s.plateau_levels[1:] - 5.0),
+            }
+        )
+    )
 
 
 def test_bad_input():

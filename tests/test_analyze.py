@@ -19,7 +19,7 @@ from nqf.errors import InvalidParameterError, NormalFormError
 def test_initial_weights_full_and_rank_deficient():
     W = initial_weights(6, 10, 1e-4, seed=1)
     torch.testing.assert_close(W @ W.T, 1e-4 * torch.eye(6, dtype=torch.float64), rtol=0, atol=1e-17)
-    W = initial_weights(6, 3, 1e-4, seed=1)            # width < p: M(0) = ε Π, Π a rank-3 projector
+    W = initial_weights(6, 3, 1e-4, seed=1)  # width < p: M(0) = ε Π, Π a rank-3 projector
     P = (W @ W.T) / 1e-4
     torch.testing.assert_close(P @ P, P, rtol=0, atol=1e-14)
     assert torch.linalg.matrix_rank(P).item() == 3 and abs(float(torch.trace(P)) - 3) < 1e-12
@@ -53,9 +53,12 @@ def _factory_file(tmp_path, body):
 
 
 def test_factory_sequential_equals_builtin_spec(tmp_path, wine):
-    f = _factory_file(tmp_path, "def make(in_features, n_outputs):\n"
-                      "    return nn.Sequential(nn.Linear(in_features, 24, bias=False), nn.Tanh(),\n"
-                      "                         nn.Linear(24, n_outputs, bias=False))\n")
+    f = _factory_file(
+        tmp_path,
+        "def make(in_features, n_outputs):\n"
+        "    return nn.Sequential(nn.Linear(in_features, 24, bias=False), nn.Tanh(),\n"
+        "                         nn.Linear(24, n_outputs, bias=False))\n",
+    )
     a = nqf.analyze(f"{f}:make", wine, eps=1e-6, steps=30)
     b = nqf.analyze("mlp:width=24,act=tanh", wine, eps=1e-6, steps=30)
     assert a.operator == b.operator == "analytic"
@@ -65,8 +68,7 @@ def test_factory_sequential_equals_builtin_spec(tmp_path, wine):
     json.dumps(a.to_dict())
     c = pickle.loads(pickle.dumps(a))
     np.testing.assert_array_equal(c.curves["loss_real"], a.curves["loss_real"])
-    assert [r.name for r in a.checks][:4] == ["smooth at 0", "unit symmetry", "zero-gradient condition",
-                                              "commutation"]
+    assert [r.name for r in a.checks][:4] == ["smooth at 0", "unit symmetry", "zero-gradient condition", "commutation"]
     import matplotlib.pyplot as plt
 
     plt.close(a.plot())
@@ -105,8 +107,12 @@ def test_cli_bad_input_one_line_exit_2(tmp_path, case):
     assert res.exit_code == 2, res.output
     lines = [ln for ln in res.output.strip().splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: "), res.output
-    assert {"relu": "ReLU", "no-units": "no interchangeable units", "nan": "finite",
-            "lengths": "same number of samples"}[case] in lines[0]
+    assert {
+        "relu": "ReLU",
+        "no-units": "no interchangeable units",
+        "nan": "finite",
+        "lengths": "same number of samples",
+    }[case] in lines[0]
     assert not (tmp_path / "run").exists()
 
 
@@ -115,8 +121,10 @@ def test_cli_run_directory_and_rank_deficient_start(tmp_path):
     from nqf.report.schema import validate_results
 
     out = tmp_path / "run"
-    res = CliRunner().invoke(app, ["analyze", "--model", "mlp:width=12,act=tanh", "--data", "wine", "--eps", "1e-4",
-                                   "--out", str(out), "--json"])
+    res = CliRunner().invoke(
+        app,
+        ["analyze", "--model", "mlp:width=12,act=tanh", "--data", "wine", "--eps", "1e-4", "--out", str(out), "--json"],
+    )
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)["analysis"]
     assert data["width"] == 12 and data["p"] == 16
@@ -137,8 +145,8 @@ def test_predict_uses_lotka_volterra_on_commuting_data():
 
     N, p = 8, 3
     a = torch.zeros(N, p, dtype=torch.float64)
-    a[0:3, 0], a[3:6, 1], a[6:8, 2] = 2.0, 1.0, 0.5           # orthogonal columns: C diagonal
-    A = torch.diag_embed(a)[:, None]                            # (N, 1, p, p), diagonal
+    a[0:3, 0], a[3:6, 1], a[6:8, 2] = 2.0, 1.0, 0.5  # orthogonal columns: C diagonal
+    A = torch.diag_embed(a)[:, None]  # (N, 1, p, p), diagonal
     y = torch.tensor([3.0, 3.0, 3.0, 1.0, 1.0, 1.0, 0.2, 0.2], dtype=torch.float64)[:, None]
     op = DenseStructure(A)
     row, commuting = check_commutation(op)
@@ -147,9 +155,9 @@ def test_predict_uses_lotka_volterra_on_commuting_data():
     assert pred.method == "lotka-volterra"
     beta = (a * y).sum(0) / N
     Ckk = (a * a).sum(0) / N
-    gains = (beta ** 2 / (2 * Ckk)).numpy()
-    order = np.argsort(-beta.numpy() * 4)                        # fastest growth first
-    expected = 0.5 * float((y ** 2).sum()) / N - np.concatenate([[0.0], np.cumsum(gains[order])])
+    gains = (beta**2 / (2 * Ckk)).numpy()
+    order = np.argsort(-beta.numpy() * 4)  # fastest growth first
+    expected = 0.5 * float((y**2).sum()) / N - np.concatenate([[0.0], np.cumsum(gains[order])])
     np.testing.assert_allclose(pred.levels, expected, rtol=1e-10, atol=1e-12)
 
 

@@ -56,11 +56,20 @@ def test_digits_nqf_at_eps_1e30_lands_within_3_percent_of_the_rule_selected_time
     times, rules = predicted_escape_times(seq, eps)
     assert rules[:3] == ("exact offset", "O(1) recursion", "leading order"), rules
     lr = stable_learning_rate(seq.escape_rates)
-    sim = simulate(op, Y, W0=initial_weights(op.p, 256, eps), lr=lr, steps=step_count(times, lr), form="weights",
-                   save_every=5, save_M=False, save_W=False)
+    sim = simulate(
+        op,
+        Y,
+        W0=initial_weights(op.p, 256, eps),
+        lr=lr,
+        steps=step_count(times, lr),
+        form="weights",
+        save_every=5,
+        save_M=False,
+        save_W=False,
+    )
     c = compare_staircase(sim.t.numpy(), sim.loss.numpy(), seq.plateau_levels, times)
     assert np.all(c.time_errors < 0.03), c.time_errors
-    assert c.time_errors[1] < 0.01, c.time_errors          # the corrected drop 2 (leading order: 2.9 %)
+    assert c.time_errors[1] < 0.01, c.time_errors  # the corrected drop 2 (leading order: 2.9 %)
 
 
 def test_orbit_tails_predict_the_loss_where_wine_plateau_1_is_read():
@@ -88,8 +97,16 @@ def test_orbit_tails_predict_the_loss_where_wine_plateau_1_is_read():
     eps = 1e-10
     times, rules = predicted_escape_times(seq, eps, chain=chain)
     lr = stable_learning_rate(seq.escape_rates)
-    sim = simulate(op, Y, W0=initial_weights(op.p, 64, eps), lr=lr, steps=step_count(times, lr), save_every=4,
-                   save_M=False, save_W=False)
+    sim = simulate(
+        op,
+        Y,
+        W0=initial_weights(op.p, 64, eps),
+        lr=lr,
+        steps=step_count(times, lr),
+        save_every=4,
+        save_M=False,
+        save_W=False,
+    )
     t, L = sim.t.numpy(), sim.loss.numpy()
     c = compare_staircase(t, L, seq.plateau_levels, times)
     pred = composite_loss(chain, seq.plateau_levels, times, level_read_times(float(t[-1]), times))

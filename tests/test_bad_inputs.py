@@ -37,7 +37,7 @@ def _config(experiment="demo", params=None, raw_params="", **top):
 # (id, config text or None for the default tiny demo, extra CLI args, substring naming the parameter)
 CONFIG_CASES = [
     ("seed-true", _config(seed=True), [], "seed"),
-    ("seed-2^32", _config(seed=2 ** 32), [], "seed"),
+    ("seed-2^32", _config(seed=2**32), [], "seed"),
     ("seed-negative", _config(seed=-1), [], "seed"),
     ("seed-float", _config(seed=1.5), [], "seed"),
     ("seed-string", _config(seed="0"), [], "seed"),
@@ -46,9 +46,9 @@ CONFIG_CASES = [
     ("device-cuda-99", _config(device="cuda:99"), [], "device"),
     ("device-cpu-1", _config(device="cpu:1"), [], "device"),
     ("device-empty", _config(device=""), [], "device"),
-    ("experiment-int", 'experiment = 3\n', [], "experiment"),
+    ("experiment-int", "experiment = 3\n", [], "experiment"),
     ("experiment-unknown", 'experiment = "nope"\n', [], "experiment"),
-    ("experiment-missing", 'seed = 1\n', [], "experiment"),
+    ("experiment-missing", "seed = 1\n", [], "experiment"),
     ("top-level-unknown-key", _config(sede=1), [], "sede"),
     ("params-not-a-table", 'experiment = "demo"\nparams = 3\n', [], "params"),
     ("params-unknown-key", _config(params={"widht": 3}), [], "params.widht"),
@@ -81,7 +81,7 @@ CONFIG_CASES = [
     ("modules-families-empty", _config("modules-vs-nqf", {"families": []}), [], "params.families"),
     ("interacting-eps-bool", _config("interacting-modes", {"eps": [1e-10, True]}), [], "params.eps"),
     # flags
-    ("flag-seed-2^32", _config(), ["--seed", str(2 ** 32)], "--seed"),
+    ("flag-seed-2^32", _config(), ["--seed", str(2**32)], "--seed"),
     ("flag-seed-negative", _config(), ["--seed", "-1"], "--seed"),
     ("flag-seed-text", _config(), ["--seed", "one"], "--seed"),
     ("flag-device-tpu", _config(), ["--device", "tpu"], "--device"),
@@ -96,8 +96,12 @@ CONFIG_CASES = [
 # Cases that need the experiments' own cross-field checks (sizes that cannot work together): each names
 # the parameters; listed in the issue.
 CROSS_FIELD_CASES = [
-    ("interacting-n_samples-below-modes", _config("interacting-modes", {"n_modes": 6, "n_samples": 3}), [],
-     "n_samples"),
+    (
+        "interacting-n_samples-below-modes",
+        _config("interacting-modes", {"n_modes": 6, "n_samples": 3}),
+        [],
+        "n_samples",
+    ),
     ("lv-n_samples-below-modes", _config("lv-staircase", {"n_modes": 6, "n_samples": 3}), [], "n_samples"),
     ("demo-eps-subnormal", _config(params={"eps": 5e-324}), [], "eps"),
     ("demo-lr-diverges", _config(params={"lr": 50.0}), [], "lr"),
@@ -113,8 +117,9 @@ def _cli_one_line(r, names):
     return lines[0]
 
 
-@pytest.mark.parametrize("case_id, text, args, names", CONFIG_CASES + CROSS_FIELD_CASES,
-                         ids=[c[0] for c in CONFIG_CASES + CROSS_FIELD_CASES])
+@pytest.mark.parametrize(
+    "case_id, text, args, names", CONFIG_CASES + CROSS_FIELD_CASES, ids=[c[0] for c in CONFIG_CASES + CROSS_FIELD_CASES]
+)
 def test_bad_config_or_flag(tmp_path, case_id, text, args, names):
     cfg = tmp_path / "c.toml"
     cfg.write_text(text)
@@ -138,8 +143,14 @@ def _file_cases(tmp_path):
     empty.write_text("")
     bad = tmp_path / "bad.toml"
     bad.write_text('experiment = "demo\n')
-    return [(d, "config file"), (png, "config file"), (latin, "config file"),
-            (tmp_path / "missing.toml", "config file"), (empty, "experiment"), (bad, "not valid TOML")]
+    return [
+        (d, "config file"),
+        (png, "config file"),
+        (latin, "config file"),
+        (tmp_path / "missing.toml", "config file"),
+        (empty, "experiment"),
+        (bad, "not valid TOML"),
+    ]
 
 
 def test_bad_config_files(tmp_path):
@@ -282,7 +293,7 @@ def _api_cases():
         ("network-divergence_threshold-nan", net_run(divergence_threshold=math.nan), "divergence_threshold"),
         ("limit-K-zero", lambda: limit(np.zeros(0), np.zeros((0, 0))), "beta"),
         ("run-seed-bool", lambda: run_experiment(exp, exp.Params(**exp.tiny), "unused-dir", seed=True), "seed"),
-        ("run-seed-2^32", lambda: run_experiment(exp, exp.Params(**exp.tiny), "unused-dir", seed=2 ** 32), "seed"),
+        ("run-seed-2^32", lambda: run_experiment(exp, exp.Params(**exp.tiny), "unused-dir", seed=2**32), "seed"),
         ("run-seed-float", lambda: run_experiment(exp, exp.Params(**exp.tiny), "unused-dir", seed=1.0), "seed"),
         ("run-device-tpu", lambda: run_experiment(exp, exp.Params(**exp.tiny), "unused-dir", device="tpu"), "device"),
         ("config-seed-bool", lambda: parse_config({"experiment": "demo", "seed": True}), "seed"),
@@ -378,7 +389,7 @@ def test_memory_estimate_refuses_with_a_save_every_that_fits(monkeypatch):
     with pytest.raises(ParameterError):
         simulate(op, y, W0=W0, lr=0.01, steps=1000, save_every=fit - 1)
     monkeypatch.delenv("NQF_MEMORY_LIMIT")
-    assert check_saved_memory(10, 1, 100, limit=10 ** 9) == 1200
+    assert check_saved_memory(10, 1, 100, limit=10**9) == 1200
 
 
 _MEMORY_SCRIPT = """
@@ -409,8 +420,9 @@ def test_requires_grad_inputs_do_not_grow_a_graph(form):
 
     peaks = []
     for grad in ("0", "1"):
-        r = subprocess.run([sys.executable, "-c", _MEMORY_SCRIPT, grad, form], capture_output=True, text=True,
-                           timeout=300)
+        r = subprocess.run(
+            [sys.executable, "-c", _MEMORY_SCRIPT, grad, form], capture_output=True, text=True, timeout=300
+        )
         assert r.returncode == 0, r.stderr
         peaks.append(int(r.stdout.split()[-1]))
     assert peaks[1] <= 1.10 * peaks[0], peaks

@@ -135,7 +135,7 @@ def test_bad_configs_one_line_exit_2(tmp_path):
     assert "params.eps" in line and "(0, 1)" in line
     assert "unknown experiment 'nope'" in _bad(tmp_path, 'experiment = "nope"\n')
     assert "not valid TOML" in _bad(tmp_path, 'experiment = "demo\n')
-    assert "experiment: required key is missing" in _bad(tmp_path, 'seed = 1\n')
+    assert "experiment: required key is missing" in _bad(tmp_path, "seed = 1\n")
     r = runner.invoke(app, ["run", str(tmp_path / "missing.toml")])
     assert r.exit_code == 2 and "does not exist" in r.output
 

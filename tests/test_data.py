@@ -8,18 +8,26 @@ from nqf.data import BUILTIN, load_dataset, prepare
 from nqf.errors import DataError, NonFiniteError, ShapeError
 
 
-@pytest.mark.parametrize("name,shape", [("digits", (1797, 64, 10)), ("iris", (150, 4, 3)), ("wine", (178, 13, 3)),
-                                        ("breast_cancer", (569, 30, 2)), ("diabetes", (442, 10, 1)),
-                                        ("linnerud", (20, 3, 3))])
+@pytest.mark.parametrize(
+    "name,shape",
+    [
+        ("digits", (1797, 64, 10)),
+        ("iris", (150, 4, 3)),
+        ("wine", (178, 13, 3)),
+        ("breast_cancer", (569, 30, 2)),
+        ("diabetes", (442, 10, 1)),
+        ("linnerud", (20, 3, 3)),
+    ],
+)
 def test_bundled_shapes_and_preprocessing(name, shape):
     d = load_dataset(name)
     assert (d.n_samples, d.n_features, d.n_outputs) == shape
     assert name in BUILTIN
-    np.testing.assert_allclose(d.X.mean(0), 0, atol=1e-12)            # standardised
+    np.testing.assert_allclose(d.X.mean(0), 0, atol=1e-12)  # standardised
     sd = d.X.std(0)
     assert np.all((np.abs(sd - 1) < 1e-12) | (sd == 0))
-    np.testing.assert_allclose(d.Y.mean(0), 0, atol=1e-12)            # centred targets
-    if d.task == "classification":                                     # centred one-hot: rows differ by e_k
+    np.testing.assert_allclose(d.Y.mean(0), 0, atol=1e-12)  # centred targets
+    if d.task == "classification":  # centred one-hot: rows differ by e_k
         raw = d.Y - d.Y.min(0)
         assert d.preprocessing["one_hot"] and d.preprocessing["n_classes"] == shape[2]
         np.testing.assert_allclose(np.sort(np.unique(np.round(raw.sum(1), 12))), [1.0])

@@ -40,10 +40,12 @@ def saxe_problem(u0=1e-3, s=(3.0, 2.0, 1.0), N=8, D=4):
     op = mlp(X, "linear", n_outputs=C)
     E = torch.cat([U, V], 0)  # (p, C): column α = e_α
     W0 = math.sqrt(u0) * E  # width m = C, balanced
+
     def closed(t):
         t = torch.as_tensor(t, dtype=F64).reshape(-1, 1)
         u = s / (1 + (s / u0 - 1) * torch.exp(-2 * s * t))  # (K, C)
         return torch.einsum("pa,ka,qa->kpq", E, u, E)
+
     return op, y, W0, closed
 
 
@@ -86,7 +88,7 @@ def commuting_problem(p=4, N=12):
     wstar = torch.tensor([2.0, 1.0, 0.5, -0.3], dtype=F64)
     y = X @ wstar
     op = DenseStructure(torch.diag_embed(X))
-    Cd = (X ** 2).sum(0) / N
+    Cd = (X**2).sum(0) / N
     beta = X.T @ y / N
     return op, y, Cd, beta
 
@@ -143,8 +145,7 @@ def test_non_zgz_flow_is_the_small_step_limit():
     fl = gradient_flow(op, y, W0=W0, t_span=(0, 2), t_eval=[0.0, 1.0, 2.0], weight_decay=0.1)
     errs = []
     for lr in (0.01, 0.005):
-        tr = simulate(op, y, W0=W0, lr=lr, steps=int(round(2 / lr)), save_every=int(round(1 / lr)),
-                      weight_decay=0.1)
+        tr = simulate(op, y, W0=W0, lr=lr, steps=int(round(2 / lr)), save_every=int(round(1 / lr)), weight_decay=0.1)
         errs.append(float((tr.M - fl.M).abs().max() + (tr.mu - fl.mu).abs().max()))
     assert errs[0] < 1e-2
     assert 1.7 < errs[0] / errs[1] < 2.3

@@ -263,8 +263,7 @@ def test_gradient_flow_defaults_match_exact_riccati_flow(eps):
     assert float(_rel(_strengths(tr.M, modes.left, modes.right, C), p_ref)[_measurable(p_ref, eps)].max()) < 1e-6
     if eps == 1e-30:
         # the check can fail: an absolute tolerance (here 1e-12 on the factor entries, which start at 1e-15)
-        bad = gradient_flow(op, Y, M0=eps * torch.eye(op.p, dtype=F64), t_span=(0.0, t_end), t_eval=te,
-                            atol=1e-12)
+        bad = gradient_flow(op, Y, M0=eps * torch.eye(op.p, dtype=F64), t_span=(0.0, t_end), t_eval=te, atol=1e-12)
         bad_err = (bad.M - ref).flatten(1).norm(dim=1) / ref.flatten(1).norm(dim=1)
         assert float(bad_err.max()) > 1e-4
 
@@ -278,7 +277,7 @@ def test_gradient_flow_defaults_match_logistic_closed_form():
     X = Q * torch.tensor([4.0, 3.0, 2.5, 2.0], dtype=F64)
     y = X @ torch.tensor([2.0, 1.0, 0.5, -0.3], dtype=F64)
     op = DenseStructure(torch.diag_embed(X))
-    Cd, beta = (X ** 2).sum(0) / N, X.T @ y / N
+    Cd, beta = (X**2).sum(0) / N, X.T @ y / N
     zs = beta / Cd
     t = torch.linspace(0.0, 1.3 * math.log(1 / eps) / (4 * float(beta[beta > 0].min())), 81, dtype=F64)
     # z = ε / (e^{−4βt} + 4C ε (1 − e^{−4βt})/(4β)), evaluated without overflow

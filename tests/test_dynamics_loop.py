@@ -50,9 +50,20 @@ def _loop(X, y, w0, b0, rule, steps, batch_size=None, seed=0, save_every=1):
     def save(k, params, loss):
         saved.append((k, params[0].clone(), params[1].clone(), loss))
 
-    out = training_loop([w0, b0], rule, steps=steps, n_samples=X.shape[0], batch_size=batch_size, seed=seed,
-                        save_every=save_every, divergence_threshold=1e8, evaluate=evaluate, gradient=gradient,
-                        save=save, full_loss=full_loss)
+    out = training_loop(
+        [w0, b0],
+        rule,
+        steps=steps,
+        n_samples=X.shape[0],
+        batch_size=batch_size,
+        seed=seed,
+        save_every=save_every,
+        divergence_threshold=1e8,
+        evaluate=evaluate,
+        gradient=gradient,
+        save=save,
+        full_loss=full_loss,
+    )
     return out, saved
 
 
@@ -60,8 +71,11 @@ def _torch_reference(X, y, w0, b0, steps, *, lr, momentum=0.0, weight_decay=0.0,
     """The same problem trained by ``torch.optim`` with autograd (independent of nqf)."""
     w = w0.clone().requires_grad_(True)
     b = b0.clone().requires_grad_(True)
-    opt = (torch.optim.Adam([w, b], lr=lr, weight_decay=weight_decay) if adam else
-           torch.optim.SGD([w, b], lr=lr, momentum=momentum, weight_decay=weight_decay))
+    opt = (
+        torch.optim.Adam([w, b], lr=lr, weight_decay=weight_decay)
+        if adam
+        else torch.optim.SGD([w, b], lr=lr, momentum=momentum, weight_decay=weight_decay)
+    )
     states = [(w.detach().clone(), b.detach().clone())]
     for k in range(steps):
         idx = None if batches is None else batches[k]
@@ -81,7 +95,7 @@ def _batches(n, batch_size, steps, seed):
     out, perm = [], []
     while len(out) < steps:
         perm = torch.randperm(n, generator=gen)
-        out.extend(perm[i:i + batch_size] for i in range(0, n - batch_size + 1, batch_size))
+        out.extend(perm[i : i + batch_size] for i in range(0, n - batch_size + 1, batch_size))
     return out[:steps]
 
 
@@ -92,8 +106,9 @@ def _max_rel(saved, states):
     return err
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(momentum=0.7), dict(weight_decay=0.3),
-                                dict(momentum=0.5, weight_decay=0.1)])
+@pytest.mark.parametrize(
+    "kw", [dict(), dict(momentum=0.7), dict(weight_decay=0.3), dict(momentum=0.5, weight_decay=0.1)]
+)
 def test_full_batch_loop_equals_torch_sgd(kw):
     X, y, w0, b0 = _lsq()
     steps = 40
@@ -109,10 +124,20 @@ def test_full_batch_loop_equals_torch_sgd(kw):
 def test_minibatch_loop_equals_torch_sgd_on_the_same_batches():
     X, y, w0, b0 = _lsq(N=23)
     steps, bs, seed = 30, 5, 7  # 23 = 4 batches of 5 + 3 dropped per epoch
-    out, saved = _loop(X, y, w0, b0, StepRule(lr=0.05, optimizer="sgd", momentum=0.4, weight_decay=0.05), steps,
-                       batch_size=bs, seed=seed, save_every=4)
-    ref = _torch_reference(X, y, w0, b0, steps, lr=0.05, momentum=0.4, weight_decay=0.05,
-                           batches=_batches(23, bs, steps, seed))
+    out, saved = _loop(
+        X,
+        y,
+        w0,
+        b0,
+        StepRule(lr=0.05, optimizer="sgd", momentum=0.4, weight_decay=0.05),
+        steps,
+        batch_size=bs,
+        seed=seed,
+        save_every=4,
+    )
+    ref = _torch_reference(
+        X, y, w0, b0, steps, lr=0.05, momentum=0.4, weight_decay=0.05, batches=_batches(23, bs, steps, seed)
+    )
     assert [s[0] for s in saved] == [0, 4, 8, 12, 16, 20, 24, 28, 30]
     assert _max_rel(saved, ref) < RTOL
 
@@ -155,8 +180,9 @@ def test_divergence_stops_and_keeps_the_states_before():
     assert all(math.isfinite(s[3]) for s in saved)
 
 
-@pytest.mark.parametrize("kw", [dict(momentum=0.5, weight_decay=0.02), dict(optimizer="adam"),
-                                dict(optimizer="sgd", batch_size=5)])
+@pytest.mark.parametrize(
+    "kw", [dict(momentum=0.5, weight_decay=0.02), dict(optimizer="adam"), dict(optimizer="sgd", batch_size=5)]
+)
 def test_simulate_weight_form_and_train_network_give_the_same_trajectory(kw):
     """A linear two-layer net is exactly the quadratic NQF model: both front ends of the one loop agree."""
     g = torch.Generator().manual_seed(3)

@@ -73,8 +73,9 @@ def test_network_divergence_keeps_trajectory():
 
 def _gap_sweep(net, op, X, y, Wd, lr, save_every):
     eps = [1e-5, 1e-4, 1e-3, 1e-2]
-    return eps, validity_sweep(net, net.units, X, y, op, Wd, eps, lr=lr, steps=lambda e: int(10 / lr),
-                               early_time=0.5, save_every=save_every)
+    return eps, validity_sweep(
+        net, net.units, X, y, op, Wd, eps, lr=lr, steps=lambda e: int(10 / lr), early_time=0.5, save_every=save_every
+    )
 
 
 def test_tanh_mlp_early_gap_shrinks_with_eps():
@@ -120,8 +121,7 @@ def test_qk_attention_early_gap_shrinks_with_eps():
     op = sattn.qk_attention(X, V, dk, H)
     Wd = torch.randn(op.p, H, generator=g, dtype=F64)
     eps = [1e-5, 1e-4, 1e-3, 1e-2]
-    sw = validity_sweep(net, net.units, X, y, op, Wd, eps, lr=0.1, steps=lambda e: 60, early_time=0.5,
-                        save_every=5)
+    sw = validity_sweep(net, net.units, X, y, op, Wd, eps, lr=0.1, steps=lambda e: 60, early_time=0.5, save_every=5)
     raw = np.polyfit(np.log(eps), np.log(sw.early_gap), 1)[0]
     assert 1.85 < raw < 2.15
     assert 0.85 < sw.early_slope < 1.15

@@ -75,8 +75,7 @@ def test_weight_form_matches_torch_optimizers(problem):
     op, y = problem
     W0 = 0.3 * torch.randn(op.p, 5, dtype=F64)
     for kw, make in [
-        (dict(weight_decay=0.1, momentum=0.8), lambda p: torch.optim.SGD([p], lr=0.05, momentum=0.8,
-                                                                           weight_decay=0.1)),
+        (dict(weight_decay=0.1, momentum=0.8), lambda p: torch.optim.SGD([p], lr=0.05, momentum=0.8, weight_decay=0.1)),
         (dict(optimizer="adam", weight_decay=0.01), lambda p: torch.optim.Adam([p], lr=0.05, weight_decay=0.01)),
     ]:
         traj = simulate(op, y, W0=W0, lr=0.05, steps=200, form="weights", save_every=1, **kw)
@@ -158,8 +157,9 @@ def test_non_zgz_weight_form_gradient_is_autograd():
 @pytest.mark.parametrize("m", [2, 4, 16])
 def test_non_zgz_closes_on_M_and_mu(opt, m):
     op, y = _non_zgz_operator()
-    kw = {"gd": dict(), "sgd": dict(optimizer="sgd", batch_size=5), "momentum": dict(momentum=0.7,
-                                                                                    weight_decay=0.02)}[opt]
+    kw = {"gd": dict(), "sgd": dict(optimizer="sgd", batch_size=5), "momentum": dict(momentum=0.7, weight_decay=0.02)}[
+        opt
+    ]
     W0 = 0.2 * torch.randn(op.p, m, dtype=F64, generator=torch.Generator().manual_seed(m))
     w = simulate(op, y, W0=W0, lr=0.02, steps=400, form="weights", save_every=1, **kw)
     mo = simulate(op, y, W0=W0, lr=0.02, steps=400, save_every=1, **kw)
@@ -206,8 +206,9 @@ def test_data_subspace_dense_and_probe_agree():
     assert torch.allclose(Ud @ Ud.T, Up @ Up.T, atol=1e-10)
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(weight_decay=0.1), dict(momentum=0.8, weight_decay=0.05),
-                                dict(optimizer="sgd", batch_size=5)])
+@pytest.mark.parametrize(
+    "kw", [dict(), dict(weight_decay=0.1), dict(momentum=0.8, weight_decay=0.05), dict(optimizer="sgd", batch_size=5)]
+)
 def test_compressed_equals_full(kw):
     op, y, _ = _low_rank_sensing()
     W0 = 0.3 * torch.randn(op.p, 8, dtype=F64)  # has components outside the data subspace

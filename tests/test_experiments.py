@@ -111,8 +111,11 @@ def _planted(name, monkeypatch):
         return {}
     if name == "validity":  # networks and NQF started at ε² (W0 = ε W_dir)
         orig = nqf.analysis.validity.validity_sweep
-        monkeypatch.setattr(nqf.analysis.validity, "validity_sweep",
-                            lambda s, u, X, y, op, W, eps, **k: orig(s, u, X, y, op, W, [e * e for e in eps], **k))
+        monkeypatch.setattr(
+            nqf.analysis.validity,
+            "validity_sweep",
+            lambda s, u, X, y, op, W, eps, **k: orig(s, u, X, y, op, W, [e * e for e in eps], **k),
+        )
         return {}
     raise AssertionError(f"no planted error for {name}")
 
@@ -130,19 +133,22 @@ def test_a_diverged_run_fails_its_checks_with_the_reason():
     assert all("did not finish" in c.reason for c in out.checks)
 
 
-@pytest.mark.parametrize("name, values, key", [
-    ("demo", {"width": 5}, "`width`"),
-    ("demo", {"in_features": 2, "singular_values": [3.0, 2.0, 1.0]}, "`singular_values`"),
-    ("lv-staircase", {"n_modes": 8, "n_samples": 4}, "`n_samples`"),
-    ("interacting-modes", {"n_modes": 8, "n_samples": 4}, "`n_samples`"),
-    ("power-law", {"asymptotic_modes": 1000, "first_mode": 40}, "`first_mode`"),
-    ("power-law", {"grid_modes": [100]}, "`grid_modes`"),
-    ("validity", {"eps": [1e-2, 1e-4]}, "`eps`"),
-    ("validity", {"teacher_width": 9, "width": 4}, "`teacher_width`"),
-    ("modules-vs-nqf", {"teacher_rank": 9, "width": 4}, "`teacher_rank`"),
-    ("saddles", {"width": 8}, "`width`"),
-    ("saddles", {"n_samples": 12}, "`n_samples`"),
-])
+@pytest.mark.parametrize(
+    "name, values, key",
+    [
+        ("demo", {"width": 5}, "`width`"),
+        ("demo", {"in_features": 2, "singular_values": [3.0, 2.0, 1.0]}, "`singular_values`"),
+        ("lv-staircase", {"n_modes": 8, "n_samples": 4}, "`n_samples`"),
+        ("interacting-modes", {"n_modes": 8, "n_samples": 4}, "`n_samples`"),
+        ("power-law", {"asymptotic_modes": 1000, "first_mode": 40}, "`first_mode`"),
+        ("power-law", {"grid_modes": [100]}, "`grid_modes`"),
+        ("validity", {"eps": [1e-2, 1e-4]}, "`eps`"),
+        ("validity", {"teacher_width": 9, "width": 4}, "`teacher_width`"),
+        ("modules-vs-nqf", {"teacher_rank": 9, "width": 4}, "`teacher_rank`"),
+        ("saddles", {"width": 8}, "`width`"),
+        ("saddles", {"n_samples": 12}, "`n_samples`"),
+    ],
+)
 def test_sizes_that_cannot_work_together_are_refused_naming_the_key(name, values, key):
     with pytest.raises(pydantic.ValidationError, match=key):
         REGISTRY[name].Params(**values)

@@ -33,7 +33,7 @@ def test_limit_structure_of_example():
     assert np.all(np.diff(L) <= 1e-14) and abs(L[-1]) < 1e-14
     y2 = float(y @ y) / len(y)
     res2 = limit(beta, C, y2=y2)
-    assert res2.losses.numpy()[-1] == pytest.approx(0.5 * r ** 2 / len(y), rel=1e-10)
+    assert res2.losses.numpy()[-1] == pytest.approx(0.5 * r**2 / len(y), rel=1e-10)
     # each plateau is the restricted optimum of its active set
     for e, z in zip(res.events, res._z_after, strict=True):
         S = list(e.active)
@@ -132,7 +132,7 @@ def test_limit_singular_c_and_initial_active_set():
     mask = np.ones(K, bool)
     mask[1] = False
     x, r = nnls(a[:, mask], y)
-    assert res.losses.numpy()[-1] == pytest.approx(0.5 * r ** 2 / N, abs=1e-12)
+    assert res.losses.numpy()[-1] == pytest.approx(0.5 * r**2 / N, abs=1e-12)
     z = res.z_final.numpy()
     g = C @ z - beta
     assert np.all(g[mask] > -1e-10) and abs(g @ z) < 1e-10

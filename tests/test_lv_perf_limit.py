@@ -69,8 +69,12 @@ def kkt_violation(beta, C, z):
     """Largest violation of the KKT conditions, relative to the scale of ``β`` and ``C``."""
     g = beta - C @ z
     on = z > 0
-    v = [max(0.0, -float(z.min())), max(0.0, float(g.max())), float(np.max(np.abs(g[on]), initial=0.0)),
-         abs(float(g @ z)) / max(float(np.sum(z)), 1.0)]
+    v = [
+        max(0.0, -float(z.min())),
+        max(0.0, float(g.max())),
+        float(np.max(np.abs(g[on]), initial=0.0)),
+        abs(float(g @ z)) / max(float(np.sum(z)), 1.0),
+    ]
     return max(v) / scale(beta, C)
 
 
@@ -121,8 +125,11 @@ def outputs(res):
     return res.events, res.z_after, res.path_tau.numpy(), res.path_s.numpy()
 
 
-CASES = [(kind, K, seed) for kind in ("dense", "singular", "tridiagonal")
-         for K, seed in ((5, 0), (40, 1), (120, 2), (300, 3))]
+CASES = [
+    (kind, K, seed)
+    for kind in ("dense", "singular", "tridiagonal")
+    for K, seed in ((5, 0), (40, 1), (120, 2), (300, 3))
+]
 
 
 @pytest.mark.parametrize("kind,K,seed", CASES)

@@ -46,7 +46,7 @@ def test_gd_map_equals_full_order_parameter_gd_vector_outputs_offset_rotation():
     assert torch.all(lv.beta[:-1] >= lv.beta[1:])  # ordered by decreasing β
     assert torch.allclose(lv.zeta, 4 * lv.beta)
     ytil = (y - torch.tensor(offset)).numpy()
-    assert lv.y2 == pytest.approx(float((ytil ** 2).sum()) / N, rel=1e-13)
+    assert lv.y2 == pytest.approx(float((ytil**2).sum()) / N, rel=1e-13)
     eta, steps = 0.05, 200
     M_full = full_gd(op, y, M0, eta, steps)
     sol = lv.gd(eta, steps)

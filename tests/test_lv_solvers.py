@@ -104,17 +104,17 @@ def test_final_state_kkt_and_loss_stability_singular_c():
         g = C @ z - beta
         assert np.all(z >= 0) and np.all(g > -1e-10) and abs(g @ z) < 1e-10
     x_ref, r = nnls(a, y)
-    assert plain.final_loss() == pytest.approx(0.5 * r ** 2 / N, rel=1e-9, abs=1e-14)
-    assert fact.final_loss() == pytest.approx(0.5 * r ** 2 / N, rel=1e-12, abs=1e-16)
+    assert plain.final_loss() == pytest.approx(0.5 * r**2 / N, rel=1e-9, abs=1e-14)
+    assert fact.final_loss() == pytest.approx(0.5 * r**2 / N, rel=1e-12, abs=1e-16)
     # near the minimum the stable form keeps precision: compare with the exact residual form
     z = zf + 1e-7 * np.abs(rng.standard_normal(K))
     exact = 0.5 * np.sum((a @ z - y) ** 2) / N
     assert float(fact.loss(z)) == pytest.approx(exact, rel=1e-12)
     assert float(plain.loss(z)) == pytest.approx(exact, rel=1e-7)
-    assert float(plain.excess_loss(z)) == pytest.approx(exact - 0.5 * r ** 2 / N, rel=1e-6)
+    assert float(plain.excess_loss(z)) == pytest.approx(exact - 0.5 * r**2 / N, rel=1e-6)
     # trajectory loss
     traj = np.stack([zf, z])
-    assert np.allclose(fact.loss(traj).numpy(), [0.5 * r ** 2 / N, exact], rtol=1e-12)
+    assert np.allclose(fact.loss(traj).numpy(), [0.5 * r**2 / N, exact], rtol=1e-12)
 
 
 def test_plateaus_diagonal_match_logistic_loss():
@@ -192,8 +192,15 @@ def test_final_state_singular_commuting_is_the_end_of_the_flow(seed):
     b = A @ rng.uniform(0.5, 1.5, K) + 0.05 * rng.standard_normal(N)
     C, beta = A.T @ A, A.T @ b
     lv = LotkaVolterra(beta, C, eps, factor=(A, b))
-    sol = solve_ivp(lambda t, u: 4 * (beta - C @ np.exp(u)), (0, 400.0), np.full(K, np.log(eps)), method="LSODA",
-                    rtol=1e-12, atol=1e-12, jac=lambda t, u: -4 * C * np.exp(u)[None, :])
+    sol = solve_ivp(
+        lambda t, u: 4 * (beta - C @ np.exp(u)),
+        (0, 400.0),
+        np.full(K, np.log(eps)),
+        method="LSODA",
+        rtol=1e-12,
+        atol=1e-12,
+        jac=lambda t, u: -4 * C * np.exp(u)[None, :],
+    )
     z_end = np.exp(sol.y[:, -1])
     zf = lv.final_state().numpy()
     assert np.max(np.abs(zf - z_end)) < 1e-8 * max(1.0, z_end.max())

@@ -41,8 +41,8 @@ def test_adam_first_steps_are_bias_corrected():
     # second step: m̂ = (0.1 g1 + 0.09 g0)/0.19, v̂ = (0.001 g1² + 0.000999 g0²)/0.001999
     gd2 = train_network(net, net.units, X, y, W0=tr.W[1], lr=1e-9, steps=1, save_every=1)
     g1 = (tr.W[1] - gd2.W[1]) / 1e-9
-    m = (0.9 * 0.1 * grad + 0.1 * g1) / (1 - 0.9 ** 2)
-    v = (0.999 * 0.001 * grad ** 2 + 0.001 * g1 ** 2) / (1 - 0.999 ** 2)
+    m = (0.9 * 0.1 * grad + 0.1 * g1) / (1 - 0.9**2)
+    v = (0.999 * 0.001 * grad**2 + 0.001 * g1**2) / (1 - 0.999**2)
     step2 = tr.W[2] - tr.W[1]
     assert torch.allclose(step2[big], (-lr * m / (v.sqrt() + 1e-8))[big], rtol=1e-3, atol=1e-10)
 
@@ -53,7 +53,7 @@ def test_minibatches_cover_each_epoch_and_reshuffle(n, b):
     per = n // b
     batches = [bt.tolist() for bt in minibatch_indices(n, b, steps=per * 6, seed=1)]
     assert all(len(bt) == b for bt in batches)
-    epochs = [sum(batches[e * per:(e + 1) * per], []) for e in range(6)]
+    epochs = [sum(batches[e * per : (e + 1) * per], []) for e in range(6)]
     for ep in epochs:
         assert len(set(ep)) == per * b
         if n % b == 0:
@@ -77,7 +77,7 @@ def test_power_law_standard_error_is_the_ols_one():
     """With fewer points than cells the fit is plain OLS of ln L on ln t: scipy's stderr (n − 2 dof)."""
     rng = np.random.default_rng(3)
     t = np.geomspace(1.0, 100.0, 9)
-    L = 2.0 * t ** -1.3 * np.exp(0.05 * rng.standard_normal(t.size))
+    L = 2.0 * t**-1.3 * np.exp(0.05 * rng.standard_normal(t.size))
     fit = fit_power_law(t, L, window=(1.0, 100.0), n_boot=0)
     ref = stats.linregress(np.log(t), np.log(L))
     assert fit.exponent == pytest.approx(-ref.slope, rel=1e-12)
@@ -102,8 +102,14 @@ def test_balanced_start_switch_times_and_gd_are_exact():
     assert np.allclose(modes.switch_times.numpy(), t_ref, rtol=1e-12)
     # the flow integrated independently crosses λ/2 at those times
     for k in range(3):
-        sol = solve_ivp(lambda t, p, lk=lam[k]: [2 * p[0] * (lk - p[0])], (0, 2 * t_ref[k]), [p0], rtol=1e-12,
-                        atol=1e-16, events=lambda t, p, lk=lam[k]: p[0] - lk / 2)
+        sol = solve_ivp(
+            lambda t, p, lk=lam[k]: [2 * p[0] * (lk - p[0])],
+            (0, 2 * t_ref[k]),
+            [p0],
+            rtol=1e-12,
+            atol=1e-16,
+            events=lambda t, p, lk=lam[k]: p[0] - lk / 2,
+        )
         assert sol.t_events[0][0] == pytest.approx(t_ref[k], rel=1e-8)
     # exact GD in the mode basis: z⁺ ← (1 − 2ηg)² z⁺, g = ½(p − λ), p = z⁺/2 (σ₁ = 1, z⁻ = 0)
     eta, steps = 0.05, 200

@@ -25,8 +25,10 @@ HEAVY = ("torch", "scipy", "matplotlib", "pandas", "sklearn")
 
 def _modules_after(code: str) -> set[str]:
     """Run ``code`` in a fresh interpreter; return the top-level names of the modules it loaded."""
-    probe = (f"{code}\nimport json, sys\n"
-             "print('\\n' + json.dumps(sorted({m.split('.')[0] for m in sys.modules} | set(sys.modules))))")
+    probe = (
+        f"{code}\nimport json, sys\n"
+        "print('\\n' + json.dumps(sorted({m.split('.')[0] for m in sys.modules} | set(sys.modules))))"
+    )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr
     return set(json.loads(out.stdout.strip().splitlines()[-1]))
@@ -34,8 +36,10 @@ def _modules_after(code: str) -> set[str]:
 
 def _cli(*args: str) -> str:
     """``nqf ARGS`` through the CLI object, in-process of a fresh interpreter; returns the code to run."""
-    return ("import sys\nfrom nqf.cli import app\nsys.argv = ['nqf', " + ", ".join(repr(a) for a in args) + "]\n"
-            "try:\n    app()\nexcept SystemExit as e:\n    assert not e.code, e.code\n")
+    return (
+        "import sys\nfrom nqf.cli import app\nsys.argv = ['nqf', " + ", ".join(repr(a) for a in args) + "]\n"
+        "try:\n    app()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+    )
 
 
 # --------------------------------------------------------------------------- fast start
@@ -64,8 +68,10 @@ def test_list_does_not_import_heavy_dependencies():
 def test_experiment_names_and_descriptions_without_importing_the_experiments():
     """The catalogue lists the built-in experiments (and ``REGISTRY`` their names) without importing any;
     looking one up imports its module, and with it torch (the probe can fail)."""
-    listing = ("from nqf.experiments import catalog\nassert len(catalog.describe()) == len(catalog.CATALOG)\n"
-               "assert 'demo' in catalog.REGISTRY and sorted(catalog.REGISTRY)\n")
+    listing = (
+        "from nqf.experiments import catalog\nassert len(catalog.describe()) == len(catalog.CATALOG)\n"
+        "assert 'demo' in catalog.REGISTRY and sorted(catalog.REGISTRY)\n"
+    )
     loaded = _modules_after(listing)
     catalog = importlib.import_module("nqf.experiments.catalog")
     experiments = {entry.qualified_module for entry in catalog.CATALOG.values()}
@@ -75,12 +81,14 @@ def test_experiment_names_and_descriptions_without_importing_the_experiments():
 
 
 def test_python_dash_m_runs_the_cli():
-    out = subprocess.run([sys.executable, "-m", "nqf", "--version"], capture_output=True, text=True, cwd=ROOT,
-                         timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "nqf", "--version"], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == f"nqf {nqf.__version__}"
-    bad = subprocess.run([sys.executable, "-m", "nqf", "no-such-command"], capture_output=True, text=True,
-                         cwd=ROOT, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "-m", "nqf", "no-such-command"], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
     assert bad.returncode == 2
 
 
@@ -174,8 +182,12 @@ def _cited_files():
 
 def test_no_reference_outside_the_package():
     outside = re.compile("|".join([re.escape("shared" + "/"), re.escape("THEORY" + ".md")]))
-    hits = [f"{f.relative_to(ROOT)}:{i}" for f in _cited_files()
-            for i, line in enumerate(f.read_text().splitlines(), 1) if outside.search(line)]
+    hits = [
+        f"{f.relative_to(ROOT)}:{i}"
+        for f in _cited_files()
+        for i, line in enumerate(f.read_text().splitlines(), 1)
+        if outside.search(line)
+    ]
     assert not hits, hits
 
 
@@ -198,8 +210,9 @@ def _import_cycles() -> list[list[str]]:
     """Strongly connected components (size > 1) of nqf's module import graph (function-level imports count)."""
     grimp = pytest.importorskip("grimp")
     graph = grimp.build_graph("nqf", exclude_type_checking_imports=True)
-    adj = {m: sorted(t for t in graph.find_modules_directly_imported_by(m) if t.startswith("nqf"))
-           for m in graph.modules}
+    adj = {
+        m: sorted(t for t in graph.find_modules_directly_imported_by(m) if t.startswith("nqf")) for m in graph.modules
+    }
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -292,3 +305,9 @@ def test_public_protocol_agrees_with_the_checked_calls():
     assert small.p == U.shape[1] <= op.p
     Mr = U.T @ M @ U
     assert torch.allclose(small(Mr), op(U @ Mr @ U.T), atol=1e-12)
+
+
+def test_no_source_file_over_500_lines():
+    """Files stay readable (issue 10): split by concept before a module grows past 500 lines."""
+    long = {str(p.relative_to(ROOT)): n for p in SRC.rglob("*.py") if (n := len(p.read_text().splitlines())) > 500}
+    assert long == {}, long

@@ -59,8 +59,8 @@ def lv_system():
     from nqf.reductions.lv import LotkaVolterra
 
     k = np.arange(1, P + 1, dtype=float)
-    beta = k ** -1.0
-    return LotkaVolterra(beta, np.ones(P), 1e-6 * np.ones(P), y2=float(np.sum(beta ** 2)) + 1.0)
+    beta = k**-1.0
+    return LotkaVolterra(beta, np.ones(P), 1e-6 * np.ones(P), y2=float(np.sum(beta**2)) + 1.0)
 
 
 @cached
@@ -122,8 +122,18 @@ def _sweep_state(tmp_path_factory):
     from nqf.sweep.execute import execute
     from nqf.sweep.points import Point
 
-    bad = [Point(index=i, swept={"eps": -1.0}, seed=0, config={}, resolved=None, hash=f"{i:064x}",
-                 error="`eps` must lie in (0, 1)") for i in range(P)]
+    bad = [
+        Point(
+            index=i,
+            swept={"eps": -1.0},
+            seed=0,
+            config={},
+            resolved=None,
+            hash=f"{i:064x}",
+            error="`eps` must lie in (0, 1)",
+        )
+        for i in range(P)
+    ]
     return execute(bad, tmp_path_factory.mktemp("sweep"), client=None)  # invalid points never reach the client
 
 
@@ -132,7 +142,7 @@ def _power_law_curve():
 
     k = np.arange(1, P + 1, dtype=float)
     t = np.geomspace(1.0, 1e6, 400)
-    return t, predicted_curve(t, k ** -2.0, k ** -1.0, 1e-6)
+    return t, predicted_curve(t, k**-2.0, k**-1.0, 1e-6)
 
 
 def _fit():
@@ -172,9 +182,19 @@ def _loop():
 
     W = torch.ones(P, 2, dtype=F64)
     saved = []
-    return training_loop([W], StepRule(lr=0.1), steps=3, n_samples=1, batch_size=None, seed=0, save_every=1,
-                         divergence_threshold=1e8, evaluate=lambda ps, idx: (0.5 * float((ps[0] ** 2).sum()), None),
-                         gradient=lambda ps, ctx, idx: [ps[0]], save=lambda k, ps, loss: saved.append(loss))
+    return training_loop(
+        [W],
+        StepRule(lr=0.1),
+        steps=3,
+        n_samples=1,
+        batch_size=None,
+        seed=0,
+        save_every=1,
+        divergence_threshold=1e8,
+        evaluate=lambda ps, idx: (0.5 * float((ps[0] ** 2).sum()), None),
+        gradient=lambda ps, ctx, idx: [ps[0]],
+        save=lambda k, ps, loss: saved.append(loss),
+    )
 
 
 def _upper_bound_check():
@@ -182,8 +202,14 @@ def _upper_bound_check():
     from nqf.experiments.real_data import UpperBoundCheck
 
     a = analysis()
-    return UpperBoundCheck("max |L_real − L_NQF| / L_NQF", a.validity["gap_tolerance"], a.validity["max_gap"],
-                           0.0, kind="absolute", reference="real network against its NQF from the same W(0)")
+    return UpperBoundCheck(
+        "max |L_real − L_NQF| / L_NQF",
+        a.validity["gap_tolerance"],
+        a.validity["max_gap"],
+        0.0,
+        kind="absolute",
+        reference="real network against its NQF from the same W(0)",
+    )
 
 
 def _saddles():
@@ -203,14 +229,22 @@ FACTORIES = {
     "nqf.reductions.svd_modes.TwoLayerModes": (
         lambda f: __import__("nqf.reductions.svd_modes", fromlist=["x"]).two_layer_modes(
             __import__("nqf.reductions.svd_modes", fromlist=["x"]).whiten(
-                torch.randn(2 * P, D, generator=torch.Generator().manual_seed(3), dtype=F64)),
-            torch.randn(2 * P, C, generator=torch.Generator().manual_seed(4), dtype=F64), eps=1e-6), ()),
+                torch.randn(2 * P, D, generator=torch.Generator().manual_seed(3), dtype=F64)
+            ),
+            torch.randn(2 * P, C, generator=torch.Generator().manual_seed(4), dtype=F64),
+            eps=1e-6,
+        ),
+        (),
+    ),
     "nqf.reductions.saddles.results.Saddle": (lambda f: _saddles().saddles[-1], ()),
     "nqf.reductions.saddles.results.SaddleSequence": (lambda f: _saddles(), ()),
     "nqf.analysis.powerlaw.PowerLawFit": (lambda f: _fit(), ()),
     "nqf.analysis.exponents.ExponentPrediction": (
         lambda f: __import__("nqf.analysis", fromlist=["x"]).predict_exponent(
-            np.arange(1, P + 1.0) ** -2.0, np.arange(1, P + 1.0) ** -1.0), ()),
+            np.arange(1, P + 1.0) ** -2.0, np.arange(1, P + 1.0) ** -1.0
+        ),
+        (),
+    ),
     "nqf.analysis.steps.Steps": (lambda f: _steps(), ()),
     "nqf.analysis.compare.StaircaseComparison": (lambda f: _comparison(), ()),
     "nqf.analysis.validity.ValidityReport": (lambda f: _validity_sweep().reports[0], ()),
@@ -220,20 +254,27 @@ FACTORIES = {
     "nqf.analyze.result.CheckRow": (lambda f: analysis().checks[0], ()),
     "nqf.analyze.discover.FoundUnits": (
         lambda f: __import__("nqf.analyze.discover", fromlist=["x"]).find_unit_layers(
-            torch.nn.Sequential(torch.nn.Linear(D, 8, bias=False), torch.nn.Tanh(),
-                                torch.nn.Linear(8, C, bias=False)))[0], ()),
+            torch.nn.Sequential(torch.nn.Linear(D, 8, bias=False), torch.nn.Tanh(), torch.nn.Linear(8, C, bias=False))
+        )[0],
+        (),
+    ),
     "nqf.structure.discover.UnitCandidate": (
         lambda f: __import__("nqf.structure.discover", fromlist=["x"]).find_units(
-            torch.nn.Sequential(torch.nn.Linear(D, 8, bias=False), torch.nn.Tanh(),
-                                torch.nn.Linear(8, C, bias=False)))[0], ()),
+            torch.nn.Sequential(torch.nn.Linear(D, 8, bias=False), torch.nn.Tanh(), torch.nn.Linear(8, C, bias=False))
+        )[0],
+        (),
+    ),
     "nqf.data.datasets.Dataset": (lambda f: __import__("nqf.data", fromlist=["x"]).load_dataset("digits"), ()),
     "nqf.experiments.base.Outcome": (lambda f: outcome(), ()),
     "nqf.experiments.base.Check": (lambda f: outcome().checks[0], ()),
     "nqf.experiments.base.Table": (lambda f: outcome().tables[0], ()),
     "nqf.sweep.points.Point": (lambda f: _points()[-1], ()),
     "nqf.sweep.grid.SweepSpec": (
-        lambda f: __import__("nqf.sweep", fromlist=["x"]).SweepSpec(grid={"eps": list(np.geomspace(1e-9, 1e-2, P))},
-                                                                     seeds=list(range(3))), ()),
+        lambda f: __import__("nqf.sweep", fromlist=["x"]).SweepSpec(
+            grid={"eps": list(np.geomspace(1e-9, 1e-2, P))}, seeds=list(range(3))
+        ),
+        (),
+    ),
     "nqf.sweep.execute.SweepState": (_sweep_state, ()),
     "nqf.dynamics.loop.LoopOutcome": (lambda f: _loop(), ()),
     "nqf.experiments.real_data.UpperBoundCheck": (lambda f: _upper_bound_check(), ()),
@@ -262,8 +303,11 @@ def _public_dataclasses() -> set[str]:
         mod = importlib.import_module(m.name)
         for name in getattr(mod, "__all__", ()):
             obj = getattr(mod, name, None)
-            if isinstance(obj, type) and (dataclasses.is_dataclass(obj) or hasattr(obj, "to_dict")
-                                          or issubclass(obj, Result)) and obj.__module__.startswith("nqf."):
+            if (
+                isinstance(obj, type)
+                and (dataclasses.is_dataclass(obj) or hasattr(obj, "to_dict") or issubclass(obj, Result))
+                and obj.__module__.startswith("nqf.")
+            ):
                 found.add(f"{obj.__module__}.{obj.__qualname__}")
     return found
 

@@ -62,8 +62,12 @@ class _Quick(Experiment):
                     time.sleep(self.delay)
                 g = ctx.generator(i)
                 t = torch.arange(params.size, dtype=torch.float64)
-                return Trajectory(t=t, loss=torch.rand(params.size, generator=g, dtype=torch.float64),
-                                  step=t.long(), info={"part": i, "nan": float("nan"), "tup": (1, "a")})
+                return Trajectory(
+                    t=t,
+                    loss=torch.rand(params.size, generator=g, dtype=torch.float64),
+                    step=t.long(),
+                    info={"part": i, "nan": float("nan"), "tup": (1, "a")},
+                )
 
             tr = ctx.checkpoint(f"part{i}", compute)
             out.metrics[f"loss{i}"] = float(tr.loss.sum())
@@ -115,8 +119,11 @@ def test_planted_pickle_checkpoint_is_refused_and_never_runs(tmp_path):
         _run(out, resume=True)
     assert not marker.exists()
     # an npz whose array is an object array (would need pickle to load)
-    np.savez(out / "checkpoints" / "part1.ckpt.npz", __nqf__=np.frombuffer(b"{}", np.uint8),
-             a0=np.array([_Plant(marker)], dtype=object))
+    np.savez(
+        out / "checkpoints" / "part1.ckpt.npz",
+        __nqf__=np.frombuffer(b"{}", np.uint8),
+        a0=np.array([_Plant(marker)], dtype=object),
+    )
     with pytest.raises(ResumeMismatchError):
         _run(out, resume=True)
     assert not marker.exists()
@@ -138,13 +145,20 @@ def test_planted_pickle_through_the_cli(tmp_path):
 
 
 def test_codec_round_trip_and_allow_list():
-    value = {"traj": Trajectory(t=torch.arange(3.0), loss=torch.tensor([1.0, float("nan"), -float("inf")])),
-             "ints": [1, -2, 2 ** 70], "f": (0.1, float("inf")), 3: np.float32(2.5), "dtype": torch.float32,
-             "arr": np.arange(6, dtype=np.int16).reshape(2, 3), "b": np.bool_(True), "none": None}
+    value = {
+        "traj": Trajectory(t=torch.arange(3.0), loss=torch.tensor([1.0, float("nan"), -float("inf")])),
+        "ints": [1, -2, 2**70],
+        "f": (0.1, float("inf")),
+        3: np.float32(2.5),
+        "dtype": torch.float32,
+        "arr": np.arange(6, dtype=np.int16).reshape(2, 3),
+        "b": np.bool_(True),
+        "none": None,
+    }
     header, back = codec.loads(codec.dumps(value, {"key": "k"}))
     assert header["key"] == "k" and header["format"] == codec.CHECKPOINT_FORMAT
     assert torch.equal(back["traj"].t, value["traj"].t) and back["traj"].loss[1].isnan()
-    assert back["ints"] == [1, -2, 2 ** 70] and back["f"] == (0.1, float("inf")) and back[3] == np.float32(2.5)
+    assert back["ints"] == [1, -2, 2**70] and back["f"] == (0.1, float("inf")) and back[3] == np.float32(2.5)
     assert back["dtype"] is torch.float32 and back["arr"].dtype == np.int16 and back["none"] is None
     with pytest.raises(CheckpointError, match="not checkpointable"):
         codec.dumps({"x": object()}, {})
@@ -226,8 +240,15 @@ def test_run_id_is_in_every_file(tmp_path):
     out = tmp_path / "r"
     res = _run(out)
     ids = _ids(out)
-    assert set(ids) >= {"results.json", "arrays.npz", "report.html", "figures/one.png", "figures/one.svg",
-                        "figures/two.png", "figures/two.svg"}
+    assert set(ids) >= {
+        "results.json",
+        "arrays.npz",
+        "report.html",
+        "figures/one.png",
+        "figures/one.svg",
+        "figures/two.png",
+        "figures/two.svg",
+    }
     assert set(ids.values()) == {res["run_id"]}
     assert verify_run(out) == []
     # a figure from another run is detected
@@ -486,17 +507,19 @@ def test_report_embeds_only_images_inside_the_run(tmp_path):
     os.symlink(outside, out / "figures" / "link.png")
     (out / "figures" / "text.png").write_text("not a png")
     data = json.loads((out / "results.json").read_text())
-    data["figures"].update({
-        "js": {"png": "javascript:alert(1)", "svg": "javascript:alert(1)//.svg"},
-        "abs": {"png": str(outside), "svg": str(tmp_path / "outside.svg")},
-        "dotdot": {"png": "../outside.png", "svg": "figures/../../outside.svg"},
-        "http": {"png": "http://example.com/x.png", "svg": "https://example.com/x.svg"},
-        "file": {"png": f"file://{outside}", "svg": "file:///etc/passwd.svg"},
-        "data": {"png": "data:image/png;base64,AAAA", "svg": "data:text/html,<script>alert(1)</script>.svg"},
-        "symlink": {"png": "figures/link.png", "svg": "figures/link.png"},
-        "fake": {"png": "figures/text.png", "svg": "results.json"},
-        "<script>alert(1)</script>": {"png": "figures/one.png", "svg": "figures/one.svg"},
-    })
+    data["figures"].update(
+        {
+            "js": {"png": "javascript:alert(1)", "svg": "javascript:alert(1)//.svg"},
+            "abs": {"png": str(outside), "svg": str(tmp_path / "outside.svg")},
+            "dotdot": {"png": "../outside.png", "svg": "figures/../../outside.svg"},
+            "http": {"png": "http://example.com/x.png", "svg": "https://example.com/x.svg"},
+            "file": {"png": f"file://{outside}", "svg": "file:///etc/passwd.svg"},
+            "data": {"png": "data:image/png;base64,AAAA", "svg": "data:text/html,<script>alert(1)</script>.svg"},
+            "symlink": {"png": "figures/link.png", "svg": "figures/link.png"},
+            "fake": {"png": "figures/text.png", "svg": "results.json"},
+            "<script>alert(1)</script>": {"png": "figures/one.png", "svg": "figures/one.svg"},
+        }
+    )
     (out / "results.json").write_text(json.dumps(data))
     r = runner.invoke(app, ["report", str(out)])
     assert r.exit_code == 0, r.output

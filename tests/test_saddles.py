@@ -53,8 +53,15 @@ class Flow:
             return (-2.0 * G @ W).reshape(-1)
 
         self.loss_of = lambda w: 0.5 * float(np.sum(resid(w.reshape(p, p)) ** 2)) / N
-        self.sol = solve_ivp(rhs, (0.0, T), math.sqrt(eps) * np.eye(p).reshape(-1), method="DOP853",
-                             rtol=1e-10, atol=1e-30, dense_output=True)
+        self.sol = solve_ivp(
+            rhs,
+            (0.0, T),
+            math.sqrt(eps) * np.eye(p).reshape(-1),
+            method="DOP853",
+            rtol=1e-10,
+            atol=1e-30,
+            dense_output=True,
+        )
         assert self.sol.status == 0, self.sol.message
         self.t = np.linspace(0.0, T, n)
         self.L = np.array([self.loss_of(w) for w in self.sol.sol(self.t).T])
@@ -96,7 +103,7 @@ def mlp_example(activation="tanh", seed=0):
     cov = torch.tensor([3.0, 2.0, 1.0, 0.6, 0.4], dtype=torch.float64)
     X = torch.randn(N, D, generator=g, dtype=torch.float64) @ torch.diag(cov.sqrt()) @ R.T
     w, U = torch.linalg.eigh(X.T @ X / N)
-    Xw = X @ (U @ torch.diag(w ** -0.5) @ U.T)
+    Xw = X @ (U @ torch.diag(w**-0.5) @ U.T)
     Ut, _ = torch.linalg.qr(torch.randn(C, C, generator=g, dtype=torch.float64))
     Vt, _ = torch.linalg.qr(torch.randn(D, C, generator=g, dtype=torch.float64))
     Bw = Ut @ torch.diag(torch.tensor([3.0, 1.5, 0.6], dtype=torch.float64)) @ Vt.T
@@ -109,7 +116,7 @@ def rrr_losses(X, Y, s1=1.0):
     N = X.shape[0]
     Sxx, Syx = X.T @ X / N, Y.T @ X / N
     w, U = torch.linalg.eigh(Sxx)
-    s = torch.linalg.svdvals(Syx @ U @ torch.diag(w ** -0.5) @ U.T)
+    s = torch.linalg.svdvals(Syx @ U @ torch.diag(w**-0.5) @ U.T)
     Eyy = float((Y * Y).sum()) / N
     return np.array([0.5 * (Eyy - float((s[:k] ** 2).sum())) for k in range(len(s) + 1)])
 
@@ -170,7 +177,7 @@ def test_saddles_are_stationary_and_rates_match_dense_eigenproblem(mlp_case):
         # projected escape rate, from an independent complement basis (SVD)
         if s.rank:
             Uf, S, _ = torch.linalg.svd(s.M)
-            Qc = Uf[:, s.rank:]
+            Qc = Uf[:, s.rank :]
         else:
             Qc = torch.eye(op.p, dtype=torch.float64)
         lam = float(torch.linalg.eigvalsh(-(Qc.T @ G @ Qc))[-1])
@@ -217,8 +224,9 @@ def test_first_escape_time(mlp_case, mlp_flows):
     # relative error × ln(1/ε) is constant (= 4λ₁ · offset asymptotically): 1/ln(1/ε) decay
     scaled = np.array(scaled)
     assert np.ptp(scaled[1:]) < 0.05 * abs(scaled[1:]).mean()
-    np.testing.assert_allclose(scaled[-1], seq.first_offset * 4 * lam1 / (1 + seq.first_offset * 4 * lam1 /
-                                                                         math.log(1e16)), rtol=1e-2)
+    np.testing.assert_allclose(
+        scaled[-1], seq.first_offset * 4 * lam1 / (1 + seq.first_offset * 4 * lam1 / math.log(1e16)), rtol=1e-2
+    )
 
 
 def test_later_escape_times_converge_generic_rule(mlp_case, mlp_flows):
@@ -509,8 +517,17 @@ def test_digits_nqf_at_eps_1e30_lands_within_3_percent_of_predicted_times():
     eps = 1e-30
     lr = stable_learning_rate(seq.escape_rates)
     times = seq.escape_times(eps)
-    sim = simulate(op, Y, W0=initial_weights(op.p, 256, eps), lr=lr, steps=step_count(times, lr), form="weights",
-                   save_every=5, save_M=False, save_W=False)
+    sim = simulate(
+        op,
+        Y,
+        W0=initial_weights(op.p, 256, eps),
+        lr=lr,
+        steps=step_count(times, lr),
+        form="weights",
+        save_every=5,
+        save_M=False,
+        save_W=False,
+    )
     c = compare_staircase(sim.t.numpy(), sim.loss.numpy(), seq.plateau_levels, times)
     assert np.all(c.time_errors < 0.03), c.time_errors
 

@@ -23,7 +23,7 @@ def _orthogonal_features(seed=0, N=30, p=5):
     c = np.array([1.0, 0.5, 2.0, 0.8, 1.3])
     a = H[:, :p] * np.sqrt(N * c)
     b = np.array([2.0, -1.0, 0.7, 1.4, 0.3])  # mode 1 has β < 0: never learned
-    y = H[:, :p] @ b + 0.5 * H[:, p]          # plus a part no mode can fit
+    y = H[:, :p] @ b + 0.5 * H[:, p]  # plus a part no mode can fit
     A = np.einsum("ik,nk,jk->nij", U, a, U)
     return DenseStructure(torch.tensor(A)), y, U, a, c
 
@@ -34,7 +34,7 @@ def test_orthogonal_features_closed_form():
     seq = saddle_sequence(op, torch.tensor(y))
     assert seq.rule == "commuting" and seq.global_minimum
     beta = a.T @ y / N
-    order = [k for k in np.argsort(-beta) if beta[k] > 0]           # each mode alone: τ_k = 1/(4 β_k)
+    order = [k for k in np.argsort(-beta) if beta[k] > 0]  # each mode alone: τ_k = 1/(4 β_k)
     levels = 0.5 * (y @ y) / N - np.concatenate([[0.0], np.cumsum(beta[order] ** 2 / (2 * c[order]))])
     np.testing.assert_allclose(seq.plateau_levels, levels, rtol=1e-12)
     np.testing.assert_allclose(seq.taus, np.concatenate([[0.0], 1 / (4 * beta[order])]), rtol=1e-12)
@@ -96,8 +96,19 @@ def test_result_convention():
     # compact repr also for p = 1000
     p = 1000
     z = torch.zeros(p, p, dtype=torch.float64)
-    s = Saddle(index=0, M=z, V=z[:, :0], rank=0, loss=1.0, G=z, stationarity=0.0,
-               rates=torch.ones(p, dtype=torch.float64), escape_rate=4.0, escape_direction=z[:, :1], tau=0.0)
+    s = Saddle(
+        index=0,
+        M=z,
+        V=z[:, :0],
+        rank=0,
+        loss=1.0,
+        G=z,
+        stationarity=0.0,
+        rates=torch.ones(p, dtype=torch.float64),
+        escape_rate=4.0,
+        escape_direction=z[:, :1],
+        tau=0.0,
+    )
     big = SaddleSequence(saddles=[s], global_minimum=False, certificate=1.0, rule="generic")
     for r in (repr(s), repr(big)):
         assert len(r) < 400 and "tensor" not in r and "array" not in r

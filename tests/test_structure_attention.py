@@ -31,9 +31,9 @@ DT = torch.float64
 MHA_SHAPES = [
     (5, 4, 3, 2, 2, 3, 2, False, "mean"),
     (5, 4, 3, 3, 2, 1, 2, True, "mean"),
-    (4, 3, 1, 2, 1, 1, 1, True, "last"),     # D = 1, one output, d_h = d_k = 1
-    (4, 1, 2, 2, 2, 2, 3, False, "last"),    # a single token
-    (3, 1, 2, 2, 1, 2, 1, True, "mean"),     # a single token, causal
+    (4, 3, 1, 2, 1, 1, 1, True, "last"),  # D = 1, one output, d_h = d_k = 1
+    (4, 1, 2, 2, 2, 2, 3, False, "last"),  # a single token
+    (3, 1, 2, 2, 1, 2, 1, True, "mean"),  # a single token, causal
     (6, 5, 2, 2, 3, 2, 1, False, "last"),
     (6, 5, 4, 2, 2, 2, None, True, "last"),  # C defaults to D
 ]
@@ -116,6 +116,7 @@ class _TorchMHA(nn.Module):
         mask = torch.ones(T, T, dtype=torch.bool).triu(1) if self.causal else None
         if self.math_backend:  # fused SDPA path, forced onto the math kernel (forward-AD capable)
             from torch.nn.attention import SDPBackend, sdpa_kernel
+
             with sdpa_kernel(SDPBackend.MATH):
                 out, _ = self.attn(x, x, x, need_weights=False, attn_mask=mask)
         else:
@@ -123,9 +124,16 @@ class _TorchMHA(nn.Module):
         return out.mean(1) if self.readout == "mean" else out[:, -1]
 
 
-@pytest.mark.parametrize("bias,causal,readout,math_backend", [
-    (False, False, "mean", False), (True, False, "mean", False), (True, True, "mean", False),
-    (False, True, "last", False), (True, False, "mean", True)])
+@pytest.mark.parametrize(
+    "bias,causal,readout,math_backend",
+    [
+        (False, False, "mean", False),
+        (True, False, "mean", False),
+        (True, True, "mean", False),
+        (False, True, "last", False),
+        (True, False, "mean", True),
+    ],
+)
 def test_torch_multihead_attention_matches_analytic(bias, causal, readout, math_backend):
     E, H, T, N = 6, 3, 4, 5
     net = _TorchMHA(E, H, bias, causal, readout, math_backend)
@@ -158,9 +166,10 @@ def _dense_head0_hessian(net, layout, X):
     try:
         with sdpa_kernel(SDPBackend.MATH):
             for n in range(X.shape[0]):
+
                 def f(w, n=n):
                     W = torch.cat([w[:, None], torch.zeros(sc.p, sc.m - 1, dtype=DT)], 1)
-                    return functional_call(net, sc(W), (X[n:n + 1],)).reshape(-1)
+                    return functional_call(net, sc(W), (X[n : n + 1],)).reshape(-1)
 
                 def jac(fun, w, **kw):
                     return torch.autograd.functional.jacobian(fun, w, vectorize=True, **kw)
@@ -204,8 +213,7 @@ class _Encoder(nn.Module):
 
     def __init__(self, E=4, H=2, ff=6, norm_first=False, causal=False, readout="mean"):
         super().__init__()
-        self.enc = nn.TransformerEncoderLayer(E, H, ff, dropout=0.1, batch_first=True, norm_first=norm_first,
-                                              dtype=DT)
+        self.enc = nn.TransformerEncoderLayer(E, H, ff, dropout=0.1, batch_first=True, norm_first=norm_first, dtype=DT)
         self.causal, self.readout = causal, readout
         with torch.no_grad():
             self.enc.self_attn.in_proj_bias.normal_()
@@ -259,8 +267,9 @@ def test_transformer_encoder_layer_matches_dense_autodiff(norm_first, causal, re
             return enc.norm2(h + enc.linear2(enc.activation(enc.linear1(h))))
 
         z = X + enc.self_attn.out_proj.bias.detach()
-        J = torch.stack([torch.stack([torch.autograd.functional.jacobian(g, z[n, t]) for t in range(3)]).mean(0)
-                         for n in range(2)])                                           # (N, E, E)
+        J = torch.stack(
+            [torch.stack([torch.autograd.functional.jacobian(g, z[n, t]) for t in range(3)]).mean(0) for n in range(2)]
+        )  # (N, E, E)
         chain = torch.einsum("nce,neij->ncij", J, multi_head_attention(X, 2, bias=True).dense())
         torch.testing.assert_close(auto.dense(), chain, rtol=0, atol=1e-10)
 
@@ -302,8 +311,9 @@ def test_wrong_attention_layout_is_caught():
     with pytest.raises(NormalFormError, match="units are not interchangeable"):
         from_module(net, UnitLayout([UnitSlice("attn.out_proj.weight", axis=1, size=2)]), X)
     # a head size that is not d_h mixes heads: also not interchangeable
-    wrong = UnitLayout([UnitSlice("attn.out_proj.weight", axis=1, size=3),
-                        UnitSlice("attn.in_proj_weight", axis=0, size=3, offset=12)])
+    wrong = UnitLayout(
+        [UnitSlice("attn.out_proj.weight", axis=1, size=3), UnitSlice("attn.in_proj_weight", axis=0, size=3, offset=12)]
+    )
     with pytest.raises(NormalFormError, match="units are not interchangeable"):
         from_module(net, wrong, X)
 
@@ -338,6 +348,7 @@ def test_mha_p256_memory_under_one_gigabyte():
     net = Net()
     X = _x(16, 8, 16, 16)
     import gc
+
     gc.collect()
     with open("/proc/self/clear_refs", "w") as fh:
         fh.write("5")
@@ -357,11 +368,19 @@ def test_attention_units_slices_separate_projections():
     dh = E // H
     h = 1
     sl = slice(h * dh, (h + 1) * dh)
-    expect = torch.cat([mha.out_proj.weight[:, sl].reshape(-1), mha.v_proj_weight[sl].reshape(-1),
-                        mha.in_proj_bias[2 * E + h * dh: 2 * E + (h + 1) * dh],
-                        mha.q_proj_weight[sl].reshape(-1), mha.k_proj_weight[sl].reshape(-1),
-                        mha.in_proj_bias[sl], mha.in_proj_bias[E + h * dh: E + (h + 1) * dh],
-                        mha.bias_k[..., sl].reshape(-1), mha.bias_v[..., sl].reshape(-1)]).detach()
+    expect = torch.cat(
+        [
+            mha.out_proj.weight[:, sl].reshape(-1),
+            mha.v_proj_weight[sl].reshape(-1),
+            mha.in_proj_bias[2 * E + h * dh : 2 * E + (h + 1) * dh],
+            mha.q_proj_weight[sl].reshape(-1),
+            mha.k_proj_weight[sl].reshape(-1),
+            mha.in_proj_bias[sl],
+            mha.in_proj_bias[E + h * dh : E + (h + 1) * dh],
+            mha.bias_k[..., sl].reshape(-1),
+            mha.bias_v[..., sl].reshape(-1),
+        ]
+    ).detach()
     assert lay.n_units == H and W.shape == (expect.numel(), H)
     torch.testing.assert_close(W[:, h], expect, rtol=0, atol=0)
     with pytest.raises(TypeError, match="`mha` must be a torch.nn.MultiheadAttention"):
@@ -372,10 +391,12 @@ def test_attention_units_slices_separate_projections():
 def _ops():
     X = _x(7, 5, 3, 6)
     V = torch.randn(2, 3, dtype=DT)
-    return [multi_head_attention(X, 2, 3, 4, causal=True),
-            multi_head_attention(X, 2, 1, 1, readout="last", bias=True),
-            qk_attention(X, V, 2, 3, causal=True),
-            qk_attention(X, V[:1], 3, 2, readout="last")]
+    return [
+        multi_head_attention(X, 2, 3, 4, causal=True),
+        multi_head_attention(X, 2, 1, 1, readout="last", bias=True),
+        qk_attention(X, V, 2, 3, causal=True),
+        qk_attention(X, V[:1], 3, 2, readout="last"),
+    ]
 
 
 @pytest.mark.parametrize("k", range(4))
@@ -429,7 +450,7 @@ def _truncation_errors(net, op, X, scales, seed=0):
         lay.set_W(net, s * W)
         with torch.no_grad():
             f = net(X)
-        nf = op.predict(s ** 2 * W @ W.T)
+        nf = op.predict(s**2 * W @ W.T)
         nf = nf[:, None] if nf.ndim == 1 else nf
         errs.append(float((f - nf).norm()))
     return np.array(errs)

@@ -126,6 +126,8 @@ def test_one_odd_unit_in_a_wide_module_at_small_init_is_caught():
     net = _Functional(torch.tanh, D=5, m=300, scales=[1.5 if i == 7 else 1.0 for i in range(300)])
     W = torch.randn(6, 300, dtype=DT)
     net.units.set_W(net, 1e-4 * W / W.norm())
-    with pytest.warns(RuntimeWarning, match="no faithful 1-unit copy"), \
-            pytest.raises(NormalFormError, match="units are not interchangeable: unit 7"):
+    with (
+        pytest.warns(RuntimeWarning, match="no faithful 1-unit copy"),
+        pytest.raises(NormalFormError, match="units are not interchangeable: unit 7"),
+    ):
         from_module(net, net.units, torch.randn(10, 5, dtype=DT))

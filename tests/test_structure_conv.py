@@ -62,15 +62,15 @@ def _check_adjoint_and_dense(op, gen):
 # ------------------------------------------------------------------ 1-D against autodiff
 # (N, in_channels, L, kernel, stride, padding, activation, readout, C)
 _EDGE_1D = [
-    (3, 1, 6, 3, 1, 0, "tanh", "mean", 1),          # one input channel
-    (4, 2, 5, 5, 1, 0, "tanh", "position", 2),      # kernel covers the input: Q = 1
-    (3, 2, 4, 6, 1, 1, "sin", "position", 1),       # kernel covers the padded input: Q = 1
-    (5, 3, 9, 2, 3, 0, "gelu", "position", 3),      # stride > 1
+    (3, 1, 6, 3, 1, 0, "tanh", "mean", 1),  # one input channel
+    (4, 2, 5, 5, 1, 0, "tanh", "position", 2),  # kernel covers the input: Q = 1
+    (3, 2, 4, 6, 1, 1, "sin", "position", 1),  # kernel covers the padded input: Q = 1
+    (5, 3, 9, 2, 3, 0, "gelu", "position", 3),  # stride > 1
     (4, 2, 7, 3, 2, 2, "softplus-centred", "mean", 2),  # padding > 0
-    (3, 2, 8, 3, 1, 1, "sigmoid", "position", 2),   # σ(0) ≠ 0: linear term
+    (3, 2, 8, 3, 1, 1, "sigmoid", "position", 2),  # σ(0) ≠ 0: linear term
     (3, 1, 6, 4, 2, 1, "sigmoid", "mean", 1),
-    (1, 1, 1, 1, 1, 0, "erf", "position", 1),       # everything size one
-    (3, 2, 6, 3, 1, 0, torch.sin, "mean", 2),       # a callable activation (derivatives by autodiff)
+    (1, 1, 1, 1, 1, 0, "erf", "position", 1),  # everything size one
+    (3, 2, 6, 3, 1, 0, torch.sin, "mean", 2),  # a callable activation (derivatives by autodiff)
 ]
 
 
@@ -79,11 +79,23 @@ def _random_1d_cases(n=4, seed=21):
     acts = ["tanh", "gelu", "erf", "sigmoid", "softplus-centred"]
     out = []
     for _ in range(n):
-        cin, k, s, pad = (int(v) for v in (rng.integers(1, 4), rng.integers(1, 5), rng.integers(1, 4),
-                                           rng.integers(0, 3)))
+        cin, k, s, pad = (
+            int(v) for v in (rng.integers(1, 4), rng.integers(1, 5), rng.integers(1, 4), rng.integers(0, 3))
+        )
         L = int(rng.integers(max(1, k - 2 * pad), 10))
-        out.append((int(rng.integers(1, 5)), cin, L, k, s, pad, acts[int(rng.integers(len(acts)))],
-                    ["mean", "position"][int(rng.integers(2))], int(rng.integers(1, 4))))
+        out.append(
+            (
+                int(rng.integers(1, 5)),
+                cin,
+                L,
+                k,
+                s,
+                pad,
+                acts[int(rng.integers(len(acts)))],
+                ["mean", "position"][int(rng.integers(2))],
+                int(rng.integers(1, 4)),
+            )
+        )
     return out
 
 
@@ -106,13 +118,13 @@ def test_conv1d_matches_autodiff(N, cin, L, k, s, pad, act, readout, C):
 # ------------------------------------------------------------------ 2-D against autodiff
 # (N, in_channels, H, W, kernel, stride, padding, activation, readout, C)
 _CASES_2D = [
-    (3, 1, 4, 6, 2, 1, 0, "tanh", "mean", 1),                 # one channel, non-square image
+    (3, 1, 4, 6, 2, 1, 0, "tanh", "mean", 1),  # one channel, non-square image
     (2, 2, 5, 4, (2, 3), (2, 1), (1, 0), "tanh", "position", 2),  # non-square everything, Q = 3 × 2
-    (3, 2, 3, 4, (3, 4), 1, 0, "gelu", "position", 1),        # kernel covers the image: Q = 1
-    (2, 3, 6, 5, 3, 2, 1, "sigmoid", "position", 2),          # linear term, stride and padding
+    (3, 2, 3, 4, (3, 4), 1, 0, "gelu", "position", 1),  # kernel covers the image: Q = 1
+    (2, 3, 6, 5, 3, 2, 1, "sigmoid", "position", 2),  # linear term, stride and padding
     (2, 2, 4, 7, (1, 3), (1, 2), (0, 1), "sigmoid", "mean", 3),
     (3, 2, 5, 5, 2, 1, 1, "softplus-centred", "mean", 2),
-    (1, 1, 1, 1, 1, 1, 0, "erf", "position", 1),              # size one everywhere
+    (1, 1, 1, 1, 1, 1, 0, "erf", "position", 1),  # size one everywhere
 ]
 
 
@@ -134,8 +146,12 @@ def test_conv_units_flatten_linear_1d_matches_position_readout():
     Q = conv_output_size(L, k, 2, 1)
     X = torch.randn(N, cin, L, generator=torch.Generator().manual_seed(0), dtype=DT)
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv1d(cin, m, k, stride=2, padding=1, bias=False, dtype=DT), nn.Tanh(),
-                          nn.Flatten(), nn.Linear(m * Q, C, bias=False, dtype=DT))
+    model = nn.Sequential(
+        nn.Conv1d(cin, m, k, stride=2, padding=1, bias=False, dtype=DT),
+        nn.Tanh(),
+        nn.Flatten(),
+        nn.Linear(m * Q, C, bias=False, dtype=DT),
+    )
     units = conv_units(model, "0", "3")
     assert units.n_units == m
     _assert_matches(conv1d(X, k, 2, 1, "tanh", "position", C), from_module(model, units, X))
@@ -146,8 +162,12 @@ def test_conv_units_flatten_linear_2d_matches_row_major_positions():
     Q = conv_output_size(H, 2, 1, 0) * conv_output_size(W, 3, 1, 0)
     X = torch.randn(N, cin, H, W, generator=torch.Generator().manual_seed(1), dtype=DT)
     torch.manual_seed(1)
-    model = nn.Sequential(nn.Conv2d(cin, m, (2, 3), bias=False, dtype=DT), nn.Tanh(), nn.Flatten(),
-                          nn.Linear(m * Q, C, bias=False, dtype=DT))
+    model = nn.Sequential(
+        nn.Conv2d(cin, m, (2, 3), bias=False, dtype=DT),
+        nn.Tanh(),
+        nn.Flatten(),
+        nn.Linear(m * Q, C, bias=False, dtype=DT),
+    )
     ref = from_module(model, conv_units(model, "0", "3"), X)
     _assert_matches(conv2d(X, (2, 3), readout="position", n_outputs=C), ref)
 
@@ -156,8 +176,13 @@ def test_conv_units_avgpool_2d_matches_mean_readout():
     N, cin, H, W, m, C = 3, 3, 6, 5, 4, 2
     X = torch.randn(N, cin, H, W, generator=torch.Generator().manual_seed(2), dtype=DT)
     torch.manual_seed(2)
-    model = nn.Sequential(nn.Conv2d(cin, m, 3, stride=2, padding=1, bias=False, dtype=DT), nn.GELU(),
-                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(m, C, bias=True, dtype=DT))
+    model = nn.Sequential(
+        nn.Conv2d(cin, m, 3, stride=2, padding=1, bias=False, dtype=DT),
+        nn.GELU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(m, C, bias=True, dtype=DT),
+    )
     ref = from_module(model, conv_units(model, "0", "4"), X)
     op = conv2d(X, 3, 2, 1, "gelu", "mean", C)
     # the readout bias is held fixed: it is f(0), the rest must match
@@ -172,14 +197,15 @@ def test_conv_units_with_conv_bias_and_own_network():
     Q = conv_output_size(L, k, 1, 0)
     X = torch.randn(N, cin, L, generator=torch.Generator().manual_seed(3), dtype=DT)
     torch.manual_seed(3)
-    model = nn.Sequential(nn.Conv1d(cin, m, k, bias=True, dtype=DT), nn.Tanh(), nn.Flatten(),
-                          nn.Linear(m * Q, C, bias=False, dtype=DT))
+    model = nn.Sequential(
+        nn.Conv1d(cin, m, k, bias=True, dtype=DT), nn.Tanh(), nn.Flatten(), nn.Linear(m * Q, C, bias=False, dtype=DT)
+    )
     A = from_module(model, conv_units(model, "0", "3"), X).dense()  # p = C·Q + cin·k + 1
     op = conv1d(X, k, readout="position", n_outputs=C)
     assert float((A[..., :-1, :-1] - op.dense()).abs().max()) <= 1e-10
     for c in range(C):
         expect = torch.zeros(C * Q + cin * k, dtype=DT)
-        expect[c * Q:(c + 1) * Q] = 0.5  # σ'(0)/2 for tanh
+        expect[c * Q : (c + 1) * Q] = 0.5  # σ'(0)/2 for tanh
         assert torch.allclose(A[:, c, :-1, -1], expect.expand(N, -1), rtol=0, atol=1e-12)
     # the built-in network's own layout is the one conv_units produces
     net = ConvNet1d(cin, m, k, readout="position", n_outputs=C, input_length=L)
@@ -187,8 +213,7 @@ def test_conv_units_with_conv_bias_and_own_network():
 
 
 def test_conv_units_errors():
-    model = nn.Sequential(nn.Conv1d(2, 3, 3, bias=False, dtype=DT), nn.Tanh(), nn.Flatten(),
-                          nn.Linear(10, 1, dtype=DT))
+    model = nn.Sequential(nn.Conv1d(2, 3, 3, bias=False, dtype=DT), nn.Tanh(), nn.Flatten(), nn.Linear(10, 1, dtype=DT))
     with pytest.raises(ShapeError, match=r"not a multiple of the\s+3 channels"):
         conv_units(model, "0", "3")
     with pytest.raises(KeyError, match=r"`conv` names submodule 'conv'"):
@@ -227,8 +252,7 @@ def _truncation_slope(net, op, X):
     return float(np.polyfit(np.log(_SCALES), np.log(errs), 1)[0])
 
 
-@pytest.mark.parametrize("act,order", [("tanh", 4), ("sin", 4), ("sigmoid", 4), ("gelu", 3),
-                                       ("softplus-centred", 3)])
+@pytest.mark.parametrize("act,order", [("tanh", 4), ("sin", 4), ("sigmoid", 4), ("gelu", 3), ("softplus-centred", 3)])
 @pytest.mark.parametrize("readout", ["mean", "position"])
 def test_truncation_order_1d(act, order, readout):
     X = torch.randn(5, 2, 9, generator=torch.Generator().manual_seed(4), dtype=DT)

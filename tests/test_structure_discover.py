@@ -60,9 +60,14 @@ def test_nested_and_named_selection():
     class Model(nn.Module):
         def __init__(self):
             super().__init__()
-            self.body = nn.Sequential(nn.Linear(3, 6, bias=False, dtype=DT), nn.GELU(), nn.Dropout(0.2),
-                                      nn.Linear(6, 5, bias=False, dtype=DT), nn.Tanh(),
-                                      nn.Linear(5, 1, bias=False, dtype=DT))
+            self.body = nn.Sequential(
+                nn.Linear(3, 6, bias=False, dtype=DT),
+                nn.GELU(),
+                nn.Dropout(0.2),
+                nn.Linear(6, 5, bias=False, dtype=DT),
+                nn.Tanh(),
+                nn.Linear(5, 1, bias=False, dtype=DT),
+            )
 
         def forward(self, x):
             return self.body(x)
@@ -111,19 +116,26 @@ def test_relu_mlp_found_but_flagged_and_refused():
 
 
 def test_no_units_and_unknown_layers():
-    for model in (nn.Sequential(nn.Linear(3, 4)), nn.Sequential(nn.Linear(3, 4), nn.Softmax(-1), nn.Linear(4, 2)),
-                  nn.Sequential(nn.Linear(3, 4), nn.LayerNorm(4), nn.Linear(4, 2))):
+    for model in (
+        nn.Sequential(nn.Linear(3, 4)),
+        nn.Sequential(nn.Linear(3, 4), nn.Softmax(-1), nn.Linear(4, 2)),
+        nn.Sequential(nn.Linear(3, 4), nn.LayerNorm(4), nn.Linear(4, 2)),
+    ):
         assert find_units(model) == []
-        with pytest.raises(NoUnitsError, match=r"no interchangeable units found in Sequential: looked for hidden "
-                                               r"neurons between two nn.Linear.*heads of nn.MultiheadAttention"):
+        with pytest.raises(
+            NoUnitsError,
+            match=r"no interchangeable units found in Sequential: looked for hidden "
+            r"neurons between two nn.Linear.*heads of nn.MultiheadAttention",
+        ):
             select_units(model)
     with pytest.raises(TypeError, match="`module` must be a torch.nn.Module"):
         find_units(lambda x: x)
 
 
 def test_attention_heads_of_transformer_layers():
-    enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(6, 3, 8, batch_first=True, dtype=DT), 2,
-                                enable_nested_tensor=False)
+    enc = nn.TransformerEncoder(
+        nn.TransformerEncoderLayer(6, 3, 8, batch_first=True, dtype=DT), 2, enable_nested_tensor=False
+    )
     found = find_units(enc)
     assert [c.names for c in found] == [("layers.0", "layers.0.self_attn"), ("layers.1", "layers.1.self_attn")]
     assert all(c.kind == "attention-heads" and c.n_units == 3 for c in found)
@@ -150,8 +162,9 @@ def test_attention_heads_of_transformer_layers():
 
 
 def test_conv_channels_found_and_match_analytic():
-    model = nn.Sequential(nn.Conv1d(2, 5, 3, bias=False, dtype=DT), nn.Tanh(), nn.Flatten(),
-                          nn.Linear(5 * 4, 2, bias=False, dtype=DT))
+    model = nn.Sequential(
+        nn.Conv1d(2, 5, 3, bias=False, dtype=DT), nn.Tanh(), nn.Flatten(), nn.Linear(5 * 4, 2, bias=False, dtype=DT)
+    )
     (cand,) = find_units(model)
     assert cand.kind == "conv-channels" and cand.n_units == 5 and cand.p == 2 * 4 + 2 * 3
     X = torch.randn(4, 2, 6, dtype=DT)

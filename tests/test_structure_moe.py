@@ -48,7 +48,7 @@ def test_A_is_mlp_over_E_and_gate_rows_do_not_enter(E):
     A = mixture_of_experts(X, E, "tanh", C).dense()
     A_mlp = mlp(X, "tanh", n_outputs=C).dense()  # p = C + D
     torch.testing.assert_close(A[..., : C + D, : C + D], A_mlp / E, rtol=1e-15, atol=0)
-    assert float(A[..., C + D:, :].abs().max()) == 0.0
+    assert float(A[..., C + D :, :].abs().max()) == 0.0
 
 
 def test_strong_zgz_fails_but_weak_holds():
@@ -57,7 +57,7 @@ def test_strong_zgz_fails_but_weak_holds():
     net = MixtureOfExperts(D, E, C, "tanh")
     x = torch.randn(1, D, dtype=DT)
     with torch.no_grad():
-        net.gate.weight[0].zero_()          # expert 0 fully at zero ...
+        net.gate.weight[0].zero_()  # expert 0 fully at zero ...
         net.input.weight[0].zero_()
         net.readout.weight[:, 0].zero_()
     out = net(x).sum()
@@ -70,14 +70,14 @@ def test_strong_zgz_fails_but_weak_holds():
     p = lay.p(params)
 
     def f(w):
-        P = lay.resolve(params).place(zero, {i: w[i * p:(i + 1) * p] for i in range(E)})
+        P = lay.resolve(params).place(zero, {i: w[i * p : (i + 1) * p] for i in range(E)})
         return functional_call(net, P, (x,)).sum()
 
     H = hessian(f)(torch.zeros(E * p, dtype=DT))
     for i in range(E):
         for j in range(E):
             if i != j:
-                assert float(H[i * p:(i + 1) * p, j * p:(j + 1) * p].abs().max()) == 0.0
+                assert float(H[i * p : (i + 1) * p, j * p : (j + 1) * p].abs().max()) == 0.0
     assert float(H[:p, :p].abs().max()) > 0.1
 
 
@@ -117,7 +117,7 @@ def test_truncation_order(act, order):
         lay.set_W(net, s * W)
         with torch.no_grad():
             f = net(X)
-        errs.append(float((f - op.predict(s ** 2 * W @ W.T, s * W.sum(1))).norm()))
+        errs.append(float((f - op.predict(s**2 * W @ W.T, s * W.sum(1))).norm()))
     slope = loglog_slope(scales, errs)
     assert abs(slope - order) < 0.3, (slope, errs)
 

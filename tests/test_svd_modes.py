@@ -35,7 +35,7 @@ def _op_gd(op, Y, M0, eta, steps):
     M, Ms, L = M0.clone(), [], []
     for n in range(steps + 1):
         r = op(M) - Y
-        L.append(float(0.5 * (r ** 2).sum() / N))
+        L.append(float(0.5 * (r**2).sum() / N))
         Ms.append(M)
         if n == steps:
             break
@@ -123,7 +123,7 @@ def test_plateau_losses_against_least_squares():
     B = torch.linalg.lstsq(X, Y).solution
     L_ls = 0.5 * float(((X @ B - Y) ** 2).sum(1).mean())
     assert math.isclose(modes.loss_inf, L_ls, rel_tol=1e-10)
-    assert math.isclose(float(modes.plateau_losses[0]), 0.5 * float((Y ** 2).sum(1).mean()), rel_tol=1e-12)
+    assert math.isclose(float(modes.plateau_losses[0]), 0.5 * float((Y**2).sum(1).mean()), rel_tol=1e-12)
     # between switch times the flow loss sits on the plateaus (residual O(ε^{1−λ_{k+1}/λ_k}) tiny here)
     ts = modes.switch_times.numpy()
     for k in range(2):
@@ -167,8 +167,9 @@ def test_tiny_eps_is_finite():
         t = np.linspace(0, 2 * float(m.switch_times[-1]), 50)
         L = m.loss(t)
         assert torch.isfinite(L).all() and torch.isfinite(m.switch_times).all()
-        assert np.allclose(m.switch_times.numpy() * m.rates.numpy(), math.log(1e300) + np.log(2 * np.array(LAM)),
-                           rtol=1e-9)
+        assert np.allclose(
+            m.switch_times.numpy() * m.rates.numpy(), math.log(1e300) + np.log(2 * np.array(LAM)), rtol=1e-9
+        )
         assert abs(float(L[-1]) - m.loss_inf) < 1e-6
 
 
@@ -286,8 +287,9 @@ def test_more_outputs_than_inputs_with_label_noise(init):
     """C = 4 > D = 2, noisy linear teacher: K = 2 modes plus null directions; still exact under GD."""
     g = torch.Generator().manual_seed(4)
     X = whiten(torch.randn(40, 2, generator=g, dtype=torch.float64))
-    Y = X @ torch.randn(2, 4, generator=g, dtype=torch.float64) + 0.2 * torch.randn(40, 4, generator=g,
-                                                                                     dtype=torch.float64)
+    Y = X @ torch.randn(2, 4, generator=g, dtype=torch.float64) + 0.2 * torch.randn(
+        40, 4, generator=g, dtype=torch.float64
+    )
     m = two_layer_modes(X, Y, eps=1e-6, init=init)
     assert m.n_modes == 2 and m.p == 6
     L, Ms = _op_gd(mlp(X, "tanh", n_outputs=4), Y, m.order_parameter([0.0])[0], 0.02, 600)

@@ -110,7 +110,8 @@ def test_batched_rejects_bad_input():
     op_linear = mlp(X, "sigmoid", n_outputs=1)  # σ(0) ≠ 0: a linear term, no zero-gradient condition
     assert not op_linear.satisfies_zgz
     with pytest.raises(NotClosedError):
-        simulate_batched(op_linear, torch.zeros(16), M0=1e-3 * torch.eye(op_linear.p, dtype=torch.float64),
-                         lr=0.1, steps=3)
+        simulate_batched(
+            op_linear, torch.zeros(16), M0=1e-3 * torch.eye(op_linear.p, dtype=torch.float64), lr=0.1, steps=3
+        )
     one = simulate_batched(op, Y, M0=M0, lr=0.01, steps=5, save_every=1)  # a single (p, p) state is one run
     assert len(one) == 1 and one[0].M.shape == (6, op.p, op.p)

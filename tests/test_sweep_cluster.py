@@ -37,8 +37,9 @@ def cluster():
     import dask
 
     with dask.config.set({"distributed.scheduler.allowed-failures": 3}):
-        cl = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                                      silence_logs=logging.ERROR)
+        cl = distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=logging.ERROR
+        )
     client = distributed.Client(cl)
     yield cl, client
     client.close()
@@ -50,8 +51,21 @@ def lv_sweep(cluster, tmp_path_factory):
     """One sweep with valid points, points with invalid values and points that raise at run time."""
     tmp = tmp_path_factory.mktemp("lv")
     cfg = _write_config(tmp / "lv.toml", "lv-staircase", REGISTRY["lv-staircase"].tiny)
-    args = ["sweep", str(cfg), "--grid", "eps=1e-3,1e-5,2", "--grid", "device=cpu,tpu", "--seeds", "1",
-            "--scheduler", cluster[0].scheduler_address, "--out", str(tmp / "S"), "--json"]
+    args = [
+        "sweep",
+        str(cfg),
+        "--grid",
+        "eps=1e-3,1e-5,2",
+        "--grid",
+        "device=cpu,tpu",
+        "--seeds",
+        "1",
+        "--scheduler",
+        cluster[0].scheduler_address,
+        "--out",
+        str(tmp / "S"),
+        "--json",
+    ]
     r = runner.invoke(app, args)
     return tmp / "S", args, r
 
@@ -126,8 +140,22 @@ def test_point_is_bit_identical_to_nqf_run(lv_sweep, tmp_path):
 def test_demo_point_is_bit_identical_to_nqf_run(cluster, tmp_path):
     params = dict(REGISTRY["demo"].tiny)
     cfg = _write_config(tmp_path / "demo.toml", "demo", params)
-    r = runner.invoke(app, ["sweep", str(cfg), "--grid", "eps=3e-4", "--seeds", "5", "--scheduler",
-                            cluster[0].scheduler_address, "--out", str(tmp_path / "S"), "--json"])
+    r = runner.invoke(
+        app,
+        [
+            "sweep",
+            str(cfg),
+            "--grid",
+            "eps=3e-4",
+            "--seeds",
+            "5",
+            "--scheduler",
+            cluster[0].scheduler_address,
+            "--out",
+            str(tmp_path / "S"),
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     row = json.loads(r.output)["rows"][0]
     ref_cfg = _write_config(tmp_path / "point.toml", "demo", dict(params, eps=3e-4), seed=5)
@@ -148,6 +176,7 @@ def _kill_one_busy_worker(client, killed):
                 os.kill(pids[addr], signal.SIGKILL)
                 killed.append(addr)
                 return
+
     return on_tick
 
 
@@ -196,8 +225,23 @@ def test_killed_worker_without_retries_fails_its_point_and_a_rerun_finishes_only
 @pytest.mark.slow
 def test_acceptance_command_with_a_local_cluster(tmp_path):
     cfg = _write_config(tmp_path / "lv.toml", "lv-staircase", {})
-    r = runner.invoke(app, ["sweep", str(cfg), "--grid", "eps=1e-4,1e-6,1e-8,1e-10,1e-12", "--seeds", "0-3",
-                            "--scheduler", "local", "--workers", "2", "--out", str(tmp_path / "S")])
+    r = runner.invoke(
+        app,
+        [
+            "sweep",
+            str(cfg),
+            "--grid",
+            "eps=1e-4,1e-6,1e-8,1e-10,1e-12",
+            "--seeds",
+            "0-3",
+            "--scheduler",
+            "local",
+            "--workers",
+            "2",
+            "--out",
+            str(tmp_path / "S"),
+        ],
+    )
     assert r.exit_code == 0, r.output
     dirs = [d for d in (tmp_path / "S" / "points").iterdir() if d.is_dir() and not d.name.startswith(".")]
     assert len(dirs) == 20

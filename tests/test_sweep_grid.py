@@ -31,8 +31,10 @@ def test_parse_values_reads_toml_and_keeps_brackets_together():
         parse_values("1,,2", "eps")
 
 
-@pytest.mark.parametrize("spec,expected", [("0-3", [0, 1, 2, 3]), ("0,3,7", [0, 3, 7]), ("0-2,7,1", [0, 1, 2, 7]),
-                                           (5, [5]), ([4, 2], [4, 2]), (" 3 ", [3])])
+@pytest.mark.parametrize(
+    "spec,expected",
+    [("0-3", [0, 1, 2, 3]), ("0,3,7", [0, 3, 7]), ("0-2,7,1", [0, 1, 2, 7]), (5, [5]), ([4, 2], [4, 2]), (" 3 ", [3])],
+)
 def test_parse_seeds(spec, expected):
     assert parse_seeds(spec) == expected
 
@@ -82,8 +84,12 @@ def test_points_hash_their_resolved_config(tmp_path):
     assert [(p.swept["ratio"], p.seed) for p in pts] == [(0.5, 0), (0.5, 1), (0.4, 0), (0.4, 1)]
     # the hash is config_hash of the full resolved config (defaults included), independent of how it was written
     exp = REGISTRY["lv-staircase"]
-    full = {"experiment": "lv-staircase", "seed": 1, "device": "cpu",
-            "params": exp.Params(**dict(LV["params"], ratio=0.5)).model_dump(mode="json")}
+    full = {
+        "experiment": "lv-staircase",
+        "seed": 1,
+        "device": "cpu",
+        "params": exp.Params(**dict(LV["params"], ratio=0.5)).model_dump(mode="json"),
+    }
     assert pts[1].hash == config_hash(full)
     assert point_dir(tmp_path, pts[1]) == tmp_path / "points" / config_hash(full)[:12]
     # a default written out explicitly is the same point; any other change is a new point
@@ -125,8 +131,11 @@ def test_quantity_names_drop_parameter_values():
 
 
 # ----------------------------------------------------------------------------- --set over every parameter
-SET_CASES = [(name, key, value) for name in sorted(REGISTRY)
-             for key, value in REGISTRY[name].Params().model_dump(mode="json").items()]
+SET_CASES = [
+    (name, key, value)
+    for name in sorted(REGISTRY)
+    for key, value in REGISTRY[name].Params().model_dump(mode="json").items()
+]
 
 
 @pytest.mark.parametrize("name,key,value", SET_CASES, ids=[f"{n}.{k}" for n, k, _ in SET_CASES])
@@ -145,8 +154,11 @@ def test_set_accepts_every_listed_parameter_and_validates_its_type(name, key, va
 
 def test_set_on_the_command_line(tmp_path):
     cfg = tmp_path / "c.toml"
-    cfg.write_text('experiment = "lv-staircase"\n[params]\n' + "\n".join(
-        f"{k} = {toml_value(v)}" for k, v in REGISTRY["lv-staircase"].tiny.items()) + "\n")
+    cfg.write_text(
+        'experiment = "lv-staircase"\n[params]\n'
+        + "\n".join(f"{k} = {toml_value(v)}" for k, v in REGISTRY["lv-staircase"].tiny.items())
+        + "\n"
+    )
     r = runner.invoke(app, ["run", str(cfg), "--set", "n_modes=abc", "--out", str(tmp_path / "x")])
     assert r.exit_code == 2 and "params.n_modes" in r.output
     r = runner.invoke(app, ["run", str(cfg), "--set", "nonsense=1", "--out", str(tmp_path / "x")])
@@ -156,19 +168,22 @@ def test_set_on_the_command_line(tmp_path):
     r = runner.invoke(app, ["demo", "--set", "experiment=lv-staircase"])
     assert r.exit_code == 2
     out = tmp_path / "run"
-    r = runner.invoke(app, ["run", str(cfg), "--set", "eps=[1e-2, 1e-4]", "--set", "seed=2", "--out", str(out),
-                            "--json"])
+    r = runner.invoke(
+        app, ["run", str(cfg), "--set", "eps=[1e-2, 1e-4]", "--set", "seed=2", "--out", str(out), "--json"]
+    )
     assert r.exit_code == 0, r.output
     res = json.loads((out / "results.json").read_text())
     assert res["config"]["params"]["eps"] == [1e-2, 1e-4] and res["seed"] == 2
 
 
 def test_version_and_sweep_module_import_no_dask():
-    code = ("import sys; import nqf.sweep.cli, nqf.sweep.execute, nqf.sweep.report; "
-            "assert 'dask' not in sys.modules and 'distributed' not in sys.modules and 'torch' not in sys.modules; "
-            "from nqf.cli import app; from typer.testing import CliRunner; "
-            "r = CliRunner().invoke(app, ['--version']); assert r.exit_code == 0; "
-            "assert 'dask' not in sys.modules and 'distributed' not in sys.modules, 'dask imported'")
+    code = (
+        "import sys; import nqf.sweep.cli, nqf.sweep.execute, nqf.sweep.report; "
+        "assert 'dask' not in sys.modules and 'distributed' not in sys.modules and 'torch' not in sys.modules; "
+        "from nqf.cli import app; from typer.testing import CliRunner; "
+        "r = CliRunner().invoke(app, ['--version']); assert r.exit_code == 0; "
+        "assert 'dask' not in sys.modules and 'distributed' not in sys.modules, 'dask imported'"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
 
@@ -177,8 +192,9 @@ def test_sweep_without_dask_is_one_clear_line(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "distributed", None)
     cfg = tmp_path / "c.toml"
     cfg.write_text('experiment = "lv-staircase"\n')
-    r = runner.invoke(app, ["sweep", str(cfg), "--grid", "eps=1e-3", "--scheduler", "local", "--out",
-                            str(tmp_path / "s")])
+    r = runner.invoke(
+        app, ["sweep", str(cfg), "--grid", "eps=1e-3", "--scheduler", "local", "--out", str(tmp_path / "s")]
+    )
     assert r.exit_code == 2
     assert r.output.strip().count("\n") == 0 and "pip install 'nqf[dask]'" in r.output
     assert not (tmp_path / "s").exists()
@@ -199,12 +215,24 @@ def test_report_recovers_a_planted_slope_and_band(tmp_path):
         e = p.swept["eps"]
         n = rng.normal(0, 0.05)
         noise.setdefault(e, []).append(n)
-        checks = [{"name": f"t_{k} at ε = {e:g} (ζ = {4 / 2 ** (k - 1):g})",
-                   "predicted": 2 ** (k - 1) / 4 * math.log(1 / e),
-                   "measured": (2 ** (k - 1) / 4) * math.log(1 / e) + 1.0 + n, "relative_error": None, "passed": None}
-                  for k in (1, 2)]
-        rows[p.short] = {"status": "complete", "wall_seconds": 1.0, "error_type": None, "error": None,
-                         "checks": checks, "metrics": {"x": 1.0}}
+        checks = [
+            {
+                "name": f"t_{k} at ε = {e:g} (ζ = {4 / 2 ** (k - 1):g})",
+                "predicted": 2 ** (k - 1) / 4 * math.log(1 / e),
+                "measured": (2 ** (k - 1) / 4) * math.log(1 / e) + 1.0 + n,
+                "relative_error": None,
+                "passed": None,
+            }
+            for k in (1, 2)
+        ]
+        rows[p.short] = {
+            "status": "complete",
+            "wall_seconds": 1.0,
+            "error_type": None,
+            "error": None,
+            "checks": checks,
+            "metrics": {"x": 1.0},
+        }
     doc = build_table(pts, rows, experiment="lv-staircase", base=LV, spec=spec, root=tmp_path)
     assert doc["counts"]["complete"] == 9 and doc["counts"]["pending"] == 3
     write_table(tmp_path, doc)

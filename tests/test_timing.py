@@ -31,8 +31,15 @@ def _ode_time(zeta, zs, z0, f):
     """First time dz/dt = ζ z (1 − z/z*) from z0 reaches f z*, by DOP853 (ln z as the variable, rtol 1e-12)."""
     ev = lambda t, u: u[0] - math.log(f * zs)  # noqa: E731
     ev.terminal, ev.direction = True, 1
-    sol = solve_ivp(lambda t, u: [zeta * (1 - math.exp(u[0]) / zs)], (0, 200 / zeta), [math.log(z0)],
-                    method="DOP853", rtol=1e-12, atol=1e-14, events=ev)
+    sol = solve_ivp(
+        lambda t, u: [zeta * (1 - math.exp(u[0]) / zs)],
+        (0, 200 / zeta),
+        [math.log(z0)],
+        method="DOP853",
+        rtol=1e-12,
+        atol=1e-14,
+        events=ev,
+    )
     return float(sol.t_events[0][0])
 
 
@@ -43,7 +50,8 @@ def test_logistic_switch_time_matches_integrated_ode(zeta, zs, z0, f):
     assert abs(t - t_ode) <= 1e-9 * t_ode
     # the same through ln(z*/z0)
     assert float(logistic_switch_time([zeta], log_ratio=[math.log(zs / z0)], fraction=f)[0]) == pytest.approx(
-        t, rel=1e-13)
+        t, rel=1e-13
+    )
     # planted error: dropping the −1 in ln(z*/z0 − 1) is caught by this tolerance for z0 = O(z*) ...
     if z0 / zs > 1e-2:
         wrong = (math.log(zs / z0) - math.log(1 / f - 1)) / zeta
@@ -64,8 +72,9 @@ def test_leading_form_is_the_small_start_limit():
 
 
 def test_logistic_switch_time_edge_cases():
-    out = logistic_switch_time([1.0, -1.0, 0.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, -1.0, 1.0, 1.0],
-                               [0.6, 1e-3, 1e-3, 1e-3, 0.0, 1e-3])
+    out = logistic_switch_time(
+        [1.0, -1.0, 0.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, -1.0, 1.0, 1.0], [0.6, 1e-3, 1e-3, 1e-3, 0.0, 1e-3]
+    )
     # started above half saturation; decaying mode; no growth; negative z*; z(0) = 0; normal
     assert out[0] == 0.0
     assert np.isinf(out[1:5]).all()
@@ -108,8 +117,7 @@ def test_crossing_refined_on_a_callable():
     assert crossing_time(t, x, 0.5, refine=math.sin) == pytest.approx(math.pi / 6, abs=1e-14)
     assert abs(crossing_time(t, x, 0.5) - math.pi / 6) > 1e-4
     # downward on cos: 1/2 at π/3
-    assert crossing_time(t, np.cos(t), 0.5, direction="down", refine=math.cos) == pytest.approx(math.pi / 3,
-                                                                                                 abs=1e-14)
+    assert crossing_time(t, np.cos(t), 0.5, direction="down", refine=math.cos) == pytest.approx(math.pi / 3, abs=1e-14)
     assert math.isnan(crossing_time(t, x, 2.0, refine=math.sin))
 
 

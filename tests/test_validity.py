@@ -81,8 +81,9 @@ def test_real_run_report_and_sweep(setup):
     assert float(rep.gap[0]) < 1e-5  # same start: only the O(ε²) quartic remainder
     # the remainder is small at the start and grows as the weights grow
     assert float(rep.remainder_ratio[0]) < 1e-2 < float(rep.remainder_ratio[-1])
-    sw = validity_sweep(net, net.units, X, y, op, Wd, [1e-3, 1e-2, 1e-1], lr=0.1, steps=120, save_every=4,
-                        early_time=0.4)
+    sw = validity_sweep(
+        net, net.units, X, y, op, Wd, [1e-3, 1e-2, 1e-1], lr=0.1, steps=120, save_every=4, early_time=0.4
+    )
     assert sw.normalised_gap_at_switch.shape == (3,)
     # early gap relative to the loss drop grows with ε
     assert sw.early_normalised_gap[0] < sw.early_normalised_gap[1] < sw.early_normalised_gap[2]

@@ -21,9 +21,16 @@ import types
 from typing import TYPE_CHECKING, Any
 
 #: Subpackages and modules reachable as ``nqf.NAME`` without an explicit import.
-_LAZY_SUBMODULES: frozenset[str] = frozenset({
-    "analysis", "dynamics", "errors", "networks", "reductions", "structure",
-})
+_LAZY_SUBMODULES: frozenset[str] = frozenset(
+    {
+        "analysis",
+        "dynamics",
+        "errors",
+        "networks",
+        "reductions",
+        "structure",
+    }
+)
 
 #: Short names of the reductions: ``nqf.lv`` is ``nqf.reductions.lv`` (attribute access only).
 _ALIASES: dict[str, str] = {
@@ -47,12 +54,26 @@ _LAZY_ATTRS: dict[str, tuple[str, str]] = {
 #: whichever of ``import nqf.analyze`` or ``nqf.analyze`` happened first, and
 #: ``import nqf.analyze.x`` keeps working.
 _CALLABLE_SUBMODULES: frozenset[str] = frozenset(
-    name for name, (module, attr) in _LAZY_ATTRS.items() if module == f"{__name__}.{name}" and attr == name)
+    name for name, (module, attr) in _LAZY_ATTRS.items() if module == f"{__name__}.{name}" and attr == name
+)
 
 __all__ = [  # kept equal to the two tables above by tests/test_package.py
     "__version__",
-    "analysis", "dynamics", "errors", "networks", "reductions", "structure", "lv", "saddles", "svd_modes",
-    "simulate", "gradient_flow", "train_network", "Trajectory", "two_layer_modes", "analyze",
+    "analysis",
+    "dynamics",
+    "errors",
+    "networks",
+    "reductions",
+    "structure",
+    "lv",
+    "saddles",
+    "svd_modes",
+    "simulate",
+    "gradient_flow",
+    "train_network",
+    "Trajectory",
+    "two_layer_modes",
+    "analyze",
 ]
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these are resolved lazily

@@ -27,6 +27,7 @@ class ParameterError(InvalidParameterError, TypeError):
     and also a ``TypeError``, so callers may catch whichever they expect.
     """
 
+
 DEFAULT_DTYPE = torch.float64
 
 #: Round-off scale per dtype, used to choose tolerances from the numerics.
@@ -86,9 +87,7 @@ def as_tensor(
         allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)
         if t.ndim not in allowed:
             exp = " or ".join(str(a) for a in allowed)
-            raise ShapeError(
-                f"`{name}` must have {exp} dimensions; found shape {tuple(t.shape)} ({t.ndim} dimensions)"
-            )
+            raise ShapeError(f"`{name}` must have {exp} dimensions; found shape {tuple(t.shape)} ({t.ndim} dimensions)")
     if finite and t.numel() and not all_finite(t):
         bad = int((~torch.isfinite(t)).sum())
         raise NonFiniteError(f"`{name}` must be finite; found {bad} NaN/inf entries out of {t.numel()}")
@@ -106,7 +105,7 @@ def all_finite(t: torch.Tensor) -> bool:
         return True
     flat = t.reshape(-1)
     step = 1 << 22
-    return all(bool(torch.isfinite(flat[i:i + step]).all()) for i in range(0, flat.numel(), step))
+    return all(bool(torch.isfinite(flat[i : i + step]).all()) for i in range(0, flat.numel(), step))
 
 
 def positive_int(name: str, value) -> int:
@@ -161,16 +160,18 @@ def int_tuple(name: str, value, n: int, minimum: int) -> tuple[int, ...]:
     return vals
 
 
-def float_param(name: str, value, *, positive: bool = False, nonnegative: bool = False,
-                finite: bool = True, allow_inf: bool = False) -> float:
+def float_param(
+    name: str, value, *, positive: bool = False, nonnegative: bool = False, finite: bool = True, allow_inf: bool = False
+) -> float:
     """``value`` as a real ``float`` (numpy scalars and 0-d tensors accepted; bools, NaN and inf refused).
 
     ``positive``/``nonnegative`` add a sign condition; ``allow_inf`` accepts ``+inf`` (never NaN).
     """
     if isinstance(value, torch.Tensor):
         if value.numel() != 1 or value.is_complex() or value.dtype == torch.bool:
-            raise ParameterError(f"`{name}` must be a real number; found a tensor of shape {tuple(value.shape)} "
-                                 f"and dtype {value.dtype}")
+            raise ParameterError(
+                f"`{name}` must be a real number; found a tensor of shape {tuple(value.shape)} and dtype {value.dtype}"
+            )
         value = value.detach().item()
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         kind = "a boolean" if isinstance(value, (bool, np.bool_)) else _describe(value)
@@ -194,7 +195,7 @@ def positive_float(name: str, value) -> float:
 
 def seed_value(value, name: str = "seed") -> int:
     """A random seed: an ``int`` in ``[0, 2**32)`` (what NumPy accepts); bools refused."""
-    return int_param(name, value, minimum=0, maximum=2 ** 32 - 1)
+    return int_param(name, value, minimum=0, maximum=2**32 - 1)
 
 
 def steps_value(value, name: str = "steps") -> int:
@@ -261,8 +262,9 @@ def check_inputs(name: str, X, *, device=None) -> torch.Tensor:
         try:
             t = torch.as_tensor(np.asarray(X))
         except (TypeError, ValueError, RuntimeError) as exc:
-            raise ParameterError(f"`{name}` must be a tensor or array of numbers; found {type(X).__name__} "
-                                 f"({exc})") from None
+            raise ParameterError(
+                f"`{name}` must be a tensor or array of numbers; found {type(X).__name__} ({exc})"
+            ) from None
     if t.is_complex() or t.dtype == torch.bool:
         raise ParameterError(f"`{name}` must hold real numbers; found dtype {t.dtype}")
     if t.ndim < 1 or t.shape[0] < 1:
@@ -314,8 +316,9 @@ def _saved_states(steps: int, save_every: int) -> int:
     return steps // save_every + 2  # step 0, every save_every-th step, and the last step
 
 
-def check_saved_memory(steps: int, save_every: int, bytes_per_state: int, *, device=None,
-                       limit: int | None = None) -> int:
+def check_saved_memory(
+    steps: int, save_every: int, bytes_per_state: int, *, device=None, limit: int | None = None
+) -> int:
     """Estimate the bytes kept by saving every ``save_every``-th state; refuse above the limit.
 
     Returns the estimate.  Raises :class:`ParameterError` naming ``save_every`` and the smallest
@@ -332,14 +335,16 @@ def check_saved_memory(steps: int, save_every: int, bytes_per_state: int, *, dev
     if fit_states < 3:
         raise ParameterError(
             f"`save_every`: one saved state takes {_bytes(per)}, more than the memory limit {_bytes(limit)} allows "
-            f"for even the first and last state; save fewer arrays (save_M=False / save_W=False)")
+            f"for even the first and last state; save fewer arrays (save_M=False / save_W=False)"
+        )
     fit = max(save_every, math.ceil(steps / (fit_states - 2)))
     while _saved_states(steps, fit) * per > limit:
         fit += 1
     raise ParameterError(
         f"`save_every`={save_every} keeps {n} states of {_bytes(per)} each = {_bytes(total)}, above the limit of "
         f"{_bytes(limit)} (a quarter of the available memory, or NQF_MEMORY_LIMIT); use save_every ≥ {fit}, "
-        f"or save fewer arrays (save_M=False / save_W=False)")
+        f"or save fewer arrays (save_M=False / save_W=False)"
+    )
 
 
 def _bytes(n: float) -> str:
@@ -351,29 +356,46 @@ def _bytes(n: float) -> str:
 
 
 # --------------------------------------------------------------------------- divergence
-def divergence_message(*, step: int, t: float, loss: float, limit: float, lr: float, saved: int,
-                       curvature: float | None = None, momentum: float = 0.0, optimizer: str = "gd") -> str:
+def divergence_message(
+    *,
+    step: int,
+    t: float,
+    loss: float,
+    limit: float,
+    lr: float,
+    saved: int,
+    curvature: float | None = None,
+    momentum: float = 0.0,
+    optimizer: str = "gd",
+) -> str:
     """The message of a run stopped by divergence: step, loss and a learning rate that would be stable.
 
     ``curvature`` is an estimate of the largest eigenvalue of the Hessian in weight space (e.g. the spectral
     norm of ``S = 2G + λI`` at the last finite state); gradient descent with heavy-ball momentum β is
     stable for ``η · curvature < 2 (1 + β)``.
     """
-    msg = (f"diverged at step {step} (t = {t:g}): loss {loss:.4g} is not finite or exceeds "
-           f"`divergence_threshold` × L(0) = {limit:.4g}; the {saved} states saved before it are kept. ")
+    msg = (
+        f"diverged at step {step} (t = {t:g}): loss {loss:.4g} is not finite or exceeds "
+        f"`divergence_threshold` × L(0) = {limit:.4g}; the {saved} states saved before it are kept. "
+    )
     if optimizer == "adam":
         return msg + f"`lr` = {lr:g} is too large for Adam here (no curvature estimate for Adam); try {lr / 10:g}."
     if curvature is not None and math.isfinite(curvature) and curvature > 0:
         stable = 2.0 * (1.0 + momentum) / curvature
         suggest = 0.5 * stable
-        return msg + (f"Lower `lr` (η = {lr:g}): the curvature estimate {curvature:.4g} at the last finite state "
-                      f"makes η < {stable:.4g} stable; try lr = {suggest:.3g}.")
-    return msg + (f"Lower `lr` (η = {lr:g}); no curvature estimate is available here, so try lr = {lr / 10:g} "
-                  f"(GD on MSE is stable while η·‖2G‖ stays below 2).")
+        return msg + (
+            f"Lower `lr` (η = {lr:g}): the curvature estimate {curvature:.4g} at the last finite state "
+            f"makes η < {stable:.4g} stable; try lr = {suggest:.3g}."
+        )
+    return msg + (
+        f"Lower `lr` (η = {lr:g}); no curvature estimate is available here, so try lr = {lr / 10:g} "
+        f"(GD on MSE is stable while η·‖2G‖ stays below 2)."
+    )
 
 
-def divergence_curvature(op, L: torch.Tensor, r: torch.Tensor, weight_decay: float, n_samples: int, *,
-                         loss: str = "mse", iters: int = 40) -> float | None:
+def divergence_curvature(
+    op, L: torch.Tensor, r: torch.Tensor, weight_decay: float, n_samples: int, *, loss: str = "mse", iters: int = 40
+) -> float | None:
     """Largest eigenvalue of the loss Hessian in unit space at the factor ``L`` (``M = L Lᵀ``), for full-batch
     MSE with the zero-gradient condition (else ``None``); ``r`` is the residual at ``L``.
 

@@ -102,8 +102,11 @@ class _Group(TyperGroup):
         except Exception as exc:  # noqa: BLE001 - one line for the user; --debug shows the traceback
             if _debug():
                 raise
-            typer.echo(f"error: {type(exc).__name__}: {_one_line(exc)} (run `nqf --debug …` or set NQF_TRACEBACK=1 "
-                       "for the traceback)", err=True)
+            typer.echo(
+                f"error: {type(exc).__name__}: {_one_line(exc)} (run `nqf --debug …` or set NQF_TRACEBACK=1 "
+                "for the traceback)",
+                err=True,
+            )
             raise typer.Exit(1) from None
 
 
@@ -116,8 +119,13 @@ def _silence_stdout() -> None:
         pass
 
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, cls=_Group,
-                  help="Neural Quadratic Forms: structure matrices, closed dynamics and staircase predictions.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    cls=_Group,
+    help="Neural Quadratic Forms: structure matrices, closed dynamics and staircase predictions.",
+)
 
 
 def _version(value: bool):
@@ -127,9 +135,12 @@ def _version(value: bool):
 
 
 @app.callback()
-def _root(version: bool | None = typer.Option(None, "--version", callback=_version, is_eager=True,
-                                                  help="Print the version and exit."),
-          debug: bool = typer.Option(False, "--debug", help="Show the traceback of an unexpected error.")):
+def _root(
+    version: bool | None = typer.Option(
+        None, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+    debug: bool = typer.Option(False, "--debug", help="Show the traceback of an unexpected error."),
+):
     """Neural Quadratic Forms."""
     _DEBUG["on"] = debug
 
@@ -153,12 +164,16 @@ def _print_human(results: dict, rundir: Path) -> None:
         w = max(len(c["name"]) for c in results["checks"])
         typer.echo(f"  {'quantity':<{w}}  {'predicted':>11}  {'measured':>11}  {'rel.err':>8}  {'tol':>6}  ok")
         for c in results["checks"]:
+
             def f(v):
                 return "—" if v is None else f"{v:.4g}"
+
             ok = {True: "yes", False: "NO", None: ""}[c["passed"]]
             tol = "—" if c["tolerance"] is None else f"{c['tolerance']:.3g}"
-            typer.echo(f"  {c['name']:<{w}}  {f(c['predicted']):>11}  {f(c['measured']):>11}  "
-                       f"{f(c['relative_error']):>8}  {tol:>6}  {ok}")
+            typer.echo(
+                f"  {c['name']:<{w}}  {f(c['predicted']):>11}  {f(c['measured']):>11}  "
+                f"{f(c['relative_error']):>8}  {tol:>6}  {ok}"
+            )
     typer.echo("")
     typer.echo(f"run directory: {rundir}   report: {rundir / 'report.html'}   ({results['wall_seconds']} s)")
 
@@ -177,22 +192,33 @@ def _execute(exp, params, *, out, seed, device, force, resume, as_json, threads,
     show = (not as_json) and sys.stderr.isatty()
     q = shlex.quote(str(out))
     try:
-        results = run_experiment(exp, params, out, seed=seed, device=device, force=force, resume=resume,
-                                 show_progress=show)
+        results = run_experiment(
+            exp, params, out, seed=seed, device=device, force=force, resume=resume, show_progress=show
+        )
     except KeyboardInterrupt as exc:
         if getattr(exc, "run_directory", None) is not None:
-            typer.echo(f"\ninterrupted: partial results kept in {q}; continue with "
-                       f"`{rerun or 'nqf run CONFIG'} --out {q} --resume` or rebuild the report with "
-                       f"`nqf report {q}`", err=True)
+            typer.echo(
+                f"\ninterrupted: partial results kept in {q}; continue with "
+                f"`{rerun or 'nqf run CONFIG'} --out {q} --resume` or rebuild the report with "
+                f"`nqf report {q}`",
+                err=True,
+            )
         else:
             typer.echo(f"\ninterrupted before anything was saved; {q} is as it was", err=True)
         raise typer.Exit(130) from None
     except Exception as exc:  # noqa: BLE001 - the group maps the type to the exit code; add where results are
         if getattr(exc, "run_directory", None) is not None and not _debug():
             kind = "" if isinstance(exc, NQFError) else f"{type(exc).__name__}: "
-            _fail(f"experiment {exp.name!r} failed: {kind}{exc} (what was finished is in {q}"
-                  + ("" if isinstance(exc, NQFError) else "; run `nqf --debug …` or set NQF_TRACEBACK=1 for the "
-                     "traceback") + ")", code=2 if isinstance(exc, NQFError) else 1)
+            _fail(
+                f"experiment {exp.name!r} failed: {kind}{exc} (what was finished is in {q}"
+                + (
+                    ""
+                    if isinstance(exc, NQFError)
+                    else "; run `nqf --debug …` or set NQF_TRACEBACK=1 for the traceback"
+                )
+                + ")",
+                code=2 if isinstance(exc, NQFError) else 1,
+            )
         raise
     if as_json:
         typer.echo(json.dumps(results, indent=2))
@@ -216,16 +242,24 @@ _FORCE = typer.Option(False, "--force", help="Overwrite the files of an existing
 _RESUME = typer.Option(False, "--resume", help="Continue an interrupted run in --out, reusing finished parts.")
 _JSON = typer.Option(False, "--json", help="Print the results summary as JSON (no progress bars).")
 _DEVICE = typer.Option(None, "--device", help="cpu, cuda, cuda:N or auto.")
-_SEED = typer.Option(None, "--seed", min=0, max=2 ** 32 - 1,
-                     help="Random seed in [0, 2**32) (runs are bit-for-bit reproducible on CPU).")
+_SEED = typer.Option(
+    None, "--seed", min=0, max=2**32 - 1, help="Random seed in [0, 2**32) (runs are bit-for-bit reproducible on CPU)."
+)
 _THREADS = typer.Option(1, "--threads", min=1, help="CPU threads for torch (1 is fastest for small problems).")
 _SET = typer.Option(None, "--set", help="KEY=VALUE: override a config value, read as TOML (repeatable).")
 
 
 @app.command()
-def demo(out: Path | None = _OUT, force: bool = _FORCE, resume: bool = _RESUME, as_json: bool = _JSON,
-         seed: int | None = _SEED, device: str | None = _DEVICE, threads: int = _THREADS,
-         set_: list[str] | None = _SET):
+def demo(
+    out: Path | None = _OUT,
+    force: bool = _FORCE,
+    resume: bool = _RESUME,
+    as_json: bool = _JSON,
+    seed: int | None = _SEED,
+    device: str | None = _DEVICE,
+    threads: int = _THREADS,
+    set_: list[str] | None = _SET,
+):
     """The main job: a real tanh MLP learns in steps at the predicted times (under a minute)."""
     from .experiments.config import ConfigError, apply_overrides, parse_config, parse_set
 
@@ -235,17 +269,32 @@ def demo(out: Path | None = _OUT, force: bool = _FORCE, resume: bool = _RESUME, 
         _fail(str(exc))
     if cfg.experiment != "demo":
         _fail("--set: `experiment` cannot be changed for `nqf demo`; use `nqf run CONFIG --set …`")
-    _execute(exp, params, out=out, seed=cfg.seed if seed is None else seed,
-             device=cfg.device if device is None else device,
-             force=force, resume=resume, as_json=as_json, threads=threads,
-             rerun=_rerun(["nqf", "demo"], set_, seed, device))
+    _execute(
+        exp,
+        params,
+        out=out,
+        seed=cfg.seed if seed is None else seed,
+        device=cfg.device if device is None else device,
+        force=force,
+        resume=resume,
+        as_json=as_json,
+        threads=threads,
+        rerun=_rerun(["nqf", "demo"], set_, seed, device),
+    )
 
 
 @app.command("run")
-def run_cmd(config: Path = typer.Argument(..., help="TOML config file (see `nqf list`)."),
-            out: Path | None = _OUT, force: bool = _FORCE, resume: bool = _RESUME, as_json: bool = _JSON,
-            seed: int | None = _SEED, device: str | None = _DEVICE, threads: int = _THREADS,
-            set_: list[str] | None = _SET):
+def run_cmd(
+    config: Path = typer.Argument(..., help="TOML config file (see `nqf list`)."),
+    out: Path | None = _OUT,
+    force: bool = _FORCE,
+    resume: bool = _RESUME,
+    as_json: bool = _JSON,
+    seed: int | None = _SEED,
+    device: str | None = _DEVICE,
+    threads: int = _THREADS,
+    set_: list[str] | None = _SET,
+):
     """Run a named experiment from a TOML config file."""
     from .experiments.config import ConfigError, load_config, parse_set
 
@@ -253,10 +302,18 @@ def run_cmd(config: Path = typer.Argument(..., help="TOML config file (see `nqf 
         cfg, exp, params = load_config(config, parse_set(set_) if set_ else None)
     except ConfigError as exc:
         _fail(str(exc))
-    _execute(exp, params, out=out, seed=cfg.seed if seed is None else seed,
-             device=cfg.device if device is None else device,
-             force=force, resume=resume, as_json=as_json, threads=threads,
-             rerun=_rerun(["nqf", "run", str(config)], set_, seed, device))
+    _execute(
+        exp,
+        params,
+        out=out,
+        seed=cfg.seed if seed is None else seed,
+        device=cfg.device if device is None else device,
+        force=force,
+        resume=resume,
+        as_json=as_json,
+        threads=threads,
+        rerun=_rerun(["nqf", "run", str(config)], set_, seed, device),
+    )
 
 
 @app.command("list")
@@ -265,10 +322,20 @@ def list_cmd(as_json: bool = _JSON):
     from .experiments.catalog import all_experiments, describe
 
     if as_json:  # the parameters' defaults need the experiments themselves (and torch)
-        typer.echo(json.dumps({n: {"description": e.description, "reproduces": e.reproduces,
-                                   "checks": list(getattr(e, "checks", ())),
-                                   "params": e.Params().model_dump(mode="json")}
-                               for n, e in all_experiments().items()}, indent=2))
+        typer.echo(
+            json.dumps(
+                {
+                    n: {
+                        "description": e.description,
+                        "reproduces": e.reproduces,
+                        "checks": list(getattr(e, "checks", ())),
+                        "params": e.Params().model_dump(mode="json"),
+                    }
+                    for n, e in all_experiments().items()
+                },
+                indent=2,
+            )
+        )
         return
     descriptions = describe()  # from the catalogue: imports no experiment
     w = max(len(n) for n in descriptions)

@@ -46,8 +46,9 @@ def _array_to_lists(a: np.ndarray, where: str):
         obj = a.astype(object)
         obj[~np.isfinite(a)] = None
         return obj.tolist()
-    raise InvalidTypeError(f"`{where}`: cannot write an array of dtype {a.dtype} as JSON (expected bool, integer or "
-                           "real floating point)")
+    raise InvalidTypeError(
+        f"`{where}`: cannot write an array of dtype {a.dtype} as JSON (expected bool, integer or real floating point)"
+    )
 
 
 def to_jsonable(value: Any, where: str = "value") -> Any:
@@ -88,8 +89,9 @@ def to_jsonable(value: Any, where: str = "value") -> Any:
         out = {}
         for k, v in value.items():
             if not isinstance(k, (str, int, float, bool, np.integer)) and k is not None:
-                raise InvalidTypeError(f"`{where}`: mapping keys must be strings or numbers for JSON; found "
-                                       f"{type(k).__name__}")
+                raise InvalidTypeError(
+                    f"`{where}`: mapping keys must be strings or numbers for JSON; found {type(k).__name__}"
+                )
             out[str(k)] = to_jsonable(v, f"{where}[{k!r}]")
         return out
     if isinstance(value, (list, tuple)):
@@ -98,10 +100,15 @@ def to_jsonable(value: Any, where: str = "value") -> Any:
     if callable(to_dict) and not isinstance(value, type):
         return to_dict()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_jsonable(getattr(value, f.name), f"{where}.{f.name}")
-                for f in dataclasses.fields(value) if not f.name.startswith("_")}
-    raise InvalidTypeError(f"`{where}`: values of type {type(value).__module__}.{type(value).__qualname__} have no "
-                           "JSON form (expected numbers, strings, lists, dicts, arrays, tensors or results)")
+        return {
+            f.name: to_jsonable(getattr(value, f.name), f"{where}.{f.name}")
+            for f in dataclasses.fields(value)
+            if not f.name.startswith("_")
+        }
+    raise InvalidTypeError(
+        f"`{where}`: values of type {type(value).__module__}.{type(value).__qualname__} have no "
+        "JSON form (expected numbers, strings, lists, dicts, arrays, tensors or results)"
+    )
 
 
 def summarize(value: Any) -> str:
@@ -119,7 +126,7 @@ def summarize(value: Any) -> str:
             return f"{dtype}({summarize(value.item())})"
         return f"{dtype}[{', '.join(str(int(s)) for s in value.shape)}]"
     if isinstance(value, str):
-        return repr(value if len(value) <= _MAX_STR else value[:_MAX_STR - 1] + "…")
+        return repr(value if len(value) <= _MAX_STR else value[: _MAX_STR - 1] + "…")
     if isinstance(value, (list, tuple)):
         if len(value) <= 4 and all(v is None or isinstance(v, (bool, int, float, np.number, str)) for v in value):
             inner = ", ".join(summarize(v) for v in value)
@@ -142,7 +149,7 @@ def compact_repr(obj: Any, fields: list[str] | tuple[str, ...] | None = None) ->
 
 def clip(text: str) -> str:
     """``text`` (a repr ending in ``)``) cut to at most :data:`MAX_REPR` characters."""
-    return text if len(text) <= MAX_REPR else text[:MAX_REPR - 2] + "…)"
+    return text if len(text) <= MAX_REPR else text[: MAX_REPR - 2] + "…)"
 
 
 class Result:
@@ -160,5 +167,5 @@ class Result:
 
     def to_dict(self) -> dict:
         """The public fields (not starting with ``_``), JSON-ready (see :func:`to_jsonable`)."""
-        return {f.name: to_jsonable(getattr(self, f.name), f.name)
-                for f in dataclasses.fields(self) if not f.name.startswith("_")}  # type: ignore[arg-type]
+        fields = dataclasses.fields(self)  # type: ignore[arg-type]  # subclasses are dataclasses
+        return {f.name: to_jsonable(getattr(self, f.name), f.name) for f in fields if not f.name.startswith("_")}

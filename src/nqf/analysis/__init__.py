@@ -16,6 +16,19 @@ from .powerlaw import PowerLawFit, auto_window, fit_power_law
 from .steps import Steps, detect_steps
 from .validity import ValidityReport, ValiditySweep, remainder_ratio, validity_report, validity_sweep
 
-__all__ = ["Steps", "detect_steps", "PowerLawFit", "fit_power_law", "auto_window", "ExponentPrediction",
-           "predict_exponent", "predicted_curve", "predicted_switch_times", "ValidityReport", "ValiditySweep",
-           "remainder_ratio", "validity_report", "validity_sweep"]
+__all__ = [
+    "Steps",
+    "detect_steps",
+    "PowerLawFit",
+    "fit_power_law",
+    "auto_window",
+    "ExponentPrediction",
+    "predict_exponent",
+    "predicted_curve",
+    "predicted_switch_times",
+    "ValidityReport",
+    "ValiditySweep",
+    "remainder_ratio",
+    "validity_report",
+    "validity_sweep",
+]

@@ -23,7 +23,8 @@ def _as_1d(name: str, value) -> np.ndarray:
         a = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise InvalidTypeError(
-            f"`{name}` must be a 1-D array of numbers; found {type(value).__name__} ({exc})") from exc
+            f"`{name}` must be a 1-D array of numbers; found {type(value).__name__} ({exc})"
+        ) from exc
     if a.ndim != 1:
         raise ShapeError(f"`{name}` must be 1-D; found shape {a.shape}")
     return a
@@ -62,15 +63,20 @@ def as_curve(t, loss, *, min_points: int = 3, name_t: str = "t", name_loss: str 
     for name, a in ((name_t, t), (name_loss, loss)):
         bad = ~np.isfinite(a)
         if bad.any():
-            raise NonFiniteError(f"`{name}` must be finite; found {int(bad.sum())} NaN/inf entries "
-                                 f"(first at index {int(np.argmax(bad))}) out of {a.size}")
+            raise NonFiniteError(
+                f"`{name}` must be finite; found {int(bad.sum())} NaN/inf entries "
+                f"(first at index {int(np.argmax(bad))}) out of {a.size}"
+            )
     if t.min() <= 0:
-        raise InvalidParameterError(f"`{name_t}` must be positive (the analysis works in log time); found min "
-                         f"{t.min():.3g} at index {int(np.argmin(t))} — drop t = 0 or shift the clock")
+        raise InvalidParameterError(
+            f"`{name_t}` must be positive (the analysis works in log time); found min "
+            f"{t.min():.3g} at index {int(np.argmin(t))} — drop t = 0 or shift the clock"
+        )
     if np.any(np.diff(t) <= 0):
         i = int(np.argmax(np.diff(t) <= 0))
-        raise InvalidParameterError(f"`{name_t}` must be strictly increasing; found t[{i}] = {t[i]:.6g} ≥ t[{i + 1}] = "
-                         f"{t[i + 1]:.6g}")
+        raise InvalidParameterError(
+            f"`{name_t}` must be strictly increasing; found t[{i}] = {t[i]:.6g} ≥ t[{i + 1}] = {t[i + 1]:.6g}"
+        )
     return t, loss
 
 

@@ -33,8 +33,15 @@ from ..reductions.timing import crossing_times, midpoint_levels
 from ..results import Result, to_jsonable
 from ._curves import _as_1d
 
-__all__ = ["StaircaseComparison", "compare_staircase", "downward_crossings", "plateau_flatness", "regime_exit",
-           "level_read_times", "FLAT_THRESHOLD"]
+__all__ = [
+    "StaircaseComparison",
+    "compare_staircase",
+    "downward_crossings",
+    "plateau_flatness",
+    "regime_exit",
+    "level_read_times",
+    "FLAT_THRESHOLD",
+]
 
 #: Default largest ratio (loss change across the middle of a plateau) / (adjacent drop) of a flat plateau.
 FLAT_THRESHOLD = 0.25
@@ -133,8 +140,7 @@ class StaircaseComparison(Result):
     @property
     def level_errors(self) -> np.ndarray:
         """``|measured − predicted| / predicted`` per plateau, shape (K + 1,)."""
-        return np.abs(self.levels_measured - self.levels_predicted) / np.maximum(np.abs(self.levels_predicted),
-                                                                                  1e-300)
+        return np.abs(self.levels_measured - self.levels_predicted) / np.maximum(np.abs(self.levels_predicted), 1e-300)
 
     @property
     def time_errors(self) -> np.ndarray:
@@ -150,19 +156,27 @@ class StaircaseComparison(Result):
     def __repr__(self) -> str:
         te, le = self.time_errors, self.level_errors
         mt = float(np.nanmax(te)) if te.size and np.isfinite(te).any() else math.nan
-        return (f"StaircaseComparison(drops={len(self.times_predicted)}, max_time_error={mt:.3g}, "
-                f"max_level_error={float(np.nanmax(le)) if le.size else math.nan:.3g}, "
-                f"flat={int(self.flat.sum())}/{len(self.flatness)})")
+        return (
+            f"StaircaseComparison(drops={len(self.times_predicted)}, max_time_error={mt:.3g}, "
+            f"max_level_error={float(np.nanmax(le)) if le.size else math.nan:.3g}, "
+            f"flat={int(self.flat.sum())}/{len(self.flatness)})"
+        )
 
     def to_dict(self) -> dict:
         def clean(a):
             return to_jsonable(np.asarray(a, float))
 
-        return {"levels_predicted": clean(self.levels_predicted), "levels_measured": clean(self.levels_measured),
-                "level_errors": clean(self.level_errors), "times_predicted": clean(self.times_predicted),
-                "times_measured": clean(self.times_measured), "time_errors": clean(self.time_errors),
-                "flatness": clean(self.flatness), "flat": to_jsonable(self.flat),
-                "flat_threshold": to_jsonable(self.flat_threshold)}
+        return {
+            "levels_predicted": clean(self.levels_predicted),
+            "levels_measured": clean(self.levels_measured),
+            "level_errors": clean(self.level_errors),
+            "times_predicted": clean(self.times_predicted),
+            "times_measured": clean(self.times_measured),
+            "time_errors": clean(self.time_errors),
+            "flatness": clean(self.flatness),
+            "flat": to_jsonable(self.flat),
+            "flat_threshold": to_jsonable(self.flat_threshold),
+        }
 
 
 def compare_staircase(t, loss, levels, times, *, flat_threshold: float = FLAT_THRESHOLD) -> StaircaseComparison:
@@ -193,12 +207,14 @@ def compare_staircase(t, loss, levels, times, *, flat_threshold: float = FLAT_TH
     t_meas = downward_crossings(t, loss, mids)
     where = level_read_times(float(t[-1]), times)
     lv_meas = np.where(where <= t[-1], np.interp(where, t, loss), np.nan)
-    return StaircaseComparison(levels, lv_meas, times, t_meas, plateau_flatness(t, loss, levels, times),
-                               float(flat_threshold))
+    return StaircaseComparison(
+        levels, lv_meas, times, t_meas, plateau_flatness(t, loss, levels, times), float(flat_threshold)
+    )
 
 
-def regime_exit(t, loss_real, loss_nqf, steps, nqf_minimum: float | None, *, gap_tolerance: float = 0.05,
-                min_margin: float = 0.01) -> dict:
+def regime_exit(
+    t, loss_real, loss_nqf, steps, nqf_minimum: float | None, *, gap_tolerance: float = 0.05, min_margin: float = 0.01
+) -> dict:
     """First saved step where a real network leaves its NQF (the quadratic regime).
 
     It has left when ``|L_real − L_NQF| / L_NQF > gap_tolerance`` or when
@@ -224,14 +240,28 @@ def regime_exit(t, loss_real, loss_nqf, steps, nqf_minimum: float | None, *, gap
     bad_gap = gap > gap_tolerance
     below = Lr < (1 - min_margin) * nqf_minimum if nqf_minimum is not None else np.zeros_like(bad_gap)
     bad = bad_gap | below
-    out = {"max_gap": float(gap.max()) if gap.size else math.nan, "gap_tolerance": float(gap_tolerance),
-           "nqf_minimum": nqf_minimum, "final_real": float(Lr[-1]), "final_nqf": float(Ln[-1]),
-           "left_step": None, "left_time": None, "reason": None, "below_minimum_step": None}
+    out = {
+        "max_gap": float(gap.max()) if gap.size else math.nan,
+        "gap_tolerance": float(gap_tolerance),
+        "nqf_minimum": nqf_minimum,
+        "final_real": float(Lr[-1]),
+        "final_nqf": float(Ln[-1]),
+        "left_step": None,
+        "left_time": None,
+        "reason": None,
+        "below_minimum_step": None,
+    }
     if below.any():
         out["below_minimum_step"] = int(steps[int(np.argmax(below))])
     if bad.any():
         i = int(np.argmax(bad))
-        out.update(left_step=int(steps[i]), left_time=float(t[i]),
-                   reason=("real loss below the NQF global minimum" if below[i] else
-                           f"|L_real − L_NQF| / L_NQF = {gap[i]:.3g} > {gap_tolerance:g}"))
+        out.update(
+            left_step=int(steps[i]),
+            left_time=float(t[i]),
+            reason=(
+                "real loss below the NQF global minimum"
+                if below[i]
+                else f"|L_real − L_NQF| / L_NQF = {gap[i]:.3g} > {gap_tolerance:g}"
+            ),
+        )
     return out

@@ -78,10 +78,13 @@ def _check_spectra(ell, zeta):
     for name, a in (("ell", ell), ("zeta", zeta)):
         if not np.all(np.isfinite(a)):
             from ..errors import NonFiniteError
+
             raise NonFiniteError(f"`{name}` must be finite; found {int((~np.isfinite(a)).sum())} NaN/inf entries")
     if np.any(zeta <= 0):
-        raise InvalidParameterError(f"`zeta` (mode rates ζ_k = 4β_k) must be positive for learnable modes; found min "
-                         f"{zeta.min():.3g} — drop the modes with β_k ≤ 0 (they decay and remove no loss)")
+        raise InvalidParameterError(
+            f"`zeta` (mode rates ζ_k = 4β_k) must be positive for learnable modes; found min "
+            f"{zeta.min():.3g} — drop the modes with β_k ≤ 0 (they decay and remove no loss)"
+        )
     if np.any(ell < 0):
         raise InvalidParameterError(f"`ell` (loss removed per mode) must be non-negative; found min {ell.min():.3g}")
     return ell, zeta
@@ -93,7 +96,7 @@ def _loglog_slope(k, v):
     sxx = ((x - xm) ** 2).sum()
     slope = ((x - xm) * (y - y.mean())).sum() / sxx
     res = y - y.mean() - slope * (x - xm)
-    se = math.sqrt((res ** 2).sum() / max(x.size - 2, 1) / sxx)
+    se = math.sqrt((res**2).sum() / max(x.size - 2, 1) / sxx)
     return slope, se
 
 
@@ -125,7 +128,7 @@ def predict_exponent(ell, zeta, k_range: tuple | None = None) -> ExponentPredict
     if not (1 <= k0 < k1 <= K) or k1 - k0 < 2:
         raise InvalidParameterError(f"`k_range` must satisfy 1 ≤ k_min, k_min + 2 ≤ k_max ≤ K = {K}; found {k_range!r}")
     k = np.arange(k0, k1 + 1, dtype=np.float64)
-    le, ze = ell_s[k0 - 1:k1], zeta_s[k0 - 1:k1]
+    le, ze = ell_s[k0 - 1 : k1], zeta_s[k0 - 1 : k1]
     if np.any(le <= 0):
         raise InvalidParameterError("`ell` must be positive on `k_range` to fit ℓ_k ~ k^(−a); found zeros")
     sa, sea = _loglog_slope(k, le)
@@ -133,12 +136,23 @@ def predict_exponent(ell, zeta, k_range: tuple | None = None) -> ExponentPredict
     a, b = -sa, -sb
     if b <= 0:
         raise InvalidParameterError(
-            f"rates do not decay with rank (fitted b = {b:.3g} ≤ 0): no power law from merged modes")
+            f"rates do not decay with rank (fitted b = {b:.3g} ≤ 0): no power law from merged modes"
+        )
     if a <= 1:
-        warnings.warn(f"fitted a = {a:.3g} ≤ 1: Σ ℓ_k diverges and (a − 1)/b ≤ 0 is not a decay exponent",
-                      RuntimeWarning, stacklevel=2)
-    return ExponentPrediction(a=float(a), b=float(b), exponent=float((a - 1) / b), a_stderr=float(sea),
-                              b_stderr=float(seb), k_range=(k0, k1), order=order)
+        warnings.warn(
+            f"fitted a = {a:.3g} ≤ 1: Σ ℓ_k diverges and (a − 1)/b ≤ 0 is not a decay exponent",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return ExponentPrediction(
+        a=float(a),
+        b=float(b),
+        exponent=float((a - 1) / b),
+        a_stderr=float(sea),
+        b_stderr=float(seb),
+        k_range=(k0, k1),
+        order=order,
+    )
 
 
 def _q(zeta, eps, z0_convention, z_star):
@@ -150,8 +164,9 @@ def _q(zeta, eps, z0_convention, z_star):
         return np.full(zeta.shape, math.log1p(-eps) - math.log(eps)), np.ones(zeta.shape, bool)
     if z0_convention == "absolute":
         if z_star is None:
-            raise InvalidParameterError("`z_star` (the fixed points z*_k, shape (K,)) is required with "
-                             "z0_convention='absolute' (z_k(0) = ε)")
+            raise InvalidParameterError(
+                "`z_star` (the fixed points z*_k, shape (K,)) is required with z0_convention='absolute' (z_k(0) = ε)"
+            )
         zs = _as_1d("z_star", z_star)
         if zs.shape != zeta.shape:
             raise ShapeError(f"`z_star` must have shape ({zeta.size},); found {zs.shape}")
@@ -161,8 +176,9 @@ def _q(zeta, eps, z0_convention, z_star):
         pos = q > 0
         logq = np.where(pos, np.log(np.where(pos, q, 1.0)), 0.0)
         return np.where(pos, logq, q), pos  # log q where q > 0, else q itself
-    raise InvalidParameterError(f"`z0_convention` must be 'relative' (z_k(0) = ε z*_k) or 'absolute' (z_k(0) = ε); "
-                     f"found {z0_convention!r}")
+    raise InvalidParameterError(
+        f"`z0_convention` must be 'relative' (z_k(0) = ε z*_k) or 'absolute' (z_k(0) = ε); found {z0_convention!r}"
+    )
 
 
 def predicted_switch_times(zeta, eps: float, z0_convention: str = "relative", z_star=None) -> np.ndarray:
@@ -194,8 +210,9 @@ def predicted_switch_times(zeta, eps: float, z0_convention: str = "relative", z_
     return logistic_switch_time(zeta, _as_1d("z_star", z_star), np.full(zeta.shape, float(eps)))
 
 
-def predicted_curve(t, ell, zeta, eps: float, z0_convention: str = "relative", z_star=None,
-                    L_inf: float = 0.0, chunk: int = 2_000_000) -> np.ndarray:
+def predicted_curve(
+    t, ell, zeta, eps: float, z0_convention: str = "relative", z_star=None, L_inf: float = 0.0, chunk: int = 2_000_000
+) -> np.ndarray:
     r"""Exact loss of a sum of independent logistic modes (see the module docstring).
 
     ``L(t) = L_∞ + Σ_k ℓ_k (q_k e^{−ζ_k t} / (1 + q_k e^{−ζ_k t}))²`` computed
@@ -235,7 +252,7 @@ def predicted_curve(t, ell, zeta, eps: float, z0_convention: str = "relative", z
     with np.errstate(divide="ignore"):
         log_ell = np.log(ell)
     for s in range(0, t.size, step):
-        tt = t[s:s + step, None]
+        tt = t[s : s + step, None]
         # positive q: 1 − u = expit(ln q − ζt), and ℓ (1 − u)² = exp(ln ℓ + 2 log_expit(·)) keeps full
         # relative precision in the exponential tail (no 1 + tanh cancellation, no underflow of 1 − u before
         # the product does); q ≤ 0 (start above z*): direct formula, |q| < 1
@@ -243,5 +260,5 @@ def predicted_curve(t, ell, zeta, eps: float, z0_convention: str = "relative", z
         term_pos = np.exp(log_ell[None, :] + 2.0 * log_expit(arg))
         qe = lq[None, :] * np.exp(-zeta[None, :] * tt)
         term_neg = ell[None, :] * (qe / (1.0 + qe)) ** 2
-        out[s:s + step] += np.where(pos[None, :], term_pos, term_neg).sum(1)
+        out[s : s + step] += np.where(pos[None, :], term_pos, term_neg).sum(1)
     return out

@@ -134,17 +134,31 @@ class PowerLawFit(Result):
     window_source: str = "given"
 
     def __repr__(self) -> str:
-        return (f"PowerLawFit(exponent={self.exponent:.4g}, ci=({self.ci[0]:.4g}, {self.ci[1]:.4g}), "
-                f"window=({self.window[0]:.4g}, {self.window[1]:.4g}) [{self.window_source}], "
-                f"L_inf={self.L_inf:.4g}, r_squared={self.r_squared:.6f}, rms_residual={self.rms_residual:.3g}, "
-                f"n_points={self.n_points})")
+        return (
+            f"PowerLawFit(exponent={self.exponent:.4g}, ci=({self.ci[0]:.4g}, {self.ci[1]:.4g}), "
+            f"window=({self.window[0]:.4g}, {self.window[1]:.4g}) [{self.window_source}], "
+            f"L_inf={self.L_inf:.4g}, r_squared={self.r_squared:.6f}, rms_residual={self.rms_residual:.3g}, "
+            f"n_points={self.n_points})"
+        )
 
     def to_dict(self) -> dict:
         """JSON-ready summary (without the bootstrap replicates)."""
-        return to_jsonable({"exponent": self.exponent, "prefactor": self.prefactor, "L_inf": self.L_inf,
-                            "window": list(self.window), "window_source": self.window_source, "ci": list(self.ci),
-                            "ci_level": self.ci_level, "stderr": self.stderr, "n_points": self.n_points,
-                            "n_bins": self.n_bins, "r_squared": self.r_squared, "rms_residual": self.rms_residual})
+        return to_jsonable(
+            {
+                "exponent": self.exponent,
+                "prefactor": self.prefactor,
+                "L_inf": self.L_inf,
+                "window": list(self.window),
+                "window_source": self.window_source,
+                "ci": list(self.ci),
+                "ci_level": self.ci_level,
+                "stderr": self.stderr,
+                "n_points": self.n_points,
+                "n_bins": self.n_bins,
+                "r_squared": self.r_squared,
+                "rms_residual": self.rms_residual,
+            }
+        )
 
     def __call__(self, t) -> np.ndarray:
         """The fitted curve ``L_∞ + c t^{−α}`` at times ``t`` (array_like, shape (T,))."""
@@ -201,9 +215,19 @@ def _fit_once(lt, L, L_inf, n_bins):
     return slope, icpt, res, sxx, linf, bx, by, cnt
 
 
-def auto_window(t, loss, L_inf: float = 0.0, *, start_fraction: float = 0.5, floor_factor: float = 10.0,
-                max_slope_ratio: float = 3.0, margin: float = 0.1, n_grid: int | None = None,
-                smooth: float | None = None, min_decades: float = 1.0) -> tuple[float, float]:
+def auto_window(
+    t,
+    loss,
+    L_inf: float = 0.0,
+    *,
+    start_fraction: float = 0.5,
+    floor_factor: float = 10.0,
+    max_slope_ratio: float = 3.0,
+    margin: float = 0.1,
+    n_grid: int | None = None,
+    smooth: float | None = None,
+    min_decades: float = 1.0,
+) -> tuple[float, float]:
     """The automatic power-law window of a loss curve (see the module docstring).
 
     Every rule is decided from the start of the window onwards, on a log-time grid of
@@ -239,8 +263,10 @@ def auto_window(t, loss, L_inf: float = 0.0, *, start_fraction: float = 0.5, flo
         # the excess has reached zero (round-off or an overestimated L_inf): that is the floor
         n = int(np.argmax(E <= 0))
         if n < 4:
-            raise InvalidParameterError(f"`loss` must exceed `L_inf` = {L_inf:g} on the first points to find a "
-                                        f"power-law window; found loss[{n}] = {loss[n]:.3g}")
+            raise InvalidParameterError(
+                f"`loss` must exceed `L_inf` = {L_inf:g} on the first points to find a "
+                f"power-law window; found loss[{n}] = {loss[n]:.3g}"
+            )
         t, loss, E = t[:n], loss[:n], E[:n]
     ly = np.log(E)
     span = float(np.log(t[-1]) - np.log(t[0]))
@@ -254,12 +280,15 @@ def auto_window(t, loss, L_inf: float = 0.0, *, start_fraction: float = 0.5, flo
     absres = np.abs(loss - (np.exp(np.interp(lt, x, ys)) + L_inf))
     lo_i = np.searchsorted(lt, x - 0.25)
     hi_i = np.searchsorted(lt, x + 0.25)
-    scat = np.array([1.4826 * np.median(absres[a:b]) if b - a >= 5 else np.nan
-                     for a, b in zip(lo_i, hi_i, strict=True)])
+    scat = np.array(
+        [1.4826 * np.median(absres[a:b]) if b - a >= 5 else np.nan for a, b in zip(lo_i, hi_i, strict=True)]
+    )
     below = np.nonzero(ys <= ys[0] + np.log(start_fraction))[0]
     if below.size == 0:
-        raise NoPowerLawError(f"no power-law window: the loss never falls below {start_fraction:g} × its initial "
-                              f"excess (still on the first plateau?) — pass `window=(t0, t1)`")
+        raise NoPowerLawError(
+            f"no power-law window: the loss never falls below {start_fraction:g} × its initial "
+            f"excess (still on the first plateau?) — pass `window=(t0, t1)`"
+        )
     i0 = int(below[0])
     i1 = n_grid - 1
     # (i) noise floor: the smallest local scatter anywhere (an additive floor keeps it fixed; multiplicative
@@ -275,7 +304,7 @@ def auto_window(t, loss, L_inf: float = 0.0, *, start_fraction: float = 0.5, flo
     D = gaussian_filter1d(-np.gradient(ys, dx), 0.5 / dx, mode="nearest")
     w = max(int(np.ceil(1.0 / dx)), 1)
     m0 = max(int(np.ceil(0.5 / dx)), 2)
-    xs, ysl = x[i0:i1 + 1], ys[i0:i1 + 1]
+    xs, ysl = x[i0 : i1 + 1], ys[i0 : i1 + 1]
     n = np.arange(1, xs.size + 1)
     sx, sy = np.cumsum(xs), np.cumsum(ysl)
     sxx, sxy = np.cumsum(xs * xs), np.cumsum(xs * ysl)
@@ -285,7 +314,7 @@ def auto_window(t, loss, L_inf: float = 0.0, *, start_fraction: float = 0.5, flo
         a = alpha[j]
         if not a > 0:
             continue
-        seg = D[i0 + j: min(i0 + j + w, i1) + 1]
+        seg = D[i0 + j : min(i0 + j + w, i1) + 1]
         if np.all(seg > max_slope_ratio * a) or np.all(seg < a / max_slope_ratio):
             i1 = i0 + j
             break
@@ -294,14 +323,25 @@ def auto_window(t, loss, L_inf: float = 0.0, *, start_fraction: float = 0.5, flo
             f"no power-law window: the straight stretch of ln(L − L_∞) against ln t after the first plateau "
             f"spans {(i1 - i0) * dx / np.log(10.0):.2f} decades of t (t ∈ [{np.exp(x[i0]):.3g}, "
             f"{np.exp(x[i1]):.3g}]), less than `min_decades` = {min_decades:g} — before the exponential tail, a "
-            f"floor or the end of the data; pass `window=(t0, t1)` to fit anyway")
+            f"floor or the end of the data; pass `window=(t0, t1)` to fit anyway"
+        )
     a, b = x[i0], x[i1]
     a, b = a + margin * (b - a), b - margin * (b - a)
     return float(np.exp(a)), float(np.exp(b))
 
 
-def fit_power_law(t, loss, window=None, L_inf=0.0, *, n_boot: int = 500, seed: int | None = 0,
-                  ci: float = 0.95, n_bins: int = 60, bootstrap: str = "residuals") -> PowerLawFit:
+def fit_power_law(
+    t,
+    loss,
+    window=None,
+    L_inf=0.0,
+    *,
+    n_boot: int = 500,
+    seed: int | None = 0,
+    ci: float = 0.95,
+    n_bins: int = 60,
+    bootstrap: str = "residuals",
+) -> PowerLawFit:
     r"""Fit ``L(t) − L_∞ = c t^{−α}`` over a window, with a bootstrap confidence interval.
 
     Times are training times ``t = η · steps`` (positive); ``L = (1/N) Σ ℓ``.
@@ -367,15 +407,18 @@ def fit_power_law(t, loss, window=None, L_inf=0.0, *, n_boot: int = 500, seed: i
         w = (t0, t1)
     sel = (t >= w[0]) & (t <= w[1])
     if sel.sum() < 3:
-        raise ShapeError(f"`window` {w} is empty or too small: it holds {int(sel.sum())} points of the curve "
-                         f"(need ≥ 3; the curve spans t ∈ [{t[0]:.3g}, {t[-1]:.3g}])")
+        raise ShapeError(
+            f"`window` {w} is empty or too small: it holds {int(sel.sum())} points of the curve "
+            f"(need ≥ 3; the curve spans t ∈ [{t[0]:.3g}, {t[-1]:.3g}])"
+        )
     lt, L = np.log(t[sel]), loss[sel]
     if L_inf != "fit" and np.any(L <= L_inf):
         raise InvalidParameterError(
-            f"`loss` must exceed `L_inf` = {L_inf:g} inside the window; found min {L.min():.3g}")
+            f"`loss` must exceed `L_inf` = {L_inf:g} inside the window; found min {L.min():.3g}"
+        )
     slope, icpt, res, sxx, linf, bx, by, cnt = _fit_once(lt, L, L_inf, n_bins)
     dof = max(bx.size - 2, 1)
-    stderr = float(np.sqrt((res ** 2).sum() / dof / sxx))
+    stderr = float(np.sqrt((res**2).sum() / dof / sxx))
     rng = np.random.default_rng(seed)
     boot = np.empty(int(n_boot))
     fitted = by - res
@@ -398,11 +441,21 @@ def fit_power_law(t, loss, window=None, L_inf=0.0, *, n_boot: int = 500, seed: i
             boot[b] = -_fit_once(xb[np.argsort(xb)], yb_lin[np.argsort(xb)], "fit", n_bins + 1)[0]
         else:
             boot[b] = -_ols(xb, yb)[0]
-    lo, hi = (np.quantile(boot, [(1 - ci) / 2, (1 + ci) / 2]) if n_boot > 0 else (np.nan, np.nan))
+    lo, hi = np.quantile(boot, [(1 - ci) / 2, (1 + ci) / 2]) if n_boot > 0 else (np.nan, np.nan)
     ss_tot = float(((by - by.mean()) ** 2).sum())
-    r2 = 1.0 - float((res ** 2).sum()) / ss_tot if ss_tot > 0 else 1.0
-    return PowerLawFit(exponent=float(-slope), prefactor=float(np.exp(icpt)), L_inf=float(linf),
-                       window=(float(w[0]), float(w[1])), ci=(float(lo), float(hi)), ci_level=float(ci),
-                       stderr=stderr, n_points=int(sel.sum()), n_bins=int(bx.size), boot=boot, r_squared=r2,
-                       rms_residual=float(np.sqrt((res ** 2).mean())),
-                       window_source="automatic" if window is None else "given")
+    r2 = 1.0 - float((res**2).sum()) / ss_tot if ss_tot > 0 else 1.0
+    return PowerLawFit(
+        exponent=float(-slope),
+        prefactor=float(np.exp(icpt)),
+        L_inf=float(linf),
+        window=(float(w[0]), float(w[1])),
+        ci=(float(lo), float(hi)),
+        ci_level=float(ci),
+        stderr=stderr,
+        n_points=int(sel.sum()),
+        n_bins=int(bx.size),
+        boot=boot,
+        r_squared=r2,
+        rms_residual=float(np.sqrt((res**2).mean())),
+        window_source="automatic" if window is None else "given",
+    )

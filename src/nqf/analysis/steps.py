@@ -81,8 +81,17 @@ class Steps(Result):
         return int(self.times.size)
 
 
-def detect_steps(t, loss, *, n_grid: int = 400, smooth: float | None = None, min_drop: float = 0.05,
-                 n_sigma: float = 6.0, window: float = 1.0, loss_floor: float = 0.0) -> Steps:
+def detect_steps(
+    t,
+    loss,
+    *,
+    n_grid: int = 400,
+    smooth: float | None = None,
+    min_drop: float = 0.05,
+    n_sigma: float = 6.0,
+    window: float = 1.0,
+    loss_floor: float = 0.0,
+) -> Steps:
     """Find the sudden drops of a loss curve and the plateau levels between them.
 
     See the module docstring for the algorithm.  Times are training times
@@ -122,8 +131,10 @@ def detect_steps(t, loss, *, n_grid: int = 400, smooth: float | None = None, min
         raise InvalidParameterError(f"`min_drop` must be positive; found {min_drop!r}")
     if np.any(loss <= loss_floor):
         i = int(np.argmax(loss <= loss_floor))
-        raise InvalidParameterError(f"`loss` must exceed `loss_floor` = {loss_floor:g} everywhere (steps are found on "
-                         f"ln(L − loss_floor)); found loss[{i}] = {loss[i]:.3g}")
+        raise InvalidParameterError(
+            f"`loss` must exceed `loss_floor` = {loss_floor:g} everywhere (steps are found on "
+            f"ln(L − loss_floor)); found loss[{i}] = {loss[i]:.3g}"
+        )
     x, _, _ = log_grid(t, np.log(loss - loss_floor), n_grid, 0.0)
     dx = float(x[1] - x[0])
     if smooth is None:
@@ -145,16 +156,19 @@ def detect_steps(t, loss, *, n_grid: int = 400, smooth: float | None = None, min
         for j, pk in enumerate(peaks):
             base = Dp[pk] - prom[j]
             a, b = int(np.ceil(lo[j])), int(np.floor(hi[j]))
-            area = np.clip(Dp[a:b + 1] - base, 0, None).sum() * dx
+            area = np.clip(Dp[a : b + 1] - base, 0, None).sum() * dx
             edge = min(pk - 1, n_grid - pk) * dx  # distance in ln t to the ends of the curve
             if area >= min_drop and prom[j] >= n_sigma * sigma_D[pk - 1] and edge >= 2 * smooth:
                 keep.append((pk, area, prom[j], lb[j], rb[j]))
     if keep:
         pk = np.array([k[0] for k in keep])
         prom = np.array([k[2] for k in keep])
-        _, _, lo, hi = peak_widths(Dp, pk, rel_height=0.5,
-                                   prominence_data=(prom, np.array([k[3] for k in keep]),
-                                                    np.array([k[4] for k in keep])))
+        _, _, lo, hi = peak_widths(
+            Dp,
+            pk,
+            rel_height=0.5,
+            prominence_data=(prom, np.array([k[3] for k in keep]), np.array([k[4] for k in keep])),
+        )
         # parabolic refinement of the peak position
         xs = []
         for p in pk:
@@ -184,9 +198,15 @@ def detect_steps(t, loss, *, n_grid: int = 400, smooth: float | None = None, min
         levels.append(np.exp(lv) + loss_floor)
         intervals.append((np.exp(a), np.exp(max(a, b))))
     levels = np.array(levels)
-    return Steps(times=times, t_start=np.exp(xlo), t_end=np.exp(xhi), log_drops=log_drops,
-                 plateau_levels=levels, plateau_intervals=np.array(intervals).reshape(-1, 2),
-                 drops=levels[:-1] / levels[1:])
+    return Steps(
+        times=times,
+        t_start=np.exp(xlo),
+        t_end=np.exp(xhi),
+        log_drops=log_drops,
+        plateau_levels=levels,
+        plateau_intervals=np.array(intervals).reshape(-1, 2),
+        drops=levels[:-1] / levels[1:],
+    )
 
 
 def _drop_origin(t, loss):
@@ -205,11 +225,11 @@ def _slope_noise(t, ly, x, ys, cnt, smooth, dx) -> np.ndarray:
     sigma = 1.4826 * np.median(np.abs(resid - np.median(resid)))
     if sigma == 0:
         return np.zeros_like(ys)
-    var_cell = sigma ** 2 / np.maximum(cnt, 1)
+    var_cell = sigma**2 / np.maximum(cnt, 1)
     n = ys.size
     delta = np.zeros(2 * n + 1)
     delta[n] = 1.0
     sm = gaussian_filter1d(delta, smooth / dx, mode="constant") if smooth > 0 else delta
     h = np.gradient(sm, dx)  # response of D (up to sign) to a unit change of one cell
-    full = np.convolve(var_cell, h ** 2, mode="full")  # full[i + n] = Σ_j var_j h²[n + i − j]
-    return np.sqrt(full[n: 2 * n])
+    full = np.convolve(var_cell, h**2, mode="full")  # full[i + n] = Σ_j var_j h²[n + i − j]
+    return np.sqrt(full[n : 2 * n])

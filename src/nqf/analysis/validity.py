@@ -129,8 +129,9 @@ def _quadratic_part(op: StructureOperator, M: torch.Tensor, W: torch.Tensor) -> 
     return f - op.offset
 
 
-def remainder_ratio(module: torch.nn.Module, units, X, op: StructureOperator, W, *,
-                    output: Callable | None = None) -> torch.Tensor:
+def remainder_ratio(
+    module: torch.nn.Module, units, X, op: StructureOperator, W, *, output: Callable | None = None
+) -> torch.Tensor:
     r"""``‖f_net(W) − f(0) − f_quad(W)‖ / ‖f_quad(W)‖`` for each saved ``W``.
 
     Parameters
@@ -174,9 +175,18 @@ def remainder_ratio(module: torch.nn.Module, units, X, op: StructureOperator, W,
     return res[0] if single else res
 
 
-def validity_report(module: torch.nn.Module, units, X, op: StructureOperator, network: Trajectory,
-                    nqf: Trajectory, *, fraction: float = 0.1, switch_fraction: float = 0.5,
-                    output: Callable | None = None) -> ValidityReport:
+def validity_report(
+    module: torch.nn.Module,
+    units,
+    X,
+    op: StructureOperator,
+    network: Trajectory,
+    nqf: Trajectory,
+    *,
+    fraction: float = 0.1,
+    switch_fraction: float = 0.5,
+    output: Callable | None = None,
+) -> ValidityReport:
     """Compare a network run with the NQF run from the same ``W(0)`` (same steps and ``save_every``).
 
     Parameters
@@ -202,7 +212,8 @@ def validity_report(module: torch.nn.Module, units, X, op: StructureOperator, ne
     tn, tq = network.t[:K].cpu(), nqf.t[:K].cpu()
     if not torch.allclose(tn, tq, rtol=1e-9, atol=1e-12):
         raise InvalidParameterError(
-            "`network` and `nqf` must be saved on the same time grid (same lr, steps, save_every)")
+            "`network` and `nqf` must be saved on the same time grid (same lr, steps, save_every)"
+        )
     Ln, Lq = network.loss[:K].cpu(), nqf.loss[:K].cpu()
     gap = (Ln - Lq).abs()
     drop = float(Lq[0] - Lq.min()) if K else 0.0
@@ -216,15 +227,39 @@ def validity_report(module: torch.nn.Module, units, X, op: StructureOperator, ne
             sw, gsw = float(tn[j]), float(gap[j])
             ngsw = gsw / drop
     rho = remainder_ratio(module, units, X, op, network.W[:K], output=output)
-    return ValidityReport(t=tn, remainder_ratio=rho, loss_network=Ln, loss_nqf=Lq, gap=gap, loss_drop=drop,
-                          fraction=float(fraction), separation_time=sep, switch_time=sw, gap_at_switch=gsw,
-                          normalised_gap_at_switch=ngsw)
+    return ValidityReport(
+        t=tn,
+        remainder_ratio=rho,
+        loss_network=Ln,
+        loss_nqf=Lq,
+        gap=gap,
+        loss_drop=drop,
+        fraction=float(fraction),
+        separation_time=sep,
+        switch_time=sw,
+        gap_at_switch=gsw,
+        normalised_gap_at_switch=ngsw,
+    )
 
 
-def validity_sweep(module: torch.nn.Module, units, X, y, op: StructureOperator, W_dir, eps, *, lr: float,
-                   steps: int | Callable[[float], int], loss: str = "mse", output: Callable | None = None,
-                   fraction: float = 0.1, switch_fraction: float = 0.5, early_time: float | None = None,
-                   save_every: int | Callable[[float], int] | None = None) -> ValiditySweep:
+def validity_sweep(
+    module: torch.nn.Module,
+    units,
+    X,
+    y,
+    op: StructureOperator,
+    W_dir,
+    eps,
+    *,
+    lr: float,
+    steps: int | Callable[[float], int],
+    loss: str = "mse",
+    output: Callable | None = None,
+    fraction: float = 0.1,
+    switch_fraction: float = 0.5,
+    early_time: float | None = None,
+    save_every: int | Callable[[float], int] | None = None,
+) -> ValiditySweep:
     r"""Run NQF and network from ``W(0) = √ε W_dir`` for each ε and collect the validity numbers.
 
     Parameters
@@ -261,10 +296,12 @@ def validity_sweep(module: torch.nn.Module, units, X, y, op: StructureOperator, 
         se = save_every(e) if callable(save_every) else save_every
         W0 = math.sqrt(e) * W_dir
         q = simulate(op, y, W0=W0, lr=lr, steps=n, loss=loss, save_every=se, save_M=False)
-        net = train_network(module, units, X, y, W0=W0, lr=lr, steps=n, loss=loss, output=output, save_every=se,
-                            save_M=False)
-        rep = validity_report(module, units, X, op, net, q, fraction=fraction, switch_fraction=switch_fraction,
-                              output=output)
+        net = train_network(
+            module, units, X, y, W0=W0, lr=lr, steps=n, loss=loss, output=output, save_every=se, save_M=False
+        )
+        rep = validity_report(
+            module, units, X, op, net, q, fraction=fraction, switch_fraction=switch_fraction, output=output
+        )
         reports.append(rep)
         if early_time is not None:
             j = int(torch.argmin((rep.t - early_time).abs()))
@@ -277,10 +314,15 @@ def validity_sweep(module: torch.nn.Module, units, X, y, op: StructureOperator, 
         return np.array([np.nan if getattr(r, name) is None else getattr(r, name) for r in reports], float)
 
     ng = arr("normalised_gap_at_switch")
-    return ValiditySweep(eps=eps, reports=reports, switch_time=arr("switch_time"),
-                         separation_time=arr("separation_time"), gap_at_switch=arr("gap_at_switch"),
-                         normalised_gap_at_switch=ng,
-                         early_gap=np.array(early) if early_time is not None else None,
-                         early_normalised_gap=np.array(early_n) if early_time is not None else None,
-                         slope=_loglog_slope(eps, ng),
-                         early_slope=_loglog_slope(eps, early_n) if early_time is not None else float("nan"))
+    return ValiditySweep(
+        eps=eps,
+        reports=reports,
+        switch_time=arr("switch_time"),
+        separation_time=arr("separation_time"),
+        gap_at_switch=arr("gap_at_switch"),
+        normalised_gap_at_switch=ng,
+        early_gap=np.array(early) if early_time is not None else None,
+        early_normalised_gap=np.array(early_n) if early_time is not None else None,
+        slope=_loglog_slope(eps, ng),
+        early_slope=_loglog_slope(eps, early_n) if early_time is not None else float("nan"),
+    )

@@ -21,17 +21,35 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _ATTRS: dict[str, str] = {
-    "analyze": "pipeline", "predict": "pipeline", "prepare_analysis": "pipeline",
-    "Analysis": "result", "Prediction": "result", "CheckRow": "result",
-    "FoundUnits": "discover", "choose_units": "discover", "find_unit_layers": "discover",
+    "analyze": "pipeline",
+    "predict": "pipeline",
+    "prepare_analysis": "pipeline",
+    "Analysis": "result",
+    "Prediction": "result",
+    "CheckRow": "result",
+    "FoundUnits": "discover",
+    "choose_units": "discover",
+    "find_unit_layers": "discover",
     "build_model": "models",
-    "initial_weights": "..analysis.schedule", "stable_learning_rate": "..analysis.schedule",
+    "initial_weights": "..analysis.schedule",
+    "stable_learning_rate": "..analysis.schedule",
     "step_count": "..analysis.schedule",
 }
 
 __all__ = [  # equal to the keys of _ATTRS
-    "Analysis", "CheckRow", "FoundUnits", "Prediction", "analyze", "build_model", "choose_units", "find_unit_layers",
-    "initial_weights", "predict", "prepare_analysis", "stable_learning_rate", "step_count",
+    "Analysis",
+    "CheckRow",
+    "FoundUnits",
+    "Prediction",
+    "analyze",
+    "build_model",
+    "choose_units",
+    "find_unit_layers",
+    "initial_weights",
+    "predict",
+    "prepare_analysis",
+    "stable_learning_rate",
+    "step_count",
 ]
 
 if TYPE_CHECKING:

@@ -19,8 +19,7 @@ from ..errors import NormalFormError
 from ..structure.commute import commutator_defect
 from .result import CheckRow
 
-__all__ = ["check_smooth", "check_symmetry", "check_zgz", "check_commutation",
-           "check_width", "estimate_row"]
+__all__ = ["check_smooth", "check_symmetry", "check_zgz", "check_commutation", "check_width", "estimate_row"]
 
 _SMOOTH_ALTERNATIVES = "tanh, GELU, erf, sin or a centred softplus (e.g. --model mlp:width=256,act=tanh)"
 
@@ -40,13 +39,14 @@ def check_smooth(module: nn.Module) -> CheckRow:
             raise NormalFormError(
                 f"`model`: layer `{name or type(module).__name__}` is {type(sub).__name__}, which is not smooth at 0 "
                 f"(the NQF expands the network around zero weights to second order; a kink has no curvature "
-                f"there and the prediction would be silently wrong); use {_SMOOTH_ALTERNATIVES}")
+                f"there and the prediction would be silently wrong); use {_SMOOTH_ALTERNATIVES}"
+            )
     return CheckRow("smooth at 0", "no non-smooth layer", "C³ at zero weights", "ok")
 
 
 def check_symmetry(module: nn.Module, layout, X: torch.Tensor, seed: int = 0) -> CheckRow:
     """``max |f(W) − f(Wπ)| / max |f|`` for random ``W`` and generating permutations ``π``."""
-    from ..structure.autodiff import check_permutation_symmetry
+    from ..structure import check_permutation_symmetry
 
     dev = check_permutation_symmetry(module, layout, X[:16], seed=seed)
     return CheckRow("unit symmetry", f"{dev:.1e}", "f(W) = f(Wπ) to round-off", "ok")
@@ -66,7 +66,8 @@ def check_zgz(op, offset: torch.Tensor, how: str, activation=None) -> CheckRow:
     raise NormalFormError(
         f"`model`: the zero-gradient condition fails{extra}: a unit at zero still receives a gradient, so the "
         "dynamics do not close on M = W Wᵀ and no staircase can be predicted; use an activation with σ(0) = 0 "
-        "(tanh, GELU, erf, sin, centred softplus)")
+        "(tanh, GELU, erf, sin, centred softplus)"
+    )
 
 
 def check_commutation(op, rtol: float = 1e-9) -> tuple[CheckRow, bool]:
@@ -76,19 +77,32 @@ def check_commutation(op, rtol: float = 1e-9) -> tuple[CheckRow, bool]:
     """
     value = commutator_defect(op)
     yes = value <= rtol
-    note = ("commuting: Lotka–Volterra reduction" if yes else
-            "not commuting: greedy saddle sequence (nqf.reductions.saddles.saddle_sequence)")
+    note = (
+        "commuting: Lotka–Volterra reduction"
+        if yes
+        else "not commuting: greedy saddle sequence (nqf.reductions.saddles.saddle_sequence)"
+    )
     return CheckRow("commutation", f"{value:.2e}", f"≤ {rtol:g} for Lotka–Volterra", "ok", note), yes
 
 
 def check_width(width: int, p: int) -> CheckRow:
     if width >= p:
         return CheckRow("width vs p", f"m = {width}, p = {p}", "m ≥ p for M(0) = εI", "ok")
-    return CheckRow("width vs p", f"m = {width}, p = {p}", "m ≥ p for M(0) = εI", "warn",
-                    f"M(0) = εΠ with Π a random rank-{width} projector; weight-form simulation")
+    return CheckRow(
+        "width vs p",
+        f"m = {width}, p = {p}",
+        "m ≥ p for M(0) = εI",
+        "warn",
+        f"M(0) = εΠ with Π a random rank-{width} projector; weight-form simulation",
+    )
 
 
 def estimate_row(seconds: float, nbytes: float) -> CheckRow:
     """Memory and time estimate (before the long runs)."""
-    return CheckRow("memory and time", f"{nbytes / 2**20:.0f} MiB, ~{seconds:.0f} s",
-                    "estimated before the runs", "ok", "from the array sizes and one timed step of each run")
+    return CheckRow(
+        "memory and time",
+        f"{nbytes / 2**20:.0f} MiB, ~{seconds:.0f} s",
+        "estimated before the runs",
+        "ok",
+        "from the array sizes and one timed step of each run",
+    )

@@ -21,10 +21,16 @@ def register(app: typer.Typer) -> None:
 
     @app.command("analyze")
     def analyze_cmd(
-        model: str = typer.Option("mlp:width=256,act=tanh", "--model",
-                                  help="FILE.py:FACTORY or a built-in spec mlp:width=INT,act=NAME[,bias=true]."),
-        data: str = typer.Option(..., "--data", help="digits, iris, wine, breast_cancer, diabetes, linnerud, or a "
-                                                     ".npz (X, Y) / .csv / .pt file."),
+        model: str = typer.Option(
+            "mlp:width=256,act=tanh",
+            "--model",
+            help="FILE.py:FACTORY or a built-in spec mlp:width=INT,act=NAME[,bias=true].",
+        ),
+        data: str = typer.Option(
+            ...,
+            "--data",
+            help="digits, iris, wine, breast_cancer, diabetes, linnerud, or a .npz (X, Y) / .csv / .pt file.",
+        ),
         target: str | None = typer.Option(None, "--target", help="CSV target column(s), names or 0-based indices."),
         units: str | None = typer.Option(None, "--units", help="Layer of units to analyse (default: first found)."),
         eps: float = typer.Option(1e-6, "--eps", help="Initial scale: M(0) = εI."),
@@ -54,8 +60,17 @@ def register(app: typer.Typer) -> None:
 
         torch.set_num_threads(threads)
         try:
-            params = AnalyzeParams(model=model, data=data, target=target, units=units, eps=eps, lr=lr, steps=steps,
-                                   subset=subset, standardize=not no_standardize)
+            params = AnalyzeParams(
+                model=model,
+                data=data,
+                target=target,
+                units=units,
+                eps=eps,
+                lr=lr,
+                steps=steps,
+                subset=subset,
+                standardize=not no_standardize,
+            )
         except ValidationError as exc:  # one line naming the flag
             err = exc.errors()[0]
             fail(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}")
@@ -71,8 +86,9 @@ def register(app: typer.Typer) -> None:
         from ..experiments.runner import run_experiment
 
         try:
-            results = run_experiment(exp, params, out, seed=seed, force=force,
-                                     show_progress=(not as_json) and sys.stderr.isatty())
+            results = run_experiment(
+                exp, params, out, seed=seed, force=force, show_progress=(not as_json) and sys.stderr.isatty()
+            )
         except NQFError as exc:
             fail(str(exc))
         except KeyboardInterrupt:
@@ -85,8 +101,12 @@ def register(app: typer.Typer) -> None:
         a = exp.analysis
         assert a is not None  # set by a complete run
         if as_json:
-            typer.echo(json.dumps({"analysis": a.to_dict(), "run_directory": str(out),
-                                   "wall_seconds": results["wall_seconds"]}, indent=2))
+            typer.echo(
+                json.dumps(
+                    {"analysis": a.to_dict(), "run_directory": str(out), "wall_seconds": results["wall_seconds"]},
+                    indent=2,
+                )
+            )
             return
         print_analysis(a, typer.echo)
         typer.echo("")

@@ -28,9 +28,28 @@ __all__ = ["FoundUnits", "find_unit_layers", "choose_units", "structure_of", "ou
 
 #: Elementwise activation modules (smooth and non-smooth: the smoothness check judges them).
 ELEMENTWISE: tuple[type[nn.Module], ...] = (
-    nn.Tanh, nn.GELU, nn.Sigmoid, nn.SiLU, nn.Softplus, nn.Mish, nn.Softsign, nn.Tanhshrink, nn.Identity,
-    nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.PReLU, nn.RReLU, nn.ELU, nn.CELU, nn.SELU, nn.Hardtanh, nn.Hardswish,
-    nn.Hardsigmoid, nn.Hardshrink, nn.Softshrink,
+    nn.Tanh,
+    nn.GELU,
+    nn.Sigmoid,
+    nn.SiLU,
+    nn.Softplus,
+    nn.Mish,
+    nn.Softsign,
+    nn.Tanhshrink,
+    nn.Identity,
+    nn.ReLU,
+    nn.ReLU6,
+    nn.LeakyReLU,
+    nn.PReLU,
+    nn.RReLU,
+    nn.ELU,
+    nn.CELU,
+    nn.SELU,
+    nn.Hardtanh,
+    nn.Hardswish,
+    nn.Hardsigmoid,
+    nn.Hardshrink,
+    nn.Softshrink,
 )
 
 
@@ -63,11 +82,18 @@ class FoundUnits(Result):
 
     def to_dict(self) -> dict:
         """JSON-ready: the layer, its units and layout (the activation by its class name)."""
-        return {"name": self.name, "kind": self.kind, "n_units": self.n_units, "p": self.p,
-                "activation": None if self.activation is None else type(self.activation).__name__,
-                "is_whole_mlp": self.is_whole_mlp, "bias": self.bias,
-                "layout": [{"param": s.param, "axis": s.axis, "size": s.size, "offset": s.offset}
-                           for s in self.layout.slices]}
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "n_units": self.n_units,
+            "p": self.p,
+            "activation": None if self.activation is None else type(self.activation).__name__,
+            "is_whole_mlp": self.is_whole_mlp,
+            "bias": self.bias,
+            "layout": [
+                {"param": s.param, "axis": s.axis, "size": s.size, "offset": s.offset} for s in self.layout.slices
+            ],
+        }
 
     def describe(self) -> str:
         act = "" if self.activation is None else f", activation {type(self.activation).__name__}"
@@ -81,8 +107,11 @@ def _mlp_blocks(module: nn.Module) -> list[FoundUnits]:
     if isinstance(units, UnitLayout) and hasattr(module, "input"):
         lay = units.resolve(params)
         act = getattr(module, "activation", None)
-        found.append(FoundUnits("input", "mlp-hidden", lay, lay.m, lay.p(params), act, True,
-                                getattr(module, "bias", False) is True))
+        found.append(
+            FoundUnits(
+                "input", "mlp-hidden", lay, lay.m, lay.p(params), act, True, getattr(module, "bias", False) is True
+            )
+        )
         return found
     for prefix, seq in module.named_modules():
         if not isinstance(seq, nn.Sequential):
@@ -92,9 +121,12 @@ def _mlp_blocks(module: nn.Module) -> list[FoundUnits]:
             (n_in, lin), (_, act), (n_out, lout) = kids[i], kids[i + 1], kids[i + 2]
             from .models import Elementwise
 
-            if not (isinstance(lin, nn.Linear) and isinstance(lout, nn.Linear)
-                    and isinstance(act, ELEMENTWISE + (Elementwise,))
-                    and lin.out_features == lout.in_features):
+            if not (
+                isinstance(lin, nn.Linear)
+                and isinstance(lout, nn.Linear)
+                and isinstance(act, ELEMENTWISE + (Elementwise,))
+                and lin.out_features == lout.in_features
+            ):
                 continue
             pre = f"{prefix}." if prefix else ""
             slices = [UnitSlice(f"{pre}{n_out}.weight", axis=1), UnitSlice(f"{pre}{n_in}.weight", axis=0)]
@@ -102,8 +134,9 @@ def _mlp_blocks(module: nn.Module) -> list[FoundUnits]:
                 slices.append(UnitSlice(f"{pre}{n_in}.bias", axis=0))
             lay = UnitLayout(slices).resolve(params)
             whole = seq is module and len(kids) == 3
-            found.append(FoundUnits(f"{pre}{n_in}", "mlp-hidden", lay, lay.m, lay.p(params), act, whole,
-                                    lin.bias is not None))
+            found.append(
+                FoundUnits(f"{pre}{n_in}", "mlp-hidden", lay, lay.m, lay.p(params), act, whole, lin.bias is not None)
+            )
     return found
 
 
@@ -146,7 +179,8 @@ def choose_units(module: nn.Module, name: str | None = None) -> FoundUnits:
         raise NormalFormError(
             f"`model`: no interchangeable units found in {type(module).__name__} (looked for hidden neurons "
             "between two nn.Linear layers with an elementwise activation, attention heads, conv channels and "
-            "experts); the NQF describes layers of units that can be permuted")
+            "experts); the NQF describes layers of units that can be permuted"
+        )
     if name is None:
         return layers[0]
     for f in layers:
@@ -186,8 +220,9 @@ def output_at_zero(module: nn.Module, layout: UnitLayout, X: torch.Tensor) -> to
     return out.reshape(out.shape[0], -1)
 
 
-def structure_of(module: nn.Module, found: FoundUnits, X: torch.Tensor, *, memory_budget: float = 2e9,
-                 check_samples: int = 8):
+def structure_of(
+    module: nn.Module, found: FoundUnits, X: torch.Tensor, *, memory_budget: float = 2e9, check_samples: int = 8
+):
     """Structure operator of the chosen units on inputs ``X``.
 
     Returns
@@ -218,6 +253,7 @@ def structure_of(module: nn.Module, found: FoundUnits, X: torch.Tensor, *, memor
         raise NormalFormError(
             f"`model`: the autodiff structure operator of {found.describe()} needs {need / 1e9:.1f} GB "
             f"(N·C·p² float64, twice), over the budget of {memory_budget / 1e9:.1f} GB; use --subset to analyse "
-            "fewer samples")
+            "fewer samples"
+        )
     op = from_module(module, found.layout, X, zgz="carry")
     return op, op.offset, "autodiff"

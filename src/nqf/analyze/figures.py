@@ -25,13 +25,14 @@ def analysis_figure(a):
         ax.axvline(a.validity["left_time"], color="C2", lw=1.2, label="left the quadratic regime")
     ax.set_xlabel("training time t = η·steps")
     ax.set_ylabel("loss L")
-    ax.set_title(f"{a.data}: ε = {a.eps:g}, width {a.width}, p = {a.p} (dashed red: predicted drops)", fontsize=9,
-                 pad=14)
+    ax.set_title(
+        f"{a.data}: ε = {a.eps:g}, width {a.width}, p = {a.p} (dashed red: predicted drops)", fontsize=9, pad=14
+    )
     ax.legend(fontsize=8, loc="upper right")
     S_real, S_nqf = c.get("strength_real"), c.get("strength_nqf")
     if S_real is not None and S_real.shape[1]:
         for k in range(S_real.shape[1]):
-            line, = ax2.semilogy(t, np.maximum(S_real[:, k], 1e-300), lw=1.6, label=f"mode {k + 1}")
+            (line,) = ax2.semilogy(t, np.maximum(S_real[:, k], 1e-300), lw=1.6, label=f"mode {k + 1}")
             ax2.semilogy(t, np.maximum(S_nqf[:, k], 1e-300), "--", lw=1.0, color=line.get_color())
         mark_times(ax2, P.times, None)
         lo = max(float(np.nanmin(S_real[S_real > 0])) if (S_real > 0).any() else 1e-12, a.eps / 10)

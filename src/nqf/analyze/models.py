@@ -54,8 +54,9 @@ class Elementwise(nn.Module):
 
 
 def _activation_module(name: str) -> nn.Module:
-    return {"tanh": nn.Tanh, "gelu": nn.GELU, "sigmoid": nn.Sigmoid, "linear": nn.Identity,
-            "relu": nn.ReLU}.get(name, lambda: Elementwise(name))()
+    return {"tanh": nn.Tanh, "gelu": nn.GELU, "sigmoid": nn.Sigmoid, "linear": nn.Identity, "relu": nn.ReLU}.get(
+        name, lambda: Elementwise(name)
+    )()
 
 
 def parse_spec(spec: str) -> tuple[str, dict]:
@@ -69,8 +70,10 @@ def parse_spec(spec: str) -> tuple[str, dict]:
     kind, _, rest = str(spec).partition(":")
     kind = kind.strip().lower()
     if kind not in MODEL_KINDS:
-        raise ModelSpecError(f"`model`: expected a built-in spec ({', '.join(k + ':…' for k in MODEL_KINDS)}) or "
-                             f"FILE.py:FACTORY; found {spec!r}")
+        raise ModelSpecError(
+            f"`model`: expected a built-in spec ({', '.join(k + ':…' for k in MODEL_KINDS)}) or "
+            f"FILE.py:FACTORY; found {spec!r}"
+        )
     opts: dict = {"width": 256, "act": "tanh", "bias": False}
     for item in [i.strip() for i in rest.split(",") if i.strip()]:
         key, eq, val = item.partition("=")
@@ -168,10 +171,13 @@ def build_model(spec, in_features: int, n_outputs: int, *, seed: int = 0) -> nn.
         except Exception as exc:  # noqa: BLE001
             raise ModelSpecError(f"`model`: the factory {spec} raised {type(exc).__name__}: {exc}") from exc
         if not isinstance(model, nn.Module):
-            raise ModelSpecError(f"`model`: the factory {spec} must return a torch.nn.Module; found "
-                                 f"{type(model).__name__}")
+            raise ModelSpecError(
+                f"`model`: the factory {spec} must return a torch.nn.Module; found {type(model).__name__}"
+            )
         return model.to(torch.float64)
     kind, o = parse_spec(spec)
-    return nn.Sequential(nn.Linear(in_features, o["width"], bias=o["bias"], dtype=torch.float64),
-                         _activation_module(o["act"]),
-                         nn.Linear(o["width"], n_outputs, bias=False, dtype=torch.float64))
+    return nn.Sequential(
+        nn.Linear(in_features, o["width"], bias=o["bias"], dtype=torch.float64),
+        _activation_module(o["act"]),
+        nn.Linear(o["width"], n_outputs, bias=False, dtype=torch.float64),
+    )

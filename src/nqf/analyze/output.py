@@ -35,8 +35,15 @@ class AnalyzeParams(Params):
 def load_data(P: AnalyzeParams, seed: int = 0):
     from ..data import load_dataset
 
-    return load_dataset(P.data, target=P.target, standardize=P.standardize, one_hot=P.one_hot, center=P.center,
-                        subset=P.subset, seed=seed)
+    return load_dataset(
+        P.data,
+        target=P.target,
+        standardize=P.standardize,
+        one_hot=P.one_hot,
+        center=P.center,
+        subset=P.subset,
+        seed=seed,
+    )
 
 
 class AnalyzeExperiment(Experiment):
@@ -55,9 +62,18 @@ class AnalyzeExperiment(Experiment):
         from .pipeline import analyze
 
         data = load_data(params, ctx.seed)
-        a = analyze(params.model, data, eps=params.eps, units=params.units, lr=params.lr, steps=params.steps,
-                    seed=ctx.seed, gap_tolerance=params.gap_tolerance, flat_threshold=params.flat_threshold,
-                    log=self.log)
+        a = analyze(
+            params.model,
+            data,
+            eps=params.eps,
+            units=params.units,
+            lr=params.lr,
+            steps=params.steps,
+            seed=ctx.seed,
+            gap_tolerance=params.gap_tolerance,
+            flat_threshold=params.flat_threshold,
+            log=self.log,
+        )
         self.analysis = a
         fill_outcome(a, out)
 
@@ -65,37 +81,88 @@ class AnalyzeExperiment(Experiment):
 def fill_outcome(a: Analysis, out: Outcome) -> None:
     """Tables, checks, metrics, arrays, figures and summary of an analysis."""
     P = a.prediction
-    out.tables.append(Table("Assumption checks", ["check", "value", "criterion", "status", "note"],
-                            [[c.name, c.value, c.criterion, c.status, c.note] for c in a.checks]))
-    out.tables.append(Table(
-        "Plateaus and drops", list(Analysis.TABLE_COLUMNS), a.table(),
-        caption=("levels: loss at the middle of each predicted plateau; times: first downward crossing of "
-                 "(L_{k−1}+L_k)/2; errors relative to the prediction; flatness = loss change across the middle "
-                 f"third of the plateau / adjacent drop (flat ≤ {a.real.flat_threshold:g})")))
+    out.tables.append(
+        Table(
+            "Assumption checks",
+            ["check", "value", "criterion", "status", "note"],
+            [[c.name, c.value, c.criterion, c.status, c.note] for c in a.checks],
+        )
+    )
+    out.tables.append(
+        Table(
+            "Plateaus and drops",
+            list(Analysis.TABLE_COLUMNS),
+            a.table(),
+            caption=(
+                "levels: loss at the middle of each predicted plateau; times: first downward crossing of "
+                "(L_{k−1}+L_k)/2; errors relative to the prediction; flatness = loss change across the middle "
+                f"third of the plateau / adjacent drop (flat ≤ {a.real.flat_threshold:g})"
+            ),
+        )
+    )
     v = a.validity
-    out.tables.append(Table("Validity", ["quantity", "value"], [
-        ["max |L_real − L_NQF| / L_NQF", v["max_gap"]], ["gap tolerance", v["gap_tolerance"]],
-        ["NQF global minimum", v["nqf_minimum"]], ["final loss (real)", v["final_real"]],
-        ["final loss (NQF)", v["final_nqf"]], ["left the quadratic regime at step", v["left_step"]],
-        ["reason", v["reason"] or "stayed"]]))
+    out.tables.append(
+        Table(
+            "Validity",
+            ["quantity", "value"],
+            [
+                ["max |L_real − L_NQF| / L_NQF", v["max_gap"]],
+                ["gap tolerance", v["gap_tolerance"]],
+                ["NQF global minimum", v["nqf_minimum"]],
+                ["final loss (real)", v["final_real"]],
+                ["final loss (NQF)", v["final_nqf"]],
+                ["left the quadratic regime at step", v["left_step"]],
+                ["reason", v["reason"] or "stayed"],
+            ],
+        )
+    )
     for k in range(P.n_drops):
-        out.checks.append(Check(f"drop {k + 1}: escape time (real network)", float(P.times[k]),
-                                float(a.real.times_measured[k]), None))
-        out.checks.append(Check(f"plateau {k + 1}: level (real network)", float(P.levels[k + 1]),
-                                float(a.real.levels_measured[k + 1]), None))
-    out.metrics.update({"eps": a.eps, "lr": a.lr, "steps": a.steps, "p": a.p, "width": a.width,
-                        "n_samples": a.n_samples, "method": P.method, "drops": P.n_drops,
-                        "max_gap_real_vs_nqf": v["max_gap"], "left_step": v["left_step"],
-                        "trust": a.verdict["trust"], "max_time_error_real": a.verdict["max_time_error"],
-                        "max_level_error_real": a.verdict["max_level_error"],
-                        **{f"seconds_{k}": s for k, s in a.timings.items()}})
+        out.checks.append(
+            Check(f"drop {k + 1}: escape time (real network)", float(P.times[k]), float(a.real.times_measured[k]), None)
+        )
+        out.checks.append(
+            Check(
+                f"plateau {k + 1}: level (real network)",
+                float(P.levels[k + 1]),
+                float(a.real.levels_measured[k + 1]),
+                None,
+            )
+        )
+    out.metrics.update(
+        {
+            "eps": a.eps,
+            "lr": a.lr,
+            "steps": a.steps,
+            "p": a.p,
+            "width": a.width,
+            "n_samples": a.n_samples,
+            "method": P.method,
+            "drops": P.n_drops,
+            "max_gap_real_vs_nqf": v["max_gap"],
+            "left_step": v["left_step"],
+            "trust": a.verdict["trust"],
+            "max_time_error_real": a.verdict["max_time_error"],
+            "max_level_error_real": a.verdict["max_level_error"],
+            **{f"seconds_{k}": s for k, s in a.timings.items()},
+        }
+    )
     out.arrays.update({k: v for k, v in a.curves.items()})
-    out.arrays.update({"levels_predicted": P.levels, "times_predicted": P.times,
-                       "times_leading_order": P.times_leading, "escape_rates": P.rates})
+    out.arrays.update(
+        {
+            "levels_predicted": P.levels,
+            "times_predicted": P.times,
+            "times_leading_order": P.times_leading,
+            "escape_rates": P.rates,
+        }
+    )
     out.figures["analysis"] = a.plot()
-    out.summary.extend([f"model {a.model}, data {a.data} (N = {a.n_samples}, C = {a.n_outputs}); {a.units}; "
-                        f"operator {a.operator}; ε = {a.eps:g}, η = {a.lr:.4g}, {a.steps} steps"]
-                       + list(a.verdict["text"]))
+    out.summary.extend(
+        [
+            f"model {a.model}, data {a.data} (N = {a.n_samples}, C = {a.n_outputs}); {a.units}; "
+            f"operator {a.operator}; ε = {a.eps:g}, η = {a.lr:.4g}, {a.steps} steps"
+        ]
+        + list(a.verdict["text"])
+    )
 
 
 def save_analysis(a: Analysis, out_dir, *, force: bool = False) -> dict:
@@ -121,8 +188,19 @@ def print_analysis(a: Analysis, echo=print) -> None:
     cols = ["k", "rank", "L pred", "L NQF", "L real", "err", "t pred", "t NQF", "t real", "err", "flat"]
     echo("  " + " ".join(f"{h:>8}" for h in cols))
     for r in a.table():
-        cells = [r[0], r[1], r[2], r[3], r[4], r[6], r[7], r[8], r[9], r[11],
-                 f"{format_cell(r[13])} ({format_cell(r[12])})" if r[12] is not None else format_cell(r[13])]
+        cells = [
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            r[4],
+            r[6],
+            r[7],
+            r[8],
+            r[9],
+            r[11],
+            f"{format_cell(r[13])} ({format_cell(r[12])})" if r[12] is not None else format_cell(r[13]),
+        ]
         echo("  " + " ".join(f"{format_cell(c):>8}" for c in cells))
     echo("  (err: real network vs prediction; flat: loss change across the plateau / adjacent drop)")
     echo("")

@@ -65,7 +65,7 @@ def predict(op, Y, eps: float, *, commuting: bool, M0=None) -> Prediction:
     """
     from ..reductions.saddles import saddle_sequence
 
-    dense_entries = op.n_samples * op.n_outputs * op.p ** 2
+    dense_entries = op.n_samples * op.n_outputs * op.p**2
     if commuting and dense_entries <= LV_MAX_ENTRIES:
         from ..reductions.lv import reduce
 
@@ -79,9 +79,19 @@ def predict(op, Y, eps: float, *, commuting: bool, M0=None) -> Prediction:
         zeta = lv.zeta.numpy()
         rates = np.concatenate([zeta[pl.modes.numpy()], [0.0]]) if times.size else np.array([0.0])
         ranks = np.arange(times.size + 1)
-        return Prediction("lotka-volterra", levels, times, times.copy(), rates, ranks, dirs,
-                          True, float(eps), ("commuting data: Lotka–Volterra reduction",),
-                          ("Lotka–Volterra",) * int(times.size))
+        return Prediction(
+            "lotka-volterra",
+            levels,
+            times,
+            times.copy(),
+            rates,
+            ranks,
+            dirs,
+            True,
+            float(eps),
+            ("commuting data: Lotka–Volterra reduction",),
+            ("Lotka–Volterra",) * int(times.size),
+        )
     from ..reductions.saddles.clock import predicted_escape_times
 
     seq = saddle_sequence(op, Y, rule="commuting" if commuting else "generic")
@@ -89,14 +99,30 @@ def predict(op, Y, eps: float, *, commuting: bool, M0=None) -> Prediction:
     times, rules = predicted_escape_times(seq, eps) if K else (np.zeros(0), ())
     lead = seq.escape_times(eps, offset=False) if K else np.zeros(0)
     dirs = np.stack([seq.saddles[k].escape_direction[:, 0].numpy() for k in range(K)], 1) if K else np.zeros((op.p, 0))
-    notes = ["drop times: the first with its exact O(1) offset; later ones with the O(1) correction of the "
-             "small-part recursion where it applies, else leading order τ_k ln(1/ε) (rule per drop in "
-             "time_rules)"] + list(seq.notes)
+    notes = [
+        "drop times: the first with its exact O(1) offset; later ones with the O(1) correction of the "
+        "small-part recursion where it applies, else leading order τ_k ln(1/ε) (rule per drop in "
+        "time_rules)"
+    ] + list(seq.notes)
     if commuting:
-        notes.insert(0, "commuting data too large for the dense Lotka–Volterra reduction: saddle sequence with "
-                        "the commuting rule (equal to the Lotka–Volterra ε → 0 limit)")
-    return Prediction("saddle-sequence", seq.plateau_levels, np.asarray(times), np.asarray(lead), seq.escape_rates,
-                      seq.ranks, dirs, bool(seq.global_minimum), float(eps), tuple(notes), tuple(rules))
+        notes.insert(
+            0,
+            "commuting data too large for the dense Lotka–Volterra reduction: saddle sequence with "
+            "the commuting rule (equal to the Lotka–Volterra ε → 0 limit)",
+        )
+    return Prediction(
+        "saddle-sequence",
+        seq.plateau_levels,
+        np.asarray(times),
+        np.asarray(lead),
+        seq.escape_rates,
+        seq.ranks,
+        dirs,
+        bool(seq.global_minimum),
+        float(eps),
+        tuple(notes),
+        tuple(rules),
+    )
 
 
 def _as_data(X, Y, name: str | None) -> Dataset:
@@ -135,10 +161,25 @@ def _timed_step_cost(fn) -> float:
     return (time.perf_counter() - t0) / 3.0
 
 
-def analyze(model, X, Y=None, *, eps: float = 1e-6, units: str | None = None, lr: float | None = None,
-            steps: int | None = None, loss: str = "mse", seed: int = 0, lr_fraction: float = 0.02,
-            save_points: int = 600, flat_threshold: float = FLAT_THRESHOLD, gap_tolerance: float = 0.05,
-            data_name: str | None = None, init_factor: float = 1.0, log=None) -> Analysis:
+def analyze(
+    model,
+    X,
+    Y=None,
+    *,
+    eps: float = 1e-6,
+    units: str | None = None,
+    lr: float | None = None,
+    steps: int | None = None,
+    loss: str = "mse",
+    seed: int = 0,
+    lr_fraction: float = 0.02,
+    save_points: int = 600,
+    flat_threshold: float = FLAT_THRESHOLD,
+    gap_tolerance: float = 0.05,
+    data_name: str | None = None,
+    init_factor: float = 1.0,
+    log=None,
+) -> Analysis:
     r"""Predict, simulate, train and compare: how a real network learns on real data, and how far to trust it.
 
     Parameters
@@ -227,10 +268,12 @@ def analyze(model, X, Y=None, *, eps: float = 1e-6, units: str | None = None, lr
 
     # memory and time, before the long runs: sizes and three timed steps of each
     net = copy.deepcopy(module)
-    c_real = _timed_step_cost(lambda: train_network(copy.deepcopy(module), found.layout, Xt, Yt, W0=W0, lr=lr, steps=3,
-                                                    save_W=False, save_M=False))
-    c_nqf = _timed_step_cost(lambda: simulate(op, Ynqf, W0=W0, lr=lr, steps=3, form=form, save_M=False,
-                                              save_W=False))
+    c_real = _timed_step_cost(
+        lambda: train_network(
+            copy.deepcopy(module), found.layout, Xt, Yt, W0=W0, lr=lr, steps=3, save_W=False, save_M=False
+        )
+    )
+    c_nqf = _timed_step_cost(lambda: simulate(op, Ynqf, W0=W0, lr=lr, steps=3, form=form, save_M=False, save_W=False))
     n_saved = steps // save_every + 2
     nbytes = 2 * n_saved * p * p * 8 + sum(v.numel() * 8 for v in module.parameters()) * 3
     rows.append(estimate_row((c_real + c_nqf) * steps, nbytes))
@@ -241,8 +284,9 @@ def analyze(model, X, Y=None, *, eps: float = 1e-6, units: str | None = None, lr
     timings["nqf_simulation"] = time.perf_counter() - t0
     say(f"NQF simulation: {timings['nqf_simulation']:.1f} s")
     t0 = time.perf_counter()
-    real = train_network(net, found.layout, Xt, Yt, W0=init_factor * W0, lr=lr, steps=steps,
-                         save_every=save_every, save_W=False)
+    real = train_network(
+        net, found.layout, Xt, Yt, W0=init_factor * W0, lr=lr, steps=steps, save_every=save_every, save_W=False
+    )
     timings["real_training"] = time.perf_counter() - t0
     say(f"real network: {timings['real_training']:.1f} s")
 
@@ -254,13 +298,32 @@ def analyze(model, X, Y=None, *, eps: float = 1e-6, units: str | None = None, lr
     Q = torch.as_tensor(pred.directions, dtype=torch.float64)
     strength = {}
     for key, tr in (("strength_real", real), ("strength_nqf", sim)):
-        strength[key] = (torch.einsum("pk,tpq,qk->tk", Q, tr.M[:n], Q).numpy() if tr.M is not None and Q.numel()
-                         else np.zeros((n, 0)))
+        strength[key] = (
+            torch.einsum("pk,tpq,qk->tk", Q, tr.M[:n], Q).numpy()
+            if tr.M is not None and Q.numel()
+            else np.zeros((n, 0))
+        )
     val = validity(t, Lr, Ln, torch.as_tensor(real.step)[:n].numpy(), pred, gap_tolerance)
     verdict = judge(pred, cmp_nqf, cmp_real, val, eps, found, m, p)
     curves = {"t": t, "loss_real": Lr, "loss_nqf": Ln, "loss_predicted": pred.loss_curve(t), **strength}
-    return Analysis(model=desc, data=data.name, units=found.describe(), operator=how, p=p, width=m,
-                    n_samples=data.n_samples, n_outputs=data.n_outputs, eps=eps, lr=float(lr), steps=int(steps),
-                    checks=tuple(rows), prediction=pred, nqf=cmp_nqf, real=cmp_real, validity=val, verdict=verdict,
-                    curves=curves, timings={k: round(v, 3) for k, v in timings.items()})
-
+    return Analysis(
+        model=desc,
+        data=data.name,
+        units=found.describe(),
+        operator=how,
+        p=p,
+        width=m,
+        n_samples=data.n_samples,
+        n_outputs=data.n_outputs,
+        eps=eps,
+        lr=float(lr),
+        steps=int(steps),
+        checks=tuple(rows),
+        prediction=pred,
+        nqf=cmp_nqf,
+        real=cmp_real,
+        validity=val,
+        verdict=verdict,
+        curves=curves,
+        timings={k: round(v, 3) for k, v in timings.items()},
+    )

@@ -31,8 +31,13 @@ class CheckRow(Result):
         return f"CheckRow({summarize(self.name)}, {summarize(self.value)}, status={self.status!r})"
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "value": self.value, "criterion": self.criterion, "status": self.status,
-                "note": self.note}
+        return {
+            "name": self.name,
+            "value": self.value,
+            "criterion": self.criterion,
+            "status": self.status,
+            "note": self.note,
+        }
 
 
 @dataclass(frozen=True)
@@ -85,14 +90,26 @@ class Prediction(Result):
         return self.levels[np.searchsorted(self.times, np.asarray(t, float), side="right")]
 
     def __repr__(self) -> str:
-        return (f"Prediction({self.method}, drops={self.n_drops}, L={self.levels[0]:.4g}→{self.levels[-1]:.4g}, "
-                f"t_1={self.times[0] if self.n_drops else math.nan:.4g}, eps={self.eps:g})")
+        return (
+            f"Prediction({self.method}, drops={self.n_drops}, L={self.levels[0]:.4g}→{self.levels[-1]:.4g}, "
+            f"t_1={self.times[0] if self.n_drops else math.nan:.4g}, eps={self.eps:g})"
+        )
 
     def to_dict(self) -> dict:
-        return _clean({"method": self.method, "levels": self.levels, "times": self.times,
-                       "times_leading": self.times_leading, "rates": self.rates, "ranks": self.ranks,
-                       "global_minimum": self.global_minimum, "eps": self.eps, "notes": list(self.notes),
-                       "time_rules": list(self.time_rules)})
+        return _clean(
+            {
+                "method": self.method,
+                "levels": self.levels,
+                "times": self.times,
+                "times_leading": self.times_leading,
+                "rates": self.rates,
+                "ranks": self.ranks,
+                "global_minimum": self.global_minimum,
+                "eps": self.eps,
+                "notes": list(self.notes),
+                "time_rules": list(self.time_rules),
+            }
+        )
 
 
 @dataclass(frozen=True)
@@ -146,18 +163,36 @@ class Analysis(Result):
     timings: dict = field(default_factory=dict, repr=False)
 
     def __repr__(self) -> str:
-        return (f"Analysis(model={summarize(self.model)}, data={summarize(self.data)}, p={self.p}, width={self.width}, "
-                f"eps={self.eps:g}, method={self.prediction.method}, drops={self.prediction.n_drops}, "
-                f"max_gap={self.validity.get('max_gap', math.nan):.3g}, trust={self.verdict.get('trust')!r})")
+        return (
+            f"Analysis(model={summarize(self.model)}, data={summarize(self.data)}, p={self.p}, width={self.width}, "
+            f"eps={self.eps:g}, method={self.prediction.method}, drops={self.prediction.n_drops}, "
+            f"max_gap={self.validity.get('max_gap', math.nan):.3g}, trust={self.verdict.get('trust')!r})"
+        )
 
     def to_dict(self) -> dict:
         """JSON-ready summary (curves excluded; see :attr:`curves`)."""
-        return _clean({
-            "model": self.model, "data": self.data, "units": self.units, "operator": self.operator, "p": self.p,
-            "width": self.width, "n_samples": self.n_samples, "n_outputs": self.n_outputs, "eps": self.eps,
-            "lr": self.lr, "steps": self.steps, "checks": [c.to_dict() for c in self.checks],
-            "prediction": self.prediction.to_dict(), "nqf": self.nqf.to_dict(), "real": self.real.to_dict(),
-            "validity": dict(self.validity), "verdict": dict(self.verdict), "timings": dict(self.timings)})
+        return _clean(
+            {
+                "model": self.model,
+                "data": self.data,
+                "units": self.units,
+                "operator": self.operator,
+                "p": self.p,
+                "width": self.width,
+                "n_samples": self.n_samples,
+                "n_outputs": self.n_outputs,
+                "eps": self.eps,
+                "lr": self.lr,
+                "steps": self.steps,
+                "checks": [c.to_dict() for c in self.checks],
+                "prediction": self.prediction.to_dict(),
+                "nqf": self.nqf.to_dict(),
+                "real": self.real.to_dict(),
+                "validity": dict(self.validity),
+                "verdict": dict(self.verdict),
+                "timings": dict(self.timings),
+            }
+        )
 
     def table(self) -> list[list]:
         """Per plateau ``k``: predicted / NQF / real level and drop time with relative errors, flatness."""
@@ -165,17 +200,44 @@ class Analysis(Result):
         rows = []
         for k in range(P.levels.size):
             tk = k - 1
-            rows.append([k, int(P.ranks[k]) if k < P.ranks.size else None, P.levels[k], S.levels_measured[k],
-                         R.levels_measured[k], S.level_errors[k], R.level_errors[k],
-                         P.times[tk] if k else None,
-                         (P.time_rules[tk] if tk < len(P.time_rules) else "") if k else "",
-                         S.times_measured[tk] if k else None,
-                         R.times_measured[tk] if k else None, S.time_errors[tk] if k else None,
-                         R.time_errors[tk] if k else None, R.flatness[k], bool(R.flat[k])])
+            rows.append(
+                [
+                    k,
+                    int(P.ranks[k]) if k < P.ranks.size else None,
+                    P.levels[k],
+                    S.levels_measured[k],
+                    R.levels_measured[k],
+                    S.level_errors[k],
+                    R.level_errors[k],
+                    P.times[tk] if k else None,
+                    (P.time_rules[tk] if tk < len(P.time_rules) else "") if k else "",
+                    S.times_measured[tk] if k else None,
+                    R.times_measured[tk] if k else None,
+                    S.time_errors[tk] if k else None,
+                    R.time_errors[tk] if k else None,
+                    R.flatness[k],
+                    bool(R.flat[k]),
+                ]
+            )
         return [_clean(r) for r in rows]
 
-    TABLE_COLUMNS = ("plateau k", "rank", "L pred", "L NQF", "L real", "err NQF", "err real", "t pred",
-                     "t rule", "t NQF", "t real", "err NQF", "err real", "flatness (real)", "flat")
+    TABLE_COLUMNS = (
+        "plateau k",
+        "rank",
+        "L pred",
+        "L NQF",
+        "L real",
+        "err NQF",
+        "err real",
+        "t pred",
+        "t rule",
+        "t NQF",
+        "t real",
+        "err NQF",
+        "err real",
+        "flatness (real)",
+        "flat",
+    )
 
     def plot(self):
         """Figure: loss curves (real, NQF, prediction; predicted times marked) and per-mode strengths."""

@@ -70,31 +70,49 @@ def judge(pred, cmp_nqf, cmp_real, val: dict, eps: float, found, width: int, p: 
         trust = "moderate"
     else:
         trust = "low"
-    text.append(f"{pred.method.replace('-', ' ')} predicts {K} drops from L = {pred.levels[0]:.4g} to "
-                f"{pred.levels[-1]:.4g}; against the real network the drops it reaches inside the quadratic regime "
-                f"({int(inside.sum())} of {K}) are within {_fmt_pct(max_te)} in time and {_fmt_pct(max_le)} in level "
-                f"(trust: {trust}).")
+    text.append(
+        f"{pred.method.replace('-', ' ')} predicts {K} drops from L = {pred.levels[0]:.4g} to "
+        f"{pred.levels[-1]:.4g}; against the real network the drops it reaches inside the quadratic regime "
+        f"({int(inside.sum())} of {K}) are within {_fmt_pct(max_te)} in time and {_fmt_pct(max_le)} in level "
+        f"(trust: {trust})."
+    )
     text.append(f"Real network vs NQF simulation: max relative gap {_fmt_pct(val['max_gap'])} over the run.")
     if val.get("left_step") is not None:
-        text.append(f"The network left the quadratic regime at step {val['left_step']} (t = {val['left_time']:.4g}): "
-                    f"{val['reason']}; predictions after that time do not describe this network"
-                    + (f" (final loss {val['final_real']:.4g} vs NQF minimum {val['nqf_minimum']:.4g})."
-                       if val.get("nqf_minimum") is not None else "."))
+        text.append(
+            f"The network left the quadratic regime at step {val['left_step']} (t = {val['left_time']:.4g}): "
+            f"{val['reason']}; predictions after that time do not describe this network"
+            + (
+                f" (final loss {val['final_real']:.4g} vs NQF minimum {val['nqf_minimum']:.4g})."
+                if val.get("nqf_minimum") is not None
+                else "."
+            )
+        )
     if not_flat:
-        text.append(f"Plateaus {not_flat} are not flat at ε = {eps:g} (the loss moves by more than "
-                    f"{cmp_real.flat_threshold:g} of the adjacent drop across their middle): neighbouring modes crowd "
-                    "together and the curve passes through those levels instead of resting on them; a smaller ε "
-                    "separates them (plateau lengths grow like ln(1/ε)).")
+        text.append(
+            f"Plateaus {not_flat} are not flat at ε = {eps:g} (the loss moves by more than "
+            f"{cmp_real.flat_threshold:g} of the adjacent drop across their middle): neighbouring modes crowd "
+            "together and the curve passes through those levels instead of resting on them; a smaller ε "
+            "separates them (plateau lengths grow like ln(1/ε))."
+        )
     rules = pred.time_rules
     n_lead = sum(r == "leading order" for r in rules)
     if n_lead:
         n_corr = sum(r == "O(1) recursion" for r in rules)
-        text.append(f"{n_lead} of the {K} escape times are leading order τ_k ln(1/ε) (the O(1) correction "
-                    f"applies to {n_corr} later drop(s): it stops at the first plateau shorter than the relaxation "
-                    f"into its saddle); their relative error is O(1/ln(1/ε)) = O({lead:.2g}) at this ε and "
-                    "shrinks as ε decreases.")
+        text.append(
+            f"{n_lead} of the {K} escape times are leading order τ_k ln(1/ε) (the O(1) correction "
+            f"applies to {n_corr} later drop(s): it stops at the first plateau shorter than the relaxation "
+            f"into its saddle); their relative error is O(1/ln(1/ε)) = O({lead:.2g}) at this ε and "
+            "shrinks as ε decreases."
+        )
     if width < p:
         text.append(f"The width {width} is below p = {p}: the start M(0) = εΠ is rank-deficient.")
-    return {"trust": trust, "text": text, "max_time_error": max_te, "max_level_error": max_le,
-            "drops_compared": int(inside.sum()), "flat_plateaus": flat, "not_flat_plateaus": not_flat,
-            "leading_order_scale": lead}
+    return {
+        "trust": trust,
+        "text": text,
+        "max_time_error": max_te,
+        "max_level_error": max_le,
+        "drops_compared": int(inside.sum()),
+        "flat_plateaus": flat,
+        "not_flat_plateaus": not_flat,
+        "leading_order_scale": lead,
+    }

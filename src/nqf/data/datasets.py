@@ -67,14 +67,22 @@ class Dataset:
         return int(self.Y.shape[1])
 
     def __repr__(self) -> str:
-        return (f"Dataset({self.name!r}, N={self.n_samples}, D={self.n_features}, C={self.n_outputs}, "
-                f"task={self.task!r}, preprocessing={self.preprocessing})")
+        return (
+            f"Dataset({self.name!r}, N={self.n_samples}, D={self.n_features}, C={self.n_outputs}, "
+            f"task={self.task!r}, preprocessing={self.preprocessing})"
+        )
 
     def to_dict(self) -> dict:
         """JSON-ready description (no arrays)."""
-        return {"name": self.name, "n_samples": self.n_samples, "n_features": self.n_features,
-                "n_outputs": self.n_outputs, "task": self.task, "preprocessing": dict(self.preprocessing),
-                "classes": [c if isinstance(c, (int, float, str)) else str(c) for c in self.classes]}
+        return {
+            "name": self.name,
+            "n_samples": self.n_samples,
+            "n_features": self.n_features,
+            "n_outputs": self.n_outputs,
+            "task": self.task,
+            "preprocessing": dict(self.preprocessing),
+            "classes": [c if isinstance(c, (int, float, str)) else str(c) for c in self.classes],
+        }
 
 
 # --------------------------------------------------------------------------- raw sources
@@ -88,8 +96,10 @@ def _builtin(name: str):
 
 def _split_columns(header: list[str], target: str | None, path: str) -> list[int]:
     if not target:
-        raise DataError(f"`target`: a CSV file needs the target column(s) (--target NAME[,NAME…] or 0-based "
-                        f"indices); {path} has columns {header}")
+        raise DataError(
+            f"`target`: a CSV file needs the target column(s) (--target NAME[,NAME…] or 0-based "
+            f"indices); {path} has columns {header}"
+        )
     idx = []
     for tok in [t.strip() for t in str(target).split(",") if t.strip()]:
         if tok in header:
@@ -109,8 +119,10 @@ def _read_csv(path: Path, target: str | None):
     header = [h.strip() for h in rows[0]]
     idx = _split_columns(header, target, str(path))
     try:
-        arr = np.array([[float(v) if v.strip() not in ("", "nan", "NaN", "NA") else np.nan for v in r]
-                        for r in rows[1:] if r], dtype=np.float64)
+        arr = np.array(
+            [[float(v) if v.strip() not in ("", "nan", "NaN", "NA") else np.nan for v in r] for r in rows[1:] if r],
+            dtype=np.float64,
+        )
     except ValueError as exc:
         raise DataError(f"`data`: {path} has a non-numeric entry ({exc}); encode categories as numbers") from exc
     if arr.ndim != 2 or arr.shape[1] != len(header):
@@ -153,23 +165,28 @@ def _read_file(path: Path, target: str | None):
         X = X.detach().cpu().numpy() if hasattr(X, "detach") else np.asarray(X)
         y = y.detach().cpu().numpy() if hasattr(y, "detach") else np.asarray(y)
         return X, y, None
-    raise DataError(f"`data`: expected a bundled name ({', '.join(BUILTIN)}) or a .npz, .csv or .pt file; "
-                    f"found {str(path)!r}")
+    raise DataError(
+        f"`data`: expected a bundled name ({', '.join(BUILTIN)}) or a .npz, .csv or .pt file; found {str(path)!r}"
+    )
 
 
 # --------------------------------------------------------------------------- preparation
 def _infer_task(y: np.ndarray) -> str:
     if y.ndim == 1 or (y.ndim == 2 and y.shape[1] == 1):
         v = y.reshape(-1)
-        integral = np.issubdtype(v.dtype, np.integer) or np.issubdtype(v.dtype, np.bool_) or (
-            np.issubdtype(v.dtype, np.floating) and np.all(np.isfinite(v)) and np.all(v == np.round(v)))
+        integral = (
+            np.issubdtype(v.dtype, np.integer)
+            or np.issubdtype(v.dtype, np.bool_)
+            or (np.issubdtype(v.dtype, np.floating) and np.all(np.isfinite(v)) and np.all(v == np.round(v)))
+        )
         if integral and len(np.unique(v)) <= MAX_CLASSES:
             return "classification"
     return "regression"
 
 
-def prepare(X, y, *, task: str = "auto", standardize: bool = True, one_hot: bool = True, center: bool = True,
-            name: str = "data") -> Dataset:
+def prepare(
+    X, y, *, task: str = "auto", standardize: bool = True, one_hot: bool = True, center: bool = True, name: str = "data"
+) -> Dataset:
     """Validate and preprocess inputs and targets (see :mod:`nqf.data`).
 
     Parameters
@@ -206,13 +223,16 @@ def prepare(X, y, *, task: str = "auto", standardize: bool = True, one_hot: bool
     if y.ndim not in (1, 2):
         raise ShapeError(f"`Y` must have shape (N,) or (N, C); found {y.shape}")
     if X.shape[0] != y.shape[0]:
-        raise ShapeError(f"`X` and `Y` must have the same number of samples; found {X.shape[0]} inputs and "
-                         f"{y.shape[0]} targets")
+        raise ShapeError(
+            f"`X` and `Y` must have the same number of samples; found {X.shape[0]} inputs and {y.shape[0]} targets"
+        )
     for nm, a in (("X", X), ("Y", y)):
         if np.issubdtype(a.dtype, np.number) and not np.all(np.isfinite(a)):
             bad = np.argwhere(~np.isfinite(a))[0]
-            raise NonFiniteError(f"`{nm}` must be finite; found {a[tuple(bad)]} at index {tuple(int(i) for i in bad)} "
-                                 "(remove or impute missing values first)")
+            raise NonFiniteError(
+                f"`{nm}` must be finite; found {a[tuple(bad)]} at index {tuple(int(i) for i in bad)} "
+                "(remove or impute missing values first)"
+            )
     if task == "auto":
         task = _infer_task(y)
     if task not in ("classification", "regression"):
@@ -238,12 +258,27 @@ def prepare(X, y, *, task: str = "auto", standardize: bool = True, one_hot: bool
         Xf = (Xf - Xf.mean(0)) / np.where(sd > 0, sd, 1.0)
         X = Xf.reshape(X.shape)
         rec["constant_columns"] = int((sd == 0).sum())
-    return Dataset(name=name, X=np.ascontiguousarray(X), Y=np.ascontiguousarray(Y, dtype=np.float64), task=task,
-                   preprocessing=rec, classes=classes)
+    return Dataset(
+        name=name,
+        X=np.ascontiguousarray(X),
+        Y=np.ascontiguousarray(Y, dtype=np.float64),
+        task=task,
+        preprocessing=rec,
+        classes=classes,
+    )
 
 
-def load_dataset(source, *, target: str | None = None, task: str = "auto", standardize: bool = True,
-                 one_hot: bool = True, center: bool = True, subset: int | None = None, seed: int = 0) -> Dataset:
+def load_dataset(
+    source,
+    *,
+    target: str | None = None,
+    task: str = "auto",
+    standardize: bool = True,
+    one_hot: bool = True,
+    center: bool = True,
+    subset: int | None = None,
+    seed: int = 0,
+) -> Dataset:
     """Load a bundled data set or a file and prepare it.
 
     Parameters
@@ -275,8 +310,9 @@ def load_dataset(source, *, target: str | None = None, task: str = "auto", stand
     else:
         path = Path(src)
         if not path.exists():
-            raise DataError(f"`data`: {src!r} is neither a bundled data set ({', '.join(BUILTIN)}) nor an existing "
-                            "file")
+            raise DataError(
+                f"`data`: {src!r} is neither a bundled data set ({', '.join(BUILTIN)}) nor an existing file"
+            )
         X, y, _ = _read_file(path, target)
     if subset is not None and np.asarray(X).shape[:1] == np.asarray(y).shape[:1]:
         n = int(np.asarray(X).shape[0])

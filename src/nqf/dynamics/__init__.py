@@ -27,6 +27,19 @@ from .network import train_network
 from .simulate import FORMS, OPTIMIZERS, minibatch_indices, simulate
 from .trajectory import Trajectory
 
-__all__ = ["simulate", "simulate_batched", "gradient_flow", "train_network", "Trajectory", "data_subspace",
-           "project_operator", "minibatch_indices", "FORMS", "OPTIMIZERS", "LOSSES", "initial_state",
-           "initial_weights", "training_loop"]
+__all__ = [
+    "simulate",
+    "simulate_batched",
+    "gradient_flow",
+    "train_network",
+    "Trajectory",
+    "data_subspace",
+    "project_operator",
+    "minibatch_indices",
+    "FORMS",
+    "OPTIMIZERS",
+    "LOSSES",
+    "initial_state",
+    "initial_weights",
+    "training_loop",
+]

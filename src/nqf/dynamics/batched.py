@@ -100,9 +100,19 @@ def _loss_and_grad(loss: str, f: torch.Tensor, y: torch.Tensor):
     return (torch.logsumexp(f, -1) - (y * f).sum(-1)).mean(-1), torch.softmax(f, -1) - y
 
 
-def simulate_batched(op: StructureOperator, y, *, M0, lr, steps: int, weight_decay=0.0, loss: str = "mse",
-                     save_every: int | None = None, divergence_threshold: float = 1e8,
-                     save_M: bool = True) -> list[Trajectory]:
+def simulate_batched(
+    op: StructureOperator,
+    y,
+    *,
+    M0,
+    lr,
+    steps: int,
+    weight_decay=0.0,
+    loss: str = "mse",
+    save_every: int | None = None,
+    divergence_threshold: float = 1e8,
+    save_M: bool = True,
+) -> list[Trajectory]:
     r"""Simulate ``B`` full-batch GD runs of the NQF on shared data as one batched computation.
 
     The update is ``M_b ← T_b M_b T_bᵀ`` (propagated on a factor ``M_b = F_b F_bᵀ``), ``T_b = I − η_b (2 G_b + λ_b I)``,
@@ -148,8 +158,10 @@ def simulate_batched(op: StructureOperator, y, *, M0, lr, steps: int, weight_dec
     if not isinstance(op, StructureOperator):
         raise InvalidTypeError(f"`op` must be a StructureOperator; found {type(op).__name__}")
     if not op.satisfies_zgz:
-        raise NotClosedError("`op` has a linear or cross-unit term: the dynamics close on (M, μ) and depend on "
-                             "the width; use `nqf.simulate` with `W0` for each run")
+        raise NotClosedError(
+            "`op` has a linear or cross-unit term: the dynamics close on (M, μ) and depend on "
+            "the width; use `nqf.simulate` with `W0` for each run"
+        )
     check_loss(loss)
     steps = steps_value(steps)
     save_every = max(1, steps // 1000) if save_every is None else int_param("save_every", save_every, minimum=1)
@@ -170,9 +182,9 @@ def simulate_batched(op: StructureOperator, y, *, M0, lr, steps: int, weight_dec
     if bool((lam < 0).any()):
         raise InvalidParameterError(f"`weight_decay` must be non-negative; found {lam.tolist()}")
 
-    y = prepare_targets(y, loss, N, op.n_outputs, dt, dev)                  # (N, C)
-    A = operator_matrix(op)                                                 # (N·C, s)
-    d = (op.offset - y).reshape(-1)                                         # f(0) − y, (N·C,)
+    y = prepare_targets(y, loss, N, op.n_outputs, dt, dev)  # (N, C)
+    A = operator_matrix(op)  # (N·C, s)
+    d = (op.offset - y).reshape(-1)  # f(0) − y, (N·C,)
     iu, ju = torch.triu_indices(p, p, device=dev)
     s = iu.numel()
     # c(M) = vec(M) @ Cm (picks M_ij, i ≤ j, times 1 or 2, exactly); vec(G) = g @ Pm (places g_ij at ij and ji)
@@ -182,24 +194,24 @@ def simulate_batched(op: StructureOperator, y, *, M0, lr, steps: int, weight_dec
     Pm[torch.arange(s), iu * p + ju] = 1.0
     Pm[torch.arange(s), ju * p + iu] = 1.0
     if loss == "mse":
-        Q, R = torch.linalg.qr(A)                                           # A = Q R, R (s, s) or (N·C, s)
+        Q, R = torch.linalg.qr(A)  # A = Q R, R (s, s) or (N·C, s)
         d_par = Q.T @ d
         d_perp2 = float(((d - Q @ d_par) ** 2).sum())
-        fwd = Cm @ R.T                                                      # vec(M) ↦ R c(M), exact column scaling
-        back = R @ Pm                                                       # ρ ↦ vec(Rᵀρ) placed symmetrically
+        fwd = Cm @ R.T  # vec(M) ↦ R c(M), exact column scaling
+        back = R @ Pm  # ρ ↦ vec(Rᵀρ) placed symmetrically
     else:
-        fwd = Cm @ A.T                                                      # vec(M) ↦ 𝒜(M)
-        back = A @ Pm                                                       # r ↦ vec(Aᵀ r) placed symmetrically
+        fwd = Cm @ A.T  # vec(M) ↦ 𝒜(M)
+        back = A @ Pm  # r ↦ vec(Aᵀ r) placed symmetrically
     # the factor M_b = F_b F_bᵀ (as nqf.simulate): PSD by construction, small directions keep relative accuracy
     factors = [factor_from_matrix(M[b]) for b in range(B)]
     r_max = max(max(f.shape[1] for f in factors), 1)
     F = torch.zeros(B, p, r_max, dtype=dt, device=dev)
     for b, f in enumerate(factors):
-        F[b, :, :f.shape[1]] = f
+        F[b, :, : f.shape[1]] = f
     if r_max <= POLISH_MAX_RANK:
         F = orthogonalize_columns(F)
     polish = r_max <= POLISH_MAX_RANK
-    ref_norm = F.norm(dim=1)                                                # (B, r)
+    ref_norm = F.norm(dim=1)  # (B, r)
     active = torch.ones(B, dtype=torch.bool, device=dev)
     rec_step = [[] for _ in range(B)]
     rec_loss = [[] for _ in range(B)]
@@ -211,20 +223,22 @@ def simulate_batched(op: StructureOperator, y, *, M0, lr, steps: int, weight_dec
         last = k == steps
         Mf = (F @ F.transpose(1, 2)).reshape(B, p * p)
         if loss == "mse":
-            z = Mf @ fwd + d_par                                            # (B, s): ρ_b = Qᵀ r_b
+            z = Mf @ fwd + d_par  # (B, s): ρ_b = Qᵀ r_b
             L = ((z * z).sum(1) + d_perp2) / (2 * N)
         else:
             f = (Mf @ fwd + op.offset.reshape(-1)).reshape(B, N, -1)
             L, r = _loss_and_grad(loss, f, y)
-            z = r.reshape(B, -1)                                            # (B, N·C): r_b
+            z = r.reshape(B, -1)  # (B, N·C): r_b
         if limit is None:
             limit = divergence_threshold * torch.clamp(L, min=torch.finfo(dt).tiny)
         bad = active & ~(torch.isfinite(L) & (L <= limit) & torch.isfinite(Mf).all(1))
-        for b in (torch.nonzero(bad).flatten().tolist() if bool(bad.any()) else ()):
+        for b in torch.nonzero(bad).flatten().tolist() if bool(bad.any()) else ():
             status[b] = DIVERGED
-            message[b] = (f"diverged at step {k} (t = {k * float(eta[b]):g}): loss {float(L[b]):.4g} is not finite "
-                          f"or exceeds `divergence_threshold` × L(0) = {float(limit[b]):.4g}; the "
-                          f"{len(rec_step[b])} states saved before it are kept. Lower `lr` (η = {float(eta[b]):g})")
+            message[b] = (
+                f"diverged at step {k} (t = {k * float(eta[b]):g}): loss {float(L[b]):.4g} is not finite "
+                f"or exceeds `divergence_threshold` × L(0) = {float(limit[b]):.4g}; the "
+                f"{len(rec_step[b])} states saved before it are kept. Lower `lr` (η = {float(eta[b]):g})"
+            )
         active &= ~bad
         if last or k % save_every == 0:
             Lc = L.tolist()
@@ -236,10 +250,10 @@ def simulate_batched(op: StructureOperator, y, *, M0, lr, steps: int, weight_dec
                     rec_M[b].append(0.5 * (Mb + Mb.T))
         if last or not bool(active.any()):
             break
-        G = (z @ back).reshape(B, p, p) / N                                 # (1/N) 𝒜*(r_b) = (1/N) Aᵀ r_b, placed
-        g = 2.0 * (G @ F)                                                   # S F = 2 G F + λ F
+        G = (z @ back).reshape(B, p, p) / N  # (1/N) 𝒜*(r_b) = (1/N) Aᵀ r_b, placed
+        g = 2.0 * (G @ F)  # S F = 2 G F + λ F
         g = g + lam[:, None, None] * F
-        Fn = F - eta[:, None, None] * g                                     # F ← T F,  T = I − η S
+        Fn = F - eta[:, None, None] * g  # F ← T F,  T = I − η S
         F = torch.where(active[:, None, None], Fn, F)
         if polish:
             # re-orthogonalise the columns (onto eigenvectors of M_b) when a column norm of some run has changed
@@ -253,11 +267,29 @@ def simulate_batched(op: StructureOperator, y, *, M0, lr, steps: int, weight_dec
     out = []
     for b in range(B):
         step = torch.tensor(rec_step[b], dtype=torch.long)
-        info = dict(form="order_parameter", optimizer="gd", lr=float(eta[b]), steps=steps, batch_size=None,
-                    weight_decay=float(lam[b]), momentum=0.0, loss=loss, save_every=int(save_every),
-                    divergence_threshold=float(divergence_threshold), batched=True, batch_index=b)
-        out.append(Trajectory(t=step.to(dtype=dt, device=dev) * float(eta[b]),
-                              loss=torch.tensor(rec_loss[b], dtype=dt, device=dev), step=step,
-                              M=torch.stack(rec_M[b]) if save_M and rec_M[b] else None,
-                              status=status[b], message=message[b], info=info))
+        info = dict(
+            form="order_parameter",
+            optimizer="gd",
+            lr=float(eta[b]),
+            steps=steps,
+            batch_size=None,
+            weight_decay=float(lam[b]),
+            momentum=0.0,
+            loss=loss,
+            save_every=int(save_every),
+            divergence_threshold=float(divergence_threshold),
+            batched=True,
+            batch_index=b,
+        )
+        out.append(
+            Trajectory(
+                t=step.to(dtype=dt, device=dev) * float(eta[b]),
+                loss=torch.tensor(rec_loss[b], dtype=dt, device=dev),
+                step=step,
+                M=torch.stack(rec_M[b]) if save_M and rec_M[b] else None,
+                status=status[b],
+                message=message[b],
+                info=info,
+            )
+        )
     return out

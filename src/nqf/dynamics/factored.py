@@ -112,7 +112,7 @@ def _rounds(r: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     if r not in _ROUNDS:
         idx, out = list(range(r)), []
         for _ in range(r - 1):
-            out.append((torch.tensor(idx[: r // 2]), torch.tensor(idx[r // 2:][::-1])))
+            out.append((torch.tensor(idx[: r // 2]), torch.tensor(idx[r // 2 :][::-1])))
             idx = [idx[0], idx[-1]] + idx[1:-1]
         _ROUNDS[r] = out
     return _ROUNDS[r]

@@ -49,9 +49,21 @@ __all__ = ["gradient_flow", "integrate_factor"]
 RESTART_FACTOR = 8.0  # restart from the polished factor when a column norm changed by this factor
 
 
-def gradient_flow(op: StructureOperator, y, *, M0=None, W0=None, t_span, t_eval=None, rtol: float = 1e-10,
-                  atol: float | None = None, method: str = "LSODA", loss: str = "mse", weight_decay: float = 0.0,
-                  max_step: float = np.inf) -> Trajectory:
+def gradient_flow(
+    op: StructureOperator,
+    y,
+    *,
+    M0=None,
+    W0=None,
+    t_span,
+    t_eval=None,
+    rtol: float = 1e-10,
+    atol: float | None = None,
+    method: str = "LSODA",
+    loss: str = "mse",
+    weight_decay: float = 0.0,
+    max_step: float = np.inf,
+) -> Trajectory:
     r"""Integrate the gradient flow ``dM/dt = −2(GM + MG)`` (plus weight decay / non-ZGZ terms).
 
     Parameters
@@ -96,8 +108,9 @@ def gradient_flow(op: StructureOperator, y, *, M0=None, W0=None, t_span, t_eval=
     mu_init = None if W0 is None or op.satisfies_zgz else W0.sum(1)
     atol_given = atol
     # non-finite spans, tolerances or rates would make the integrator run for ever: refused up front
-    t0, t1, rtol, atol, weight_decay, max_step = check_flow_scalars(t_span, rtol, 1.0 if atol is None else atol,
-                                                                       weight_decay, max_step)
+    t0, t1, rtol, atol, weight_decay, max_step = check_flow_scalars(
+        t_span, rtol, 1.0 if atol is None else atol, weight_decay, max_step
+    )
     atol = None if atol_given is None else atol
     y = prepare_targets(y, loss, op.n_samples, op.n_outputs, op.dtype, op.device)
     p, dt, dev = op.p, op.dtype, op.device
@@ -105,7 +118,8 @@ def gradient_flow(op: StructureOperator, y, *, M0=None, W0=None, t_span, t_eval=
         t_eval = as_tensor("t_eval", t_eval, ndim=(0, 1), dtype=torch.float64).cpu().numpy().reshape(-1)
         if t_eval.size and (t_eval.min() < t0 or t_eval.max() > t1):
             raise InvalidParameterError(
-                f"`t_eval` must lie within `t_span` {t_span}; found [{t_eval.min()}, {t_eval.max()}]")
+                f"`t_eval` must lie within `t_span` {t_span}; found [{t_eval.min()}, {t_eval.max()}]"
+            )
     if W0 is not None:
         L0, c = factor_from_weights(W0, with_ones=mu_init is not None)
     else:
@@ -122,13 +136,27 @@ def gradient_flow(op: StructureOperator, y, *, M0=None, W0=None, t_span, t_eval=
             mus.append(mu)
         losses.append(float(loss_value(predictions(op, L, mu), y, loss)))
     status = FINISHED if sol["status"] >= 0 else DIVERGED
-    return Trajectory(t=torch.as_tensor(np.asarray(sol["t"]), dtype=dt).to(dev),
-                      loss=torch.tensor(losses, dtype=dt, device=dev),
-                      step=None, M=torch.stack(Ms) if Ms else torch.zeros(0, p, p, dtype=dt, device=dev),
-                      mu=torch.stack(mus) if mus else None, status=status, message=sol["message"],
-                      info=dict(form="gradient_flow", method=method, rtol=rtol, atol=atol, nfev=sol["nfev"],
-                                restarts=sol["restarts"], loss=loss, weight_decay=weight_decay, width=m,
-                                factor_rank=int(L0.shape[1])))
+    return Trajectory(
+        t=torch.as_tensor(np.asarray(sol["t"]), dtype=dt).to(dev),
+        loss=torch.tensor(losses, dtype=dt, device=dev),
+        step=None,
+        M=torch.stack(Ms) if Ms else torch.zeros(0, p, p, dtype=dt, device=dev),
+        mu=torch.stack(mus) if mus else None,
+        status=status,
+        message=sol["message"],
+        info=dict(
+            form="gradient_flow",
+            method=method,
+            rtol=rtol,
+            atol=atol,
+            nfev=sol["nfev"],
+            restarts=sol["restarts"],
+            loss=loss,
+            weight_decay=weight_decay,
+            width=m,
+            factor_rank=int(L0.shape[1]),
+        ),
+    )
 
 
 def _integrate(op, y, loss, lam, L0, c, t0, t1, t_eval, rtol, atol, method, max_step, polish):
@@ -153,12 +181,26 @@ def _integrate(op, y, loss, lam, L0, c, t0, t1, t_eval, rtol, atol, method, max_
             def grown(_t, z, ref=ref):
                 n = np.linalg.norm(z.reshape(p, r), axis=0)
                 return float(np.max(np.abs(np.log(np.maximum(n, 1e-300)) - ref))) - np.log(RESTART_FACTOR)
+
             grown.terminal = True
             grown.direction = 1
             events = [grown]
         te = None if t_eval is None else t_eval[(t_eval > t) & (t_eval <= t1)]
-        sol = integrate_factor(op, y, L, (t, t1), rtol=rtol, atol=tol_abs, method=method, t_eval=te,
-                               events=events, max_step=max_step, loss=loss, weight_decay=lam, c=c)
+        sol = integrate_factor(
+            op,
+            y,
+            L,
+            (t, t1),
+            rtol=rtol,
+            atol=tol_abs,
+            method=method,
+            t_eval=te,
+            events=events,
+            max_step=max_step,
+            loss=loss,
+            weight_decay=lam,
+            c=c,
+        )
         nfev += int(sol.nfev)
         ts = np.asarray(sol.t, dtype=float).reshape(-1)
         Z = np.asarray(sol.y, dtype=float).reshape(z0.shape[0], ts.shape[0])
@@ -182,9 +224,23 @@ def _integrate(op, y, loss, lam, L0, c, t0, t1, t_eval, rtol, atol, method, max_
     return dict(t=out_t, L=out_L, status=status, message=message, nfev=nfev, restarts=restarts)
 
 
-def integrate_factor(op: StructureOperator, y: torch.Tensor, L0: torch.Tensor, t_span, *, rtol: float, atol,
-                     method: str = "LSODA", t_eval=None, events=None, dense_output: bool = False,
-                     max_step: float = np.inf, loss: str = "mse", weight_decay: float = 0.0, c=None):
+def integrate_factor(
+    op: StructureOperator,
+    y: torch.Tensor,
+    L0: torch.Tensor,
+    t_span,
+    *,
+    rtol: float,
+    atol,
+    method: str = "LSODA",
+    t_eval=None,
+    events=None,
+    dense_output: bool = False,
+    max_step: float = np.inf,
+    loss: str = "mse",
+    weight_decay: float = 0.0,
+    c=None,
+):
     """One ``solve_ivp`` run of the factored flow ``dL/dt = −S L − h cᵀ`` (``M = L Lᵀ``, ``μ = L c``).
 
     The integrator of :func:`gradient_flow` (which adds validation, column-relative
@@ -228,5 +284,15 @@ def integrate_factor(op: StructureOperator, y: torch.Tensor, L0: torch.Tensor, t
         return dL.reshape(-1).cpu().numpy()
 
     z0 = L0.reshape(-1).cpu().numpy().astype(np.float64)
-    return solve_ivp(rhs, t_span, z0, method=method, t_eval=t_eval, rtol=rtol, atol=atol, max_step=max_step,
-                     events=events, dense_output=dense_output)
+    return solve_ivp(
+        rhs,
+        t_span,
+        z0,
+        method=method,
+        t_eval=t_eval,
+        rtol=rtol,
+        atol=atol,
+        max_step=max_step,
+        events=events,
+        dense_output=dense_output,
+    )

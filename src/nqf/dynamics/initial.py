@@ -41,15 +41,19 @@ def check_psd(name: str, M: torch.Tensor) -> torch.Tensor:
     run = (lambda b: f" (run {b})") if batched else (lambda b: "")
     if bool((asym > tol).any()):
         b = int(torch.argmax(asym / tol))
-        raise InvalidParameterError(f"`{name}` must be symmetric{run(b)}; found max |M − Mᵀ| = {float(asym[b]):.3e} "
-                                    f"(max |M| = {float(scale[b]):.3e})")
+        raise InvalidParameterError(
+            f"`{name}` must be symmetric{run(b)}; found max |M − Mᵀ| = {float(asym[b]):.3e} "
+            f"(max |M| = {float(scale[b]):.3e})"
+        )
     Mb = 0.5 * (Mb + Mb.transpose(1, 2))
     lam = torch.linalg.eigvalsh(Mb)[:, 0]
     bad = lam < -tol * Mb.shape[1]
     if bool(bad.any()):
         b = int(torch.nonzero(bad)[0])
-        raise InvalidParameterError(f"`{name}` must be positive semidefinite (an order parameter W Wᵀ){run(b)}; found "
-                                    f"smallest eigenvalue {float(lam[b]):.3e}")
+        raise InvalidParameterError(
+            f"`{name}` must be positive semidefinite (an order parameter W Wᵀ){run(b)}; found "
+            f"smallest eigenvalue {float(lam[b]):.3e}"
+        )
     return Mb if batched else Mb[0]
 
 
@@ -60,8 +64,16 @@ def _eps_value(eps) -> float:
     return eps
 
 
-def initial_weights(p: int, width: int, eps: float, generator: torch.Generator | None = None, *, seed: int = 0,
-                    dtype=torch.float64, init: str = "orthonormal") -> torch.Tensor:
+def initial_weights(
+    p: int,
+    width: int,
+    eps: float,
+    generator: torch.Generator | None = None,
+    *,
+    seed: int = 0,
+    dtype=torch.float64,
+    init: str = "orthonormal",
+) -> torch.Tensor:
     """Unit weights ``W(0)`` (p × width) with ``M(0) = εI`` (``width ≥ p``) or ``ε Π`` (``width < p``).
 
     With ``init="gaussian"`` instead ``W(0) = √ε G / √m`` (``G`` standard Gaussian, the usual
@@ -143,9 +155,20 @@ class InitialState:
         return {"kind": which, "shape": list(t.shape), "width": self.width}
 
 
-def initial_state(p: int, *, M0=None, W0=None, eps: float | None = None, width: int | None = None,
-                  seed: int = 0, generator: torch.Generator | None = None, dtype=torch.float64, device=None,
-                  zgz: bool = True, batched: bool = False) -> InitialState:
+def initial_state(
+    p: int,
+    *,
+    M0=None,
+    W0=None,
+    eps: float | None = None,
+    width: int | None = None,
+    seed: int = 0,
+    generator: torch.Generator | None = None,
+    dtype=torch.float64,
+    device=None,
+    zgz: bool = True,
+    batched: bool = False,
+) -> InitialState:
     r"""Parse (or build) the initial state of a run on ``p``-dimensional units.
 
     Exactly one of ``M0``, ``W0`` and ``eps`` is given:
@@ -190,8 +213,10 @@ def initial_state(p: int, *, M0=None, W0=None, eps: float | None = None, width: 
     given = [name for name, v in (("M0", M0), ("W0", W0), ("eps", eps)) if v is not None]
     if len(given) != 1:
         if eps is None:
-            raise InvalidParameterError("exactly one of `M0` (p×p order parameter) and `W0` (p×m weights) must be "
-                                        "given; found " + ("both" if given else "neither"))
+            raise InvalidParameterError(
+                "exactly one of `M0` (p×p order parameter) and `W0` (p×m weights) must be "
+                "given; found " + ("both" if given else "neither")
+            )
         raise InvalidParameterError(f"give `eps` (the initial scale) or one of `M0`/`W0`, not {' and '.join(given)}")
     if eps is not None:
         if width is None:
@@ -203,10 +228,13 @@ def initial_state(p: int, *, M0=None, W0=None, eps: float | None = None, width: 
         check_shape("W0", W0, (p, width))
         return InitialState(W0=W0)
     if not zgz:
-        raise InvalidParameterError("this operator has a linear/cross term (no zero-gradient condition): the dynamics "
-                                    "close on (M, μ) and depend on the width m, so pass `W0` (p×m) instead of `M0`")
+        raise InvalidParameterError(
+            "this operator has a linear/cross term (no zero-gradient condition): the dynamics "
+            "close on (M, μ) and depend on the width m, so pass `W0` (p×m) instead of `M0`"
+        )
     M0 = as_tensor("M0", M0, ndim=(2, 3) if batched else 2, dtype=dtype, device=device)
     if M0.shape[-2:] != (p, p):
-        raise ShapeError(f"`M0` must have shape {'(B, p, p) or ' if batched else ''}({p}, {p}); found "
-                         f"{tuple(M0.shape)}")
+        raise ShapeError(
+            f"`M0` must have shape {'(B, p, p) or ' if batched else ''}({p}, {p}); found {tuple(M0.shape)}"
+        )
     return InitialState(M0=check_psd("M0", M0))

@@ -61,7 +61,7 @@ def minibatch_indices(n_samples: int, batch_size: int | None, steps: int, seed: 
     for _ in range(steps):
         if pos + batch_size > n_samples:
             perm, pos = torch.randperm(n_samples, generator=gen), 0
-        yield perm[pos:pos + batch_size]
+        yield perm[pos : pos + batch_size]
         pos += batch_size
 
 
@@ -74,8 +74,9 @@ def check_run_args(lr, steps, optimizer, batch_size, momentum, weight_decay, n_s
     if optimizer not in OPTIMIZERS:
         raise InvalidParameterError(f"`optimizer` must be one of {OPTIMIZERS}; found {optimizer!r}")
     if optimizer == "gd" and batch_size is not None:
-        raise InvalidParameterError("`batch_size` must be None for `optimizer`='gd' (full batch); use 'sgd' for "
-                                    "minibatches")
+        raise InvalidParameterError(
+            "`batch_size` must be None for `optimizer`='gd' (full batch); use 'sgd' for minibatches"
+        )
     if optimizer == "sgd" and batch_size is None:
         raise InvalidParameterError("`optimizer`='sgd' needs `batch_size` (minibatch size)")
     if batch_size is not None:
@@ -154,10 +155,23 @@ class LoopOutcome(Result):
         return {"shapes": [list(x.shape) for x in self.params], "status": int(self.status), "message": self.message}
 
 
-def training_loop(params: Sequence[torch.Tensor], rule: StepRule, *, steps: int, n_samples: int,
-                  batch_size: int | None, seed: int, save_every: int, divergence_threshold: float,
-                  evaluate: Callable, gradient: Callable, save: Callable, full_loss: Callable | None = None,
-                  after_step: Callable | None = None, curvature: Callable | None = None) -> LoopOutcome:
+def training_loop(
+    params: Sequence[torch.Tensor],
+    rule: StepRule,
+    *,
+    steps: int,
+    n_samples: int,
+    batch_size: int | None,
+    seed: int,
+    save_every: int,
+    divergence_threshold: float,
+    evaluate: Callable,
+    gradient: Callable,
+    save: Callable,
+    full_loss: Callable | None = None,
+    after_step: Callable | None = None,
+    curvature: Callable | None = None,
+) -> LoopOutcome:
     r"""Run ``steps`` steps of ``rule`` on the tensors ``params`` (module docstring).
 
     At each step ``k = 0, …, steps``: the batch loss at the current tensors, the
@@ -215,13 +229,28 @@ def training_loop(params: Sequence[torch.Tensor], rule: StepRule, *, steps: int,
         if limit is None:
             limit = divergence_threshold * max(float(Lfull), torch.finfo(dtype).tiny)
         Lcheck = float(Lb)
-        if not math.isfinite(Lcheck) or Lcheck > limit or (saving and not all(bool(torch.isfinite(x).all())
-                                                                              for x in params)):
+        if (
+            not math.isfinite(Lcheck)
+            or Lcheck > limit
+            or (saving and not all(bool(torch.isfinite(x).all()) for x in params))
+        ):
             status = DIVERGED
-            curv = curvature(previous, ctx) if curvature is not None and batch_size is None \
-                and rule.optimizer != "adam" else None
-            message = divergence_message(step=k, t=k * rule.lr, loss=Lcheck, limit=limit, lr=rule.lr, saved=saved,
-                                         curvature=curv, momentum=rule.momentum, optimizer=rule.optimizer)
+            curv = (
+                curvature(previous, ctx)
+                if curvature is not None and batch_size is None and rule.optimizer != "adam"
+                else None
+            )
+            message = divergence_message(
+                step=k,
+                t=k * rule.lr,
+                loss=Lcheck,
+                limit=limit,
+                lr=rule.lr,
+                saved=saved,
+                curvature=curv,
+                momentum=rule.momentum,
+                optimizer=rule.optimizer,
+            )
             break
         if saving:
             save(k, params, float(Lfull))

@@ -42,38 +42,44 @@ def prepare_targets(y, loss: str, n_samples: int, n_outputs: int, dtype, device)
     N, C = n_samples, n_outputs
     if loss == "cross_entropy":
         if C < 2:
-            raise InvalidParameterError(f"`loss`='cross_entropy' needs an operator with ≥ 2 outputs; "
-                                        f"found n_outputs={C} (use 'logistic' for one output)")
+            raise InvalidParameterError(
+                f"`loss`='cross_entropy' needs an operator with ≥ 2 outputs; "
+                f"found n_outputs={C} (use 'logistic' for one output)"
+            )
         t = as_tensor("y", y, ndim=(1, 2), dtype=dtype, device=device)
         if t.ndim == 1:
             check_shape("y", t, (N,))
             if bool((t != t.round()).any()) or bool((t < 0).any()) or bool((t >= C).any()):
-                raise InvalidParameterError(f"`y` of shape (N,) must hold integer class labels in [0, {C}); "
-                                            f"found values in [{float(t.min()):g}, {float(t.max()):g}]")
+                raise InvalidParameterError(
+                    f"`y` of shape (N,) must hold integer class labels in [0, {C}); "
+                    f"found values in [{float(t.min()):g}, {float(t.max()):g}]"
+                )
             return torch.nn.functional.one_hot(t.long(), C).to(dtype)
         check_shape("y", t, (N, C))
         if bool((t < 0).any()) or not torch.allclose(t.sum(1), torch.ones_like(t[:, 0])):
             raise InvalidParameterError(
-                "`y` of shape (N, C) must hold class probabilities (non-negative rows summing to 1)")
+                "`y` of shape (N, C) must hold class probabilities (non-negative rows summing to 1)"
+            )
         return t
     t = as_tensor("y", y, ndim=(1, 2), dtype=dtype, device=device)
     if t.ndim == 1:
         if C != 1:
-            raise ShapeError(f"`y` must have shape ({N}, {C}) for an operator with {C} outputs; "
-                             f"found {tuple(t.shape)}")
+            raise ShapeError(f"`y` must have shape ({N}, {C}) for an operator with {C} outputs; found {tuple(t.shape)}")
         t = t[:, None]
     check_shape("y", t, (N, C))
     if loss == "logistic":
         if C != 1:
-            raise InvalidParameterError(f"`loss`='logistic' is binary and needs n_outputs=1; found {C} "
-                             "(use 'cross_entropy')")
+            raise InvalidParameterError(
+                f"`loss`='logistic' is binary and needs n_outputs=1; found {C} (use 'cross_entropy')"
+            )
         vals = set(torch.unique(t).tolist())
         if vals <= {0.0, 1.0}:
             return t
         if vals <= {-1.0, 1.0}:
             return 0.5 * (t + 1.0)
-        raise InvalidParameterError(f"`y` for `loss`='logistic' must be labels in {{0, 1}} or {{−1, +1}}; found "
-                         f"values {sorted(vals)[:5]}")
+        raise InvalidParameterError(
+            f"`y` for `loss`='logistic' must be labels in {{0, 1}} or {{−1, +1}}; found values {sorted(vals)[:5]}"
+        )
     return t
 
 

@@ -32,11 +32,29 @@ from .trajectory import Trajectory
 __all__ = ["train_network", "UnitScatter"]
 
 
-def train_network(module: torch.nn.Module, units: UnitLayout, X, y, *, W0, lr: float, steps: int,
-                  loss: str = "mse", output=None, optimizer: str = "gd", batch_size: int | None = None,
-                  weight_decay: float = 0.0, momentum: float = 0.0, seed: int = 0,
-                  save_every: int | None = None, adam_betas=(0.9, 0.999), adam_eps: float = 1e-8,
-                  divergence_threshold: float = 1e8, save_W: bool = True, save_M: bool = True) -> Trajectory:
+def train_network(
+    module: torch.nn.Module,
+    units: UnitLayout,
+    X,
+    y,
+    *,
+    W0,
+    lr: float,
+    steps: int,
+    loss: str = "mse",
+    output=None,
+    optimizer: str = "gd",
+    batch_size: int | None = None,
+    weight_decay: float = 0.0,
+    momentum: float = 0.0,
+    seed: int = 0,
+    save_every: int | None = None,
+    adam_betas=(0.9, 0.999),
+    adam_eps: float = 1e-8,
+    divergence_threshold: float = 1e8,
+    save_W: bool = True,
+    save_M: bool = True,
+) -> Trajectory:
     r"""Train the units of a real ``nn.Module`` with the NQF conventions.
 
     Parameters
@@ -72,8 +90,9 @@ def train_network(module: torch.nn.Module, units: UnitLayout, X, y, *, W0, lr: f
         raise InvalidTypeError(f"`module` must be a torch.nn.Module; found {type(module).__name__}")
     X = check_inputs("X", X)
     N = int(X.shape[0])
-    lr, steps, batch_size, save_every = check_run_args(lr, steps, optimizer, batch_size, momentum,
-                                                       weight_decay, N, save_every)
+    lr, steps, batch_size, save_every = check_run_args(
+        lr, steps, optimizer, batch_size, momentum, weight_decay, N, save_every
+    )
     divergence_threshold = divergence_threshold_value(divergence_threshold)
     scatter = UnitScatter(module, units)
     ref = next(iter(scatter.base.values()))
@@ -82,8 +101,12 @@ def train_network(module: torch.nn.Module, units: UnitLayout, X, y, *, W0, lr: f
     W = initial_state(scatter.p, W0=W0, width=scatter.m, dtype=dt, device=dev).W0
     assert W is not None  # W0 given: the parser returns it
     itemsize = torch.empty((), dtype=dt).element_size()
-    check_saved_memory(steps, save_every, itemsize * ((scatter.p * scatter.m if save_W else 0)
-                                                      + (scatter.p ** 2 if save_M else 0)) + 16, device=dev)
+    check_saved_memory(
+        steps,
+        save_every,
+        itemsize * ((scatter.p * scatter.m if save_W else 0) + (scatter.p**2 if save_M else 0)) + 16,
+        device=dev,
+    )
 
     def predict(Wt, xb):
         out = functional_call(module, scatter(Wt), (xb,))
@@ -116,17 +139,51 @@ def train_network(module: torch.nn.Module, units: UnitLayout, X, y, *, W0, lr: f
         if save_M:
             rec["M"].append(Wd @ Wd.T)
 
-    rule = StepRule(lr=lr, optimizer=optimizer, momentum=momentum, weight_decay=weight_decay,
-                    adam_betas=adam_betas, adam_eps=adam_eps)
-    out = training_loop([W], rule, steps=steps, n_samples=N, batch_size=batch_size, seed=seed, save_every=save_every,
-                        divergence_threshold=divergence_threshold, evaluate=evaluate, full_loss=full_loss, save=save,
-                        gradient=lambda params, ctx, idx: list(torch.autograd.grad(ctx[0], ctx[1])))
+    rule = StepRule(
+        lr=lr,
+        optimizer=optimizer,
+        momentum=momentum,
+        weight_decay=weight_decay,
+        adam_betas=adam_betas,
+        adam_eps=adam_eps,
+    )
+    out = training_loop(
+        [W],
+        rule,
+        steps=steps,
+        n_samples=N,
+        batch_size=batch_size,
+        seed=seed,
+        save_every=save_every,
+        divergence_threshold=divergence_threshold,
+        evaluate=evaluate,
+        full_loss=full_loss,
+        save=save,
+        gradient=lambda params, ctx, idx: list(torch.autograd.grad(ctx[0], ctx[1])),
+    )
     W = out.params[0]
     units.set_W(module, W.detach())
     step = torch.tensor(rec["step"], dtype=torch.long)
-    return Trajectory(t=step.to(dtype=dt, device=dev) * lr, loss=torch.tensor(rec["loss"], dtype=dt, device=dev),
-                      step=step, M=torch.stack(rec["M"]) if rec["M"] else None,
-                      W=torch.stack(rec["W"]) if rec["W"] else None, status=out.status, message=out.message,
-                      info=dict(form="network", optimizer=optimizer, lr=lr, steps=steps, batch_size=batch_size,
-                                weight_decay=weight_decay, momentum=momentum, loss=loss, seed=seed,
-                                save_every=save_every, width=scatter.m, f0=f0))
+    return Trajectory(
+        t=step.to(dtype=dt, device=dev) * lr,
+        loss=torch.tensor(rec["loss"], dtype=dt, device=dev),
+        step=step,
+        M=torch.stack(rec["M"]) if rec["M"] else None,
+        W=torch.stack(rec["W"]) if rec["W"] else None,
+        status=out.status,
+        message=out.message,
+        info=dict(
+            form="network",
+            optimizer=optimizer,
+            lr=lr,
+            steps=steps,
+            batch_size=batch_size,
+            weight_decay=weight_decay,
+            momentum=momentum,
+            loss=loss,
+            seed=seed,
+            save_every=save_every,
+            width=scatter.m,
+            f0=f0,
+        ),
+    )

@@ -85,12 +85,30 @@ POLISH_EVERY = 8  # … checked every this many steps
 
 
 # --------------------------------------------------------------------------- entry point
-def simulate(op: StructureOperator, y, *, M0=None, W0=None, lr: float, steps: int,
-             form: str = "order_parameter", optimizer: str = "gd", batch_size: int | None = None,
-             weight_decay: float = 0.0, momentum: float = 0.0, loss: str = "mse", seed: int = 0,
-             save_every: int | None = None, compress: bool = False, adam_betas=(0.9, 0.999),
-             adam_eps: float = 1e-8, divergence_threshold: float = 1e8, on_divergence: str = "stop",
-             save_M: bool = True, save_W: bool = True) -> Trajectory:
+def simulate(
+    op: StructureOperator,
+    y,
+    *,
+    M0=None,
+    W0=None,
+    lr: float,
+    steps: int,
+    form: str = "order_parameter",
+    optimizer: str = "gd",
+    batch_size: int | None = None,
+    weight_decay: float = 0.0,
+    momentum: float = 0.0,
+    loss: str = "mse",
+    seed: int = 0,
+    save_every: int | None = None,
+    compress: bool = False,
+    adam_betas=(0.9, 0.999),
+    adam_eps: float = 1e-8,
+    divergence_threshold: float = 1e8,
+    on_divergence: str = "stop",
+    save_M: bool = True,
+    save_W: bool = True,
+) -> Trajectory:
     r"""Simulate training of the NQF model ``f = f(0) + Tr[M A]`` (normal form) by GD/SGD/momentum/Adam.
 
     Conventions: ``L = (1/N) Σ_n ℓ(f_n, y_n)``, ``ℓ = ½ Σ_c (f_c − y_c)²`` for
@@ -167,13 +185,15 @@ def simulate(op: StructureOperator, y, *, M0=None, W0=None, lr: float, steps: in
     if on_divergence not in ("stop", "raise"):
         raise InvalidParameterError(f"`on_divergence` must be 'stop' or 'raise'; found {on_divergence!r}")
     check_loss(loss)
-    lr, steps, batch_size, save_every = check_run_args(lr, steps, optimizer, batch_size, momentum,
-                                                       weight_decay, op.n_samples, save_every)
+    lr, steps, batch_size, save_every = check_run_args(
+        lr, steps, optimizer, batch_size, momentum, weight_decay, op.n_samples, save_every
+    )
     if optimizer == "adam" and form == "order_parameter":
         raise NotClosedError(
             "`optimizer`='adam' does not close on the order parameter M = W Wᵀ: Adam divides each coordinate "
             "of the gradient 2GW by its own running RMS, which depends on W itself (and on the basis), not "
-            "only on W Wᵀ. Use `form`='weights' with `W0`, or a closed optimizer ('gd', 'sgd', momentum).")
+            "only on W Wᵀ. Use `form`='weights' with `W0`, or a closed optimizer ('gd', 'sgd', momentum)."
+        )
     if M0 is not None and W0 is None and form == "weights":
         raise InvalidParameterError("`form`='weights' needs `W0` (p×m weights); `M0` only fixes W up to a rotation")
     init = initial_state(op.p, M0=M0, W0=W0, dtype=op.dtype, device=op.device, zgz=op.satisfies_zgz)
@@ -182,15 +202,38 @@ def simulate(op: StructureOperator, y, *, M0=None, W0=None, lr: float, steps: in
     p = op.p
     divergence_threshold = divergence_threshold_value(divergence_threshold)
     itemsize = torch.empty((), dtype=op.dtype).element_size()
-    check_saved_memory(steps, save_every, itemsize * ((p * p if save_M else 0) + (p if not op.satisfies_zgz else 0)
-                                                      + (p * (width or 0) if form == "weights" and save_W else 0)) + 16,
-                       device=op.device)
+    check_saved_memory(
+        steps,
+        save_every,
+        itemsize
+        * (
+            (p * p if save_M else 0)
+            + (p if not op.satisfies_zgz else 0)
+            + (p * (width or 0) if form == "weights" and save_W else 0)
+        )
+        + 16,
+        device=op.device,
+    )
 
-    settings = dict(form=form, optimizer=optimizer, lr=lr, steps=steps, batch_size=batch_size,
-                    weight_decay=float(weight_decay), momentum=float(momentum), loss=loss, seed=seed,
-                    save_every=save_every, width=width, compressed=bool(compress), adam_betas=tuple(adam_betas),
-                    adam_eps=float(adam_eps), divergence_threshold=float(divergence_threshold),
-                    save_M=save_M, save_W=save_W)
+    settings = dict(
+        form=form,
+        optimizer=optimizer,
+        lr=lr,
+        steps=steps,
+        batch_size=batch_size,
+        weight_decay=float(weight_decay),
+        momentum=float(momentum),
+        loss=loss,
+        seed=seed,
+        save_every=save_every,
+        width=width,
+        compressed=bool(compress),
+        adam_betas=tuple(adam_betas),
+        adam_eps=float(adam_eps),
+        divergence_threshold=float(divergence_threshold),
+        save_M=save_M,
+        save_W=save_W,
+    )
     if compress:
         traj = _simulate_compressed(op, y, M0, W0, settings)
     else:
@@ -223,8 +266,13 @@ def _run(op, y, M0, W0, s, track_transfer: bool = False) -> Trajectory:
     polish = not weights and zgz and L.shape[1] <= POLISH_MAX_RANK
     if polish:
         L = orthogonalize_columns(L)
-    st: dict[str, Any] = dict(ref_norm=L.norm(dim=0), Phi=torch.eye(p, dtype=dt, device=dev),
-                              Psi=torch.zeros(p, p, dtype=dt, device=dev), a=1.0, b=0.0)
+    st: dict[str, Any] = dict(
+        ref_norm=L.norm(dim=0),
+        Phi=torch.eye(p, dtype=dt, device=dev),
+        Psi=torch.zeros(p, p, dtype=dt, device=dev),
+        a=1.0,
+        b=0.0,
+    )
     rec = dict(step=[], loss=[], M=[], W=[], mu=[], Phi=[], a=[])
     mse = s["loss"] == "mse"
 
@@ -293,15 +341,32 @@ def _run(op, y, M0, W0, s, track_transfer: bool = False) -> Trajectory:
             rec["Phi"].append(st["Phi"].clone())
             rec["a"].append(st["a"])
 
-    rule = StepRule(lr=lr, optimizer=s["optimizer"], momentum=beta, weight_decay=lam, adam_betas=s["adam_betas"],
-                    adam_eps=s["adam_eps"])
+    rule = StepRule(
+        lr=lr,
+        optimizer=s["optimizer"],
+        momentum=beta,
+        weight_decay=lam,
+        adam_betas=s["adam_betas"],
+        adam_eps=s["adam_eps"],
+    )
     out = training_loop(
-        [L], rule, steps=s["steps"], n_samples=N, batch_size=s["batch_size"], seed=s["seed"],
-        save_every=s["save_every"], divergence_threshold=s["divergence_threshold"], evaluate=evaluate,
-        gradient=gradient, save=save, after_step=after_step,
+        [L],
+        rule,
+        steps=s["steps"],
+        n_samples=N,
+        batch_size=s["batch_size"],
+        seed=s["seed"],
+        save_every=s["save_every"],
+        divergence_threshold=s["divergence_threshold"],
+        evaluate=evaluate,
+        gradient=gradient,
+        save=save,
+        after_step=after_step,
         full_loss=lambda params: loss_value(predictions(op, params[0], mu_of(params[0])), y, s["loss"]),
-        curvature=lambda prev, ctx: None if prev is None else divergence_curvature(op, prev[0], ctx["r"], lam, N,
-                                                                                   loss=s["loss"]))
+        curvature=lambda prev, ctx: (
+            None if prev is None else divergence_curvature(op, prev[0], ctx["r"], lam, N, loss=s["loss"])
+        ),
+    )
     step = torch.tensor(rec["step"], dtype=torch.long)
     info = dict(s)
     if not weights:
@@ -316,17 +381,24 @@ def _run(op, y, M0, W0, s, track_transfer: bool = False) -> Trajectory:
         M=torch.stack(rec["M"]) if rec["M"] else None,
         W=torch.stack(rec["W"]) if rec["W"] else None,
         mu=torch.stack(rec["mu"]) if rec["mu"] else None,
-        status=out.status, message=out.message, info=info)
+        status=out.status,
+        message=out.message,
+        info=info,
+    )
 
 
 def _simulate_compressed(op, y, M0, W0, s) -> Trajectory:
     """Run on the data-subspace block and map the states back exactly (ZGZ only)."""
     if not op.satisfies_zgz:
-        raise InvalidParameterError("`compress`=True needs the zero-gradient condition (op.linear and op.cross None): "
-                         "with a linear term the complement of the data subspace is driven through μ")
+        raise InvalidParameterError(
+            "`compress`=True needs the zero-gradient condition (op.linear and op.cross None): "
+            "with a linear term the complement of the data subspace is driven through μ"
+        )
     if s["optimizer"] == "adam":
-        raise InvalidParameterError("`compress`=True cannot be combined with Adam: Adam is not rotation-equivariant, "
-                         "so the data-subspace basis change does not commute with its update")
+        raise InvalidParameterError(
+            "`compress`=True cannot be combined with Adam: Adam is not rotation-equivariant, "
+            "so the data-subspace basis change does not commute with its update"
+        )
     U = data_subspace(op)
     p, r = op.p, U.shape[1]
     Qb = torch.linalg.qr(torch.cat([U, torch.eye(p, dtype=op.dtype, device=op.device)], 1))[0][:, :p]
@@ -339,17 +411,20 @@ def _simulate_compressed(op, y, M0, W0, s) -> Trajectory:
             traj = _run(op_r, y, None, Wr0, dict(s, save_W=True))
             a = _scalar_factors(traj, s)
             Wfull = torch.einsum("pr,krm->kpm", U, traj.W) + a[:, None, None] * (Uc @ Wc0)[None]
-            traj = dataclasses.replace(traj, M=Wfull @ Wfull.transpose(1, 2) if s["save_M"] else None,
-                                       W=Wfull if s["save_W"] else None)
+            traj = dataclasses.replace(
+                traj, M=Wfull @ Wfull.transpose(1, 2) if s["save_M"] else None, W=Wfull if s["save_W"] else None
+            )
         else:
             traj = _run(op_r, y, None, Wr0, s, track_transfer=True)
-            traj = dataclasses.replace(traj, M=_lift(traj.M, traj.info["Phi"], Wr0 @ Wc0.T, Wc0 @ Wc0.T,
-                                                     traj.info["a"], Qb))
+            traj = dataclasses.replace(
+                traj, M=_lift(traj.M, traj.info["Phi"], Wr0 @ Wc0.T, Wc0 @ Wc0.T, traj.info["a"], Qb)
+            )
     else:
         M0t = Qb.T @ M0 @ Qb
         traj = _run(op_r, y, M0t[:r, :r], None, s, track_transfer=True)
-        traj = dataclasses.replace(traj, M=_lift(traj.M, traj.info["Phi"], M0t[:r, r:], M0t[r:, r:],
-                                                 traj.info["a"], Qb))
+        traj = dataclasses.replace(
+            traj, M=_lift(traj.M, traj.info["Phi"], M0t[:r, r:], M0t[r:, r:], traj.info["a"], Qb)
+        )
     traj.info.update(basis=U, rank=r, Phi=None)
     return traj
 

@@ -74,16 +74,31 @@ class Trajectory(Result):
 
     def __repr__(self) -> str:
         shape = None if self.M is None else tuple(self.M.shape[1:])
-        return (f"Trajectory(saved={len(self)}, t=[{float(self.t[0]) if len(self) else 0:g}, "
-                f"{float(self.t[-1]) if len(self) else 0:g}], M={shape}, status={self.status}, "
-                f"message={summarize(self.message)})")
+        return (
+            f"Trajectory(saved={len(self)}, t=[{float(self.t[0]) if len(self) else 0:g}, "
+            f"{float(self.t[-1]) if len(self) else 0:g}], M={shape}, status={self.status}, "
+            f"message={summarize(self.message)})"
+        )
 
     def to_dict(self) -> dict:
         """JSON-ready: the curves ``t``, ``loss``, ``step``, the status and the settings in ``info``; the saved
         states ``M``, ``W``, ``mu`` (up to ``K p²`` numbers) by their shapes only (``None`` when not saved)."""
+
         def shape(x):
             return None if x is None else list(x.shape)
 
-        return to_jsonable({"t": self.t, "loss": self.loss, "step": self.step, "status": self.status,
-                            "message": self.message, "success": self.success, "M_shape": shape(self.M),
-                            "W_shape": shape(self.W), "mu_shape": shape(self.mu), "info": self.info}, "Trajectory")
+        return to_jsonable(
+            {
+                "t": self.t,
+                "loss": self.loss,
+                "step": self.step,
+                "status": self.status,
+                "message": self.message,
+                "success": self.success,
+                "M_shape": shape(self.M),
+                "W_shape": shape(self.W),
+                "mu_shape": shape(self.mu),
+                "info": self.info,
+            },
+            "Trajectory",
+        )

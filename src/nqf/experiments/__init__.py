@@ -11,14 +11,40 @@ from typing import TYPE_CHECKING, Any
 
 #: Public name → the module of this package that defines it.
 _LAZY_ATTRS: dict[str, str] = {
-    "Check": "base", "Experiment": "base", "Outcome": "base", "Params": "base", "Table": "base",
-    "REGISTRY": "catalog", "register": "catalog", "get_experiment": "catalog", "all_experiments": "catalog",
-    "ConfigError": "config", "RunConfig": "config", "load_config": "config", "parse_config": "config",
-    "RunContext": "runner", "run_experiment": "runner",
+    "Check": "base",
+    "Experiment": "base",
+    "Outcome": "base",
+    "Params": "base",
+    "Table": "base",
+    "REGISTRY": "catalog",
+    "register": "catalog",
+    "get_experiment": "catalog",
+    "all_experiments": "catalog",
+    "ConfigError": "config",
+    "RunConfig": "config",
+    "load_config": "config",
+    "parse_config": "config",
+    "RunContext": "runner",
+    "run_experiment": "runner",
 }
 
-__all__ = ["REGISTRY", "Check", "Experiment", "Outcome", "Params", "Table", "get_experiment", "all_experiments",
-           "register", "ConfigError", "RunConfig", "load_config", "parse_config", "RunContext", "run_experiment"]
+__all__ = [
+    "REGISTRY",
+    "Check",
+    "Experiment",
+    "Outcome",
+    "Params",
+    "Table",
+    "get_experiment",
+    "all_experiments",
+    "register",
+    "ConfigError",
+    "RunConfig",
+    "load_config",
+    "parse_config",
+    "RunContext",
+    "run_experiment",
+]
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these are resolved lazily
     from .base import Check as Check
@@ -48,4 +74,3 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY_ATTRS))
-

@@ -32,8 +32,10 @@ class Params(BaseModel):
         if field is not None and _has_bool(value) and not _admits_bool(field.annotation):
             raise InvalidParameterError("expected a number, found a boolean (true/false)")
         if _has_subnormal(value):
-            raise InvalidParameterError(f"a subnormal number (nonzero, below {sys.float_info.min:.3g}) has too few "
-                                        "significant digits to compute with")
+            raise InvalidParameterError(
+                f"a subnormal number (nonzero, below {sys.float_info.min:.3g}) has too few "
+                "significant digits to compute with"
+            )
         return value
 
 
@@ -83,8 +85,9 @@ class Table(Result):
 
     def to_dict(self) -> dict:
         """The table's entry of ``results.json``, built through the schema's :class:`~nqf.report.schema.TableModel`."""
-        return TableModel(name=self.name, caption=self.caption, columns=list(self.columns),
-                          rows=to_jsonable(self.rows, "rows")).model_dump()
+        return TableModel(
+            name=self.name, caption=self.caption, columns=list(self.columns), rows=to_jsonable(self.rows, "rows")
+        ).model_dump()
 
 
 @dataclass(frozen=True)
@@ -164,11 +167,24 @@ class Check(Result):
 
     def to_dict(self) -> dict:
         """The check's entry of ``results.json``, built through the schema's :class:`~nqf.report.schema.CheckModel`."""
-        return CheckModel(**to_jsonable({
-            "name": self.name, "predicted": self.predicted, "measured": self.measured, "tolerance": self.tolerance,
-            "relative_error": self.relative_error, "passed": self.passed, "kind": self.kind, "error": self.error,
-            "reference": self.reference, "tolerance_origin": self.tolerance_origin, "reason": self.reason},
-            self.name)).model_dump()
+        return CheckModel(
+            **to_jsonable(
+                {
+                    "name": self.name,
+                    "predicted": self.predicted,
+                    "measured": self.measured,
+                    "tolerance": self.tolerance,
+                    "relative_error": self.relative_error,
+                    "passed": self.passed,
+                    "kind": self.kind,
+                    "error": self.error,
+                    "reference": self.reference,
+                    "tolerance_origin": self.tolerance_origin,
+                    "reason": self.reason,
+                },
+                self.name,
+            )
+        ).model_dump()
 
 
 @dataclass(frozen=True)
@@ -188,16 +204,22 @@ class Outcome(Result):
 
     def __repr__(self) -> str:
         passed = sum(c.passed is True for c in self.checks)
-        return (f"Outcome(metrics={len(self.metrics)}, checks={len(self.checks)} ({passed} passed), "
-                f"tables={len(self.tables)}, arrays={sorted(self.arrays)[:4]}, figures={len(self.figures)})")
+        return (
+            f"Outcome(metrics={len(self.metrics)}, checks={len(self.checks)} ({passed} passed), "
+            f"tables={len(self.tables)}, arrays={sorted(self.arrays)[:4]}, figures={len(self.figures)})"
+        )
 
     def to_dict(self) -> dict:
         """``metrics``, ``checks``, ``tables`` and ``summary`` as ``results.json`` records them, with the names of
         the figures and the shapes of the arrays (written to their own files)."""
-        return {"metrics": {str(k): to_jsonable(v, f"metrics[{k!r}]") for k, v in self.metrics.items()},
-                "checks": [c.to_dict() for c in self.checks], "tables": [t.to_dict() for t in self.tables],
-                "summary": [str(s) for s in self.summary], "figures": sorted(self.figures),
-                "arrays": {k: list(np.shape(v)) for k, v in self.arrays.items()}}
+        return {
+            "metrics": {str(k): to_jsonable(v, f"metrics[{k!r}]") for k, v in self.metrics.items()},
+            "checks": [c.to_dict() for c in self.checks],
+            "tables": [t.to_dict() for t in self.tables],
+            "summary": [str(s) for s in self.summary],
+            "figures": sorted(self.figures),
+            "arrays": {k: list(np.shape(v)) for k, v in self.arrays.items()},
+        }
 
 
 class Experiment:

@@ -43,24 +43,31 @@ class CatalogEntry:
 #: Every built-in experiment, by name (``nqf list`` prints them in name order).
 CATALOG: dict[str, CatalogEntry] = {
     "demo": CatalogEntry(
-        "demo", "real tanh MLP (vector outputs, whitened inputs) learns in steps at the predicted switch-on times"),
+        "demo", "real tanh MLP (vector outputs, whitened inputs) learns in steps at the predicted switch-on times"
+    ),
     "interacting-modes": CatalogEntry(
-        "interacting", "correlated features: finite-ε LV trajectories converge to the ε → 0 saddle-to-saddle limit"),
+        "interacting", "correlated features: finite-ε LV trajectories converge to the ε → 0 saddle-to-saddle limit"
+    ),
     "lv-staircase": CatalogEntry(
-        "lv_staircase", "commuting data: LV staircases for several ε, switch-on time vs ln(1/ε) with slopes 1/ζ_k"),
+        "lv_staircase", "commuting data: LV staircases for several ε, switch-on time vs ln(1/ε) with slopes 1/ζ_k"
+    ),
     "modules-vs-nqf": CatalogEntry(
-        "modules", "MLP, CNN, attention, QK-only attention, MoE, factorization vs their NQF on an NQF teacher"),
+        "modules", "MLP, CNN, attention, QK-only attention, MoE, factorization vs their NQF on an NQF teacher"
+    ),
     "power-law": CatalogEntry(
-        "power_law", "headline loss exponent (a−1)/b at K ≥ 10³ modes and small ε vs the independent exact mode "
-                     "sum; finite-K/ε deviations; NQF and a real MLP at small K"),
+        "power_law",
+        "headline loss exponent (a−1)/b at K ≥ 10³ modes and small ε vs the independent exact mode "
+        "sum; finite-K/ε deviations; NQF and a real MLP at small K",
+    ),
     "real-data": CatalogEntry(
-        "real_data", "real tanh MLP on scikit-learn digits and wine vs the greedy saddle sequence, at two ε"),
+        "real_data", "real tanh MLP on scikit-learn digits and wine vs the greedy saddle sequence, at two ε"
+    ),
     "saddles": CatalogEntry(
-        "saddles", "non-commuting staircases (tanh MLP, QK attention, CNN): greedy saddle sequence vs the real "
-                   "networks"),
+        "saddles", "non-commuting staircases (tanh MLP, QK attention, CNN): greedy saddle sequence vs the real networks"
+    ),
     "validity": CatalogEntry(
-        "validity", "teacher–student: real network vs NQF over ε — remainder, separation time, gap at first "
-                    "switch-on"),
+        "validity", "teacher–student: real network vs NQF over ε — remainder, separation time, gap at first switch-on"
+    ),
 }
 
 
@@ -80,8 +87,10 @@ class _Registry(MutableMapping[str, "Experiment"]):
             entry = CATALOG[name]
             importlib.import_module(entry.qualified_module)  # its @register fills self._loaded
             if name not in self._loaded:
-                raise LookupError(f"module {entry.qualified_module} does not register the experiment {name!r} "
-                                  "that the catalogue says it defines")
+                raise LookupError(
+                    f"module {entry.qualified_module} does not register the experiment {name!r} "
+                    "that the catalogue says it defines"
+                )
         return self._loaded[name]
 
     def __setitem__(self, name: str, experiment: Experiment) -> None:
@@ -89,8 +98,10 @@ class _Registry(MutableMapping[str, "Experiment"]):
 
     def __delitem__(self, name: str) -> None:
         if name in CATALOG:
-            raise InvalidParameterError(f"name: {name!r} is a built-in experiment (nqf.experiments.catalog.CATALOG); "
-                                        "only experiments added with register() can be removed")
+            raise InvalidParameterError(
+                f"name: {name!r} is a built-in experiment (nqf.experiments.catalog.CATALOG); "
+                "only experiments added with register() can be removed"
+            )
         del self._loaded[name]
 
     def __contains__(self, name: object) -> bool:
@@ -122,7 +133,8 @@ def register(cls: type[Experiment]) -> type[Experiment]:
         raise InvalidParameterError(
             f"cls: experiment {cls.name!r} is a built-in name; expected a class in {entry.qualified_module} whose "
             f"description is CATALOG[{cls.name!r}].description, found one in {cls.__module__}"
-            + ("" if cls.description == entry.description else f" with description {cls.description!r}"))
+            + ("" if cls.description == entry.description else f" with description {cls.description!r}")
+        )
     REGISTRY[cls.name] = cls()
     return cls
 

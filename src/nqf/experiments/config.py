@@ -28,8 +28,18 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib  # pyright: ignore[reportMissingImports]  # installed only on Python < 3.11
 
-__all__ = ["RunConfig", "ConfigError", "load_config", "parse_config", "format_validation_error",
-           "parse_set", "apply_overrides", "resolved_config", "config_hash", "read_config_data"]
+__all__ = [
+    "RunConfig",
+    "ConfigError",
+    "load_config",
+    "parse_config",
+    "format_validation_error",
+    "parse_set",
+    "apply_overrides",
+    "resolved_config",
+    "config_hash",
+    "read_config_data",
+]
 
 
 class ConfigError(NQFError, ValueError):
@@ -42,7 +52,7 @@ class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     experiment: str
-    seed: int = Field(0, ge=0, lt=2 ** 32, strict=True, description="an integer in [0, 2**32); not a boolean")
+    seed: int = Field(0, ge=0, lt=2**32, strict=True, description="an integer in [0, 2**32); not a boolean")
     device: str = "cpu"
     params: dict[str, Any] = Field(default_factory=dict)
 
@@ -83,7 +93,7 @@ def parse_config(data: dict, source: str = "config"):
     return cfg, exp, params
 
 
-_MAX_CONFIG_BYTES = 16 * 2 ** 20
+_MAX_CONFIG_BYTES = 16 * 2**20
 
 
 def read_config_data(path) -> dict:
@@ -97,8 +107,9 @@ def read_config_data(path) -> dict:
         raise ConfigError(f"config file {path} is not a regular file; expected a TOML file")
     try:
         if path.stat().st_size > _MAX_CONFIG_BYTES:
-            raise ConfigError(f"config file {path} is larger than {_MAX_CONFIG_BYTES // 2**20} MiB; "
-                              "expected a TOML file")
+            raise ConfigError(
+                f"config file {path} is larger than {_MAX_CONFIG_BYTES // 2**20} MiB; expected a TOML file"
+            )
         raw = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"config file {path} cannot be read: {exc.strerror or exc}") from None
@@ -157,7 +168,7 @@ def apply_overrides(data: dict, overrides: dict[str, Any]) -> dict:
         if key in _TOP_LEVEL:
             new[key] = value
         else:
-            name = key[len("params."):] if key.startswith("params.") else key
+            name = key[len("params.") :] if key.startswith("params.") else key
             if not name or "." in name:
                 raise ConfigError(f"--set: unknown key {key!r}; expected experiment, seed, device or a parameter name")
             params[name] = value
@@ -167,8 +178,12 @@ def apply_overrides(data: dict, overrides: dict[str, Any]) -> dict:
 
 def resolved_config(cfg: RunConfig, params) -> dict[str, Any]:
     """The full resolved config of a run: experiment, seed, device and *every* parameter (defaults included)."""
-    return {"experiment": cfg.experiment, "seed": cfg.seed, "device": cfg.device,
-            "params": params.model_dump(mode="json")}
+    return {
+        "experiment": cfg.experiment,
+        "seed": cfg.seed,
+        "device": cfg.device,
+        "params": params.model_dump(mode="json"),
+    }
 
 
 def config_hash(resolved: dict[str, Any]) -> str:

@@ -12,8 +12,16 @@ import torch
 from ..dynamics.initial import initial_weights  # re-exported: the one builder of W(0) = √ε Q
 from ..reductions.timing import crossing_time  # re-exported: the one level-crossing time
 
-__all__ = ["crossing_time", "to_cpu", "initial_weights", "stop_reason", "mark_stop", "mark_unfinished",
-           "clean_roundoff", "ROUNDOFF"]
+__all__ = [
+    "crossing_time",
+    "to_cpu",
+    "initial_weights",
+    "stop_reason",
+    "mark_stop",
+    "mark_unfinished",
+    "clean_roundoff",
+    "ROUNDOFF",
+]
 
 #: Relative size below which a value is float64 round-off (a few hundred ulps).
 ROUNDOFF = 1e-13
@@ -21,8 +29,14 @@ ROUNDOFF = 1e-13
 
 def to_cpu(traj):
     """A trajectory with every tensor on the CPU (for saving and plotting)."""
-    return dataclasses.replace(traj, **{f.name: getattr(traj, f.name).cpu() for f in dataclasses.fields(traj)
-                                        if isinstance(getattr(traj, f.name), torch.Tensor)})
+    return dataclasses.replace(
+        traj,
+        **{
+            f.name: getattr(traj, f.name).cpu()
+            for f in dataclasses.fields(traj)
+            if isinstance(getattr(traj, f.name), torch.Tensor)
+        },
+    )
 
 
 def stop_reason(**trajectories) -> str:

@@ -35,15 +35,19 @@ __all__ = ["Demo", "teacher_task"]
 class DemoParams(Params):
     n_samples: int = Field(512, ge=8, description="N, number of whitened inputs")
     in_features: int = Field(8, ge=1, description="D")
-    singular_values: list[float] = Field([2.0, 1.0, 0.5], min_length=1,
-                                         description="teacher singular values (distinct, positive); C = their count")
+    singular_values: list[float] = Field(
+        [2.0, 1.0, 0.5], min_length=1, description="teacher singular values (distinct, positive); C = their count"
+    )
     width: int = Field(128, ge=1, description="hidden units m of the real network (≥ C + D)")
     eps: float = Field(1e-6, gt=0, lt=1, description="initial scale: M(0) = εI")
     lr: float = Field(5e-3, gt=0, description="GD step η")
     t_max: float = Field(24.0, gt=0, description="training time η·steps")
     save_every: int = Field(10, ge=1)
-    time_tolerance: float = Field(0.5, gt=0, description="c: relative tolerance c/ln(1/ε) on switch-on times "
-                                  "(the theory's O(1/ln(1/ε)) error order)")
+    time_tolerance: float = Field(
+        0.5,
+        gt=0,
+        description="c: relative tolerance c/ln(1/ε) on switch-on times (the theory's O(1/ln(1/ε)) error order)",
+    )
     plateau_tolerance: float = Field(0.1, gt=0, description="relative tolerance on plateau losses")
 
     @field_validator("singular_values")
@@ -60,13 +64,18 @@ class DemoParams(Params):
             raise InvalidParameterError(f"`singular_values` has {C} values but `in_features` = {D}: at most D modes")
         if self.n_samples < D:
             raise InvalidParameterError(
-                f"`n_samples` = {self.n_samples} must be ≥ `in_features` = {D} to whiten the inputs")
+                f"`n_samples` = {self.n_samples} must be ≥ `in_features` = {D} to whiten the inputs"
+            )
         if self.width < C + D:
-            raise InvalidParameterError(f"`width` = {self.width} must be ≥ C + D = {C + D} "
-                                        "(C = len(`singular_values`), D = `in_features`) so that M(0) = εI")
+            raise InvalidParameterError(
+                f"`width` = {self.width} must be ≥ C + D = {C + D} "
+                "(C = len(`singular_values`), D = `in_features`) so that M(0) = εI"
+            )
         if self.save_every * self.lr > 0.05 * self.t_max:
-            raise InvalidParameterError(f"`save_every` · `lr` = {self.save_every * self.lr:g} must be ≤ 5% of "
-                                        f"`t_max` = {self.t_max:g} to resolve the steps")
+            raise InvalidParameterError(
+                f"`save_every` · `lr` = {self.save_every * self.lr:g} must be ≤ 5% of "
+                f"`t_max` = {self.t_max:g} to resolve the steps"
+            )
         return self
 
 
@@ -97,17 +106,29 @@ def teacher_task(n_samples: int, in_features: int, singular_values, seed: int):
 class Demo(Experiment):
     name = "demo"
     description = CATALOG[name].description
-    reproduces = ("sudden learning: modes of the input–output correlation switch on one after another at "
-                  "t_k ≈ ln(1/ε)/ζ_k, with plateaus at the reduced-rank losses")
+    reproduces = (
+        "sudden learning: modes of the input–output correlation switch on one after another at "
+        "t_k ≈ ln(1/ε)/ζ_k, with plateaus at the reduced-rank losses"
+    )
     Params = DemoParams
-    tiny = {"n_samples": 64, "in_features": 4, "singular_values": [2.0, 1.0], "width": 64, "lr": 1e-2,
-            "t_max": 12.0, "eps": 1e-6, "save_every": 5}
-    checks = ("switch-on time t_k of every mode: predicted (SVD mode reduction, exact flow) vs the real tanh "
-              "network's half-saturation time; relative tolerance c/ln(1/ε) (the theory's O(1/ln(1/ε)) error, "
-              "c = `time_tolerance`)",
-              "plateau loss L_k after k modes: reduced-rank loss ½(E‖y‖² − Σ_{j≤k} λ_j²) vs the real network's "
-              "loss between switch-ons; relative tolerance `plateau_tolerance` (tanh's cubic term at learned "
-              "weights, relative O(λ_k·E[x⁴]/D) ≲ 0.1)")
+    tiny = {
+        "n_samples": 64,
+        "in_features": 4,
+        "singular_values": [2.0, 1.0],
+        "width": 64,
+        "lr": 1e-2,
+        "t_max": 12.0,
+        "eps": 1e-6,
+        "save_every": 5,
+    }
+    checks = (
+        "switch-on time t_k of every mode: predicted (SVD mode reduction, exact flow) vs the real tanh "
+        "network's half-saturation time; relative tolerance c/ln(1/ε) (the theory's O(1/ln(1/ε)) error, "
+        "c = `time_tolerance`)",
+        "plateau loss L_k after k modes: reduced-rank loss ½(E‖y‖² − Σ_{j≤k} λ_j²) vs the real network's "
+        "loss between switch-ons; relative tolerance `plateau_tolerance` (tanh's cubic term at learned "
+        "weights, relative O(λ_k·E[x⁴]/D) ≲ 0.1)",
+    )
 
     def run(self, params: DemoParams, ctx, out: Outcome) -> None:
         from ..dynamics import simulate, train_network
@@ -130,11 +151,19 @@ class Demo(Experiment):
         op = mlp(X, "tanh", n_outputs=C)
         for part in ctx.progress(["real network", "NQF"], "GD runs"):
             if part == "real network":
-                real = ctx.checkpoint("real_network", lambda: to_cpu(train_network(
-                    net, net.units, X, Y, W0=W0, lr=P.lr, steps=steps, save_every=P.save_every, save_W=False)))
+                real = ctx.checkpoint(
+                    "real_network",
+                    lambda: to_cpu(
+                        train_network(
+                            net, net.units, X, Y, W0=W0, lr=P.lr, steps=steps, save_every=P.save_every, save_W=False
+                        )
+                    ),
+                )
             else:
-                nqf_run = ctx.checkpoint("nqf_order_parameter", lambda: to_cpu(simulate(
-                    op, Y, M0=W0 @ W0.T, lr=P.lr, steps=steps, save_every=P.save_every)))
+                nqf_run = ctx.checkpoint(
+                    "nqf_order_parameter",
+                    lambda: to_cpu(simulate(op, Y, M0=W0 @ W0.T, lr=P.lr, steps=steps, save_every=P.save_every)),
+                )
 
         t = real.t.numpy()
         U, V = modes.left, modes.right
@@ -157,39 +186,98 @@ class Demo(Experiment):
         L_meas = np.array([loss_at(tt) for tt in t_meas_plateau])
         tol_t = P.time_tolerance / math.log(1 / P.eps)
         for k in range(K):
-            out.checks.append(Check(
-                f"switch-on time t_{k + 1}", float(t_pred[k]), float(t_meas[k]), tol_t,
-                reference="real tanh network: mode strength reaches λ_k/2",
-                tolerance_origin=f"theory's O(1/ln(1/ε)) error: {P.time_tolerance:g}/ln(1/ε)"))
+            out.checks.append(
+                Check(
+                    f"switch-on time t_{k + 1}",
+                    float(t_pred[k]),
+                    float(t_meas[k]),
+                    tol_t,
+                    reference="real tanh network: mode strength reaches λ_k/2",
+                    tolerance_origin=f"theory's O(1/ln(1/ε)) error: {P.time_tolerance:g}/ln(1/ε)",
+                )
+            )
         for k in range(K + 1):
             if L_pred[k] > 1e-3 * L_pred[0]:
-                out.checks.append(Check(
-                    f"plateau loss L_{k}", float(L_pred[k]), float(L_meas[k]), P.plateau_tolerance,
-                    reference="real tanh network's loss between switch-ons",
-                    tolerance_origin="tanh's cubic term at the learned weights (relative ≲ 0.1)"))
+                out.checks.append(
+                    Check(
+                        f"plateau loss L_{k}",
+                        float(L_pred[k]),
+                        float(L_meas[k]),
+                        P.plateau_tolerance,
+                        reference="real tanh network's loss between switch-ons",
+                        tolerance_origin="tanh's cubic term at the learned weights (relative ≲ 0.1)",
+                    )
+                )
         mark_unfinished(out.checks, stop_reason(real_network=real, nqf=nqf_run))
         n = min(len(loss_real), len(nqf_run.loss))
         gap = float(np.max(np.abs(loss_real[:n] - nqf_run.loss.numpy()[:n])) / loss_real[0])
-        out.metrics.update({"eps": P.eps, "lr": P.lr, "steps": steps, "width": P.width,
-                            "max_loss_gap_real_vs_nqf_over_L0": gap, "whitening_error": modes.whitening_error})
-        out.tables.append(Table(
-            "Switch-on times", ["mode k", "λ_k", "ζ_k", "predicted t_k (exact flow)", "ln(1/ε)/ζ_k",
-                                "measured (NQF simulation)", "measured (real net)", "rel. error (real)"],
-            [[k + 1, lam[k], float(modes.rates[k]), t_pred[k], t_lead[k], t_nqf[k], t_meas[k],
-              abs(t_meas[k] - t_pred[k]) / t_pred[k]] for k in range(K)],
-            caption="half-saturation: mode strength u_kᵀ σ'(0) M_au v_k reaches λ_k/2"))
-        out.tables.append(Table(
-            "Plateau losses", ["after k modes", "predicted L_k", "measured", "measured at t"],
-            [[k, L_pred[k], L_meas[k], t_meas_plateau[k]] for k in range(K + 1)]))
-        out.arrays.update({"t": t, "loss_real": loss_real, "loss_nqf": nqf_run.loss.numpy(),
-                           "loss_predicted": modes.loss(t).numpy(), "strength_real": strength_real,
-                           "strength_predicted": strength_pred, "switch_times_predicted": t_pred,
-                           "switch_times_measured": t_meas, "plateau_predicted": L_pred, "plateau_measured": L_meas})
-        out.summary.extend([
-            f"teacher singular values {', '.join(f'{v:g}' for v in lam)}; ε = {P.eps:g}, η = {P.lr:g}, "
-            f"{steps} steps, real tanh MLP of width {P.width} (C = {C}, D = {D})",
-            f"max |L_net − L_NQF| / L(0) = {gap:.2e} (order-parameter simulation, same steps)",
-        ])
+        out.metrics.update(
+            {
+                "eps": P.eps,
+                "lr": P.lr,
+                "steps": steps,
+                "width": P.width,
+                "max_loss_gap_real_vs_nqf_over_L0": gap,
+                "whitening_error": modes.whitening_error,
+            }
+        )
+        out.tables.append(
+            Table(
+                "Switch-on times",
+                [
+                    "mode k",
+                    "λ_k",
+                    "ζ_k",
+                    "predicted t_k (exact flow)",
+                    "ln(1/ε)/ζ_k",
+                    "measured (NQF simulation)",
+                    "measured (real net)",
+                    "rel. error (real)",
+                ],
+                [
+                    [
+                        k + 1,
+                        lam[k],
+                        float(modes.rates[k]),
+                        t_pred[k],
+                        t_lead[k],
+                        t_nqf[k],
+                        t_meas[k],
+                        abs(t_meas[k] - t_pred[k]) / t_pred[k],
+                    ]
+                    for k in range(K)
+                ],
+                caption="half-saturation: mode strength u_kᵀ σ'(0) M_au v_k reaches λ_k/2",
+            )
+        )
+        out.tables.append(
+            Table(
+                "Plateau losses",
+                ["after k modes", "predicted L_k", "measured", "measured at t"],
+                [[k, L_pred[k], L_meas[k], t_meas_plateau[k]] for k in range(K + 1)],
+            )
+        )
+        out.arrays.update(
+            {
+                "t": t,
+                "loss_real": loss_real,
+                "loss_nqf": nqf_run.loss.numpy(),
+                "loss_predicted": modes.loss(t).numpy(),
+                "strength_real": strength_real,
+                "strength_predicted": strength_pred,
+                "switch_times_predicted": t_pred,
+                "switch_times_measured": t_meas,
+                "plateau_predicted": L_pred,
+                "plateau_measured": L_meas,
+            }
+        )
+        out.summary.extend(
+            [
+                f"teacher singular values {', '.join(f'{v:g}' for v in lam)}; ε = {P.eps:g}, η = {P.lr:g}, "
+                f"{steps} steps, real tanh MLP of width {P.width} (C = {C}, D = {D})",
+                f"max |L_net − L_NQF| / L(0) = {gap:.2e} (order-parameter simulation, same steps)",
+            ]
+        )
 
         fig, (ax, ax2) = new_figure(2, figsize=(11, 4.2))
         ax.semilogy(t, loss_real, lw=2.2, label="real tanh MLP")
@@ -199,8 +287,16 @@ class Demo(Experiment):
         for Lk in L_pred[:-1]:
             ax.axhline(Lk, color="0.7", lw=0.6, zorder=0)
         for k in range(K):
-            ax.text(1.005, L_pred[k], f"L{k}", fontsize=7, color="0.4", va="center", ha="left",
-                    transform=ax.get_yaxis_transform())
+            ax.text(
+                1.005,
+                L_pred[k],
+                f"L{k}",
+                fontsize=7,
+                color="0.4",
+                va="center",
+                ha="left",
+                transform=ax.get_yaxis_transform(),
+            )
         mark_stop(ax, real, label="real network stopped")
         mark_stop(ax, nqf_run, color="C1", label="NQF run stopped")
         ax.set_ylim(bottom=max(float(loss_real.min()), 1e-5 * float(loss_real[0])) / 3)
@@ -209,7 +305,7 @@ class Demo(Experiment):
         ax.set_title("staircase (dashed: predicted t_k; grey: plateaus L_k)", fontsize=10, pad=14)
         ax.legend(fontsize=8, loc="lower left")
         for k in range(K):
-            line, = ax2.plot(t, strength_real[:, k] / lam[k], lw=2, label=f"mode {k + 1} (λ = {lam[k]:g}): network")
+            (line,) = ax2.plot(t, strength_real[:, k] / lam[k], lw=2, label=f"mode {k + 1} (λ = {lam[k]:g}): network")
             ax2.plot(t, strength_pred[:, k] / lam[k], ":", color=line.get_color(), label=f"mode {k + 1}: theory")
         mark_times(ax2, t_pred, None)
         ax2.axhline(0.5, color="0.6", lw=0.6)

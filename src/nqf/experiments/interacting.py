@@ -37,14 +37,17 @@ class InteractingParams(Params):
     noise: float = Field(0.3, ge=0)
     eps: EpsList = Field([1e-10, 1e-40, 1e-120, 1e-300], min_length=2)
     n_points: int = Field(1001, ge=50)
-    offset_constant: float = Field(2.0, gt=0, description="c in the O(1) offset bound Σ (|ln(v/2)| + c)/r per "
-                                   "event (see `checks`)")
+    offset_constant: float = Field(
+        2.0, gt=0, description="c in the O(1) offset bound Σ (|ln(v/2)| + c)/r per event (see `checks`)"
+    )
 
     @model_validator(mode="after")
     def _sizes(self):
         if self.n_samples < self.n_modes:
-            raise InvalidParameterError(f"`n_samples` = {self.n_samples} must be ≥ `n_modes` = {self.n_modes} "
-                                        "(a full-rank interaction matrix C)")
+            raise InvalidParameterError(
+                f"`n_samples` = {self.n_samples} must be ≥ `n_modes` = {self.n_modes} "
+                "(a full-rank interaction matrix C)"
+            )
         return self
 
 
@@ -70,15 +73,19 @@ def correlated_task(n_modes: int, n_samples: int, noise: float, seed: int):
 class InteractingModes(Experiment):
     name = "interacting-modes"
     description = CATALOG[name].description
-    reproduces = ("beyond the paper: interacting modes switch on (and off) at rescaled times τ that the "
-                  "active-set limit predicts exactly as ε → 0, with corrections ∝ 1/ln(1/ε)")
+    reproduces = (
+        "beyond the paper: interacting modes switch on (and off) at rescaled times τ that the "
+        "active-set limit predicts exactly as ε → 0, with corrections ∝ 1/ln(1/ε)"
+    )
     Params = InteractingParams
     tiny = {"n_modes": 4, "n_samples": 40, "eps": [1e-10, 1e-40], "n_points": 200}
-    checks = ("rescaled switch-on time τ of every switch-on event at the smallest ε: ε → 0 active-set limit "
-              "(nqf.reductions.lv.limit, a combinatorial QP path) vs the stiff log-coordinate integration of the LV "
-              "flow (independent integration); absolute tolerance B/ln(1/ε), the theory's O(1/ln(1/ε)) error with "
-              "the O(1) time offset bounded by B = Σ_{events so far} (|ln(v/2)| + c)/r (v: the mode's plateau "
-              "value, r: its growth rate d ln z/dt before the event, c = `offset_constant`)",)
+    checks = (
+        "rescaled switch-on time τ of every switch-on event at the smallest ε: ε → 0 active-set limit "
+        "(nqf.reductions.lv.limit, a combinatorial QP path) vs the stiff log-coordinate integration of the LV "
+        "flow (independent integration); absolute tolerance B/ln(1/ε), the theory's O(1/ln(1/ε)) error with "
+        "the O(1) time offset bounded by B = Σ_{events so far} (|ln(v/2)| + c)/r (v: the mode's plateau "
+        "value, r: its growth rate d ln z/dt before the event, c = `offset_constant`)",
+    )
 
     def run(self, params: InteractingParams, ctx, out: Outcome) -> None:
         from ..reductions import lv
@@ -98,8 +105,11 @@ class InteractingModes(Experiment):
         nrows = math.ceil(n_pan / ncols)
         fig, axes = new_figure(ncols, nrows, figsize=(4.6 * ncols, 3.9 * nrows))
         axes = np.atleast_1d(axes).ravel()
-        colours = ([f"C{k}" for k in range(base.K)] if base.K <= 10
-                   else [colormaps["turbo"](k / (base.K - 1)) for k in range(base.K)])
+        colours = (
+            [f"C{k}" for k in range(base.K)]
+            if base.K <= 10
+            else [colormaps["turbo"](k / (base.K - 1)) for k in range(base.K)]
+        )
         # O(1) offset of each switch-on (theory): growth rate r of the mode just before its event, from the
         # limit's piecewise-linear path s(τ) (slope ds/dτ = d ln z / dt)
         ptau, ps = res.path_tau.numpy(), res.path_s.numpy()
@@ -113,8 +123,9 @@ class InteractingModes(Experiment):
         rows, diffs, logs = [], [], []
         for i, e in enumerate(ctx.progress(P.eps, "ε")):
             L = math.log(1 / e)
-            sol = ctx.checkpoint(f"eps_{e:g}", lambda e=e, L=L: base.with_z0(np.full(base.K, e)).flow(
-                tau_end * L, n_points=P.n_points))
+            sol = ctx.checkpoint(
+                f"eps_{e:g}", lambda e=e, L=L: base.with_z0(np.full(base.K, e)).flow(tau_end * L, n_points=P.n_points)
+            )
             reasons.append(stop_reason(**{f"LV flow at ε = {e:g}": sol}))
             levels = np.full(base.K, np.inf)
             for ev in ons:
@@ -139,10 +150,9 @@ class InteractingModes(Experiment):
             ax.set_ylabel("s_k = ln z_k / ln(1/ε)")
             if i == 0:
                 ax.legend(fontsize=7, ncol=2, loc="lower right")
-            out.arrays.update({f"eps_{e:g}_tau": tau, f"eps_{e:g}_s": s,
-                               f"eps_{e:g}_loss": sol.loss.numpy()})
+            out.arrays.update({f"eps_{e:g}_tau": tau, f"eps_{e:g}_s": s, f"eps_{e:g}_loss": sol.loss.numpy()})
         axL = axes[len(P.eps)]
-        for ax in axes[len(P.eps) + 1:]:
+        for ax in axes[len(P.eps) + 1 :]:
             ax.axis("off")
         for e in P.eps:
             axL.plot(out.arrays[f"eps_{e:g}_tau"], out.arrays[f"eps_{e:g}_loss"], lw=1.5, label=f"ε = {e:g}")
@@ -158,25 +168,50 @@ class InteractingModes(Experiment):
         logs = np.array(logs)
         scaled = np.abs(diffs) * logs[:, None]
         for j, ev in enumerate(ons):
-            out.checks.append(Check(
-                f"τ of mode {ev.mode + 1} switching on (ε = {P.eps[-1]:g})", ev.tau, float(ev.tau + diffs[-1, j]),
-                bound[j] / logs[-1], kind="absolute",
-                reference="stiff log-coordinate integration of the LV flow (z_k reaches half its plateau value)",
-                tolerance_origin=f"theory's O(1/ln(1/ε)) error: O(1) offset bound {bound[j]:.3g} / ln(1/ε)"))
+            out.checks.append(
+                Check(
+                    f"τ of mode {ev.mode + 1} switching on (ε = {P.eps[-1]:g})",
+                    ev.tau,
+                    float(ev.tau + diffs[-1, j]),
+                    bound[j] / logs[-1],
+                    kind="absolute",
+                    reference="stiff log-coordinate integration of the LV flow (z_k reaches half its plateau value)",
+                    tolerance_origin=f"theory's O(1/ln(1/ε)) error: O(1) offset bound {bound[j]:.3g} / ln(1/ε)",
+                )
+            )
         mark_unfinished(out.checks, "; ".join(r for r in reasons if r))
         out.metrics["offset_bounds"] = ", ".join(f"{b:.3g}" for b in bound)
-        out.tables.append(Table(
-            "Switch-on times in τ = t / ln(1/ε)", ["ε", "mode", "limit τ", "flow τ", "difference",
-                                                   "difference × ln(1/ε)"], rows,
-            caption="difference × ln(1/ε) tending to a constant per event: convergence like 1/ln(1/ε)"))
-        ev_rows = [[ev.tau, ev.mode + 1, ev.kind, "{" + ", ".join(str(k + 1) for k in ev.active) + "}", ev.loss]
-                   for ev in res.events]
-        out.tables.append(Table("ε → 0 events", ["τ", "mode", "kind", "active set after", "plateau loss"], ev_rows,
-                                caption=f"modes that never switch on: {[int(k) + 1 for k in never]}"))
-        out.metrics.update({"n_events": len(res.events), "n_off_events": res.kinds.count("off"),
-                            "n_never_on": int(len(never)),
-                            "max_scaled_difference_smallest_eps": float(scaled[-1].max()) if len(ons) else None})
+        out.tables.append(
+            Table(
+                "Switch-on times in τ = t / ln(1/ε)",
+                ["ε", "mode", "limit τ", "flow τ", "difference", "difference × ln(1/ε)"],
+                rows,
+                caption="difference × ln(1/ε) tending to a constant per event: convergence like 1/ln(1/ε)",
+            )
+        )
+        ev_rows = [
+            [ev.tau, ev.mode + 1, ev.kind, "{" + ", ".join(str(k + 1) for k in ev.active) + "}", ev.loss]
+            for ev in res.events
+        ]
+        out.tables.append(
+            Table(
+                "ε → 0 events",
+                ["τ", "mode", "kind", "active set after", "plateau loss"],
+                ev_rows,
+                caption=f"modes that never switch on: {[int(k) + 1 for k in never]}",
+            )
+        )
+        out.metrics.update(
+            {
+                "n_events": len(res.events),
+                "n_off_events": res.kinds.count("off"),
+                "n_never_on": int(len(never)),
+                "max_scaled_difference_smallest_eps": float(scaled[-1].max()) if len(ons) else None,
+            }
+        )
         out.arrays.update({"eps": np.asarray(P.eps), "tau_differences": diffs})
-        out.summary.append(f"{base.K} modes: {len(ons)} switch-ons, {res.kinds.count('off')} switch-offs, "
-                           f"{len(never)} never on; max |Δτ| = {np.abs(diffs).max(axis=1).round(4).tolist()} "
-                           f"for ε = {', '.join(f'{e:g}' for e in P.eps)}")
+        out.summary.append(
+            f"{base.K} modes: {len(ons)} switch-ons, {res.kinds.count('off')} switch-offs, "
+            f"{len(never)} never on; max |Δτ| = {np.abs(diffs).max(axis=1).round(4).tolist()} "
+            f"for ε = {', '.join(f'{e:g}' for e in P.eps)}"
+        )

@@ -45,27 +45,36 @@ class ModulesParams(Params):
     tokens: int = Field(4, ge=1, description="T for the attention families")
     teacher_rank: int = Field(2, ge=1)
     eps: float = Field(1e-6, gt=0, lt=1)
-    teacher_signal: float = Field(0.1, gt=0, le=10, description="RMS s of the teacher's signal Tr[M*A(x)]; the "
-                                  "learned ‖W‖² ∝ s, so the remainder relative to the quadratic term is "
-                                  "O(s^((q−2)/2))")
+    teacher_signal: float = Field(
+        0.1,
+        gt=0,
+        le=10,
+        description="RMS s of the teacher's signal Tr[M*A(x)]; the "
+        "learned ‖W‖² ∝ s, so the remainder relative to the quadratic term is "
+        "O(s^((q−2)/2))",
+    )
     step_fraction: float = Field(0.05, gt=0, le=0.5, description="η · (top rate 4λ_max) per step")
     horizon: float = Field(2.0, gt=1, description="run length in units of the predicted first escape time")
     save_every: int = Field(5, ge=1)
-    exact_tolerance: float = Field(1e-6, gt=0, description="gap allowed for exactly quadratic families "
-                                   "(round-off accumulated over the steps)")
-    moe_signal_scan: list[float] = Field([1.0], description="extra teacher signals for the MoE gap's scaling "
-                                         "(a finding, not a check; empty to skip)")
+    exact_tolerance: float = Field(
+        1e-6, gt=0, description="gap allowed for exactly quadratic families (round-off accumulated over the steps)"
+    )
+    moe_signal_scan: list[float] = Field(
+        [1.0], description="extra teacher signals for the MoE gap's scaling (a finding, not a check; empty to skip)"
+    )
 
     @model_validator(mode="after")
     def _sizes(self):
         if self.teacher_rank > self.width:
             raise InvalidParameterError(f"`teacher_rank` = {self.teacher_rank} must be ≤ `width` = {self.width}")
         if self.n_samples < 2 * self.teacher_rank:
-            raise InvalidParameterError(f"`n_samples` = {self.n_samples} must be ≥ 2 · `teacher_rank` = "
-                             f"{2 * self.teacher_rank}")
+            raise InvalidParameterError(
+                f"`n_samples` = {self.n_samples} must be ≥ 2 · `teacher_rank` = {2 * self.teacher_rank}"
+            )
         if any(not 0 < v <= 10 for v in self.moe_signal_scan):
             raise InvalidParameterError(
-                f"every `moe_signal_scan` entry must lie in (0, 10]; found {self.moe_signal_scan}")
+                f"every `moe_signal_scan` entry must lie in (0, 10]; found {self.moe_signal_scan}"
+            )
         return self
 
 
@@ -88,8 +97,7 @@ def build_family(name: str, n: int, m: int, D: int, T: int, gen: torch.Generator
     if name == "cnn":
         L, k = 2 * D, 3
         X = torch.randn(n, 1, L, dtype=dt, generator=gen)
-        return (X, st.conv1d(X, k, readout="position"),
-                nw.ConvNet1d(1, m, k, readout="position", input_length=L))
+        return (X, st.conv1d(X, k, readout="position"), nw.ConvNet1d(1, m, k, readout="position", input_length=L))
     if name == "attention":
         X = torch.randn(n, T, D, dtype=dt, generator=gen)
         return X, st.multi_head_attention(X, d_head=2, n_outputs=1), nw.MultiHeadAttention(D, m, 2, n_outputs=1)
@@ -128,21 +136,56 @@ def _run_family(fam, P: ModulesParams, ctx, j: int, signal: float, key: str):
     steps = max(int(P.horizon * t_escape / lr), 10)
     W0 = initial_weights(p, P.width, P.eps, gen, init="gaussian")
     dev = ctx.device
-    real = ctx.checkpoint(f"{key}-real", lambda: to_cpu(train_network(
-        net.to(dev), net.units, X.to(dev), y.to(dev), W0=W0.to(dev), lr=lr, steps=steps,
-        save_every=P.save_every, save_W=False, save_M=False)))
-    sim = ctx.checkpoint(f"{key}-nqf", lambda: to_cpu(simulate(
-        op.to(device=dev), y.to(dev), M0=(W0 @ W0.T).to(dev), lr=lr, steps=steps,
-        save_every=P.save_every, save_M=False)))
+    real = ctx.checkpoint(
+        f"{key}-real",
+        lambda: to_cpu(
+            train_network(
+                net.to(dev),
+                net.units,
+                X.to(dev),
+                y.to(dev),
+                W0=W0.to(dev),
+                lr=lr,
+                steps=steps,
+                save_every=P.save_every,
+                save_W=False,
+                save_M=False,
+            )
+        ),
+    )
+    sim = ctx.checkpoint(
+        f"{key}-nqf",
+        lambda: to_cpu(
+            simulate(
+                op.to(device=dev),
+                y.to(dev),
+                M0=(W0 @ W0.T).to(dev),
+                lr=lr,
+                steps=steps,
+                save_every=P.save_every,
+                save_M=False,
+            )
+        ),
+    )
     t, Lr, Ls = real.t.numpy(), real.loss.numpy(), sim.loss.numpy()
     n_ok = min(len(Lr), len(Ls))
     t, Lr, Ls = t[:n_ok], Lr[:n_ok], Ls[:n_ok]
     half = np.nonzero(Ls <= 0.5 * Ls[0])[0]
     i_half = int(half[0]) if half.size else n_ok - 1
-    return {"p": p, "t": t, "Lr": Lr, "Ls": Ls, "t_escape": t_escape, "i_half": i_half, "halved": bool(half.size),
-            "early": float(np.max(np.abs(Lr[: i_half + 1] - Ls[: i_half + 1])) / Ls[0]),
-            "whole": float(np.max(np.abs(Lr - Ls)) / Ls[0]), "real": real, "sim": sim,
-            "reason": stop_reason(network=real, nqf=sim)}
+    return {
+        "p": p,
+        "t": t,
+        "Lr": Lr,
+        "Ls": Ls,
+        "t_escape": t_escape,
+        "i_half": i_half,
+        "halved": bool(half.size),
+        "early": float(np.max(np.abs(Lr[: i_half + 1] - Ls[: i_half + 1])) / Ls[0]),
+        "whole": float(np.max(np.abs(Lr - Ls)) / Ls[0]),
+        "real": real,
+        "sim": sim,
+        "reason": stop_reason(network=real, nqf=sim),
+    }
 
 
 @register
@@ -151,14 +194,25 @@ class ModulesVsNQF(Experiment):
     description = CATALOG[name].description
     reproduces = "Theorem 1: every family trained from small initialisation follows its quadratic form Tr[WWᵀA(x)]"
     Params = ModulesParams
-    tiny = {"families": list(FAMILIES), "n_samples": 24, "width": 4, "dim": 3, "tokens": 2, "horizon": 1.5,
-            "step_fraction": 0.1, "save_every": 5, "moe_signal_scan": []}
-    checks = ("per family, at ε = `eps` and teacher signal RMS s = `teacher_signal`: max |L_net − L_NQF| / L(0) "
-              "until the NQF loss halves, real network vs its NQF (same data, same W(0), same GD steps), "
-              "predicted 0; absolute tolerance s^((q−2)/2) — the theory's error order of the remainder relative "
-              "to the quadratic term at the learned weights (‖W‖² ∝ s), q = 4 for tanh MLP, CNN and both "
-              "attentions, q = 3 for the MoE gate × expert term; `exact_tolerance` (round-off) for the exactly "
-              "quadratic factorization",)
+    tiny = {
+        "families": list(FAMILIES),
+        "n_samples": 24,
+        "width": 4,
+        "dim": 3,
+        "tokens": 2,
+        "horizon": 1.5,
+        "step_fraction": 0.1,
+        "save_every": 5,
+        "moe_signal_scan": [],
+    }
+    checks = (
+        "per family, at ε = `eps` and teacher signal RMS s = `teacher_signal`: max |L_net − L_NQF| / L(0) "
+        "until the NQF loss halves, real network vs its NQF (same data, same W(0), same GD steps), "
+        "predicted 0; absolute tolerance s^((q−2)/2) — the theory's error order of the remainder relative "
+        "to the quadratic term at the learned weights (‖W‖² ∝ s), q = 4 for tanh MLP, CNN and both "
+        "attentions, q = 3 for the MoE gate × expert term; `exact_tolerance` (round-off) for the exactly "
+        "quadratic factorization",
+    )
 
     def run(self, params: ModulesParams, ctx, out: Outcome) -> None:
         P = params
@@ -171,19 +225,40 @@ class ModulesVsNQF(Experiment):
             r = _run_family(fam, P, ctx, j, P.teacher_signal, fam)
             q = TRUNCATION_ORDER[fam]
             tol = P.exact_tolerance if q is None else P.teacher_signal ** ((q - 2) / 2)
-            origin = ("round-off over the steps (exactly quadratic)" if q is None else
-                      f"remainder O(‖W‖^{q - 2}) relative, ‖W‖² ∝ s: s^{(q - 2) / 2:g}")
-            check = Check(f"{fam}: max |L_net − L_NQF|/L0 until L halves (ε = {P.eps:g}, s = {P.teacher_signal:g})",
-                          0.0, r["early"], tol, kind="absolute",
-                          reference=f"real {fam} network trained by the same GD steps", tolerance_origin=origin)
+            origin = (
+                "round-off over the steps (exactly quadratic)"
+                if q is None
+                else f"remainder O(‖W‖^{q - 2}) relative, ‖W‖² ∝ s: s^{(q - 2) / 2:g}"
+            )
+            check = Check(
+                f"{fam}: max |L_net − L_NQF|/L0 until L halves (ε = {P.eps:g}, s = {P.teacher_signal:g})",
+                0.0,
+                r["early"],
+                tol,
+                kind="absolute",
+                reference=f"real {fam} network trained by the same GD steps",
+                tolerance_origin=origin,
+            )
             if r["reason"]:
                 check = check.unfinished(r["reason"])
             elif not r["halved"]:
                 check = check.unfinished("the NQF loss never halved within the run (raise `horizon`)")
             out.checks.append(check)
             t, Lr, Ls = r["t"], r["Lr"], r["Ls"]
-            rows.append([fam, r["p"], P.width, "exact" if q is None else q, r["t_escape"], float(t[r["i_half"]]),
-                         r["early"], r["whole"], float(Lr[-1]), float(Ls[-1])])
+            rows.append(
+                [
+                    fam,
+                    r["p"],
+                    P.width,
+                    "exact" if q is None else q,
+                    r["t_escape"],
+                    float(t[r["i_half"]]),
+                    r["early"],
+                    r["whole"],
+                    float(Lr[-1]),
+                    float(Ls[-1]),
+                ]
+            )
             out.metrics[f"{fam}_gap_until_half"] = r["early"]
             out.metrics[f"{fam}_gap_whole_run"] = r["whole"]
             out.arrays.update({f"{fam}_t": t, f"{fam}_loss_real": Lr, f"{fam}_loss_nqf": Ls})
@@ -196,17 +271,33 @@ class ModulesVsNQF(Experiment):
             ax.set_xlabel("training time t = η·steps (dimensionless)")
             ax.set_ylabel("loss L")
             ax.legend(fontsize=7, loc="lower left")
-        for ax in axes[len(P.families):]:
+        for ax in axes[len(P.families) :]:
             ax.axis("off")
         out.figures["modules_vs_nqf"] = fig
-        out.tables.append(Table(
-            "Real network vs NQF", ["family", "p", "width m", "truncation order q", "predicted first escape",
-                                    "t(L = L0/2)", "max |ΔL|/L0 until L0/2", "max |ΔL|/L0 whole run",
-                                    "final L (net)", "final L (NQF)"], rows,
-            caption=f"NQF teacher of rank {P.teacher_rank}, signal RMS {P.teacher_signal:g}, ε = {P.eps:g}; same "
-                    "data, same M(0), same GD steps"))
-        out.summary.append(f"ε = {P.eps:g}, teacher signal {P.teacher_signal:g}: gap until the loss halves "
-                           f"({', '.join(f'{r[0]} {r[6]:.1e}' for r in rows)})")
+        out.tables.append(
+            Table(
+                "Real network vs NQF",
+                [
+                    "family",
+                    "p",
+                    "width m",
+                    "truncation order q",
+                    "predicted first escape",
+                    "t(L = L0/2)",
+                    "max |ΔL|/L0 until L0/2",
+                    "max |ΔL|/L0 whole run",
+                    "final L (net)",
+                    "final L (NQF)",
+                ],
+                rows,
+                caption=f"NQF teacher of rank {P.teacher_rank}, signal RMS {P.teacher_signal:g}, ε = {P.eps:g}; same "
+                "data, same M(0), same GD steps",
+            )
+        )
+        out.summary.append(
+            f"ε = {P.eps:g}, teacher signal {P.teacher_signal:g}: gap until the loss halves "
+            f"({', '.join(f'{r[0]} {r[6]:.1e}' for r in rows)})"
+        )
         if "moe" in P.families and P.moe_signal_scan:
             self._moe_scan(P, ctx, out, P.families.index("moe"))
 
@@ -215,17 +306,26 @@ class ModulesVsNQF(Experiment):
         signals = sorted({P.teacher_signal, *P.moe_signal_scan})
         gaps = []
         for s in ctx.progress(signals, "MoE signal scan"):
-            gaps.append(out.metrics["moe_gap_until_half"] if s == P.teacher_signal else
-                        _run_family("moe", P, ctx, j, s, f"moe-signal-{s:g}")["early"])
-        slope = (float(np.polyfit(np.log(signals), np.log(gaps), 1)[0]) if len(signals) > 1 else None)
-        out.tables.append(Table(
-            "MoE gap vs teacher signal", ["teacher signal s", "max |ΔL|/L0 until L0/2"],
-            [[s, g] for s, g in zip(signals, gaps, strict=True)],
-            caption="the gap does not change with ε, with the gate rows zeroed at init or with the width; it "
-                    "scales with the learned weights: the cubic gate × expert term the quadratic form leaves out"))
+            gaps.append(
+                out.metrics["moe_gap_until_half"]
+                if s == P.teacher_signal
+                else _run_family("moe", P, ctx, j, s, f"moe-signal-{s:g}")["early"]
+            )
+        slope = float(np.polyfit(np.log(signals), np.log(gaps), 1)[0]) if len(signals) > 1 else None
+        out.tables.append(
+            Table(
+                "MoE gap vs teacher signal",
+                ["teacher signal s", "max |ΔL|/L0 until L0/2"],
+                [[s, g] for s, g in zip(signals, gaps, strict=True)],
+                caption="the gap does not change with ε, with the gate rows zeroed at init or with the width; it "
+                "scales with the learned weights: the cubic gate × expert term the quadratic form leaves out",
+            )
+        )
         out.metrics["moe_gap_slope_vs_signal"] = slope
         out.summary.append(
             "finding: the MoE's gap to its NQF is the cubic gate × expert term the quadratic form leaves out "
             "(truncation order 3, vs 4 for tanh): it is set by the learned weights, not by ε or by gating at init; "
             f"log–log slope vs the teacher signal {slope:.2f} (remainder ∝ ‖W‖ ∝ √s predicts 0.5)"
-            if slope is not None else "")
+            if slope is not None
+            else ""
+        )

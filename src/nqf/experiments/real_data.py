@@ -90,16 +90,23 @@ class RealDataParams(Params):
     eps: EpsList = Field([1e-6, 1e-10], min_length=2, description="at least two initial scales")
     width: int = Field(256, ge=2, description="hidden units of the real MLP (≥ p = C + D)")
     subset: int | None = Field(None, ge=10, description="random subset of each data set (None: all samples)")
-    lr_fraction: float = Field(0.02, gt=0, le=0.2, description="η × largest escape rate (GD is late against the "
-                                                                 "flow by at most lr_fraction/4)")
+    lr_fraction: float = Field(
+        0.02, gt=0, le=0.2, description="η × largest escape rate (GD is late against the flow by at most lr_fraction/4)"
+    )
     save_points: int = Field(600, ge=20)
     time_tolerance: float = Field(0.12, gt=0, description="relative tolerance of drop times at ε = 1e-10")
     level_tolerance: float = Field(0.08, gt=0, description="relative tolerance of plateau levels at ε = 1e-10")
     gap_tolerance: float = Field(0.01, gt=0, description="max |L_real − L_NQF|/L_NQF up to the second drop")
-    gap_datasets: list[str] = Field(["digits"], description="data sets on which the gap tolerance is judged "
-                                                            "(issue 11 states it for digits; elsewhere reported)")
-    planted_init_factor: float = Field(1.0, gt=0, description="multiplies the real network's W(0) (≠ 1 plants "
-                                                              "a wrong initial scale that the checks must catch)")
+    gap_datasets: list[str] = Field(
+        ["digits"],
+        description="data sets on which the gap tolerance is judged "
+        "(issue 11 states it for digits; elsewhere reported)",
+    )
+    planted_init_factor: float = Field(
+        1.0,
+        gt=0,
+        description="multiplies the real network's W(0) (≠ 1 plants a wrong initial scale that the checks must catch)",
+    )
 
 
 def _nqf_run(op, Y, W0, form, run):
@@ -120,18 +127,22 @@ def _real_run(D, width, C, X, Y, W0, run):
 class RealData(Experiment):
     name = "real-data"
     description = CATALOG[name].description
-    reproduces = ("issue 11: on real, non-commuting data the saddle sequence predicts the plateau levels and drop "
-                  "times of a real network, with errors that shrink like 1/ln(1/ε)")
+    reproduces = (
+        "issue 11: on real, non-commuting data the saddle sequence predicts the plateau levels and drop "
+        "times of a real network, with errors that shrink like 1/ln(1/ε)"
+    )
     Params = RealDataParams
     tiny = {"datasets": ["wine"], "eps": [1e-4, 1e-8], "width": 20, "lr_fraction": 0.05, "save_points": 150}
-    checks = ("drop time per drop and ε (rule per drop: exact offset / O(1) recursion / leading order) — real "
-              "network's first downward crossing of (L_{k−1}+L_k)/2 — 0.12·ln(1e10)/ln(1/ε) (issue 11 acceptance at "
-              "1e-10, scaled with the error order 1/ln(1/ε))",
-              "plateau level per drop and ε (saddle value + tails of the adjacent heteroclinic orbits at the read "
-              "point) — real network's loss mid-plateau, only where flat — 0.08·ln(1e10)/ln(1/ε) (same origin)",
-              "largest time error at the smaller ε ≤ at the larger ε — real network — one-sided (theory: shrinks)",
-              "max |L_real − L_NQF|/L_NQF up to the second drop — real network — 1 % on digits (issue 11: "
-              "0.13 % measured); over the whole run and on other data sets: reported")
+    checks = (
+        "drop time per drop and ε (rule per drop: exact offset / O(1) recursion / leading order) — real "
+        "network's first downward crossing of (L_{k−1}+L_k)/2 — 0.12·ln(1e10)/ln(1/ε) (issue 11 acceptance at "
+        "1e-10, scaled with the error order 1/ln(1/ε))",
+        "plateau level per drop and ε (saddle value + tails of the adjacent heteroclinic orbits at the read "
+        "point) — real network's loss mid-plateau, only where flat — 0.08·ln(1e10)/ln(1/ε) (same origin)",
+        "largest time error at the smaller ε ≤ at the larger ε — real network — one-sided (theory: shrinks)",
+        "max |L_real − L_NQF|/L_NQF up to the second drop — real network — 1 % on digits (issue 11: "
+        "0.13 % measured); over the whole run and on other data sets: reported",
+    )
 
     def run(self, params: RealDataParams, ctx, out: Outcome) -> None:
         P = params
@@ -141,15 +152,34 @@ class RealData(Experiment):
         for j, name in enumerate(ctx.progress(P.datasets, "datasets")):
             self._dataset(P, ctx, out, name, axes[j], rows)
         out.figures["real_data"] = fig
-        out.tables.append(Table(
-            "Per drop: predicted vs NQF vs real network",
-            ["data", "ε", "k", "L saddle", "L pred", "L NQF", "L real", "err L (real)", "t pred", "t rule",
-             "t NQF", "t real", "err t (real)", "flatness (real)", "flat"], rows,
-            caption="L saddle: the ε → 0 level; L pred: the loss predicted at the read point (middle of the "
-                    "plateau, the last at the end of the run) — saddle value plus the tails of the adjacent "
-                    "heteroclinic orbits; t rule: exact offset (drop 1), O(1) recursion, or leading order τ_k "
-                    "ln(1/ε); flatness: loss change across the middle third of plateau k over the adjacent drop "
-                    "(flat ≤ 0.25); times: first downward crossing of (L_{k−1}+L_k)/2"))
+        out.tables.append(
+            Table(
+                "Per drop: predicted vs NQF vs real network",
+                [
+                    "data",
+                    "ε",
+                    "k",
+                    "L saddle",
+                    "L pred",
+                    "L NQF",
+                    "L real",
+                    "err L (real)",
+                    "t pred",
+                    "t rule",
+                    "t NQF",
+                    "t real",
+                    "err t (real)",
+                    "flatness (real)",
+                    "flat",
+                ],
+                rows,
+                caption="L saddle: the ε → 0 level; L pred: the loss predicted at the read point (middle of the "
+                "plateau, the last at the end of the run) — saddle value plus the tails of the adjacent "
+                "heteroclinic orbits; t rule: exact offset (drop 1), O(1) recursion, or leading order τ_k "
+                "ln(1/ε); flatness: loss change across the middle third of plateau k over the adjacent drop "
+                "(flat ≤ 0.25); times: first downward crossing of (L_{k−1}+L_k)/2",
+            )
+        )
 
     def _dataset(self, P, ctx, out, name, ax, rows):
         from ..analysis.compare import compare_staircase, level_read_times
@@ -183,84 +213,152 @@ class RealData(Experiment):
             key = f"{name}-{eps:g}"
             run = dict(lr=lr, steps=steps, save_every=save, save_M=False, save_W=False)
             sim = ctx.checkpoint(f"{key}-nqf", partial(_nqf_run, op, Y, W0, form, run))
-            real = ctx.checkpoint(f"{key}-real", partial(_real_run, D, P.width, C, X, Y,
-                                                         P.planted_init_factor * W0, run))
+            real = ctx.checkpoint(
+                f"{key}-real", partial(_real_run, D, P.width, C, X, Y, P.planted_init_factor * W0, run)
+            )
             n = min(len(sim), len(real))
             t, Ln, Lr = real.t[:n].numpy(), sim.loss[:n].numpy(), real.loss[:n].numpy()
             cr = compare_staircase(t, Lr, levels, times)
             cn = compare_staircase(t, Ln, levels, times)
             pred_l = composite_loss(chain, levels, times, level_read_times(float(t[-1]), times))
             err_l = np.abs(cr.levels_measured - pred_l) / pred_l
-            origin = (f"issue 11 acceptance at ε = 1e-10, × ln(1e10)/ln(1/ε) = {scale:.3g} (error order "
-                      "1/ln(1/ε))")
+            origin = f"issue 11 acceptance at ε = 1e-10, × ln(1e10)/ln(1/ε) = {scale:.3g} (error order 1/ln(1/ε))"
             for k in range(len(times)):
-                out.checks.append(Check(f"{name} ε={eps:g}: t_{k + 1} ({rules[k]})", float(times[k]),
-                                        float(cr.times_measured[k]), tol_t,
-                                        reference="real network: first downward crossing of (L_{k-1}+L_k)/2",
-                                        tolerance_origin=origin))
+                out.checks.append(
+                    Check(
+                        f"{name} ε={eps:g}: t_{k + 1} ({rules[k]})",
+                        float(times[k]),
+                        float(cr.times_measured[k]),
+                        tol_t,
+                        reference="real network: first downward crossing of (L_{k-1}+L_k)/2",
+                        tolerance_origin=origin,
+                    )
+                )
                 flat = bool(cr.flat[k + 1])
-                out.checks.append(Check(f"{name} ε={eps:g}: L_{k + 1}" + ("" if flat else " (not flat)"),
-                                        float(pred_l[k + 1]), float(cr.levels_measured[k + 1]),
-                                        tol_l if flat else None,
-                                        reference=f"real network: loss mid-plateau (last: end of run); predicted: "
-                                                  f"saddle value {levels[k + 1]:.4g} + orbit tails",
-                                        tolerance_origin=origin,
-                                        reason="" if flat else (f"not judged: the real network does not rest on this "
-                                                                f"plateau (flatness {cr.flatness[k + 1]:.2f} > 0.25 "
-                                                                "of the adjacent drop)")))
+                out.checks.append(
+                    Check(
+                        f"{name} ε={eps:g}: L_{k + 1}" + ("" if flat else " (not flat)"),
+                        float(pred_l[k + 1]),
+                        float(cr.levels_measured[k + 1]),
+                        tol_l if flat else None,
+                        reference=f"real network: loss mid-plateau (last: end of run); predicted: "
+                        f"saddle value {levels[k + 1]:.4g} + orbit tails",
+                        tolerance_origin=origin,
+                        reason=""
+                        if flat
+                        else (
+                            f"not judged: the real network does not rest on this "
+                            f"plateau (flatness {cr.flatness[k + 1]:.2f} > 0.25 "
+                            "of the adjacent drop)"
+                        ),
+                    )
+                )
             upto = t <= times[min(1, len(times) - 1)]
             gap = float(np.max(np.abs(Lr[upto] - Ln[upto]) / Ln[upto]))
             gap_all = float(np.max(np.abs(Lr - Ln) / Ln))
-            out.checks.append(Check(f"{name} ε={eps:g}: max |L_real − L_NQF|/L_NQF up to t_2", 0.0, gap,
-                                    P.gap_tolerance if name in P.gap_datasets else None, kind="absolute",
-                                    reference="real network vs NQF order-parameter simulation, same steps",
-                                    tolerance_origin="issue 11: within 0.13 % up to the second drop on digits; "
-                                                     "1 % is its acceptance"))
-            out.checks.append(Check(f"{name} ε={eps:g}: max |L_real − L_NQF|/L_NQF over the run", 0.0, gap_all,
-                                    None, kind="absolute", reference="real network vs NQF simulation",
-                                    reason="reported: after the first drops the weights are O(1) and the network's "
-                                           "terms beyond second order shift its later escape rates; the shift in "
-                                           "time grows with the plateau lengths ∝ ln(1/ε)"))
+            out.checks.append(
+                Check(
+                    f"{name} ε={eps:g}: max |L_real − L_NQF|/L_NQF up to t_2",
+                    0.0,
+                    gap,
+                    P.gap_tolerance if name in P.gap_datasets else None,
+                    kind="absolute",
+                    reference="real network vs NQF order-parameter simulation, same steps",
+                    tolerance_origin="issue 11: within 0.13 % up to the second drop on digits; 1 % is its acceptance",
+                )
+            )
+            out.checks.append(
+                Check(
+                    f"{name} ε={eps:g}: max |L_real − L_NQF|/L_NQF over the run",
+                    0.0,
+                    gap_all,
+                    None,
+                    kind="absolute",
+                    reference="real network vs NQF simulation",
+                    reason="reported: after the first drops the weights are O(1) and the network's "
+                    "terms beyond second order shift its later escape rates; the shift in "
+                    "time grows with the plateau lengths ∝ ln(1/ε)",
+                )
+            )
             errs[eps] = (float(np.nanmax(cr.time_errors)), float(np.nanmax(err_l[1:])))
             for k in range(len(levels)):
-                rows.append([name, eps, k, levels[k], pred_l[k], cn.levels_measured[k], cr.levels_measured[k],
-                             err_l[k], times[k - 1] if k else None, rules[k - 1] if k else "",
-                             cn.times_measured[k - 1] if k else None, cr.times_measured[k - 1] if k else None,
-                             cr.time_errors[k - 1] if k else None, cr.flatness[k], bool(cr.flat[k])])
+                rows.append(
+                    [
+                        name,
+                        eps,
+                        k,
+                        levels[k],
+                        pred_l[k],
+                        cn.levels_measured[k],
+                        cr.levels_measured[k],
+                        err_l[k],
+                        times[k - 1] if k else None,
+                        rules[k - 1] if k else "",
+                        cn.times_measured[k - 1] if k else None,
+                        cr.times_measured[k - 1] if k else None,
+                        cr.time_errors[k - 1] if k else None,
+                        cr.flatness[k],
+                        bool(cr.flat[k]),
+                    ]
+                )
             L = math.log(1 / eps)
             Lp = np.interp(t, t[::4], composite_loss(chain, levels, times, t[::4]))
-            line, = ax.plot(t / L, Lr, lw=2.0, label=f"real, ε = {eps:g}")
+            (line,) = ax.plot(t / L, Lr, lw=2.0, label=f"real, ε = {eps:g}")
             ax.plot(t / L, Ln, "--", lw=1.2, color=line.get_color(), label=f"NQF, ε = {eps:g}")
             ax.plot(t / L, Lp, ":", lw=1.0, color=line.get_color(), label=f"predicted, ε = {eps:g}")
-            out.arrays.update({f"{key}_t": t, f"{key}_loss_real": Lr, f"{key}_loss_nqf": Ln,
-                               f"{key}_times_predicted": times, f"{key}_levels_predicted": pred_l,
-                               f"{key}_loss_predicted": Lp})
+            out.arrays.update(
+                {
+                    f"{key}_t": t,
+                    f"{key}_loss_real": Lr,
+                    f"{key}_loss_nqf": Ln,
+                    f"{key}_times_predicted": times,
+                    f"{key}_levels_predicted": pred_l,
+                    f"{key}_loss_predicted": Lp,
+                }
+            )
             out.metrics[f"{key}_max_gap_to_second_drop"] = gap
             out.metrics[f"{key}_max_gap_over_run"] = gap_all
             out.metrics[f"{key}_flat_plateaus"] = int(cr.flat.sum())
         e1, e2 = P.eps[0], P.eps[-1]
-        out.checks.append(UpperBoundCheck(
-            f"{name}: largest time error at ε={e2:g} ≤ at ε={e1:g}", errs[e1][0], errs[e2][0], 0.0,
-            kind="absolute", reference="real network's largest relative drop-time error",
-            tolerance_origin="one-sided: the theory's time error is O(1/ln(1/ε)), so it must not grow as ε falls"))
+        out.checks.append(
+            UpperBoundCheck(
+                f"{name}: largest time error at ε={e2:g} ≤ at ε={e1:g}",
+                errs[e1][0],
+                errs[e2][0],
+                0.0,
+                kind="absolute",
+                reference="real network's largest relative drop-time error",
+                tolerance_origin="one-sided: the theory's time error is O(1/ln(1/ε)), so it must not grow as ε falls",
+            )
+        )
         # levels: reported, not judged — on a plateau the weights are O(1), so the real network's deviation
         # from its NQF there (terms beyond second order) does not shrink with ε; only the crowding part does
-        out.checks.append(Check(f"{name}: largest level error at ε={e2:g} (vs {errs[e1][1]:.3g} at ε={e1:g})",
-                                errs[e1][1], errs[e2][1], None, kind="absolute",
-                                reference="real network's largest relative plateau-level error",
-                                reason="not judged: the level error has an ε-independent floor (the network's "
-                                       "terms beyond second order at O(1) weights)"))
+        out.checks.append(
+            Check(
+                f"{name}: largest level error at ε={e2:g} (vs {errs[e1][1]:.3g} at ε={e1:g})",
+                errs[e1][1],
+                errs[e2][1],
+                None,
+                kind="absolute",
+                reference="real network's largest relative plateau-level error",
+                reason="not judged: the level error has an ε-independent floor (the network's "
+                "terms beyond second order at O(1) weights)",
+            )
+        )
         for Lk in levels:
             ax.axhline(Lk, color="0.75", lw=0.6, zorder=0)
         for tk in seq.taus[1:]:
             ax.axvline(tk, color="C3", ls=":", lw=0.8)
         ax.set_xlabel("t / ln(1/ε)  (dotted: predicted τ_k)")
         ax.set_ylabel("loss L")
-        ax.set_title(f"{name}: N = {d.n_samples}, p = {p}, width {P.width}, {len(levels) - 1} predicted drops",
-                     fontsize=9)
+        ax.set_title(
+            f"{name}: N = {d.n_samples}, p = {p}, width {P.width}, {len(levels) - 1} predicted drops", fontsize=9
+        )
         ax.legend(fontsize=7)
         out.metrics[f"{name}_drops"] = len(levels) - 1
         out.metrics[f"{name}_global_minimum"] = float(levels[-1])
-        out.summary.append(f"{name}: saddle sequence ({seq.rule} rule) predicts {len(levels) - 1} drops, "
-                           f"L {levels[0]:.4g} → {levels[-1]:.4g}; largest real-network errors (time, level): "
-                           + "; ".join(f"ε = {e:g}: {a:.1%}, {b:.1%}" for e, (a, b) in errs.items()))
+        out.summary.append(
+            f"{name}: saddle sequence ({seq.rule} rule) predicts {len(levels) - 1} drops, "
+            f"L {levels[0]:.4g} → {levels[-1]:.4g}; largest real-network errors (time, level): "
+            + "; ".join(f"ε = {e:g}: {a:.1%}, {b:.1%}" for e, (a, b) in errs.items())
+        )

@@ -51,11 +51,14 @@ def resolve_device(name: str) -> torch.device:
         raise ParameterError(f"--device (`device`): {expected}; found {name!r}")
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise ParameterError(f"--device (`device`): {name!r} requested but CUDA is not available on this "
-                                 "machine; use --device cpu")
+            raise ParameterError(
+                f"--device (`device`): {name!r} requested but CUDA is not available on this machine; use --device cpu"
+            )
         if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise ParameterError(f"--device (`device`): {name!r} requested but this machine has "
-                                 f"{torch.cuda.device_count()} CUDA device(s)")
+            raise ParameterError(
+                f"--device (`device`): {name!r} requested but this machine has "
+                f"{torch.cuda.device_count()} CUDA device(s)"
+            )
     return dev
 
 
@@ -64,8 +67,13 @@ def versions() -> dict[str, str]:
 
     from .. import __version__
 
-    return {"nqf": __version__, "python": platform.python_version(), "torch": torch.__version__,
-            "numpy": np.__version__, "scipy": scipy.__version__}
+    return {
+        "nqf": __version__,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "scipy": scipy.__version__,
+    }
 
 
 @dataclass
@@ -132,8 +140,17 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def run_experiment(exp: Experiment, params: Params, out_dir, *, seed: int = 0, device: str = "cpu",
-                   force: bool = False, resume: bool = False, show_progress: bool = False) -> dict[str, Any]:
+def run_experiment(
+    exp: Experiment,
+    params: Params,
+    out_dir,
+    *,
+    seed: int = 0,
+    device: str = "cpu",
+    force: bool = False,
+    resume: bool = False,
+    show_progress: bool = False,
+) -> dict[str, Any]:
     """Run ``exp`` and write its run directory; returns the results dictionary.
 
     The run directory appears all at once when the run ends (see
@@ -165,16 +182,28 @@ def run_experiment(exp: Experiment, params: Params, out_dir, *, seed: int = 0, d
         except KeyboardInterrupt as exc:
             status, error = "interrupted", exc
             q = shlex.quote(str(rundir.path))
-            message = (f"interrupted: partial results kept in {q}; continue with "
-                       f"`nqf run CONFIG --out {q} --resume` (finished parts are reused) "
-                       f"or rebuild the report with `nqf report {q}`")
+            message = (
+                f"interrupted: partial results kept in {q}; continue with "
+                f"`nqf run CONFIG --out {q} --resume` (finished parts are reused) "
+                f"or rebuild the report with `nqf report {q}`"
+            )
         except Exception as exc:  # noqa: BLE001 - recorded, then re-raised
             status, error = "failed", exc
             message = f"{type(exc).__name__}: {exc}"
         with _deferred_interrupts() as late:  # a second Ctrl-C must not lose what is being saved
-            results = _write_outputs(exp, params, out, rundir, identity=identity, seed=seed, device=str(dev),
-                                     status=status, message=message, started=started,
-                                     wall=time.perf_counter() - t0)
+            results = _write_outputs(
+                exp,
+                params,
+                out,
+                rundir,
+                identity=identity,
+                seed=seed,
+                device=str(dev),
+                status=status,
+                message=message,
+                started=started,
+                wall=time.perf_counter() - t0,
+            )
             rundir.commit()
     except BaseException:
         rundir.discard()
@@ -191,8 +220,9 @@ def run_experiment(exp: Experiment, params: Params, out_dir, *, seed: int = 0, d
     return results
 
 
-def _write_outputs(exp, params, out: Outcome, rundir: RunDirectory, *, identity, seed, device, status, message,
-                   started, wall) -> dict[str, Any]:
+def _write_outputs(
+    exp, params, out: Outcome, rundir: RunDirectory, *, identity, seed, device, status, message, started, wall
+) -> dict[str, Any]:
     import matplotlib.pyplot as plt
 
     figures = {}

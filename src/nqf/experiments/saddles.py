@@ -48,28 +48,43 @@ class SaddlesParams(Params):
     width: int = Field(32, ge=2, description="units of the real networks (≥ p so that M(0) = εI)")
     mlp_teacher_scale: float = Field(0.05, gt=0, description="scale of the MLP's linear teacher")
     teacher_scale: float = Field(0.1, gt=0, description="scale of the QK-attention and CNN teachers")
-    max_rank: int = Field(3, ge=1, description="follow the sequence up to this rank (the teachers have rank 3; "
-                                               "beyond it the noise directions escape at tiny rates)")
+    max_rank: int = Field(
+        3,
+        ge=1,
+        description="follow the sequence up to this rank (the teachers have rank 3; "
+        "beyond it the noise directions escape at tiny rates)",
+    )
     max_steps: int = Field(200_000, ge=100, description="refuse runs longer than this many GD steps")
     step_fraction: float = Field(0.07, gt=0, le=0.25, description="η · (largest escape rate) per step")
     save_points: int = Field(400, ge=20)
     nqf_runs: bool = Field(False, description="also run the NQF order-parameter GD (shown, not judged)")
-    flatness: float = Field(0.1, gt=0, lt=1, description="a plateau is judged only if the network's loss varies by "
-                            "less than this fraction over the middle third of its predicted interval")
+    flatness: float = Field(
+        0.1,
+        gt=0,
+        lt=1,
+        description="a plateau is judged only if the network's loss varies by "
+        "less than this fraction over the middle third of its predicted interval",
+    )
     plateau_tolerance: float = Field(0.1, gt=0, description="relative tolerance on plateau levels")
-    offset_constant: float = Field(2.0, gt=0, description="c: later escape times (leading order τ_k ln(1/ε)) may "
-                                   "miss by their O(1) offset, bounded by Σ_{i<k} c/r_i (r_i: escape rates)")
+    offset_constant: float = Field(
+        2.0,
+        gt=0,
+        description="c: later escape times (leading order τ_k ln(1/ε)) may "
+        "miss by their O(1) offset, bounded by Σ_{i<k} c/r_i (r_i: escape rates)",
+    )
 
     @model_validator(mode="after")
     def _sizes(self):
         p_min = {"mlp": 8, "qk-attention": 12, "cnn": 12}
         need = max(p_min[n] for n in self.problems)
         if self.width < need:
-            raise InvalidParameterError(f"`width` = {self.width} must be ≥ p = {need} (the largest problem in "
-                                        "`problems`) so that M(0) = εI")
+            raise InvalidParameterError(
+                f"`width` = {self.width} must be ≥ p = {need} (the largest problem in `problems`) so that M(0) = εI"
+            )
         if self.n_samples < 2 * need:
-            raise InvalidParameterError(f"`n_samples` = {self.n_samples} must be ≥ 2p = {2 * need} for the problems in "
-                             "`problems`")
+            raise InvalidParameterError(
+                f"`n_samples` = {self.n_samples} must be ≥ 2p = {2 * need} for the problems in `problems`"
+            )
         return self
 
 
@@ -82,8 +97,9 @@ def _bilinear_teacher(op, sv, g):
     return op.offset + op(W @ W.T).reshape(op.n_samples, -1)
 
 
-def saddle_problem(name: str, n: int, width: int, g: torch.Generator, teacher_scale: float = 1.0,
-                   bilinear_scale: float = 1.0):
+def saddle_problem(
+    name: str, n: int, width: int, g: torch.Generator, teacher_scale: float = 1.0, bilinear_scale: float = 1.0
+):
     """Structure operator, targets, real network and inputs of one non-commuting problem.
 
     ``teacher_scale`` multiplies the MLP's targets, ``bilinear_scale`` the QK-attention and CNN
@@ -100,7 +116,7 @@ def saddle_problem(name: str, n: int, width: int, g: torch.Generator, teacher_sc
         cov = torch.tensor([3.0, 2.0, 1.0, 0.6, 0.4], dtype=dt)
         X = torch.randn(n, D, generator=g, dtype=dt) @ torch.diag(cov.sqrt()) @ R.T
         w, U = torch.linalg.eigh(X.T @ X / n)
-        Xw = X @ (U @ torch.diag(w ** -0.5) @ U.T)
+        Xw = X @ (U @ torch.diag(w**-0.5) @ U.T)
         Ut, _ = torch.linalg.qr(torch.randn(C, C, generator=g, dtype=dt))
         Vt, _ = torch.linalg.qr(torch.randn(D, C, generator=g, dtype=dt))
         B = Ut @ torch.diag(torch.tensor([3.0, 1.5, 0.6], dtype=dt)) @ Vt.T
@@ -110,14 +126,16 @@ def saddle_problem(name: str, n: int, width: int, g: torch.Generator, teacher_sc
         X = torch.randn(n, 5, 6, dtype=dt, generator=g)
         V = torch.randn(2, 6, dtype=dt, generator=g)
         op = st.qk_attention(X, V, d_key=1, n_heads=width)
-        Y = op.offset + bilinear_scale * (_bilinear_teacher(op, [2.0, 1.0, 0.5], g) - op.offset
-                                          + 0.01 * torch.randn(n, 2, generator=g, dtype=dt))
+        Y = op.offset + bilinear_scale * (
+            _bilinear_teacher(op, [2.0, 1.0, 0.5], g) - op.offset + 0.01 * torch.randn(n, 2, generator=g, dtype=dt)
+        )
         return op, Y, nw.QKAttention(6, width, 1, V), X
     if name == "cnn":
         X = torch.randn(n, 2, 9, dtype=dt, generator=g)
         op = st.conv1d(X, 3, stride=3, readout="position", n_outputs=2)
-        Y = op.offset + bilinear_scale * (_bilinear_teacher(op, [3.0, 1.5, 0.6], g) - op.offset
-                                          + 0.05 * torch.randn(n, 2, generator=g, dtype=dt))
+        Y = op.offset + bilinear_scale * (
+            _bilinear_teacher(op, [3.0, 1.5, 0.6], g) - op.offset + 0.05 * torch.randn(n, 2, generator=g, dtype=dt)
+        )
         net = nw.ConvNet1d(2, width, 3, stride=3, readout="position", n_outputs=2, input_length=9)
         return op, Y, net, X
     raise InvalidParameterError(f"unknown problem {name!r}; expected one of {PROBLEMS}")
@@ -127,21 +145,33 @@ def saddle_problem(name: str, n: int, width: int, g: torch.Generator, teacher_sc
 class Saddles(Experiment):
     name = "saddles"
     description = CATALOG[name].description
-    reproduces = ("beyond the paper: for non-commuting data small-initialisation training visits saddles of "
-                  "increasing rank; plateau levels and escape times ≈ τ_k ln(1/ε) are predicted")
+    reproduces = (
+        "beyond the paper: for non-commuting data small-initialisation training visits saddles of "
+        "increasing rank; plateau levels and escape times ≈ τ_k ln(1/ε) are predicted"
+    )
     Params = SaddlesParams
-    tiny = {"problems": ["mlp", "cnn"], "eps": 1e-6, "n_samples": 30, "width": 12, "step_fraction": 0.08,
-            "save_points": 150, "nqf_runs": False, "max_rank": 2}
-    checks = ("per problem, real network: first escape time (loss halfway from L_0 to L_1) vs ln(1/ε)/(4λ_1) + "
-              "the exact O(1) offset; relative tolerance 2 · `step_fraction` (GD vs flow, O(η ζ))",
-              "per problem and later escape k: real network's halfway crossing from L_{k−1} to L_k vs τ_k ln(1/ε) "
-              "plus its O(1) offset from the small-part recursion (SaddleSequence.corrected_escape_times); relative "
-              "tolerance 2 · `step_fraction` (GD vs flow, O(η ζ)); where the recursion does not apply (a plateau "
-              "shorter than its relaxation) the leading order with absolute tolerance Σ_{i<k} c/r_i (r_i the escape "
-              "rates, c = `offset_constant`)",
-              "per plateau k ≥ 1: real network's loss midway between the predicted escapes vs the saddle level "
-              "L_k; relative tolerance `plateau_tolerance`; plateaus where the network's loss is not flat "
-              "(varies by > `flatness` over the middle third) are reported as not resolved, not judged")
+    tiny = {
+        "problems": ["mlp", "cnn"],
+        "eps": 1e-6,
+        "n_samples": 30,
+        "width": 12,
+        "step_fraction": 0.08,
+        "save_points": 150,
+        "nqf_runs": False,
+        "max_rank": 2,
+    }
+    checks = (
+        "per problem, real network: first escape time (loss halfway from L_0 to L_1) vs ln(1/ε)/(4λ_1) + "
+        "the exact O(1) offset; relative tolerance 2 · `step_fraction` (GD vs flow, O(η ζ))",
+        "per problem and later escape k: real network's halfway crossing from L_{k−1} to L_k vs τ_k ln(1/ε) "
+        "plus its O(1) offset from the small-part recursion (SaddleSequence.corrected_escape_times); relative "
+        "tolerance 2 · `step_fraction` (GD vs flow, O(η ζ)); where the recursion does not apply (a plateau "
+        "shorter than its relaxation) the leading order with absolute tolerance Σ_{i<k} c/r_i (r_i the escape "
+        "rates, c = `offset_constant`)",
+        "per plateau k ≥ 1: real network's loss midway between the predicted escapes vs the saddle level "
+        "L_k; relative tolerance `plateau_tolerance`; plateaus where the network's loss is not flat "
+        "(varies by > `flatness` over the middle third) are reported as not resolved, not judged",
+    )
 
     def run(self, params: SaddlesParams, ctx, out: Outcome) -> None:
         from ..dynamics import simulate, train_network
@@ -149,8 +179,9 @@ class Saddles(Experiment):
 
         P = params
         ncols = min(3, len(P.problems))
-        fig, axes = new_figure(ncols, math.ceil(len(P.problems) / ncols),
-                               figsize=(5.0 * ncols, 4.4 * math.ceil(len(P.problems) / ncols)))
+        fig, axes = new_figure(
+            ncols, math.ceil(len(P.problems) / ncols), figsize=(5.0 * ncols, 4.4 * math.ceil(len(P.problems) / ncols))
+        )
         axes = np.atleast_1d(axes).ravel()
         rows = []
         for j, name in enumerate(ctx.progress(P.problems, "problems")):
@@ -163,19 +194,31 @@ class Saddles(Experiment):
             t_end = 1.3 * float(t_esc[-1]) + 2.0 if len(t_esc) else 10.0
             steps = int(math.ceil(t_end / lr))
             if steps > P.max_steps:
-                raise InvalidParameterError(f"{name}: the predicted staircase needs {steps} GD steps (> `max_steps` = "
-                                 f"{P.max_steps}); lower `max_rank`, raise `eps` or `step_fraction`")
+                raise InvalidParameterError(
+                    f"{name}: the predicted staircase needs {steps} GD steps (> `max_steps` = "
+                    f"{P.max_steps}); lower `max_rank`, raise `eps` or `step_fraction`"
+                )
             save = max(steps // P.save_points, 1)
             W0 = initial_weights(op.p, P.width, P.eps, g)
             # checkpoint calls the closure at once; the defaults bind this iteration's values all the same
             real = ctx.checkpoint(
                 f"{name}-real",
-                lambda net=net, X=X, Y=Y, W0=W0, lr=lr, steps=steps, save=save: to_cpu(train_network(
-                    net, net.units, X, Y, W0=W0, lr=lr, steps=steps, save_every=save, save_W=False, save_M=False)))
-            sim = ctx.checkpoint(
-                f"{name}-nqf",
-                lambda op=op, Y=Y, W0=W0, lr=lr, steps=steps, save=save: to_cpu(simulate(
-                    op, Y, M0=W0 @ W0.T, lr=lr, steps=steps, save_every=save, save_M=False))) if P.nqf_runs else None
+                lambda net=net, X=X, Y=Y, W0=W0, lr=lr, steps=steps, save=save: to_cpu(
+                    train_network(
+                        net, net.units, X, Y, W0=W0, lr=lr, steps=steps, save_every=save, save_W=False, save_M=False
+                    )
+                ),
+            )
+            sim = (
+                ctx.checkpoint(
+                    f"{name}-nqf",
+                    lambda op=op, Y=Y, W0=W0, lr=lr, steps=steps, save=save: to_cpu(
+                        simulate(op, Y, M0=W0 @ W0.T, lr=lr, steps=steps, save_every=save, save_M=False)
+                    ),
+                )
+                if P.nqf_runs
+                else None
+            )
             t, Lr = real.t.numpy(), real.loss.numpy()
             n_checks = len(out.checks)
             bounds = np.concatenate([[0.0], t_esc, [t[-1]]])
@@ -189,20 +232,28 @@ class Saddles(Experiment):
             # plateau shorter than its relaxation); otherwise the leading order τ_k ln(1/ε) with its offset bound
             t_corr = seq.corrected_escape_times(P.eps) if len(t_esc) > 1 else np.asarray(t_esc, dtype=float)
             t_pred = [seq.first_escape_time(P.eps)] + [
-                float(t_corr[i]) if np.isfinite(t_corr[i]) else float(t_esc[i]) for i in range(1, len(t_esc))]
+                float(t_corr[i]) if np.isfinite(t_corr[i]) else float(t_esc[i]) for i in range(1, len(t_esc))
+            ]
             unresolved = []
             for k in range(1, len(levels)):
                 exact_offset = k == 1 or bool(np.isfinite(t_corr[k - 1]))
                 bound = float(sum(P.offset_constant / seq.escape_rates[i] for i in range(k)))
-                c_t = Check(f"{name}: escape into plateau {k} (rank {int(seq.ranks[k])})", float(t_pred[k - 1]),
-                            float(t_meas[k - 1]), 2 * P.step_fraction if exact_offset else bound,
-                            kind="relative" if exact_offset else "absolute",
-                            reference="real network: loss halfway from L_{k−1} to L_k",
-                            tolerance_origin=("GD vs flow O(η ζ) (exact O(1) offset)" if k == 1 else
-                                              "GD vs flow O(η ζ) (O(1) offset from the small-part recursion, "
-                                              "SaddleSequence.corrected_escape_times)" if exact_offset else
-                                              f"leading order τ_k ln(1/ε): O(1) offset ≤ Σ_(i<k) "
-                                              f"{P.offset_constant:g}/r_i = {bound:.3g}"))
+                c_t = Check(
+                    f"{name}: escape into plateau {k} (rank {int(seq.ranks[k])})",
+                    float(t_pred[k - 1]),
+                    float(t_meas[k - 1]),
+                    2 * P.step_fraction if exact_offset else bound,
+                    kind="relative" if exact_offset else "absolute",
+                    reference="real network: loss halfway from L_{k−1} to L_k",
+                    tolerance_origin=(
+                        "GD vs flow O(η ζ) (exact O(1) offset)"
+                        if k == 1
+                        else "GD vs flow O(η ζ) (O(1) offset from the small-part recursion, "
+                        "SaddleSequence.corrected_escape_times)"
+                        if exact_offset
+                        else f"leading order τ_k ln(1/ε): O(1) offset ≤ Σ_(i<k) {P.offset_constant:g}/r_i = {bound:.3g}"
+                    ),
+                )
                 out.checks.append(c_t)
                 # a plateau is judged only where the network actually rests on it: its loss changes by less than
                 # `flatness` over the middle third of [t_k, t_{k+1}] (the last plateau: the final tenth of the run)
@@ -214,23 +265,45 @@ class Saddles(Experiment):
                 flat = abs(la - lb) <= P.flatness * max(la, lb)
                 if not flat:
                     unresolved.append(k)
-                c_l = Check(f"{name}: plateau L_{k} (rank {int(seq.ranks[k])})", float(levels[k]),
-                            float(meas_real[k]), P.plateau_tolerance if flat else None,
-                            kind="relative" if levels[k] > 0 else "absolute",
-                            reference="real network's loss midway between the predicted escapes",
-                            tolerance_origin="network remainder at the learned weights and the flatness threshold",
-                            reason="" if flat else (f"not resolved: the network's loss varies by "
-                                                    f"{abs(la - lb) / max(la, lb):.0%} over the plateau's middle "
-                                                    "third (too short at this ε, or still relaxing)"))
+                c_l = Check(
+                    f"{name}: plateau L_{k} (rank {int(seq.ranks[k])})",
+                    float(levels[k]),
+                    float(meas_real[k]),
+                    P.plateau_tolerance if flat else None,
+                    kind="relative" if levels[k] > 0 else "absolute",
+                    reference="real network's loss midway between the predicted escapes",
+                    tolerance_origin="network remainder at the learned weights and the flatness threshold",
+                    reason=""
+                    if flat
+                    else (
+                        f"not resolved: the network's loss varies by "
+                        f"{abs(la - lb) / max(la, lb):.0%} over the plateau's middle "
+                        "third (too short at this ε, or still relaxing)"
+                    ),
+                )
                 out.checks.append(c_l)
-                rows.append([name, k, int(seq.ranks[k]), float(levels[k]), float(meas_real[k]), meas_nqf[k],
-                             "yes" if flat else "no (not judged)", c_l.passed, float(t_pred[k - 1]),
-                             float(t_meas[k - 1]), c_t.passed])
+                rows.append(
+                    [
+                        name,
+                        k,
+                        int(seq.ranks[k]),
+                        float(levels[k]),
+                        float(meas_real[k]),
+                        meas_nqf[k],
+                        "yes" if flat else "no (not judged)",
+                        c_l.passed,
+                        float(t_pred[k - 1]),
+                        float(t_meas[k - 1]),
+                        c_t.passed,
+                    ]
+                )
             mark_unfinished(out.checks, stop_reason(real_network=real), start=n_checks)
             if unresolved:
-                out.summary.append(f"{name}: plateau(s) {unresolved} not resolved at ε = {P.eps:g} (the network does "
-                                   "not rest there: too short, or still relaxing at the end of the run); reported, "
-                                   "not judged")
+                out.summary.append(
+                    f"{name}: plateau(s) {unresolved} not resolved at ε = {P.eps:g} (the network does "
+                    "not rest there: too short, or still relaxing at the end of the run); reported, "
+                    "not judged"
+                )
             ax = axes[j]
             ax.semilogy(t, Lr, lw=2.2, label="real network")
             if sim is not None:
@@ -238,8 +311,16 @@ class Saddles(Experiment):
             for k, L in enumerate(levels):
                 if L > 0:
                     ax.axhline(L, color="0.6", lw=0.7, zorder=0)
-                    ax.text(1.005, L, f"L{k}", fontsize=7, color="0.35", va="center", ha="left",
-                            transform=ax.get_yaxis_transform())
+                    ax.text(
+                        1.005,
+                        L,
+                        f"L{k}",
+                        fontsize=7,
+                        color="0.35",
+                        va="center",
+                        ha="left",
+                        transform=ax.get_yaxis_transform(),
+                    )
             ax.plot([], [], color="0.6", lw=0.7, label="predicted plateaus L_k")
             mark_times(ax, t_pred, [f"t{k + 1}" for k in range(len(t_pred))])
             ax.plot([], [], color="C3", ls="--", lw=0.9, label="predicted escapes t_k")
@@ -248,20 +329,44 @@ class Saddles(Experiment):
             ax.set_xlabel("training time t = η·steps (dimensionless)")
             ax.set_ylabel("loss L")
             ax.legend(fontsize=7, loc="lower left")
-            out.arrays.update({f"{name}_t": t, f"{name}_loss_real": Lr, f"{name}_plateau_levels": levels,
-                               f"{name}_escape_times": t_esc, f"{name}_escape_times_corrected": t_corr})
+            out.arrays.update(
+                {
+                    f"{name}_t": t,
+                    f"{name}_loss_real": Lr,
+                    f"{name}_plateau_levels": levels,
+                    f"{name}_escape_times": t_esc,
+                    f"{name}_escape_times_corrected": t_corr,
+                }
+            )
             if sim is not None:
                 out.arrays[f"{name}_loss_nqf"] = sim.loss.numpy()
             out.metrics[f"{name}_global_minimum_reached"] = bool(seq.global_minimum)
-            out.summary.append(f"{name}: {len(levels) - 1} escapes, ranks {seq.ranks.tolist()}, "
-                               f"plateaus {', '.join(f'{v:.4g}' for v in levels)}; {seq.message}")
-        for ax in axes[len(P.problems):]:
+            out.summary.append(
+                f"{name}: {len(levels) - 1} escapes, ranks {seq.ranks.tolist()}, "
+                f"plateaus {', '.join(f'{v:.4g}' for v in levels)}; {seq.message}"
+            )
+        for ax in axes[len(P.problems) :]:
             ax.axis("off")
         out.figures["saddles"] = fig
-        out.tables.append(Table(
-            "Saddle sequence vs the real network",
-            ["problem", "plateau k", "rank", "predicted L_k", "real network", "NQF", "flat", "level ok",
-             "predicted escape into k", "real network escape", "time ok"], rows,
-            caption="grey lines: predicted plateau levels; dashed: predicted escape times τ_k ln(1/ε) with their "
-                    "O(1) offsets (the first exact; later ones from the small-part recursion where it applies, "
-                    "else leading order only); levels below round-off shown as 0"))
+        out.tables.append(
+            Table(
+                "Saddle sequence vs the real network",
+                [
+                    "problem",
+                    "plateau k",
+                    "rank",
+                    "predicted L_k",
+                    "real network",
+                    "NQF",
+                    "flat",
+                    "level ok",
+                    "predicted escape into k",
+                    "real network escape",
+                    "time ok",
+                ],
+                rows,
+                caption="grey lines: predicted plateau levels; dashed: predicted escape times τ_k ln(1/ε) with their "
+                "O(1) offsets (the first exact; later ones from the small-part recursion where it applies, "
+                "else leading order only); levels below round-off shown as 0",
+            )
+        )

@@ -41,8 +41,12 @@ class ValidityParams(Params):
     teacher_width: int = Field(3, ge=1, description="teacher units")
     step_fraction: float = Field(0.05, gt=0, le=0.5, description="η · 4λ_max per step")
     horizon: float = Field(2.5, gt=0, description="steps cover this multiple of ln(1/ε)/4λ_max")
-    fraction: float = Field(0.02, gt=0, description="separation threshold (fraction of the total loss drop; the gap "
-                            "at the first switch-on is ≈ 4% of it for the default MLP)")
+    fraction: float = Field(
+        0.02,
+        gt=0,
+        description="separation threshold (fraction of the total loss drop; the gap "
+        "at the first switch-on is ≈ 4% of it for the default MLP)",
+    )
     save_points: int = Field(150, ge=10, description="saved states per run")
     slope_tolerance: float = Field(0.1, gt=0, lt=1, description="relative tolerance on the separation-time slope")
     early_slope_tolerance: float = Field(0.15, gt=0, lt=1, description="absolute tolerance on the early-gap slope")
@@ -51,12 +55,15 @@ class ValidityParams(Params):
     def _sizes(self):
         if len(self.eps) < 3:
             raise InvalidParameterError(
-                f"`eps` needs at least 3 values to fit the separation-time slope; found {len(self.eps)}")
+                f"`eps` needs at least 3 values to fit the separation-time slope; found {len(self.eps)}"
+            )
         if self.fraction >= 1:
             raise InvalidParameterError(f"`fraction` = {self.fraction:g} must be < 1 (a fraction of the loss drop)")
         if self.teacher_width > self.width:
-            raise InvalidParameterError(f"`teacher_width` = {self.teacher_width} must be ≤ `width` = {self.width} "
-                                        "for the student to represent the teacher")
+            raise InvalidParameterError(
+                f"`teacher_width` = {self.teacher_width} must be ≤ `width` = {self.width} "
+                "for the student to represent the teacher"
+            )
         return self
 
 
@@ -77,8 +84,7 @@ def _student_teacher(P: ValidityParams, gen: torch.Generator):
         X = torch.randn(P.n_samples, P.tokens, P.dim, dtype=dt, generator=gen)
         V = torch.randn(1, P.dim, dtype=dt, generator=gen)
         teacher = nw.QKAttention(P.dim, P.teacher_width, 2, V)
-        Wt = torch.randn(teacher.units.p(dict(teacher.named_parameters())), P.teacher_width, dtype=dt,
-                         generator=gen)
+        Wt = torch.randn(teacher.units.p(dict(teacher.named_parameters())), P.teacher_width, dtype=dt, generator=gen)
         teacher.units.set_W(teacher, Wt)
         student = nw.QKAttention(P.dim, P.width, 2, V)
         op = st.qk_attention(X, V, d_key=2, n_heads=P.width)
@@ -95,33 +101,50 @@ def _loglog_slope(x, y) -> float:
 
 def _combine(parts, eps: np.ndarray) -> SimpleNamespace:
     """One sweep per ε (run one at a time, for progress and checkpoints) joined into the sweep over ε."""
+
     def cat(name):
         vals = [getattr(s, name) for s in parts]
         return None if any(v is None for v in vals) else np.concatenate([np.asarray(v, float) for v in vals])
 
     ng, early = cat("normalised_gap_at_switch"), cat("early_normalised_gap")
-    return SimpleNamespace(reports=[s.reports[0] for s in parts], separation_time=cat("separation_time"),
-                           normalised_gap_at_switch=ng, early_normalised_gap=early,
-                           slope=_loglog_slope(eps, ng),
-                           early_slope=_loglog_slope(eps, early) if early is not None else math.nan)
+    return SimpleNamespace(
+        reports=[s.reports[0] for s in parts],
+        separation_time=cat("separation_time"),
+        normalised_gap_at_switch=ng,
+        early_normalised_gap=early,
+        slope=_loglog_slope(eps, ng),
+        early_slope=_loglog_slope(eps, early) if early is not None else math.nan,
+    )
 
 
 @register
 class Validity(Experiment):
     name = "validity"
     description = CATALOG[name].description
-    reproduces = ("the reviewers' test of Theorem 1's transfer claim: the NQF is exact as ε → 0 at fixed early "
-                  "times; whether the normalised gap at the first switch-on shrinks is measured, not assumed")
+    reproduces = (
+        "the reviewers' test of Theorem 1's transfer claim: the NQF is exact as ε → 0 at fixed early "
+        "times; whether the normalised gap at the first switch-on shrinks is measured, not assumed"
+    )
     Params = ValidityParams
-    tiny = {"eps": [1e-2, 1e-4, 1e-6], "n_samples": 16, "dim": 3, "width": 4, "teacher_width": 2, "horizon": 2.0,
-            "save_points": 40, "step_fraction": 0.1}
-    checks = ("slope of the separation time (network leaves its NQF by `fraction` of the loss drop) against "
-              "ln(1/ε), fitted with an intercept over the ε sweep, vs the predicted 1/(4λ_max) (the time the "
-              "weights need to grow from √ε to O(1)); relative tolerance `slope_tolerance` (GD vs flow O(η ζ) "
-              "plus the theory's O(1/ln(1/ε)) drift of the O(1) term across the sweep)",
-              "log–log slope of the network–NQF gap at a fixed early time against ε vs 1 (the remainder of tanh "
-              "and of QK attention is quartic in W: relative size ∝ ‖W‖² ∝ ε); absolute tolerance "
-              "`early_slope_tolerance` (next order O(ε) at the largest ε, and GD)")
+    tiny = {
+        "eps": [1e-2, 1e-4, 1e-6],
+        "n_samples": 16,
+        "dim": 3,
+        "width": 4,
+        "teacher_width": 2,
+        "horizon": 2.0,
+        "save_points": 40,
+        "step_fraction": 0.1,
+    }
+    checks = (
+        "slope of the separation time (network leaves its NQF by `fraction` of the loss drop) against "
+        "ln(1/ε), fitted with an intercept over the ε sweep, vs the predicted 1/(4λ_max) (the time the "
+        "weights need to grow from √ε to O(1)); relative tolerance `slope_tolerance` (GD vs flow O(η ζ) "
+        "plus the theory's O(1/ln(1/ε)) drift of the O(1) term across the sweep)",
+        "log–log slope of the network–NQF gap at a fixed early time against ε vs 1 (the remainder of tanh "
+        "and of QK attention is quartic in W: relative size ∝ ‖W‖² ∝ ε); absolute tolerance "
+        "`early_slope_tolerance` (next order O(ε) at the largest ε, and GD)",
+    )
 
     def run(self, params: ValidityParams, ctx, out: Outcome) -> None:
         from ..analysis.validity import validity_sweep
@@ -143,9 +166,25 @@ class Validity(Experiment):
         early_time = 0.5 * math.log(1 / P.eps[0]) / rate
         parts = []
         for e in ctx.progress(P.eps, "ε (network and NQF runs)"):
-            parts.append(ctx.checkpoint(f"eps_{e:g}", lambda e=e: validity_sweep(
-                student, student.units, X, y, op, W_dir, [e], lr=lr, steps=steps, fraction=P.fraction,
-                early_time=early_time, save_every=lambda e: max(steps(e) // P.save_points, 1))))
+            parts.append(
+                ctx.checkpoint(
+                    f"eps_{e:g}",
+                    lambda e=e: validity_sweep(
+                        student,
+                        student.units,
+                        X,
+                        y,
+                        op,
+                        W_dir,
+                        [e],
+                        lr=lr,
+                        steps=steps,
+                        fraction=P.fraction,
+                        early_time=early_time,
+                        save_every=lambda e: max(steps(e) // P.save_points, 1),
+                    ),
+                )
+            )
         sweep = _combine(parts, np.asarray(P.eps))
         rows, reasons = [], []
         fig, axs = new_figure(2, 2, figsize=(12, 8.4))
@@ -155,15 +194,21 @@ class Validity(Experiment):
             Ln, Lq = rep.loss_network.numpy(), rep.loss_nqf.numpy()
             if not (np.isfinite(Ln).all() and np.isfinite(Lq).all()):
                 reasons.append(f"ε = {e:g}: a run did not finish (non-finite loss)")
-            line, = a1.semilogy(t, Ln, lw=2, label=f"ε = {e:g}")
+            (line,) = a1.semilogy(t, Ln, lw=2, label=f"ε = {e:g}")
             a1.semilogy(t, Lq, "--", color=line.get_color(), lw=1.2)
             a2.semilogy(t, rep.remainder_ratio.numpy(), color=line.get_color(), label=f"ε = {e:g}")
             if rep.separation_time is not None:
                 a1.axvline(rep.separation_time, color=line.get_color(), ls=":", lw=1.5)
             rows.append([e, rep.switch_time, rep.separation_time, rep.gap_at_switch, rep.normalised_gap_at_switch])
             key = f"eps_{e:g}"
-            out.arrays.update({f"{key}_t": t, f"{key}_loss_network": Ln, f"{key}_loss_nqf": Lq,
-                               f"{key}_remainder_ratio": rep.remainder_ratio.numpy()})
+            out.arrays.update(
+                {
+                    f"{key}_t": t,
+                    f"{key}_loss_network": Ln,
+                    f"{key}_loss_nqf": Lq,
+                    f"{key}_remainder_ratio": rep.remainder_ratio.numpy(),
+                }
+            )
         a1.plot([], [], "k-", lw=2, label="network")
         a1.plot([], [], "k--", lw=1.2, label="NQF")
         a1.plot([], [], "k:", lw=1.5, label="separation time")
@@ -190,47 +235,84 @@ class Validity(Experiment):
         sep = np.array([np.nan if v is None else v for v in sweep.separation_time], float)
         have = np.isfinite(sep)
         slope = float(np.polyfit(logs[have], sep[have], 1)[0]) if have.sum() >= 2 else None
-        check = Check("slope of the separation time vs ln(1/ε)", 1 / rate, slope, P.slope_tolerance,
-                      reference="least-squares slope (with intercept) of the measured separation times",
-                      tolerance_origin="GD vs flow O(η ζ) and the O(1/ln(1/ε)) drift of the O(1) term")
+        check = Check(
+            "slope of the separation time vs ln(1/ε)",
+            1 / rate,
+            slope,
+            P.slope_tolerance,
+            reference="least-squares slope (with intercept) of the measured separation times",
+            tolerance_origin="GD vs flow O(η ζ) and the O(1/ln(1/ε)) drift of the O(1) term",
+        )
         if have.sum() < len(eps):
-            check = check.unfinished(f"the network never separated from its NQF within the run at ε = "
-                                     f"{', '.join(f'{e:g}' for e in eps[~have])} (raise `horizon`)")
+            check = check.unfinished(
+                f"the network never separated from its NQF within the run at ε = "
+                f"{', '.join(f'{e:g}' for e in eps[~have])} (raise `horizon`)"
+            )
         out.checks.append(check)
         early = sweep.early_slope if sweep.early_normalised_gap is not None else None
-        out.checks.append(Check("log–log slope of the early gap vs ε", 1.0, early, P.early_slope_tolerance,
-                                kind="absolute", reference="network vs NQF run from the same W(0), gap at a "
-                                f"fixed early time t = {early_time:.3g}",
-                                tolerance_origin="next order O(ε) of the remainder at the largest ε, and GD"))
+        out.checks.append(
+            Check(
+                "log–log slope of the early gap vs ε",
+                1.0,
+                early,
+                P.early_slope_tolerance,
+                kind="absolute",
+                reference=f"network vs NQF run from the same W(0), gap at a fixed early time t = {early_time:.3g}",
+                tolerance_origin="next order O(ε) of the remainder at the largest ε, and GD",
+            )
+        )
         if reasons:
             mark_unfinished(out.checks, "; ".join(reasons))
         a4.plot(logs[have], sep[have], "o", ms=7, label="measured separation time")
         if have.any():
             b0 = float(np.mean(sep[have] - logs[have] / rate))
             grid = np.linspace(logs.min() * 0.9, logs.max() * 1.05, 20)
-            a4.plot(grid, grid / rate + b0, "-", color="C3",
-                    label=f"predicted slope 1/(4λ_max) = {1 / rate:.3g}, fitted intercept {b0:.2g}")
+            a4.plot(
+                grid,
+                grid / rate + b0,
+                "-",
+                color="C3",
+                label=f"predicted slope 1/(4λ_max) = {1 / rate:.3g}, fitted intercept {b0:.2g}",
+            )
         a4.set_xlabel("ln(1/ε)")
         a4.set_ylabel("separation time t = η·steps")
-        a4.set_title("separation time vs ln(1/ε)" + (f": fitted slope {slope:.3g}" if slope is not None else ""),
-                     fontsize=10)
+        a4.set_title(
+            "separation time vs ln(1/ε)" + (f": fitted slope {slope:.3g}" if slope is not None else ""), fontsize=10
+        )
         a4.legend(fontsize=7, loc="upper left")
         out.figures["validity"] = fig
-        out.tables.append(Table(
-            "Validity over ε", ["ε", "first switch-on t*", "separation time", "gap at t*", "gap at t* / loss drop"],
-            rows, caption=f"{P.model} student (m = {P.width}) on a {P.model} teacher; separation: gap > "
-                          f"{P.fraction:g} × loss drop"))
+        out.tables.append(
+            Table(
+                "Validity over ε",
+                ["ε", "first switch-on t*", "separation time", "gap at t*", "gap at t* / loss drop"],
+                rows,
+                caption=f"{P.model} student (m = {P.width}) on a {P.model} teacher; separation: gap > "
+                f"{P.fraction:g} × loss drop",
+            )
+        )
         out.arrays.update({"eps": eps, "normalised_gap_at_switch": sweep.normalised_gap_at_switch})
         if sweep.early_normalised_gap is not None:
             out.arrays["early_normalised_gap"] = sweep.early_normalised_gap
-        out.metrics.update({"slope_gap_at_switch_vs_eps": sweep.slope, "slope_early_gap_vs_eps": sweep.early_slope,
-                            "early_time": early_time, "lr": lr, "separation_slope_measured": slope,
-                            "separation_slope_predicted": 1 / rate})
+        out.metrics.update(
+            {
+                "slope_gap_at_switch_vs_eps": sweep.slope,
+                "slope_early_gap_vs_eps": sweep.early_slope,
+                "early_time": early_time,
+                "lr": lr,
+                "separation_slope_measured": slope,
+                "separation_slope_predicted": 1 / rate,
+            }
+        )
         shrinks = sweep.slope > 0.1
-        out.summary.extend([
-            f"normalised gap at the first switch-on vs ε: log–log slope {sweep.slope:.3f} — "
-            + ("it shrinks as ε → 0: the NQF transfers to the network at the first switch-on" if shrinks else
-               "it does not shrink as ε → 0: the network leaves its NQF during the first switch-on"),
-            f"gap at the fixed early time t = {early_time:.3g}, normalised: slope {sweep.early_slope:.3f} "
-            "(expected ≈ 1 for tanh: quartic remainder ∝ ε relative to the quadratic term)",
-        ])
+        out.summary.extend(
+            [
+                f"normalised gap at the first switch-on vs ε: log–log slope {sweep.slope:.3f} — "
+                + (
+                    "it shrinks as ε → 0: the NQF transfers to the network at the first switch-on"
+                    if shrinks
+                    else "it does not shrink as ε → 0: the network leaves its NQF during the first switch-on"
+                ),
+                f"gap at the fixed early time t = {early_time:.3g}, normalised: slope {sweep.early_slope:.3f} "
+                "(expected ≈ 1 for tanh: quartic remainder ∝ ε relative to the quadratic term)",
+            ]
+        )

@@ -7,5 +7,13 @@ from .factorization import Factorization, MatrixSensing
 from .mlp import TwoLayerMLP
 from .moe import MixtureOfExperts
 
-__all__ = ["TwoLayerMLP", "Factorization", "MatrixSensing", "ConvNet1d", "ConvNet2d", "MultiHeadAttention",
-           "QKAttention", "MixtureOfExperts"]
+__all__ = [
+    "TwoLayerMLP",
+    "Factorization",
+    "MatrixSensing",
+    "ConvNet1d",
+    "ConvNet2d",
+    "MultiHeadAttention",
+    "QKAttention",
+    "MixtureOfExperts",
+]

@@ -64,9 +64,17 @@ class MultiHeadAttention(nn.Module):
     dtype : torch.dtype
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_head: int, d_key: int | None = None,
-                 n_outputs: int | None = None, causal: bool = False, readout: str = "mean",
-                 dtype: torch.dtype = torch.float64):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_head: int,
+        d_key: int | None = None,
+        n_outputs: int | None = None,
+        causal: bool = False,
+        readout: str = "mean",
+        dtype: torch.dtype = torch.float64,
+    ):
         super().__init__()
         D, H, dh = positive_int("d_model", d_model), positive_int("n_heads", n_heads), positive_int("d_head", d_head)
         dk = dh if d_key is None else positive_int("d_key", d_key)
@@ -85,14 +93,16 @@ class MultiHeadAttention(nn.Module):
         q = torch.einsum("hjd,btd->bhtj", self.W_Q, x)
         k = torch.einsum("hjd,btd->bhtj", self.W_K, x)
         v = torch.einsum("hid,btd->bhti", self.W_V, x)
-        o = _attention(q, k, self.causal) @ v                       # (B, H, T, d_h)
-        y = torch.einsum("hci,bhti->btc", self.W_O, o)              # Σ_h W_O^h o^h_t
+        o = _attention(q, k, self.causal) @ v  # (B, H, T, d_h)
+        y = torch.einsum("hci,bhti->btc", self.W_O, o)  # Σ_h W_O^h o^h_t
         return _readout(y, self.readout)
 
     @property
     def units(self) -> UnitLayout:
-        return UnitLayout([UnitSlice("W_O", axis=0), UnitSlice("W_V", axis=0), UnitSlice("W_Q", axis=0),
-                           UnitSlice("W_K", axis=0)], n_units=self.n_heads)
+        return UnitLayout(
+            [UnitSlice("W_O", axis=0), UnitSlice("W_V", axis=0), UnitSlice("W_Q", axis=0), UnitSlice("W_K", axis=0)],
+            n_units=self.n_heads,
+        )
 
 
 class QKAttention(nn.Module):
@@ -124,8 +134,17 @@ class QKAttention(nn.Module):
 
     V: torch.Tensor  # registered buffer
 
-    def __init__(self, d_model: int, n_heads: int, d_key: int, V, causal: bool = False, *,
-                 readout: str = "mean", dtype: torch.dtype = torch.float64):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_key: int,
+        V,
+        causal: bool = False,
+        *,
+        readout: str = "mean",
+        dtype: torch.dtype = torch.float64,
+    ):
         super().__init__()
         D, H, dk = positive_int("d_model", d_model), positive_int("n_heads", n_heads), positive_int("d_key", d_key)
         if readout not in READOUTS:
@@ -145,7 +164,7 @@ class QKAttention(nn.Module):
         _check_tokens(x, self.d_model)
         q = torch.einsum("hjd,btd->bhtj", self.W_Q, x)
         k = torch.einsum("hjd,btd->bhtj", self.W_K, x)
-        vals = x @ self.V.T                                          # (B, T, C)
+        vals = x @ self.V.T  # (B, T, C)
         y = torch.einsum("bhts,bsc->btc", _attention(q, k, self.causal), vals)
         return _readout(y, self.readout)
 

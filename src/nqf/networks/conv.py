@@ -72,9 +72,20 @@ class ConvNet1d(_ConvNet):
     ``forward``: ``x`` of shape ``(B, in_channels, L)`` → ``(B, C)``.
     """
 
-    def __init__(self, in_channels: int, n_channels: int, kernel_size: int, stride: int = 1, padding: int = 0,
-                 activation="tanh", readout: str = "mean", n_outputs: int = 1, input_length: int | None = None,
-                 *, dtype: torch.dtype = torch.float64):
+    def __init__(
+        self,
+        in_channels: int,
+        n_channels: int,
+        kernel_size: int,
+        stride: int = 1,
+        padding: int = 0,
+        activation="tanh",
+        readout: str = "mean",
+        n_outputs: int = 1,
+        input_length: int | None = None,
+        *,
+        dtype: torch.dtype = torch.float64,
+    ):
         super().__init__()
         self.activation = get_activation(activation)
         (k,) = int_tuple("kernel_size", kernel_size, 1, 1)
@@ -84,12 +95,14 @@ class ConvNet1d(_ConvNet):
         Q = 1
         if readout == "position":
             if input_length is None:
-                raise InvalidParameterError("`input_length` is required for readout='position' (the readout has "
-                                            "one weight per output position)")
+                raise InvalidParameterError(
+                    "`input_length` is required for readout='position' (the readout has one weight per output position)"
+                )
             Q = conv_output_size(int(input_length), k, s, pad)
             if Q < 1:
                 raise InvalidParameterError(
-                    f"`kernel_size` {k} is larger than the padded input ({input_length} + 2·{pad})")
+                    f"`kernel_size` {k} is larger than the padded input ({input_length} + 2·{pad})"
+                )
         self._init_readout(readout, n_outputs, n_channels, Q, dtype)
 
 
@@ -113,8 +126,20 @@ class ConvNet2d(_ConvNet):
     ``forward``: ``x`` of shape ``(B, in_channels, H, W)`` → ``(B, C)``.
     """
 
-    def __init__(self, in_channels: int, n_channels: int, kernel_size, stride=1, padding=0, activation="tanh",
-                 readout: str = "mean", n_outputs: int = 1, input_size=None, *, dtype: torch.dtype = torch.float64):
+    def __init__(
+        self,
+        in_channels: int,
+        n_channels: int,
+        kernel_size,
+        stride=1,
+        padding=0,
+        activation="tanh",
+        readout: str = "mean",
+        n_outputs: int = 1,
+        input_size=None,
+        *,
+        dtype: torch.dtype = torch.float64,
+    ):
         super().__init__()
         self.activation = get_activation(activation)
         # int_tuple(..., 2, ...) returns exactly two ints
@@ -125,11 +150,14 @@ class ConvNet2d(_ConvNet):
         Q = 1
         if readout == "position":
             if input_size is None:
-                raise InvalidParameterError("`input_size` (H, W) is required for readout='position' (the readout "
-                                            "has one weight per output position)")
+                raise InvalidParameterError(
+                    "`input_size` (H, W) is required for readout='position' (the readout "
+                    "has one weight per output position)"
+                )
             H, W = int_tuple("input_size", input_size, 2, 1)
             Q = conv_output_size(H, ks[0], st[0], pd[0]) * conv_output_size(W, ks[1], st[1], pd[1])
             if conv_output_size(H, ks[0], st[0], pd[0]) < 1 or conv_output_size(W, ks[1], st[1], pd[1]) < 1:
                 raise InvalidParameterError(
-                    f"`kernel_size` {ks} is larger than the padded input {input_size} (padding {pd})")
+                    f"`kernel_size` {ks} is larger than the padded input {input_size} (padding {pd})"
+                )
         self._init_readout(readout, n_outputs, n_channels, Q, dtype)

@@ -41,8 +41,7 @@ class Factorization(nn.Module):
     ``(B, C, d1, d2)`` → ``(B, C)`` for vector outputs.
     """
 
-    def __init__(self, d1: int, d2: int, width: int, *, init_scale: float = 1.0,
-                 dtype: torch.dtype = torch.float64):
+    def __init__(self, d1: int, d2: int, width: int, *, init_scale: float = 1.0, dtype: torch.dtype = torch.float64):
         super().__init__()
         _check_dims(d1=d1, d2=d2, width=width)
         s = init_scale / math.sqrt(width)

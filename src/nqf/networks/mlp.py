@@ -31,8 +31,15 @@ class TwoLayerMLP(nn.Module):
     dtype : torch.dtype
     """
 
-    def __init__(self, in_features: int, width: int, out_features: int = 1, activation="tanh",
-                 bias: bool = False, dtype: torch.dtype = torch.float64):
+    def __init__(
+        self,
+        in_features: int,
+        width: int,
+        out_features: int = 1,
+        activation="tanh",
+        bias: bool = False,
+        dtype: torch.dtype = torch.float64,
+    ):
         super().__init__()
         self.activation = get_activation(activation)
         self.input = nn.Linear(in_features, width, bias=bias, dtype=dtype)

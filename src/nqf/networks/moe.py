@@ -34,8 +34,14 @@ class MixtureOfExperts(nn.Module):
     dtype : torch.dtype
     """
 
-    def __init__(self, in_features: int, n_experts: int, out_features: int = 1, activation="tanh",
-                 dtype: torch.dtype = torch.float64):
+    def __init__(
+        self,
+        in_features: int,
+        n_experts: int,
+        out_features: int = 1,
+        activation="tanh",
+        dtype: torch.dtype = torch.float64,
+    ):
         super().__init__()
         for name, v in (("in_features", in_features), ("n_experts", n_experts), ("out_features", out_features)):
             positive_int(name, v)
@@ -53,5 +59,7 @@ class MixtureOfExperts(nn.Module):
 
     @property
     def units(self) -> UnitLayout:
-        return UnitLayout([UnitSlice("readout.weight", axis=1), UnitSlice("input.weight", axis=0),
-                           UnitSlice("gate.weight", axis=0)], n_units=self.n_experts)
+        return UnitLayout(
+            [UnitSlice("readout.weight", axis=1), UnitSlice("input.weight", axis=0), UnitSlice("gate.weight", axis=0)],
+            n_units=self.n_experts,
+        )

@@ -77,64 +77,16 @@ import numpy as np
 import torch
 
 from .._validation import as_tensor
-from ..errors import InvalidParameterError, NormalFormError, NQFError, ShapeError
+from ..errors import InvalidParameterError, NormalFormError, ShapeError
 from ..results import Result
 from ..structure.activations import get_activation
 from .timing import leading_switch_time, logistic_switch_time
+from .whitening import NotWhitenedError, NotWhitenedWarning, whiten, whitening_error
 
-__all__ = ["TwoLayerModes", "two_layer_modes", "whiten", "whitening_error", "NotWhitenedError",
-           "NotWhitenedWarning"]
-
-
-class NotWhitenedError(NQFError, ValueError):
-    """Inputs are not whitened: ``(1/N) Σ x xᵀ`` differs from the identity."""
-
-
-class NotWhitenedWarning(UserWarning):
-    """Inputs are not whitened; SVD-mode predictions are then only approximate."""
+__all__ = ["TwoLayerModes", "two_layer_modes", "whiten", "whitening_error", "NotWhitenedError", "NotWhitenedWarning"]
 
 
 _INITS = ("balanced", "isotropic")
-
-
-def whitening_error(X) -> float:
-    """Relative distance of the input second moment from the identity.
-
-    Parameters
-    ----------
-    X : array_like, shape (N, D)
-
-    Returns
-    -------
-    float
-        ``‖(1/N) Xᵀ X − I‖_F / ‖I‖_F`` (``‖I‖_F = √D``).
-    """
-    X = as_tensor("X", X, ndim=2)
-    N, D = X.shape
-    S = X.T @ X / N
-    return float(torch.linalg.norm(S - torch.eye(D, dtype=X.dtype, device=X.device)) / math.sqrt(D))
-
-
-def whiten(X) -> torch.Tensor:
-    """Whiten inputs so that ``(1/N) Σ_n x_n x_nᵀ = I`` (uncentred, ZCA).
-
-    Parameters
-    ----------
-    X : array_like, shape (N, D), rank D (needs N ≥ D)
-
-    Returns
-    -------
-    torch.Tensor, shape (N, D)
-        ``X Σ_xx^{-1/2}`` with ``Σ_xx = XᵀX/N``.
-    """
-    X = as_tensor("X", X, ndim=2)
-    N, D = X.shape
-    S = X.T @ X / N
-    evals, evecs = torch.linalg.eigh(S)
-    if float(evals.min()) <= 1e-12 * max(float(evals.max()), 1e-300):
-        raise InvalidParameterError(f"`X` must have rank D = {D} (N ≥ D and independent columns) to be whitened; "
-                         f"smallest eigenvalue of XᵀX/N is {float(evals.min()):.3e}")
-    return X @ (evecs * evals.rsqrt()) @ evecs.T
 
 
 @dataclass(frozen=True, repr=False)
@@ -362,13 +314,17 @@ class TwoLayerModes(Result):
         return times, losses, hist
 
     def summary(self) -> str:
-        lines = [f"two-layer SVD modes (σ'(0) = {self.sigma1:.4g}, ε = {self.eps:.3g}, init = {self.init}; "
-                 f"L = (1/N)Σ½‖f−y‖², t = η·steps)",
-                 "  k    λ_k        ζ_k        t_k (exact)   ln(1/ε)/ζ_k   plateau after"]
+        lines = [
+            f"two-layer SVD modes (σ'(0) = {self.sigma1:.4g}, ε = {self.eps:.3g}, init = {self.init}; "
+            f"L = (1/N)Σ½‖f−y‖², t = η·steps)",
+            "  k    λ_k        ζ_k        t_k (exact)   ln(1/ε)/ζ_k   plateau after",
+        ]
         for k in range(self.n_modes):
-            lines.append(f"  {k + 1:<3d}  {float(self.singular_values[k]):<9.4g}  {float(self.rates[k]):<9.4g}  "
-                         f"{float(self.switch_times[k]):<12.5g}  {float(self.switch_times_leading[k]):<12.5g}  "
-                         f"{float(self.plateau_losses[k + 1]):.5g}")
+            lines.append(
+                f"  {k + 1:<3d}  {float(self.singular_values[k]):<9.4g}  {float(self.rates[k]):<9.4g}  "
+                f"{float(self.switch_times[k]):<12.5g}  {float(self.switch_times_leading[k]):<12.5g}  "
+                f"{float(self.plateau_losses[k + 1]):.5g}"
+            )
         return "\n".join(lines)
 
 
@@ -381,9 +337,17 @@ def _expit(x):
     return out
 
 
-def two_layer_modes(X, Y, activation="tanh", *, sigma1: float | None = None, eps: float,
-                    init: str = "balanced", whiten_tol: float = 1e-6,
-                    on_not_whitened: str = "raise") -> TwoLayerModes:
+def two_layer_modes(
+    X,
+    Y,
+    activation="tanh",
+    *,
+    sigma1: float | None = None,
+    eps: float,
+    init: str = "balanced",
+    whiten_tol: float = 1e-6,
+    on_not_whitened: str = "raise",
+) -> TwoLayerModes:
     r"""Predict the staircase of a two-layer MLP / linear network from the SVD of ``Σ_yx``.
 
     See the module docstring for the derivation.  Conventions: units
@@ -436,7 +400,8 @@ def two_layer_modes(X, Y, activation="tanh", *, sigma1: float | None = None, eps
         if not act.zgz:
             raise NormalFormError(
                 f"`activation` {act.name!r} has σ(0) = {act.s0:g} ≠ 0: the zero-gradient condition fails and "
-                f"the NQF is not a two-layer linear network (use a centred activation)")
+                f"the NQF is not a two-layer linear network (use a centred activation)"
+            )
         sigma1 = act.s1
     sigma1 = float(sigma1)
     if not math.isfinite(sigma1) or sigma1 == 0.0:
@@ -444,8 +409,10 @@ def two_layer_modes(X, Y, activation="tanh", *, sigma1: float | None = None, eps
     N, D = X.shape
     werr = whitening_error(X)
     if not werr <= whiten_tol:
-        msg = (f"`X` is not whitened: ‖(1/N)XᵀX − I‖_F/√D = {werr:.3e} > whiten_tol = {whiten_tol:.1e}; "
-               f"the SVD modes of Σ_yx are exact only for whitened inputs (use nqf.reductions.svd_modes.whiten(X))")
+        msg = (
+            f"`X` is not whitened: ‖(1/N)XᵀX − I‖_F/√D = {werr:.3e} > whiten_tol = {whiten_tol:.1e}; "
+            f"the SVD modes of Σ_yx are exact only for whitened inputs (use nqf.reductions.svd_modes.whiten(X))"
+        )
         if on_not_whitened == "raise":
             raise NotWhitenedError(msg)
         warnings.warn(msg, NotWhitenedWarning, stacklevel=2)
@@ -458,12 +425,13 @@ def two_layer_modes(X, Y, activation="tanh", *, sigma1: float | None = None, eps
     U, V = U * sgn, Vh.T * sgn
     s1 = abs(sigma1)
     rates = 2 * s1 * S
-    y2 = float((Y ** 2).sum(1).mean())
-    cum = torch.cat([torch.zeros(1, dtype=torch.float64), torch.cumsum(S ** 2, 0)])
+    y2 = float((Y**2).sum(1).mean())
+    cum = torch.cat([torch.zeros(1, dtype=torch.float64), torch.cumsum(S**2, 0)])
     plateaus = 0.5 * (y2 - cum)
     lead = torch.as_tensor(leading_switch_time(rates.numpy(), eps), dtype=torch.float64)
-    modes = TwoLayerModes(S, U, V, sigma1, float(eps), init, rates, torch.empty(0), lead, plateaus,
-                          float(plateaus[-1]), y2, werr)
+    modes = TwoLayerModes(
+        S, U, V, sigma1, float(eps), init, rates, torch.empty(0), lead, plateaus, float(plateaus[-1]), y2, werr
+    )
     return dataclasses.replace(modes, switch_times=_half_times(modes))
 
 
@@ -486,7 +454,7 @@ def _half_times(m: TwoLayerModes) -> torch.Tensor:
         a = s1 * eps
         w_plus, w_minus, kappa = _riccati(lam[pos], s1, a)
         r = a / lam[pos]
-        w_h = 0.5 / r * (1.0 + np.sqrt(1.0 + 4 * r * r))   # root of w² − w/r − 1, p = λ/2
+        w_h = 0.5 / r * (1.0 + np.sqrt(1.0 + 4 * r * r))  # root of w² − w/r − 1, p = λ/2
         R0 = (w_plus - 1.0) / (1.0 - w_minus)
         Rh = (w_plus - w_h) / (w_h - w_minus)
         out[pos] = (np.log(R0) - np.log(Rh)) / kappa

@@ -30,8 +30,15 @@ import numpy as np
 
 from ..errors import InvalidParameterError, ShapeError
 
-__all__ = ["logistic_switch_time", "leading_switch_time", "crossing_index", "crossing_times", "crossing_time",
-           "midpoint_levels", "staircase"]
+__all__ = [
+    "logistic_switch_time",
+    "leading_switch_time",
+    "crossing_index",
+    "crossing_times",
+    "crossing_time",
+    "midpoint_levels",
+    "staircase",
+]
 
 _DIRECTIONS = ("up", "down")
 
@@ -125,8 +132,10 @@ def _curve(t, x, levels):
     if x.ndim == 1:
         x = np.broadcast_to(x[:, None], (x.shape[0], lev.shape[0]))
     if x.ndim != 2 or x.shape[0] != t.shape[0] or x.shape[1] != lev.shape[0]:
-        raise ShapeError(f"`x` must have shape ({t.shape[0]},) or ({t.shape[0]}, {lev.shape[0]}) to match `t` and "
-                         f"`levels`; found {np.shape(x)}")
+        raise ShapeError(
+            f"`x` must have shape ({t.shape[0]},) or ({t.shape[0]}, {lev.shape[0]}) to match `t` and "
+            f"`levels`; found {np.shape(x)}"
+        )
     if t.shape[0] < 1:
         raise ShapeError("`t` must hold at least one time; found an empty array")
     if np.any(np.diff(t) < 0):
@@ -183,14 +192,24 @@ def crossing_times(t, x, levels, *, direction: str = "up", log_t: bool = False, 
             w = np.where(np.isfinite(x0) & (x1 != x0), (lev[k] - x0) / (x1 - x0), 1.0)
             lin = t0 + w * (t1 - t0)
             if log_t:
-                lin = np.where(t0 > 0, np.exp(np.log(np.where(t0 > 0, t0, 1.0)) + w * np.log(t1 / np.where(
-                    t0 > 0, t0, 1.0))), lin)
+                lin = np.where(
+                    t0 > 0, np.exp(np.log(np.where(t0 > 0, t0, 1.0)) + w * np.log(t1 / np.where(t0 > 0, t0, 1.0))), lin
+                )
         out[k] = lin
     return out
 
 
-def crossing_time(t, x, level: float, *, direction: str = "up", log_t: bool = False, never: float = math.nan,
-                  refine=None, iters: int = 60) -> float:
+def crossing_time(
+    t,
+    x,
+    level: float,
+    *,
+    direction: str = "up",
+    log_t: bool = False,
+    never: float = math.nan,
+    refine=None,
+    iters: int = 60,
+) -> float:
     """First time the curve ``x(t)`` reaches ``level`` (see :func:`crossing_times`).
 
     Parameters

@@ -34,8 +34,7 @@ import numpy as np
 
 from ..errors import NQFError
 
-__all__ = ["CheckpointError", "CHECKPOINT_FORMAT", "ALLOWED_TYPES", "encode", "decode", "dumps", "loads",
-           "read_header"]
+__all__ = ["CheckpointError", "CHECKPOINT_FORMAT", "ALLOWED_TYPES", "encode", "decode", "dumps", "loads", "read_header"]
 
 CHECKPOINT_FORMAT = "nqf.checkpoint/1"
 _HEADER = "__nqf__"
@@ -93,8 +92,11 @@ def encode(value: Any, arrays: list, where: str = "value"):
             name = str(t.dtype).replace("torch.", "")
             if t.dtype == torch.bfloat16:
                 t = t.to(torch.float32)
-            if t.is_complex() or t.dtype.is_floating_point or t.dtype in (torch.bool, torch.int8, torch.uint8,
-                                                                           torch.int16, torch.int32, torch.int64):
+            if (
+                t.is_complex()
+                or t.dtype.is_floating_point
+                or t.dtype in (torch.bool, torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
+            ):
                 return {"$tensor": _put(t.numpy(), arrays), "dtype": name}
             raise CheckpointError(f"cannot store {where}: tensor of dtype {t.dtype}")
         if isinstance(value, torch.dtype):
@@ -105,8 +107,11 @@ def encode(value: Any, arrays: list, where: str = "value"):
         items = [encode(v, arrays, f"{where}[{i}]") for i, v in enumerate(value)]
         return items if type(value) is list else {"$tuple": items}
     if isinstance(value, dict) and type(value) is dict:
-        return {"$dict": [[encode(k, arrays, f"{where} key"), encode(v, arrays, f"{where}[{k!r}]")]
-                          for k, v in value.items()]}
+        return {
+            "$dict": [
+                [encode(k, arrays, f"{where} key"), encode(v, arrays, f"{where}[{k!r}]")] for k, v in value.items()
+            ]
+        }
     sp = _sparse()
     if sp is not None and sp.issparse(value):
         mat: Any = value  # a scipy sparse array or matrix (the isinstance checks above do not exclude it)
@@ -116,14 +121,19 @@ def encode(value: Any, arrays: list, where: str = "value"):
             parts = {"data": m.data, "row": m.row, "col": m.col}
         else:
             parts = {"data": m.data, "indices": m.indices, "indptr": m.indptr}
-        return {"$sparse": fmt, "shape": list(m.shape), "parts": {k: _put(np.asarray(v), arrays)
-                                                                  for k, v in parts.items()}}
+        return {
+            "$sparse": fmt,
+            "shape": list(m.shape),
+            "parts": {k: _put(np.asarray(v), arrays) for k, v in parts.items()},
+        }
     tag = _tag_of(type(value))
     if tag is None:
         key = (type(value).__module__, type(value).__qualname__)
-        raise CheckpointError(f"cannot store {where}: values of type {key[0]}.{key[1]} are not checkpointable "
-                              f"(allowed: numbers, strings, lists, dicts, arrays, tensors and "
-                              f"{', '.join(sorted(ALLOWED_TYPES))})")
+        raise CheckpointError(
+            f"cannot store {where}: values of type {key[0]}.{key[1]} are not checkpointable "
+            f"(allowed: numbers, strings, lists, dicts, arrays, tensors and "
+            f"{', '.join(sorted(ALLOWED_TYPES))})"
+        )
     state = getattr(value, "__dict__", None)
     if state is None:
         raise CheckpointError(f"cannot store {where}: {tag} has no attribute dictionary")

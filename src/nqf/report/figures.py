@@ -42,5 +42,13 @@ def mark_times(ax, times, labels=None, color="C3", merge_fraction: float = 0.04)
             groups.append([(tt, i)])
     for group in groups:
         text = ",".join(str(labels[i]) for _, i in group)
-        ax.text(group[0][0], 1.0, f" {text}", transform=ax.get_xaxis_transform(), color=color, fontsize=8,
-                va="bottom", ha="left")
+        ax.text(
+            group[0][0],
+            1.0,
+            f" {text}",
+            transform=ax.get_xaxis_transform(),
+            color=color,
+            fontsize=8,
+            va="bottom",
+            ha="left",
+        )

@@ -146,8 +146,14 @@ def _figures(results: dict, rundir: Path) -> list[dict]:
 
 def render_report(results: dict, rundir: Path) -> str:
     """HTML text of the report for ``results`` (figures read from ``rundir``)."""
-    return _PAGE.render(r=results, css=Markup(_CSS), run_id_key=RUN_ID_KEY, fmt=format_cell,
-                        figures=_figures(results, Path(rundir)), config=json.dumps(results["config"], indent=2))
+    return _PAGE.render(
+        r=results,
+        css=Markup(_CSS),
+        run_id_key=RUN_ID_KEY,
+        fmt=format_cell,
+        figures=_figures(results, Path(rundir)),
+        config=json.dumps(results["config"], indent=2),
+    )
 
 
 def write_report(rundir, results: dict) -> Path:

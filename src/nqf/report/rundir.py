@@ -78,9 +78,22 @@ from .atomic import exchange_paths as _exchange  # a module global: tests patch 
 from .atomic import remove_tree as _rmtree
 from .runid import RUN_ID_KEY, archive_comment, figure_metadata, read_run_ids, verify_run
 
-__all__ = ["RunDirectory", "atomic_write_bytes", "atomic_write_text", "RunDirectoryError", "RunDirectoryExistsError",
-           "RunDirectoryLockedError", "ResumeMismatchError", "verify_run", "read_run_ids", "RUN_OUTPUTS", "RUN_ID_KEY",
-           "lock_path", "acquire_lock", "describe_differences"]
+__all__ = [
+    "RunDirectory",
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "RunDirectoryError",
+    "RunDirectoryExistsError",
+    "RunDirectoryLockedError",
+    "ResumeMismatchError",
+    "verify_run",
+    "read_run_ids",
+    "RUN_OUTPUTS",
+    "RUN_ID_KEY",
+    "lock_path",
+    "acquire_lock",
+    "describe_differences",
+]
 
 #: Entries of a run directory that belong to the run (everything else is carried over by ``--force``).
 RUN_OUTPUTS = ("results.json", "arrays.npz", "report.html", "figures", "checkpoints")
@@ -140,7 +153,8 @@ def acquire_lock(path):
     except Timeout:
         raise RunDirectoryLockedError(
             f"run directory {path} is being written by another nqf process (lock {lp} is held); wait for it to "
-            "finish or choose another --out") from None
+            "finish or choose another --out"
+        ) from None
     return lock
 
 
@@ -160,8 +174,10 @@ def describe_differences(found: dict, expected: dict) -> list[str]:
     elif found.get("seed") != expected.get("seed"):
         out.append(f"seed {found.get('seed')!r} (in the run) vs {expected.get('seed')!r} (now)")
     if not out and found.get("config_hash") != expected.get("config_hash"):
-        out.append(f"config hash {str(found.get('config_hash'))[:12]}… (in the run) vs "
-                   f"{str(expected.get('config_hash'))[:12]}… (now)")
+        out.append(
+            f"config hash {str(found.get('config_hash'))[:12]}… (in the run) vs "
+            f"{str(expected.get('config_hash'))[:12]}… (now)"
+        )
     return out
 
 
@@ -220,7 +236,8 @@ class RunDirectory:
             if existing and not (force or resume):
                 raise RunDirectoryExistsError(
                     f"run directory {self.path} already holds files; pass --force to overwrite them or "
-                    "--resume to continue an interrupted run")
+                    "--resume to continue an interrupted run"
+                )
             self.previous = real if existing else None
             stale = self._siblings("new") + self._siblings("old")
             self._reuse: dict[str, tuple[Path, dict]] = {}
@@ -272,9 +289,11 @@ class RunDirectory:
         diffs = describe_differences(found, self.identity)
         if diffs:
             raise ResumeMismatchError(
-                f"cannot --resume {self.path}: {where} was written by a different run: " + "; ".join(diffs)
+                f"cannot --resume {self.path}: {where} was written by a different run: "
+                + "; ".join(diffs)
                 + ". Resume with the same config, seed and nqf version, or start over with --force "
-                "(without --resume) or another --out")
+                "(without --resume) or another --out"
+            )
 
     def _check_previous_results(self) -> None:
         if self.previous is None or not (self.previous / "results.json").exists():
@@ -288,9 +307,14 @@ class RunDirectory:
         if data.get("schema") != SCHEMA_VERSION:
             raise ResumeMismatchError(
                 f"cannot --resume {self.path}: its results.json has format {data.get('schema')!r}, this nqf writes "
-                f"{SCHEMA_VERSION!r}; start over with --force (without --resume)")
-        found = {"config": data.get("config"), "config_hash": data.get("config_hash"), "seed": data.get("seed"),
-                 "nqf_version": (data.get("versions") or {}).get("nqf")}
+                f"{SCHEMA_VERSION!r}; start over with --force (without --resume)"
+            )
+        found = {
+            "config": data.get("config"),
+            "config_hash": data.get("config_hash"),
+            "seed": data.get("seed"),
+            "nqf_version": (data.get("versions") or {}).get("nqf"),
+        }
         self._mismatch("results.json", found)
 
     def _collect_checkpoints(self, stale: list[Path]) -> None:
@@ -304,7 +328,8 @@ class RunDirectory:
                     raise ResumeMismatchError(
                         f"cannot --resume {self.path}: checkpoints/{p.name} is not an nqf checkpoint "
                         f"(*{_CKPT_SUFFIX}); nqf never loads pickles or other files from a run directory, since "
-                        "loading them could run code. Delete it, or start over with --force (without --resume)")
+                        "loading them could run code. Delete it, or start over with --force (without --resume)"
+                    )
                 if not p.is_file():
                     raise ResumeMismatchError(f"cannot --resume {self.path}: checkpoints/{p.name} is not a file")
                 try:
@@ -380,8 +405,9 @@ class RunDirectory:
             except codec.CheckpointError as exc:
                 raise ResumeMismatchError(f"cannot --resume {self.path}: {exc}") from None
             if header.get("key") != key:
-                raise ResumeMismatchError(f"cannot --resume {self.path}: checkpoints/{name} holds part "
-                                          f"{header.get('key')!r}, not {key!r}")
+                raise ResumeMismatchError(
+                    f"cannot --resume {self.path}: checkpoints/{name} holds part {header.get('key')!r}, not {key!r}"
+                )
             self._mismatch(f"checkpoints/{name}", header)
             atomic_write_bytes(dst, data)
             return value

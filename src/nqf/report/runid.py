@@ -37,9 +37,9 @@ def _png_text(data: bytes) -> dict[str, str]:
         return out
     pos = 8
     while pos + 8 <= len(data):
-        length = int.from_bytes(data[pos:pos + 4], "big")
-        kind = data[pos + 4:pos + 8]
-        body = data[pos + 8:pos + 8 + length]
+        length = int.from_bytes(data[pos : pos + 4], "big")
+        kind = data[pos + 4 : pos + 8]
+        body = data[pos + 8 : pos + 8 + length]
         if kind == b"tEXt" and b"\x00" in body:
             k, v = body.split(b"\x00", 1)
             out[k.decode("latin-1")] = v.decode("latin-1")

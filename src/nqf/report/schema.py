@@ -22,14 +22,22 @@ from ..errors import NQFError
 
 SCHEMA_VERSION = "nqf.results/2"
 
-__all__ = ["SCHEMA_VERSION", "ResultsFile", "TableModel", "CheckModel", "ResultsFileError", "validate_results",
-           "read_results_json"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "ResultsFile",
+    "TableModel",
+    "CheckModel",
+    "ResultsFileError",
+    "validate_results",
+    "read_results_json",
+]
 
 _MAX_BYTES = 256 * 1024 * 1024
 
 
 class ResultsFileError(NQFError, ValueError):
     """A ``results.json`` is missing, unreadable, malformed or of another schema version (one-line message)."""
+
 
 Cell = float | int | str | bool | None
 
@@ -123,8 +131,9 @@ def read_results_json(path) -> dict:
     try:
         data = json.loads(text, parse_constant=lambda c: math.nan)
     except json.JSONDecodeError as exc:
-        raise ResultsFileError(f"{where} is not valid JSON (truncated?): {exc.msg} at line {exc.lineno} "
-                               f"column {exc.colno}") from None
+        raise ResultsFileError(
+            f"{where} is not valid JSON (truncated?): {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
     except RecursionError:
         raise ResultsFileError(f"{where} is nested too deeply to be a results file") from None
     if not isinstance(data, dict):
@@ -138,13 +147,16 @@ def validate_results(path) -> ResultsFile:
     where = Path(path) / "results.json" if Path(path).is_dir() else Path(path)
     version = data.get("schema")
     if version != SCHEMA_VERSION:
-        raise ResultsFileError(f"{where} has results schema {version!r}; this nqf reads {SCHEMA_VERSION!r} "
-                               "(rerun the experiment with this version of nqf)")
+        raise ResultsFileError(
+            f"{where} has results schema {version!r}; this nqf reads {SCHEMA_VERSION!r} "
+            "(rerun the experiment with this version of nqf)"
+        )
     try:
         return ResultsFile.model_validate(data)
     except ValidationError as exc:
         e = exc.errors()[0]
         loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
         more = len(exc.errors()) - 1
-        raise ResultsFileError(f"{where} does not match the results schema: {loc}: {e['msg']}"
-                               + (f" (and {more} more)" if more else "")) from None
+        raise ResultsFileError(
+            f"{where} does not match the results schema: {loc}: {e['msg']}" + (f" (and {more} more)" if more else "")
+        ) from None

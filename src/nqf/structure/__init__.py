@@ -11,9 +11,10 @@ units, :func:`from_module` computes the operator for a :class:`UnitLayout`
 """
 
 from .activations import ACTIVATIONS, Activation, get_activation
+from .assumptions import check_permutation_symmetry, check_truncation_order
 from .attention import EyeKronKernel, HeadValueKernel, multi_head_attention, qk_attention
 from .attention_layouts import attention_units
-from .autodiff import check_permutation_symmetry, check_truncation_order, from_module
+from .autodiff import from_module
 from .bilinear import BilinearKernel, BilinearStructure, DenseKernel, OneHotKronKernel
 from .commute import commutator_defect, commutes
 from .conv import conv1d, conv2d, conv_output_size
@@ -28,12 +29,45 @@ from .subspace import data_subspace
 from .units import UnitLayout, UnitScatter, UnitSlice, get_unit_weights, set_unit_weights
 
 __all__ = [
-    "StructureOperator", "ProjectedStructure", "data_subspace", "project_operator", "DenseStructure",
-    "BilinearStructure", "SensingStructure", "BilinearKernel",
-    "DenseKernel", "OneHotKronKernel", "HeadValueKernel", "EyeKronKernel", "UnitLayout", "UnitSlice",
-    "Activation", "ACTIVATIONS", "get_activation", "from_module", "check_truncation_order",
-    "mlp_units", "attention_units", "conv_units", "check_permutation_symmetry",
-    "UnitCandidate", "find_units", "select_units", "UnitScatter", "get_unit_weights", "set_unit_weights",
-    "mlp", "linear_network", "factorization", "matrix_sensing", "conv1d", "conv2d", "conv_output_size",
-    "multi_head_attention", "qk_attention", "mixture_of_experts", "commutator_defect", "commutes",
+    "StructureOperator",
+    "ProjectedStructure",
+    "data_subspace",
+    "project_operator",
+    "DenseStructure",
+    "BilinearStructure",
+    "SensingStructure",
+    "BilinearKernel",
+    "DenseKernel",
+    "OneHotKronKernel",
+    "HeadValueKernel",
+    "EyeKronKernel",
+    "UnitLayout",
+    "UnitSlice",
+    "Activation",
+    "ACTIVATIONS",
+    "get_activation",
+    "from_module",
+    "check_truncation_order",
+    "mlp_units",
+    "attention_units",
+    "conv_units",
+    "check_permutation_symmetry",
+    "UnitCandidate",
+    "find_units",
+    "select_units",
+    "UnitScatter",
+    "get_unit_weights",
+    "set_unit_weights",
+    "mlp",
+    "linear_network",
+    "factorization",
+    "matrix_sensing",
+    "conv1d",
+    "conv2d",
+    "conv_output_size",
+    "multi_head_attention",
+    "qk_attention",
+    "mixture_of_experts",
+    "commutator_defect",
+    "commutes",
 ]

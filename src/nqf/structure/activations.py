@@ -59,8 +59,18 @@ ACTIVATIONS: dict[str, Activation] = {
     "linear": Activation("linear", lambda x: x, 0.0, 1.0, 0.0),
 }
 
-NON_SMOOTH_ACTIVATIONS = ("relu", "relu6", "leaky_relu", "elu", "selu", "celu", "hardtanh", "abs",
-                          "hardswish", "hardsigmoid")
+NON_SMOOTH_ACTIVATIONS = (
+    "relu",
+    "relu6",
+    "leaky_relu",
+    "elu",
+    "selu",
+    "celu",
+    "hardtanh",
+    "abs",
+    "hardswish",
+    "hardsigmoid",
+)
 
 
 def get_activation(activation) -> Activation:
@@ -90,9 +100,11 @@ def get_activation(activation) -> Activation:
         if activation.lower() in NON_SMOOTH_ACTIVATIONS or key in NON_SMOOTH_ACTIVATIONS:
             raise NormalFormError(
                 f"`activation` {activation!r} is not three times differentiable at 0: the normal form "
-                f"Tr[W Wᵀ A(x)] needs a C³ activation. Choose one of {sorted(ACTIVATIONS)} or a smooth callable.")
+                f"Tr[W Wᵀ A(x)] needs a C³ activation. Choose one of {sorted(ACTIVATIONS)} or a smooth callable."
+            )
         raise InvalidParameterError(
-            f"`activation` must be one of {sorted(ACTIVATIONS)} or a callable; found {activation!r}")
+            f"`activation` must be one of {sorted(ACTIVATIONS)} or a callable; found {activation!r}"
+        )
     if callable(activation):
         return _from_callable(activation)
     raise InvalidTypeError(f"`activation` must be a name or a callable; found {type(activation).__name__}")
@@ -112,6 +124,7 @@ def _from_callable(fn) -> Activation:
     if abs(float(g[1] - g[0])) > 1e-2 * (abs(s1) + 1.0) or abs(s1 - float(g.mean())) > 1e-2 * (abs(s1) + 1):
         raise NormalFormError(
             f"`activation` {getattr(fn, '__name__', fn)!r} is not smooth at 0 (σ' jumps from {float(g[0]):.3g} "
-            f"to {float(g[1]):.3g}): the normal form needs a C³ activation.")
+            f"to {float(g[1]):.3g}): the normal form needs a C³ activation."
+        )
     name = getattr(fn, "__name__", type(fn).__name__)
     return Activation(name, fn, s0, s1, s2)

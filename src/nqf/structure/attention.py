@@ -100,13 +100,15 @@ def _check_readout(readout) -> str:
 def _tokens(X, dtype) -> torch.Tensor:
     X = as_tensor("X", X, ndim=3, dtype=dtype)
     if 0 in X.shape:
-        raise ShapeError(f"`X` must have shape (N, T, D) with N, T, D ≥ 1 (samples, tokens, features); "
-                         f"found {tuple(X.shape)}")
+        raise ShapeError(
+            f"`X` must have shape (N, T, D) with N, T, D ≥ 1 (samples, tokens, features); found {tuple(X.shape)}"
+        )
     return X
 
 
-def attention_token_weights(T: int, causal: bool = False, readout: str = "mean", *,
-                            dtype=torch.float64, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+def attention_token_weights(
+    T: int, causal: bool = False, readout: str = "mean", *, dtype=torch.float64, device=None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Uniform attention at zero weights and the readout weights.
 
     Parameters
@@ -177,17 +179,17 @@ class HeadValueKernel(BilinearKernel):
     def forward(self, B):
         C, q, d = self.n_outputs, self.q, self.d
         Bv = B[:, : q * d].reshape(C, q, q, d)
-        Pc = Bv.diagonal(dim1=1, dim2=2).sum(-1)                       # (C, D): Σ_i B[(c,i),(i,k)]
-        out = self.xbar @ Pc.T                                           # (N, C)
+        Pc = Bv.diagonal(dim1=1, dim2=2).sum(-1)  # (C, D): Σ_i B[(c,i),(i,k)]
+        out = self.xbar @ Pc.T  # (N, C)
         if self.bias:
-            tb = B[:, q * d:].reshape(C, q, q).diagonal(dim1=1, dim2=2).sum(-1)  # (C,)
+            tb = B[:, q * d :].reshape(C, q, q).diagonal(dim1=1, dim2=2).sum(-1)  # (C,)
             out = out + tb[None, :]
         return out
 
     def adjoint(self, R):
         C, q, d = self.n_outputs, self.q, self.d
         eye = torch.eye(q, dtype=self.dtype, device=self.device)
-        Pc = R.T @ self.xbar                                             # (C, D)
+        Pc = R.T @ self.xbar  # (C, D)
         Kv = torch.einsum("ck,ij->cijk", Pc, eye).reshape(C * q, q * d)
         if not self.bias:
             return Kv
@@ -255,9 +257,17 @@ class EyeKronKernel(BilinearKernel):
 
 
 # --------------------------------------------------------------------------- constructors
-def multi_head_attention(X, d_head: int, d_key: int | None = None, n_outputs: int | None = None,
-                         causal: bool = False, readout: str = "mean", *, bias: bool = False,
-                         dtype=None) -> BilinearStructure:
+def multi_head_attention(
+    X,
+    d_head: int,
+    d_key: int | None = None,
+    n_outputs: int | None = None,
+    causal: bool = False,
+    readout: str = "mean",
+    *,
+    bias: bool = False,
+    dtype=None,
+) -> BilinearStructure:
     r"""Structure operator of multi-head attention with heads as units.
 
     ``f_c(x) = Σ_t ρ_t Σ_h (W_O^h Σ_s α^h_{ts} W_V^h x_s)_c`` (see the module
@@ -314,17 +324,19 @@ def multi_head_attention(X, d_head: int, d_key: int | None = None, n_outputs: in
     nb = dh if bias else 0
     p = nO + nV + nb + 2 * nQ + (2 * dk if bias else 0)
     o = nO + nV + nb
-    layout = (f"head w_h = (W_O ∈ R^{C}×{dh} [0:{nO}], W_V ∈ R^{dh}×{D} [{nO}:{nO + nV}]"
-              + (f", b_V ∈ R^{dh} [{nO + nV}:{o}]" if bias else "")
-              + f", W_Q ∈ R^{dk}×{D} [{o}:{o + nQ}], W_K ∈ R^{dk}×{D} [{o + nQ}:{o + 2 * nQ}]"
-              + (f", b_Q ∈ R^{dk} [{o + 2 * nQ}:{o + 2 * nQ + dk}], b_K ∈ R^{dk} [{o + 2 * nQ + dk}:{p}]"
-                 if bias else "")
-              + "), each row-major")
+    layout = (
+        f"head w_h = (W_O ∈ R^{C}×{dh} [0:{nO}], W_V ∈ R^{dh}×{D} [{nO}:{nO + nV}]"
+        + (f", b_V ∈ R^{dh} [{nO + nV}:{o}]" if bias else "")
+        + f", W_Q ∈ R^{dk}×{D} [{o}:{o + nQ}], W_K ∈ R^{dk}×{D} [{o + nQ}:{o + 2 * nQ}]"
+        + (f", b_Q ∈ R^{dk} [{o + 2 * nQ}:{o + 2 * nQ + dk}], b_K ∈ R^{dk} [{o + 2 * nQ + dk}:{p}]" if bias else "")
+        + "), each row-major"
+    )
     return BilinearStructure(p, slice(0, nO), slice(nO, nO + nV + nb), kernel, layout=layout)
 
 
-def qk_attention(X, V, d_key: int, n_heads: int, causal: bool = False, *, readout: str = "mean",
-                 dtype=None) -> BilinearStructure:
+def qk_attention(
+    X, V, d_key: int, n_heads: int, causal: bool = False, *, readout: str = "mean", dtype=None
+) -> BilinearStructure:
     r"""Structure operator of query–key-only attention (values fixed) with heads as units.
 
     ``f_c(x) = Σ_t ρ_t Σ_h Σ_s α^h_{ts} v_{sc}``, ``v_s = V x_s``;
@@ -366,18 +378,20 @@ def qk_attention(X, V, d_key: int, n_heads: int, causal: bool = False, *, readou
     N, T, D = X.shape
     V = as_tensor("V", V, ndim=2, dtype=X.dtype, device=X.device)
     if V.shape[1] != D or V.shape[0] == 0:
-        raise ShapeError(f"`V` must have shape (C, {D}) with C ≥ 1 (the token dimension of `X`); "
-                         f"found {tuple(V.shape)}")
+        raise ShapeError(
+            f"`V` must have shape (C, {D}) with C ≥ 1 (the token dimension of `X`); found {tuple(V.shape)}"
+        )
     dk = positive_int("d_key", d_key)
     H = positive_int("n_heads", n_heads)
     _check_readout(readout)
     rho, P = attention_token_weights(T, bool(causal), readout, dtype=X.dtype, device=X.device)
-    vals = X @ V.T                                               # (N, T, C)  v_s
-    vbar = torch.einsum("ts,nsc->ntc", P, vals)                  # v̄_t
-    xatt = torch.einsum("ts,nsk->ntk", P, X)                     # Σ_s P_ts x_s
-    U = torch.einsum("ts,nsk,nsc->ntkc", P, X, vals)             # Σ_s P_ts x_s v_sc
-    Z = (torch.einsum("t,ntj,ntkc->ncjk", rho, X, U)
-         - torch.einsum("t,ntj,ntk,ntc->ncjk", rho, X, xatt, vbar)) / math.sqrt(dk)
+    vals = X @ V.T  # (N, T, C)  v_s
+    vbar = torch.einsum("ts,nsc->ntc", P, vals)  # v̄_t
+    xatt = torch.einsum("ts,nsk->ntk", P, X)  # Σ_s P_ts x_s
+    U = torch.einsum("ts,nsk,nsc->ntkc", P, X, vals)  # Σ_s P_ts x_s v_sc
+    Z = (
+        torch.einsum("t,ntj,ntkc->ncjk", rho, X, U) - torch.einsum("t,ntj,ntk,ntc->ncjk", rho, X, xatt, vbar)
+    ) / math.sqrt(dk)
     nQ = dk * D
     layout = f"head w_h = (W_Q ∈ R^{dk}×{D} [0:{nQ}], W_K ∈ R^{dk}×{D} [{nQ}:{2 * nQ}]), each row-major"
     op = BilinearStructure(2 * nQ, slice(0, nQ), slice(nQ, 2 * nQ), EyeKronKernel(Z, dk), layout=layout)

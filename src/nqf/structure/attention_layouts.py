@@ -112,8 +112,10 @@ def attention_units(mha: nn.MultiheadAttention, prefix: str = "") -> UnitLayout:
         slices.append(UnitSlice(f"{prefix}in_proj_bias", axis=0, size=dh, offset=2 * E))
     slices += [q, k]
     if mha.in_proj_bias is not None:
-        slices += [UnitSlice(f"{prefix}in_proj_bias", axis=0, size=dh, offset=0),
-                   UnitSlice(f"{prefix}in_proj_bias", axis=0, size=dh, offset=E)]
+        slices += [
+            UnitSlice(f"{prefix}in_proj_bias", axis=0, size=dh, offset=0),
+            UnitSlice(f"{prefix}in_proj_bias", axis=0, size=dh, offset=E),
+        ]
     if mha.bias_k is not None:
         slices += [UnitSlice(f"{prefix}bias_k", axis=2, size=dh), UnitSlice(f"{prefix}bias_v", axis=2, size=dh)]
     return UnitLayout(slices, n_units=H)
@@ -151,8 +153,15 @@ class HeadSubsetAttention(nn.Module):
         self.head_dim, self.num_heads, self.orig_heads = mha.head_dim, int(n_heads), mha.num_heads
         self.batch_first, self.dropout, self.add_zero_attn = mha.batch_first, mha.dropout, mha.add_zero_attn
         self._qkv_same_embed_dim = mha._qkv_same_embed_dim
-        for name in ("in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight", "in_proj_bias",
-                     "bias_k", "bias_v"):
+        for name in (
+            "in_proj_weight",
+            "q_proj_weight",
+            "k_proj_weight",
+            "v_proj_weight",
+            "in_proj_bias",
+            "bias_k",
+            "bias_v",
+        ):
             self.register_parameter(name, getattr(mha, name, None))
         self.out_proj = mha.out_proj
 
@@ -161,8 +170,17 @@ class HeadSubsetAttention(nn.Module):
         assert isinstance(t, torch.Tensor)
         return t
 
-    def forward(self, query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
-                average_attn_weights=True, is_causal=False):
+    def forward(
+        self,
+        query,
+        key,
+        value,
+        key_padding_mask=None,
+        need_weights=True,
+        attn_mask=None,
+        average_attn_weights=True,
+        is_causal=False,
+    ):
         batched = query.dim() == 3
         if not batched:
             query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
@@ -202,7 +220,7 @@ class HeadSubsetAttention(nn.Module):
             mask = None if mask is None else F.pad(mask, (0, 1))
             kpm = None if kpm is None else F.pad(kpm, (0, 1))
         S = k.shape[1]
-        scores = (q * math.sqrt(1.0 / d)) @ k.transpose(-2, -1)            # (B·H, T, S)
+        scores = (q * math.sqrt(1.0 / d)) @ k.transpose(-2, -1)  # (B·H, T, S)
         if mask is not None:
             scores = scores + mask
         if kpm is not None:

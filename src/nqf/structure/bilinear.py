@@ -148,8 +148,7 @@ class OneHotKronKernel(BilinearKernel):
         return OneHotKronKernel(self.F[index], self.n_outputs, self.scale, self.append_one)
 
     def to(self, dtype, device):
-        return OneHotKronKernel(self.F.to(dtype=dtype, device=device), self.n_outputs, self.scale,
-                                self.append_one)
+        return OneHotKronKernel(self.F.to(dtype=dtype, device=device), self.n_outputs, self.scale, self.append_one)
 
 
 class BilinearStructure(StructureOperator):
@@ -176,8 +175,9 @@ class BilinearStructure(StructureOperator):
     def __init__(self, p: int, left: slice, right: slice, kernel: BilinearKernel, layout: str = ""):
         l_idx, r_idx = range(p)[left], range(p)[right]
         if len(l_idx) != kernel.p1 or len(r_idx) != kernel.p2:
-            raise ShapeError(f"block sizes ({len(l_idx)}, {len(r_idx)}) do not match the kernel "
-                             f"({kernel.p1}, {kernel.p2})")
+            raise ShapeError(
+                f"block sizes ({len(l_idx)}, {len(r_idx)}) do not match the kernel ({kernel.p1}, {kernel.p2})"
+            )
         if set(l_idx) & set(r_idx):
             raise InvalidParameterError("`left` and `right` blocks must be disjoint")
         super().__init__(p, kernel.n_samples, kernel.n_outputs, kernel.dtype, kernel.device)

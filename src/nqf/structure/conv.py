@@ -73,8 +73,10 @@ def _check_common(readout, n_outputs) -> int:
 def _check_fits(sizes, kernel, padding, axis_names) -> None:
     for size, k, pad, ax in zip(sizes, kernel, padding, axis_names, strict=True):
         if size + 2 * pad < k:
-            raise ShapeError(f"`kernel_size` {k} along {ax} is larger than the padded input ({size} + 2·{pad} = "
-                             f"{size + 2 * pad}); reduce the kernel or increase `padding`")
+            raise ShapeError(
+                f"`kernel_size` {k} along {ax} is larger than the padded input ({size} + 2·{pad} = "
+                f"{size + 2 * pad}); reduce the kernel or increase `padding`"
+            )
 
 
 def _build(F: torch.Tensor, act, readout: str, C: int, Q: int, k: int, desc: str) -> BilinearStructure:
@@ -92,13 +94,14 @@ def _build(F: torch.Tensor, act, readout: str, C: int, Q: int, k: int, desc: str
     if not act.zgz:
         b = torch.zeros(1, C, p, dtype=F.dtype, device=F.device)
         for c in range(C):
-            b[0, c, c * q:(c + 1) * q] = act.s0
+            b[0, c, c * q : (c + 1) * q] = act.s0
         op.linear = b.expand(N, C, p)
     return op
 
 
-def conv1d(X, kernel_size, stride=1, padding=0, activation="tanh", readout: str = "mean", n_outputs: int = 1,
-           *, dtype=None) -> BilinearStructure:
+def conv1d(
+    X, kernel_size, stride=1, padding=0, activation="tanh", readout: str = "mean", n_outputs: int = 1, *, dtype=None
+) -> BilinearStructure:
     r"""Structure operator of a 1-D convolution with channels as units.
 
     ``f_c(x) = Σ_ch Σ_q a_{ch,c,q} σ(u_ch · patch_q(x))`` (``readout="position"``)
@@ -160,8 +163,9 @@ def conv1d(X, kernel_size, stride=1, padding=0, activation="tanh", readout: str 
     return _build(F, act, readout, C, Q, cin * k, f"in_channels = {cin} × kernel {k}, as Conv1d.weight[ch]")
 
 
-def conv2d(X, kernel_size, stride=1, padding=0, activation="tanh", readout: str = "mean", n_outputs: int = 1,
-           *, dtype=None) -> BilinearStructure:
+def conv2d(
+    X, kernel_size, stride=1, padding=0, activation="tanh", readout: str = "mean", n_outputs: int = 1, *, dtype=None
+) -> BilinearStructure:
     r"""Structure operator of a 2-D convolution with channels as units.
 
     Same module and ``A`` as :func:`conv1d`, with patches of ``kh × kw``
@@ -191,8 +195,7 @@ def conv2d(X, kernel_size, stride=1, padding=0, activation="tanh", readout: str 
     """
     X = as_tensor("X", X, ndim=4, dtype=dtype)
     if any(d == 0 for d in X.shape):
-        raise ShapeError(f"`X` must have shape (N, in_channels, H, W) with every size ≥ 1; found "
-                         f"{tuple(X.shape)}")
+        raise ShapeError(f"`X` must have shape (N, in_channels, H, W) with every size ≥ 1; found {tuple(X.shape)}")
     ks = int_tuple("kernel_size", kernel_size, 2, 1)
     st = int_tuple("stride", stride, 2, 1)
     pd = int_tuple("padding", padding, 2, 0)
@@ -204,5 +207,4 @@ def conv2d(X, kernel_size, stride=1, padding=0, activation="tanh", readout: str 
     Q = cols.shape[-1]
     k = cin * ks[0] * ks[1]
     F = cols.mean(-1).reshape(N, 1, k) if readout == "mean" else cols.transpose(1, 2).contiguous()
-    return _build(F, act, readout, C, Q, k,
-                  f"in_channels = {cin} × kernel {ks[0]}×{ks[1]}, as Conv2d.weight[ch]")
+    return _build(F, act, readout, C, Q, k, f"in_channels = {cin} × kernel {ks[0]}×{ks[1]}, as Conv2d.weight[ch]")

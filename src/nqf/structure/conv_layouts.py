@@ -69,31 +69,40 @@ def conv_units(module: nn.Module, conv: str, readout: str, *, channel_axis: int 
     modules = dict(module.named_modules())
     params = dict(module.named_parameters())
     if conv not in modules:
-        raise UnknownNameError(f"`conv` names submodule {conv!r}, which the module does not have; its submodules are "
-                       f"{sorted(k for k in modules if k)}")
+        raise UnknownNameError(
+            f"`conv` names submodule {conv!r}, which the module does not have; its submodules are "
+            f"{sorted(k for k in modules if k)}"
+        )
     layer = modules[conv]
     if not isinstance(layer, (nn.Conv1d, nn.Conv2d)):
         raise InvalidTypeError(f"`conv` must name an nn.Conv1d or nn.Conv2d; {conv!r} is {type(layer).__name__}")
     if layer.groups != 1:
-        raise NormalFormError(f"`conv` {conv!r} has groups = {layer.groups}: channels of different groups see "
-                              "different input channels, so they are not interchangeable units")
+        raise NormalFormError(
+            f"`conv` {conv!r} has groups = {layer.groups}: channels of different groups see "
+            "different input channels, so they are not interchangeable units"
+        )
     if readout in modules and isinstance(modules[readout], nn.Linear):
         rname = f"{readout}.weight"
     elif readout in params:
         rname = readout
     else:
-        raise UnknownNameError(f"`readout` names {readout!r}, which is neither an nn.Linear submodule nor a "
-                               f"parameter of the module; its parameters are {sorted(params)}")
+        raise UnknownNameError(
+            f"`readout` names {readout!r}, which is neither an nn.Linear submodule nor a "
+            f"parameter of the module; its parameters are {sorted(params)}"
+        )
     weight = params[rname]
     m = layer.out_channels
     if not -weight.ndim <= channel_axis < weight.ndim:
-        raise ShapeError(f"`channel_axis` {channel_axis} is out of range for readout `{rname}` of shape "
-                         f"{tuple(weight.shape)}")
+        raise ShapeError(
+            f"`channel_axis` {channel_axis} is out of range for readout `{rname}` of shape {tuple(weight.shape)}"
+        )
     length = weight.shape[channel_axis]
     if length % m:
-        raise ShapeError(f"readout `{rname}` has {length} entries along axis {channel_axis}, not a multiple of the "
-                         f"{m} channels of `{conv}`; expected m·Q (per-position readout of the flattened "
-                         "channel-major output) or m (mean-pooled readout)")
+        raise ShapeError(
+            f"readout `{rname}` has {length} entries along axis {channel_axis}, not a multiple of the "
+            f"{m} channels of `{conv}`; expected m·Q (per-position readout of the flattened "
+            "channel-major output) or m (mean-pooled readout)"
+        )
     prefix = f"{conv}." if conv else ""
     slices = [UnitSlice(rname, axis=channel_axis, size=length // m), UnitSlice(f"{prefix}weight", axis=0)]
     if layer.bias is not None:

@@ -53,18 +53,64 @@ __all__ = ["UnitCandidate", "find_units", "select_units", "ELEMENTWISE_MODULES"]
 
 #: Elementwise activations (no parameters per feature) accepted between two layers.
 ELEMENTWISE_MODULES: tuple[type[nn.Module], ...] = (
-    nn.Tanh, nn.Sigmoid, nn.GELU, nn.SiLU, nn.Softplus, nn.Mish, nn.Tanhshrink, nn.LogSigmoid, nn.Softsign,
-    nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.RReLU, nn.ELU, nn.CELU, nn.SELU, nn.Hardtanh, nn.Hardswish,
-    nn.Hardsigmoid, nn.Hardshrink, nn.Softshrink, nn.Threshold,
+    nn.Tanh,
+    nn.Sigmoid,
+    nn.GELU,
+    nn.SiLU,
+    nn.Softplus,
+    nn.Mish,
+    nn.Tanhshrink,
+    nn.LogSigmoid,
+    nn.Softsign,
+    nn.ReLU,
+    nn.ReLU6,
+    nn.LeakyReLU,
+    nn.RReLU,
+    nn.ELU,
+    nn.CELU,
+    nn.SELU,
+    nn.Hardtanh,
+    nn.Hardswish,
+    nn.Hardsigmoid,
+    nn.Hardshrink,
+    nn.Softshrink,
+    nn.Threshold,
 )
 _PASS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.AlphaDropout, nn.Identity)
-_POOL = (nn.AvgPool1d, nn.AvgPool2d, nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d, nn.Flatten,
-         nn.MaxPool1d, nn.MaxPool2d, nn.AdaptiveMaxPool1d, nn.AdaptiveMaxPool2d)
+_POOL = (
+    nn.AvgPool1d,
+    nn.AvgPool2d,
+    nn.AdaptiveAvgPool1d,
+    nn.AdaptiveAvgPool2d,
+    nn.Flatten,
+    nn.MaxPool1d,
+    nn.MaxPool2d,
+    nn.AdaptiveMaxPool1d,
+    nn.AdaptiveMaxPool2d,
+)
 #: Parameter-free layers that do not act feature by feature (never taken for an activation).
 _NOT_FEATUREWISE = _POOL + (
-    nn.Softmax, nn.LogSoftmax, nn.Softmin, nn.Softmax2d, nn.Unflatten, nn.Upsample, nn.PixelShuffle,
-    nn.PixelUnshuffle, nn.ChannelShuffle, nn.Fold, nn.Unfold, nn.ZeroPad2d, nn.ConstantPad1d, nn.ConstantPad2d,
-    nn.ReflectionPad1d, nn.ReplicationPad1d, nn.AvgPool3d, nn.MaxPool3d, nn.LPPool1d, nn.LPPool2d)
+    nn.Softmax,
+    nn.LogSoftmax,
+    nn.Softmin,
+    nn.Softmax2d,
+    nn.Unflatten,
+    nn.Upsample,
+    nn.PixelShuffle,
+    nn.PixelUnshuffle,
+    nn.ChannelShuffle,
+    nn.Fold,
+    nn.Unfold,
+    nn.ZeroPad2d,
+    nn.ConstantPad1d,
+    nn.ConstantPad2d,
+    nn.ReflectionPad1d,
+    nn.ReplicationPad1d,
+    nn.AvgPool3d,
+    nn.MaxPool3d,
+    nn.LPPool1d,
+    nn.LPPool2d,
+)
 
 
 def _custom_activation(mod: nn.Module) -> bool:
@@ -73,15 +119,30 @@ def _custom_activation(mod: nn.Module) -> bool:
     (E.g. a user's ``Sin`` module.)  Safe to assume: :func:`~nqf.structure.from_module` checks the
     permutation symmetry and the smoothness of the result numerically.
     """
-    return (not isinstance(mod, _NOT_FEATUREWISE) and next(mod.parameters(), None) is None
-            and next(mod.buffers(), None) is None and next(mod.children(), None) is None)
-_KINDS = {"TwoLayerMLP": "mlp-hidden", "MultiHeadAttention": "attention-heads", "QKAttention": "attention-heads",
-          "ConvNet1d": "conv-channels", "ConvNet2d": "conv-channels", "MixtureOfExperts": "experts",
-          "Factorization": "factor-columns", "MatrixSensing": "factor-columns"}
-_LOOKED_FOR = ("hidden neurons between two nn.Linear joined by an elementwise activation in an nn.Sequential; "
-               "heads of nn.MultiheadAttention / nn.TransformerEncoderLayer; channels of an nn.Conv1d/Conv2d "
-               "followed by an elementwise activation and a conv/linear readout in an nn.Sequential; modules "
-               "with a `.units` layout (nqf.networks: MLP, attention, conv, mixture of experts)")
+    return (
+        not isinstance(mod, _NOT_FEATUREWISE)
+        and next(mod.parameters(), None) is None
+        and next(mod.buffers(), None) is None
+        and next(mod.children(), None) is None
+    )
+
+
+_KINDS = {
+    "TwoLayerMLP": "mlp-hidden",
+    "MultiHeadAttention": "attention-heads",
+    "QKAttention": "attention-heads",
+    "ConvNet1d": "conv-channels",
+    "ConvNet2d": "conv-channels",
+    "MixtureOfExperts": "experts",
+    "Factorization": "factor-columns",
+    "MatrixSensing": "factor-columns",
+}
+_LOOKED_FOR = (
+    "hidden neurons between two nn.Linear joined by an elementwise activation in an nn.Sequential; "
+    "heads of nn.MultiheadAttention / nn.TransformerEncoderLayer; channels of an nn.Conv1d/Conv2d "
+    "followed by an elementwise activation and a conv/linear readout in an nn.Sequential; modules "
+    "with a `.units` layout (nqf.networks: MLP, attention, conv, mixture of experts)"
+)
 
 
 @dataclass(frozen=True)
@@ -125,10 +186,15 @@ class UnitCandidate:
         return self.names[0] or "(module)"
 
     def to_dict(self) -> dict:
-        return dict(names=list(self.names), kind=self.kind, n_units=self.n_units, p=self.p, smooth=self.smooth,
-                    description=self.description,
-                    layout=[dict(param=s.param, axis=s.axis, size=s.size, offset=s.offset)
-                            for s in self.layout.slices])
+        return dict(
+            names=list(self.names),
+            kind=self.kind,
+            n_units=self.n_units,
+            p=self.p,
+            smooth=self.smooth,
+            description=self.description,
+            layout=[dict(param=s.param, axis=s.axis, size=s.size, offset=s.offset) for s in self.layout.slices],
+        )
 
     def __repr__(self) -> str:
         flag = "" if self.smooth else ", NON-SMOOTH"
@@ -142,23 +208,30 @@ def _join(prefix: str, name: str) -> str:
 def _prefixed(layout: UnitLayout, prefix: str) -> UnitLayout:
     if not prefix:
         return layout
-    return UnitLayout([UnitSlice(f"{prefix}.{s.param}", s.axis, s.size, s.offset) for s in layout.slices],
-                      layout.n_units)
+    return UnitLayout(
+        [UnitSlice(f"{prefix}.{s.param}", s.axis, s.size, s.offset) for s in layout.slices], layout.n_units
+    )
 
 
 def _act_names(mods) -> str:
     if not [a for a in mods if not isinstance(a, _PASS + _POOL)]:
         return " → ".join([type(a).__name__ for a in mods] + ["no activation (linear)"])
-    return " → ".join(type(a).__name__ if isinstance(a, ELEMENTWISE_MODULES + _PASS + _POOL)
-                      else f"{type(a).__name__} (taken as elementwise)" for a in mods)
+    return " → ".join(
+        type(a).__name__
+        if isinstance(a, ELEMENTWISE_MODULES + _PASS + _POOL)
+        else f"{type(a).__name__} (taken as elementwise)"
+        for a in mods
+    )
 
 
 def _smooth_note(between) -> tuple[bool, str]:
     bad = [type(a).__name__ for a in between if isinstance(a, NON_SMOOTH_MODULES)]
     if not bad:
         return True, ""
-    return False, (f" — NON-SMOOTH ({', '.join(bad)}): the normal form does not apply; use tanh, gelu, erf, sin "
-                   "or a centred softplus")
+    return False, (
+        f" — NON-SMOOTH ({', '.join(bad)}): the normal form does not apply; use tanh, gelu, erf, sin "
+        "or a centred softplus"
+    )
 
 
 def _sequential(root: nn.Module, prefix: str, seq: nn.Sequential, out: list) -> None:
@@ -186,9 +259,11 @@ def _sequential(root: nn.Module, prefix: str, seq: nn.Sequential, out: list) -> 
             if first.bias is not None:
                 slices.append(UnitSlice(f"{name1}.bias", axis=0))
             p = second.out_features + first.in_features + (first.bias is not None)
-            desc = (f"{m} hidden neurons between `{name1}` (Linear {first.in_features}→{m}) and `{name2}` (Linear "
-                    f"{m}→{second.out_features}) through {_act_names(between)}; unit = (readout column, input row"
-                    f"{', bias' if first.bias is not None else ''}), p = {p}{note}")
+            desc = (
+                f"{m} hidden neurons between `{name1}` (Linear {first.in_features}→{m}) and `{name2}` (Linear "
+                f"{m}→{second.out_features}) through {_act_names(between)}; unit = (readout column, input row"
+                f"{', bias' if first.bias is not None else ''}), p = {p}{note}"
+            )
             out.append(UnitCandidate((name1, name2), "mlp-hidden", m, p, UnitLayout(slices, m), desc, smooth))
         elif isinstance(first, (nn.Conv1d, nn.Conv2d)) and isinstance(second, (nn.Linear, nn.Conv1d, nn.Conv2d)):
             if first.groups != 1:
@@ -203,10 +278,12 @@ def _sequential(root: nn.Module, prefix: str, seq: nn.Sequential, out: list) -> 
             params = dict(root.named_parameters())
             p = layout.p(params)
             smooth, note = _smooth_note(between)
-            desc = (f"{first.out_channels} channels of `{name1}` ({type(first).__name__} {first.in_channels}→"
-                    f"{first.out_channels}, kernel {tuple(first.kernel_size)}) read by `{name2}` through "
-                    f"{_act_names(between)}; unit = (readout block, filter{', bias' if first.bias is not None else ''}"
-                    f"), p = {p}{note}")
+            desc = (
+                f"{first.out_channels} channels of `{name1}` ({type(first).__name__} {first.in_channels}→"
+                f"{first.out_channels}, kernel {tuple(first.kernel_size)}) read by `{name2}` through "
+                f"{_act_names(between)}; unit = (readout block, filter{', bias' if first.bias is not None else ''}"
+                f"), p = {p}{note}"
+            )
             out.append(UnitCandidate((name1, name2), "conv-channels", first.out_channels, p, layout, desc, smooth))
 
 
@@ -250,8 +327,10 @@ def find_units(module: nn.Module) -> list[UnitCandidate]:
             layout = _prefixed(own, name).resolve(params)
             kind = _KINDS.get(type(sub).__name__, "custom")
             p = layout.p(params)
-            desc = (f"{layout.m} units ({kind}) of `{name or '(module)'}` ({type(sub).__name__}.units: "
-                    f"{', '.join(s.param for s in layout.slices)}), p = {p}")
+            desc = (
+                f"{layout.m} units ({kind}) of `{name or '(module)'}` ({type(sub).__name__}.units: "
+                f"{', '.join(s.param for s in layout.slices)}), p = {p}"
+            )
             found.append(UnitCandidate((name,), kind, layout.m, p, layout, desc, True))
             if name == "":
                 return found
@@ -265,11 +344,19 @@ def find_units(module: nn.Module) -> list[UnitCandidate]:
             parent = module.get_submodule(parent_name) if name else None
             in_layer = parent is not None and isinstance(parent, transformer_layers) and parent is not sub
             names = ((parent_name, name) if parent_name else (name, "")) if in_layer else (name,)
-            where = (f" in {type(parent).__name__} `{parent_name or '(module)'}` (residual, layer norms and "
-                     "feed-forward are part of the fixed readout)") if in_layer else ""
-            desc = (f"{sub.num_heads} heads of `{name or 'MultiheadAttention'}` (MultiheadAttention, embed "
-                    f"{sub.embed_dim}, head dim {sub.head_dim}){where}; unit = (W_O, W_V, [b_V], W_Q, W_K, "
-                    f"[b_Q, b_K]) of one head, p = {p}")
+            where = (
+                (
+                    f" in {type(parent).__name__} `{parent_name or '(module)'}` (residual, layer norms and "
+                    "feed-forward are part of the fixed readout)"
+                )
+                if in_layer
+                else ""
+            )
+            desc = (
+                f"{sub.num_heads} heads of `{name or 'MultiheadAttention'}` (MultiheadAttention, embed "
+                f"{sub.embed_dim}, head dim {sub.head_dim}){where}; unit = (W_O, W_V, [b_V], W_Q, W_K, "
+                f"[b_Q, b_K]) of one head, p = {p}"
+            )
             found.append(UnitCandidate(names, "attention-heads", sub.num_heads, p, layout, desc, True))
     return found
 
@@ -297,8 +384,10 @@ def select_units(module: nn.Module, name: str | None = None) -> UnitCandidate:
     found = find_units(module)
     listing = "; ".join(f"`{c.name}` ({c.kind}, {c.n_units} units)" for c in found)
     if not found:
-        raise NoUnitsError(f"no interchangeable units found in {type(module).__name__}: looked for {_LOOKED_FOR}. "
-                           "Pass an explicit nqf.structure.UnitLayout instead.")
+        raise NoUnitsError(
+            f"no interchangeable units found in {type(module).__name__}: looked for {_LOOKED_FOR}. "
+            "Pass an explicit nqf.structure.UnitLayout instead."
+        )
     if name is not None:
         match = [c for c in found if name in c.names or (name == "(module)" and "" in c.names)]
         if len(match) == 1:
@@ -307,6 +396,8 @@ def select_units(module: nn.Module, name: str | None = None) -> UnitCandidate:
             raise NoUnitsError(f"`units` names layer {name!r}, which holds no interchangeable units; found: {listing}")
         raise NoUnitsError(f"`units` {name!r} matches {len(match)} layers of units; choose one of: {listing}")
     if len(found) > 1:
-        raise NoUnitsError(f"{len(found)} layers of interchangeable units found: {listing}; choose one by name "
-                           "(`name` here, --units LAYER_NAME on the command line)")
+        raise NoUnitsError(
+            f"{len(found)} layers of interchangeable units found: {listing}; choose one by name "
+            "(`name` here, --units LAYER_NAME on the command line)"
+        )
     return found[0]

@@ -160,8 +160,7 @@ def matrix_sensing(X, *, dtype=None) -> SensingStructure:
     """
     X = as_tensor("X", X, ndim=(3, 4), dtype=dtype)
     if X.shape[-1] != X.shape[-2]:
-        raise ShapeError(f"`X` must hold square matrices, shape (N, p, p) or (N, C, p, p); found "
-                         f"{tuple(X.shape)}")
+        raise ShapeError(f"`X` must hold square matrices, shape (N, p, p) or (N, C, p, p); found {tuple(X.shape)}")
     _check_nonempty("X", X, "(N, p, p) or (N, C, p, p)")
     if X.ndim == 3:
         X = X.unsqueeze(1)

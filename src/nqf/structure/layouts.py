@@ -26,12 +26,15 @@ def mlp_units(module: nn.Sequential, prefix: str = "") -> UnitLayout:
     """
     linears = [(name, sub) for name, sub in module.named_children() if isinstance(sub, nn.Linear)]
     if len(linears) != 2:
-        raise InvalidParameterError(f"`module` must be a Sequential with exactly two nn.Linear layers; found "
-                                    f"{len(linears)}")
+        raise InvalidParameterError(
+            f"`module` must be a Sequential with exactly two nn.Linear layers; found {len(linears)}"
+        )
     (n_in, lin_in), (n_out, lin_out) = linears
     if lin_in.out_features != lin_out.in_features:
-        raise ShapeError(f"hidden sizes disagree: first Linear has {lin_in.out_features} outputs, second "
-                         f"{lin_out.in_features} inputs")
+        raise ShapeError(
+            f"hidden sizes disagree: first Linear has {lin_in.out_features} outputs, second "
+            f"{lin_out.in_features} inputs"
+        )
     slices = [UnitSlice(f"{prefix}{n_out}.weight", axis=1), UnitSlice(f"{prefix}{n_in}.weight", axis=0)]
     if lin_in.bias is not None:
         slices.append(UnitSlice(f"{prefix}{n_in}.bias", axis=0))

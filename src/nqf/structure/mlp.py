@@ -60,7 +60,8 @@ def mlp(X, activation="tanh", bias: bool = False, n_outputs: int = 1, *, dtype=N
     p = C + D + (1 if bias else 0)
     kernel = OneHotKronKernel(X[:, None, :], C, scale=act.s1, append_one=bias)
     layout = f"w = (a ∈ R^{C} readout [0:{C}], u ∈ R^{D} input weights [{C}:{C + D}]" + (
-        f", c bias [{p - 1}])" if bias else ")")
+        f", c bias [{p - 1}])" if bias else ")"
+    )
     op = BilinearStructure(p, slice(0, C), slice(C, p), kernel, layout=layout)
     if not act.zgz:
         b = torch.zeros(1, C, p, dtype=X.dtype, device=X.device)

@@ -48,8 +48,7 @@ from .bilinear import BilinearStructure, OneHotKronKernel
 __all__ = ["mixture_of_experts"]
 
 
-def mixture_of_experts(X, n_experts: int, activation="tanh", n_outputs: int = 1, *,
-                       dtype=None) -> BilinearStructure:
+def mixture_of_experts(X, n_experts: int, activation="tanh", n_outputs: int = 1, *, dtype=None) -> BilinearStructure:
     r"""Structure operator of a softmax-gated mixture of experts (experts as units).
 
     .. math:: \mathrm{Tr}[M A_c(x)] = \frac{σ'(0)}{E} (M_{au} x)_c
@@ -83,17 +82,20 @@ def mixture_of_experts(X, n_experts: int, activation="tanh", n_outputs: int = 1,
     act = get_activation(activation)
     N, D = X.shape
     p = C + 2 * D
-    layout = (f"expert w_e = (a ∈ R^{C} readout [0:{C}], u ∈ R^{D} expert input weights [{C}:{C + D}], "
-              f"G ∈ R^{D} gate row [{C + D}:{p}])")
+    layout = (
+        f"expert w_e = (a ∈ R^{C} readout [0:{C}], u ∈ R^{D} expert input weights [{C}:{C + D}], "
+        f"G ∈ R^{D} gate row [{C + D}:{p}])"
+    )
     if act.zgz:
         kernel = OneHotKronKernel(X[:, None, :], C, scale=act.s1 / E)
         return BilinearStructure(p, slice(0, C), slice(C, C + D), kernel, layout=layout)
     # σ(0) ≠ 0: a–G curvature inside a unit, a linear term and a cross-unit term.
-    F = torch.cat([(act.s1 / E) * X, (act.s0 * (1.0 / E - 1.0 / E ** 2)) * X], dim=1)[:, None, :]
+    F = torch.cat([(act.s1 / E) * X, (act.s0 * (1.0 / E - 1.0 / E**2)) * X], dim=1)[:, None, :]
     op = BilinearStructure(p, slice(0, C), slice(C, p), OneHotKronKernel(F, C), layout=layout)
     b = torch.zeros(1, C, p, dtype=X.dtype, device=X.device)
     b[0, torch.arange(C), torch.arange(C)] = act.s0 / E
     op.linear = b.expand(N, C, p)
-    op.cross = BilinearStructure(p, slice(0, C), slice(C + D, p),
-                                 OneHotKronKernel(X[:, None, :], C, scale=-act.s0 / E ** 2), layout=layout)
+    op.cross = BilinearStructure(
+        p, slice(0, C), slice(C + D, p), OneHotKronKernel(X[:, None, :], C, scale=-act.s0 / E**2), layout=layout
+    )
     return op

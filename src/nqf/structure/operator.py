@@ -147,8 +147,9 @@ class StructureOperator(abc.ABC):
         """
         index = torch.as_tensor(index, dtype=torch.long, device=self.device).reshape(-1)
         if index.numel() and (int(index.min()) < -self.n_samples or int(index.max()) >= self.n_samples):
-            raise ShapeError(f"`index` must lie in [0, {self.n_samples}); found range "
-                             f"[{int(index.min())}, {int(index.max())}]")
+            raise ShapeError(
+                f"`index` must lie in [0, {self.n_samples}); found range [{int(index.min())}, {int(index.max())}]"
+            )
         sub = self._take(index)
         sub.offset = self.offset[index]
         sub.linear = None if self.linear is None else self.linear[index]
@@ -255,8 +256,10 @@ class StructureOperator(abc.ABC):
         out = self.offset + self._forward(M)
         if not self.satisfies_zgz:
             if mu is None:
-                raise InvalidParameterError("`mu` (the sum of the units, shape (p,)) is required: this operator "
-                                 "has a linear or cross-unit term (the zero-gradient condition fails)")
+                raise InvalidParameterError(
+                    "`mu` (the sum of the units, shape (p,)) is required: this operator "
+                    "has a linear or cross-unit term (the zero-gradient condition fails)"
+                )
             mu = as_tensor("mu", mu, ndim=1, dtype=self.dtype, device=self.device)
             check_shape("mu", mu, (self.p,))
             if self.linear is not None:
@@ -279,8 +282,10 @@ class StructureOperator(abc.ABC):
 
     def __repr__(self) -> str:
         zgz = "" if self.satisfies_zgz else ", zgz=False"
-        return (f"{type(self).__name__}(p={self.p}, n_samples={self.n_samples}, "
-                f"n_outputs={self.n_outputs}, dtype={self.dtype}{zgz})")
+        return (
+            f"{type(self).__name__}(p={self.p}, n_samples={self.n_samples}, "
+            f"n_outputs={self.n_outputs}, dtype={self.dtype}{zgz})"
+        )
 
     # ------------------------------------------------------------- helpers
     def _check_matrix(self, name: str, M) -> torch.Tensor:
@@ -292,8 +297,10 @@ class StructureOperator(abc.ABC):
         R = as_tensor(name, R, ndim=(1, 2), dtype=self.dtype, device=self.device)
         if R.ndim == 1:
             if self.n_outputs != 1:
-                raise ShapeError(f"`{name}` must have shape ({self.n_samples}, {self.n_outputs}) for an "
-                                 f"operator with {self.n_outputs} outputs; found {tuple(R.shape)}")
+                raise ShapeError(
+                    f"`{name}` must have shape ({self.n_samples}, {self.n_outputs}) for an "
+                    f"operator with {self.n_outputs} outputs; found {tuple(R.shape)}"
+                )
             R = R[:, None]
         check_shape(name, R, (self.n_samples, self.n_outputs))
         return R
@@ -326,8 +333,7 @@ class DenseStructure(StructureOperator):
         Raise if ``A`` (or ``cross``) is not symmetric to round-off.
     """
 
-    def __init__(self, A, *, offset=None, linear=None, cross=None, layout: str = "",
-                 check_symmetric: bool = True):
+    def __init__(self, A, *, offset=None, linear=None, cross=None, layout: str = "", check_symmetric: bool = True):
         A = as_tensor("A", A, ndim=(3, 4))
         if A.shape[-1] != A.shape[-2]:
             raise ShapeError(f"`A` must have shape (N, p, p) or (N, C, p, p); found {tuple(A.shape)}")
@@ -352,8 +358,10 @@ class DenseStructure(StructureOperator):
             if not isinstance(cross, StructureOperator):
                 cross = DenseStructure(cross, check_symmetric=check_symmetric)
             if (cross.n_samples, cross.n_outputs, cross.p) != (N, C, p):
-                raise ShapeError(f"`cross` must have shape {(N, C, p, p)}; found "
-                                 f"{(cross.n_samples, cross.n_outputs, cross.p, cross.p)}")
+                raise ShapeError(
+                    f"`cross` must have shape {(N, C, p, p)}; found "
+                    f"{(cross.n_samples, cross.n_outputs, cross.p, cross.p)}"
+                )
             self.cross = cross
 
     def _forward(self, M):
@@ -376,8 +384,9 @@ def _check_symmetric(name: str, A: torch.Tensor) -> None:
     scale = float(A.abs().max()) if A.numel() else 0.0
     err = float((A - A.transpose(-1, -2)).abs().max()) if A.numel() else 0.0
     if err > tolerance(A.dtype) * max(scale, 1e-300):
-        raise InvalidParameterError(f"`{name}` must be symmetric in its last two axes; found max |A − Aᵀ| = {err:.3e} "
-                         f"(max |A| = {scale:.3e})")
+        raise InvalidParameterError(
+            f"`{name}` must be symmetric in its last two axes; found max |A − Aᵀ| = {err:.3e} (max |A| = {scale:.3e})"
+        )
 
 
 # --------------------------------------------------------------------------- compression

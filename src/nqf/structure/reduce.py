@@ -106,11 +106,11 @@ def reduced_copy(module: nn.Module, layout: UnitLayout, n_units: int = 2) -> tup
         kept = torch.zeros(length, dtype=torch.bool)
         for s in slices:
             block = torch.zeros(length, dtype=torch.bool)
-            block[s.offset:s.offset + m * s.size] = True
+            block[s.offset : s.offset + m * s.size] = True
             if bool((owned & block).any()):
                 raise NormalFormError(f"unit slices of `{name}` overlap along axis {axis}; cannot narrow the layout")
             owned |= block
-            kept[s.offset:s.offset + k * s.size] = True
+            kept[s.offset : s.offset + k * s.size] = True
         keep = (~owned | kept).nonzero().reshape(-1)
         for s in slices:
             new_slices[s] = UnitSlice(s.param, s.axis, s.size, int((keep < s.offset).sum()))
@@ -129,8 +129,16 @@ def reduced_copy(module: nn.Module, layout: UnitLayout, n_units: int = 2) -> tup
     return red, UnitLayout([new_slices[s] for s in lay.slices], n_units=k)
 
 
-def check_reduced_copy(module: nn.Module, layout: UnitLayout, red: nn.Module, red_layout: UnitLayout, X: torch.Tensor,
-                       *, output=None, seed: int = 0) -> tuple[float, float]:
+def check_reduced_copy(
+    module: nn.Module,
+    layout: UnitLayout,
+    red: nn.Module,
+    red_layout: UnitLayout,
+    X: torch.Tensor,
+    *,
+    output=None,
+    seed: int = 0,
+) -> tuple[float, float]:
     """How faithfully a reduced copy reproduces ``module`` on its kept units.
 
     Evaluates both on ``X`` (a few samples) with every other unit at zero and
@@ -179,8 +187,9 @@ def check_reduced_copy(module: nn.Module, layout: UnitLayout, red: nn.Module, re
     return (d if d == d else nan), (o if o == o else nan)
 
 
-def faithful_reduced_copy(module: nn.Module, layout: UnitLayout, X: torch.Tensor, *, n_units: int = 2,
-                          output=None, seed: int = 0):
+def faithful_reduced_copy(
+    module: nn.Module, layout: UnitLayout, X: torch.Tensor, *, n_units: int = 2, output=None, seed: int = 0
+):
     """:func:`reduced_copy` checked by :func:`check_reduced_copy`.
 
     Returns

@@ -51,8 +51,9 @@ def _orth(cols: torch.Tensor, rtol: float) -> torch.Tensor:
     return U[:, :r]
 
 
-def data_subspace(op: StructureOperator, *, method: str = "auto", rtol: float | None = None,
-                  seed: int = 0) -> torch.Tensor:
+def data_subspace(
+    op: StructureOperator, *, method: str = "auto", rtol: float | None = None, seed: int = 0
+) -> torch.Tensor:
     """Orthonormal basis of the data subspace of ``op``.
 
     Parameters

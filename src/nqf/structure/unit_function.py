@@ -44,11 +44,16 @@ class UnitFunction:
             for name, js in groups.items():
                 ax = self.layout.slices[js[0]].axis % params[name].ndim
                 order = sorted(js, key=lambda j: self.layout.slices[j].offset)
-                spans = [(self.layout.slices[j].offset, self.layout.slices[j].offset + self.layout.slices[j].size)
-                         for j in order]
+                spans = [
+                    (self.layout.slices[j].offset, self.layout.slices[j].offset + self.layout.slices[j].size)
+                    for j in order
+                ]
                 same_axis = all(self.layout.slices[j].axis % params[name].ndim == ax for j in js)
-                tiled = spans[0][0] == 0 and spans[-1][1] == params[name].shape[ax] and all(
-                    spans[i][1] == spans[i + 1][0] for i in range(len(spans) - 1))
+                tiled = (
+                    spans[0][0] == 0
+                    and spans[-1][1] == params[name].shape[ax]
+                    and all(spans[i][1] == spans[i + 1][0] for i in range(len(spans) - 1))
+                )
                 if same_axis and tiled:
                     self.tiles[name] = (ax, order)
         self._rest = [j for j, s in enumerate(self.layout.slices) if s.param not in self.tiles]

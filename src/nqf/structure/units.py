@@ -100,16 +100,21 @@ class UnitLayout:
         counts = []
         for s in self.slices:
             if s.param not in params:
-                raise UnknownNameError(f"unit slice names parameter `{s.param}`, which the module does not have; "
-                               f"its parameters are {sorted(params)}")
+                raise UnknownNameError(
+                    f"unit slice names parameter `{s.param}`, which the module does not have; "
+                    f"its parameters are {sorted(params)}"
+                )
             t = params[s.param]
             if not -t.ndim <= s.axis < t.ndim:
-                raise ShapeError(f"unit slice of `{s.param}` uses axis {s.axis}; the parameter has shape "
-                                 f"{tuple(t.shape)}")
+                raise ShapeError(
+                    f"unit slice of `{s.param}` uses axis {s.axis}; the parameter has shape {tuple(t.shape)}"
+                )
             avail = t.shape[s.axis] - s.offset
             if s.size <= 0 or avail < s.size:
-                raise ShapeError(f"unit slice of `{s.param}`: size {s.size} at offset {s.offset} does not fit "
-                                 f"axis {s.axis} of shape {tuple(t.shape)}")
+                raise ShapeError(
+                    f"unit slice of `{s.param}`: size {s.size} at offset {s.offset} does not fit "
+                    f"axis {s.axis} of shape {tuple(t.shape)}"
+                )
             counts.append(avail // s.size)
         m = self.n_units if self.n_units is not None else counts[0]
         for s, c in zip(self.slices, counts, strict=True):
@@ -168,7 +173,7 @@ class UnitLayout:
                 t = out[s.param]
                 shape = list(t.shape)
                 shape[s.axis % t.ndim] = s.size
-                piece = w[start:start + k].reshape(shape)
+                piece = w[start : start + k].reshape(shape)
                 out[s.param] = t.index_add(s.axis % t.ndim, s.indices(i, t.device), piece)
                 start += k
         return out
@@ -188,7 +193,7 @@ def _unit_index(flat: torch.Tensor, s: UnitSlice, m: int) -> torch.Tensor:
     """Flat indices of every unit's block of one slice, shape ``(k, m)`` (column ``i`` = unit ``i``)."""
     ax = s.axis % flat.ndim
     t = flat.narrow(ax, s.offset, m * s.size)
-    t = t.reshape(*t.shape[:ax], m, s.size, *t.shape[ax + 1:])
+    t = t.reshape(*t.shape[:ax], m, s.size, *t.shape[ax + 1 :])
     return t.movedim(ax, -1).reshape(-1, m)
 
 

@@ -40,19 +40,23 @@ def _point_line(point, row) -> str:
     return f"[red]failed[/] {point.short}  {_swept_text(point)}  {err}"
 
 
-def sweep(config: Path = typer.Argument(..., help="TOML config file (its \\[sweep] table, if any, is read too)."),
-          grid: list[str] | None = typer.Option(None, "--grid", help="KEY=V1,V2,… (repeatable; Cartesian product)."),
-          zip_: list[str] | None = typer.Option(None, "--zip", help="KEY=V1,V2,… (repeatable; varied together)."),
-          seeds: str | None = typer.Option(None, "--seeds", help="Seeds: 0-9, 0,3,7 or 0-3,7."),
-          set_: list[str] | None = typer.Option(None, "--set", help="KEY=VALUE override of the base config."),
-          out: Path | None = typer.Option(None, "--out", help="Sweep directory (default: sweeps/CONFIG-NAME)."),
-          workers: int | None = typer.Option(None, "--workers", min=1,
-                                                help="Local worker processes (default: number of cores)."),
-          scheduler: str | None = typer.Option(None, "--scheduler",
-                                                  help="'local' (a LocalCluster) or tcp://HOST:PORT (a Dask cluster)."),
-          retries: int = typer.Option(3, "--retries", min=0, help="Reruns of a point whose worker died."),
-          dry_run: bool = typer.Option(False, "--dry-run", help="List the points and exit."),
-          as_json: bool = typer.Option(False, "--json", help="Print the final table as JSON (no progress).")):
+def sweep(
+    config: Path = typer.Argument(..., help="TOML config file (its \\[sweep] table, if any, is read too)."),
+    grid: list[str] | None = typer.Option(None, "--grid", help="KEY=V1,V2,… (repeatable; Cartesian product)."),
+    zip_: list[str] | None = typer.Option(None, "--zip", help="KEY=V1,V2,… (repeatable; varied together)."),
+    seeds: str | None = typer.Option(None, "--seeds", help="Seeds: 0-9, 0,3,7 or 0-3,7."),
+    set_: list[str] | None = typer.Option(None, "--set", help="KEY=VALUE override of the base config."),
+    out: Path | None = typer.Option(None, "--out", help="Sweep directory (default: sweeps/CONFIG-NAME)."),
+    workers: int | None = typer.Option(
+        None, "--workers", min=1, help="Local worker processes (default: number of cores)."
+    ),
+    scheduler: str | None = typer.Option(
+        None, "--scheduler", help="'local' (a LocalCluster) or tcp://HOST:PORT (a Dask cluster)."
+    ),
+    retries: int = typer.Option(3, "--retries", min=0, help="Reruns of a point whose worker died."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List the points and exit."),
+    as_json: bool = typer.Option(False, "--json", help="Print the final table as JSON (no progress)."),
+):
     """Run an experiment over a grid of parameters and seeds, in parallel (Dask), one run directory per point.
 
     Exit codes: 0 all points finished, 3 some failed, 2 bad input or Dask missing, 130 interrupted.
@@ -74,8 +78,9 @@ def sweep(config: Path = typer.Argument(..., help="TOML config file (its \\[swee
         if set_:
             data = apply_overrides(data, parse_set(set_))
         parse_config(data, str(config))
-        spec = combine(sweep_from_table(table), parse_assignments(grid, "--grid"), parse_assignments(zip_, "--zip"),
-                       seeds)
+        spec = combine(
+            sweep_from_table(table), parse_assignments(grid, "--grid"), parse_assignments(zip_, "--zip"), seeds
+        )
         points = build_points(data, spec)
     except (ConfigError, SweepError) as exc:
         _fail(str(exc))
@@ -115,10 +120,17 @@ def _run(points, spec, base, root: Path, *, scheduler, workers, retries, as_json
     state = None
     try:
         write_table(root, build_table(points, {}, experiment=experiment, base=base, spec=spec, root=root))
-        progress = Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(),
-                            TextColumn("failed {task.fields[failed]}  running {task.fields[running]}"),
-                            TextColumn("ETA"), TimeRemainingColumn(), console=console, disable=as_json,
-                            transient=False)
+        progress = Progress(
+            TextColumn("[bold]sweep"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("failed {task.fields[failed]}  running {task.fields[running]}"),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=console,
+            disable=as_json,
+            transient=False,
+        )
         with progress:
             task = progress.add_task("sweep", total=len(points), failed=0, running=0)
 
@@ -140,8 +152,9 @@ def _run(points, spec, base, root: Path, *, scheduler, workers, retries, as_json
             except OSError as exc:
                 _fail(f"could not reach the Dask scheduler {scheduler!r}: {exc}")
     except KeyboardInterrupt:
-        console.print(f"\ninterrupted: finished points are kept in {root}/points; rerun the same command to "
-                      "finish the rest")
+        console.print(
+            f"\ninterrupted: finished points are kept in {root}/points; rerun the same command to finish the rest"
+        )
         return 130
     finally:
         if state is not None or (root / "sweep.json").exists():
@@ -154,8 +167,10 @@ def _run(points, spec, base, root: Path, *, scheduler, workers, retries, as_json
     if as_json:
         typer.echo(json.dumps(doc, indent=2))
     else:
-        summary = (f"{counts['total']} points: {counts['complete']} complete ({counts['reused']} reused), "
-                   f"{counts['failed']} failed → {root / 'sweep.csv'}, {root / 'report.html'}")
+        summary = (
+            f"{counts['total']} points: {counts['complete']} complete ({counts['reused']} reused), "
+            f"{counts['failed']} failed → {root / 'sweep.csv'}, {root / 'report.html'}"
+        )
         console.print(summary, soft_wrap=True)
     return 0 if counts["failed"] == 0 and counts["complete"] == counts["total"] else EXIT_SOME_FAILED
 
@@ -163,4 +178,3 @@ def _run(points, spec, base, root: Path, *, scheduler, workers, retries, as_json
 def register(app: typer.Typer) -> None:
     """Add the ``sweep`` command to the ``nqf`` app."""
     app.command("sweep")(sweep)
-

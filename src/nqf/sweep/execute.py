@@ -37,8 +37,7 @@ from ..errors import SweepError
 from ..results import Result
 from .points import Point, is_finished, point_dir, read_results
 
-__all__ = ["DaskMissingError", "require_dask", "open_client", "run_point", "execute", "row_from_results",
-           "SweepState"]
+__all__ = ["DaskMissingError", "require_dask", "open_client", "run_point", "execute", "row_from_results", "SweepState"]
 
 DASK_MESSAGE = "nqf sweep needs Dask: install it with `pip install 'nqf[dask]'` (dask and distributed)"
 
@@ -74,10 +73,14 @@ def open_client(scheduler: str | None = None, workers: int | None = None, retrie
         return
     n = workers or os.cpu_count() or 1
     with dask.config.set({"distributed.scheduler.allowed-failures": int(retries)}):
-        cluster = distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                                           dashboard_address=None,  # pyright: ignore[reportArgumentType]
-                                           silence_logs=logging.ERROR,
-                                           env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+        cluster = distributed.LocalCluster(
+            n_workers=n,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,  # pyright: ignore[reportArgumentType]
+            silence_logs=logging.ERROR,
+            env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
+        )
         client = distributed.Client(cluster)
     try:
         yield client
@@ -89,13 +92,22 @@ def open_client(scheduler: str | None = None, workers: int | None = None, retrie
 # ----------------------------------------------------------------------------- on the worker
 def row_from_results(results: dict) -> dict[str, Any]:
     """The per-point outcome kept in the sweep table: status, wall time, checks and scalar metrics."""
-    metrics = {k: v for k, v in (results.get("metrics") or {}).items()
-               if isinstance(v, (int, float)) and not isinstance(v, bool) or v is None}
-    return {"status": results.get("status"), "wall_seconds": results.get("wall_seconds"),
-            "error_type": None, "error": results.get("message") or None,
-            "checks": [{k: c.get(k) for k in ("name", "predicted", "measured", "relative_error", "passed")}
-                       for c in results.get("checks") or []],
-            "metrics": metrics}
+    metrics = {
+        k: v
+        for k, v in (results.get("metrics") or {}).items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool) or v is None
+    }
+    return {
+        "status": results.get("status"),
+        "wall_seconds": results.get("wall_seconds"),
+        "error_type": None,
+        "error": results.get("message") or None,
+        "checks": [
+            {k: c.get(k) for k in ("name", "predicted", "measured", "relative_error", "passed")}
+            for c in results.get("checks") or []
+        ],
+        "metrics": metrics,
+    }
 
 
 def run_point(config: dict, out_dir: str) -> dict[str, Any]:
@@ -117,11 +129,18 @@ def run_point(config: dict, out_dir: str) -> dict[str, Any]:
         cfg, exp, params = parse_config(config, "point")
         # resume: a point rerun after a failure or a killed worker reuses the finished parts of the same
         # config (the directory is named by the config hash); a fresh directory starts from scratch
-        results = run_experiment(exp, params, Path(out_dir), seed=cfg.seed, device=cfg.device, resume=True,
-                                 show_progress=False)
+        results = run_experiment(
+            exp, params, Path(out_dir), seed=cfg.seed, device=cfg.device, resume=True, show_progress=False
+        )
     except Exception as exc:  # noqa: BLE001 - recorded in the sweep table, the sweep goes on
-        return {"status": "failed", "wall_seconds": round(time.perf_counter() - t0, 3),
-                "error_type": type(exc).__name__, "error": str(exc), "checks": [], "metrics": {}}
+        return {
+            "status": "failed",
+            "wall_seconds": round(time.perf_counter() - t0, 3),
+            "error_type": type(exc).__name__,
+            "error": str(exc),
+            "checks": [],
+            "metrics": {},
+        }
     return row_from_results(results)
 
 
@@ -143,8 +162,15 @@ class SweepState(Result):
     rows: dict[str, dict] = field(default_factory=dict)
 
 
-def execute(points: list[Point], root, client, *, on_point: Callable[[Point, dict], None] | None = None,
-            on_tick: Callable[[SweepState], None] | None = None, poll: float = 0.25) -> SweepState:
+def execute(
+    points: list[Point],
+    root,
+    client,
+    *,
+    on_point: Callable[[Point, dict], None] | None = None,
+    on_tick: Callable[[SweepState], None] | None = None,
+    poll: float = 0.25,
+) -> SweepState:
     """Run every unfinished point on ``client``; returns the state with one row per point (by short hash).
 
     Finished points (see :func:`nqf.sweep.points.is_finished`) are read, not rerun, and their files
@@ -156,8 +182,15 @@ def execute(points: list[Point], root, client, *, on_point: Callable[[Point, dic
     futures = {}
     for pt in points:
         if not pt.valid:
-            row = {"status": "failed", "wall_seconds": 0.0, "error_type": "ConfigError", "error": pt.error,
-                   "checks": [], "metrics": {}, "reused": False}
+            row = {
+                "status": "failed",
+                "wall_seconds": 0.0,
+                "error_type": "ConfigError",
+                "error": pt.error,
+                "checks": [],
+                "metrics": {},
+                "reused": False,
+            }
             _finish(state, pt, row, on_point)
         elif is_finished(root, pt):
             row = dict(row_from_results(read_results(point_dir(root, pt)) or {}), reused=True)
@@ -176,8 +209,14 @@ def execute(points: list[Point], root, client, *, on_point: Callable[[Point, dic
                 try:
                     row = fut.result()
                 except Exception as exc:  # noqa: BLE001 - e.g. KilledWorker after `retries` worker deaths
-                    row = {"status": "failed", "wall_seconds": None, "error_type": type(exc).__name__,
-                           "error": str(exc) or type(exc).__name__, "checks": [], "metrics": {}}
+                    row = {
+                        "status": "failed",
+                        "wall_seconds": None,
+                        "error_type": type(exc).__name__,
+                        "error": str(exc) or type(exc).__name__,
+                        "checks": [],
+                        "metrics": {},
+                    }
                 row["reused"] = False
                 _finish(state, pt, row, on_point)
             if time.perf_counter() - last_running > 1.0:

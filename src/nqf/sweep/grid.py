@@ -37,8 +37,15 @@ from typing import Any
 from ..errors import SweepError
 from ..results import Result, clip, summarize, to_jsonable
 
-__all__ = ["SweepSpec", "parse_values", "parse_seeds", "parse_assignments", "sweep_from_table", "combine",
-           "coerce_for_param"]
+__all__ = [
+    "SweepSpec",
+    "parse_values",
+    "parse_seeds",
+    "parse_assignments",
+    "sweep_from_table",
+    "combine",
+    "coerce_for_param",
+]
 
 
 @dataclass(frozen=True)
@@ -91,8 +98,10 @@ class SweepSpec(Result):
         return out
 
     def __repr__(self) -> str:
-        text = (f"SweepSpec(grid={list(self.grid)}, zip={list(self.zip)}, combinations={len(self.combinations())}, "
-                f"seeds={summarize(self.seeds)})")
+        text = (
+            f"SweepSpec(grid={list(self.grid)}, zip={list(self.zip)}, combinations={len(self.combinations())}, "
+            f"seeds={summarize(self.seeds)})"
+        )
         return clip(text)
 
     def to_dict(self) -> dict:
@@ -142,7 +151,7 @@ def parse_assignments(items, flag: str) -> dict[str, list]:
         key, raw = item.split("=", 1)
         key = key.strip()
         if key.startswith("params."):
-            key = key[len("params."):]
+            key = key[len("params.") :]
         if not key:
             raise SweepError(f"`{flag}`: empty key in {item!r}")
         if key in out:
@@ -198,7 +207,7 @@ def sweep_from_table(table) -> SweepSpec:
         for k, v in sub.items():
             if not isinstance(v, list):
                 raise SweepError(f"[sweep.{name}] `{k}`: expected a list of values; found {v!r}")
-            out[k[len("params."):] if k.startswith("params.") else k] = v
+            out[k[len("params.") :] if k.startswith("params.") else k] = v
         return out
 
     seeds = table.get("seeds")

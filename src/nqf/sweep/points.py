@@ -71,8 +71,17 @@ class Point(Result):
         return clip(text)
 
     def to_dict(self) -> dict:
-        return to_jsonable({"index": self.index, "point": self.short, "hash": self.hash, "swept": self.swept,
-                            "seed": self.seed, "resolved": self.resolved, "error": self.error})
+        return to_jsonable(
+            {
+                "index": self.index,
+                "point": self.short,
+                "hash": self.hash,
+                "swept": self.swept,
+                "seed": self.seed,
+                "resolved": self.resolved,
+                "error": self.error,
+            }
+        )
 
 
 def point_dir(root, point: Point) -> Path:
@@ -134,8 +143,14 @@ def recorded_hash(results: dict, point: Point) -> str | None:
 
     cfg = results.get("config") or {}
     try:
-        return config_hash({"experiment": cfg["experiment"], "seed": cfg["seed"],
-                            "device": (point.resolved or {}).get("device"), "params": cfg["params"]})
+        return config_hash(
+            {
+                "experiment": cfg["experiment"],
+                "seed": cfg["seed"],
+                "device": (point.resolved or {}).get("device"),
+                "params": cfg["params"],
+            }
+        )
     except (KeyError, TypeError, ValueError):
         return None
 

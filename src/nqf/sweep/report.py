@@ -144,8 +144,10 @@ def sweep_figures(doc: dict, root) -> list[dict]:
             if logx:
                 ax.set_xscale("log")
             nseeds = len(doc["sweep"].get("seeds") or [None])
-            ax.set_title(f"{fam.replace('#', 'k')} vs {xlabel}: mean ± sd over {nseeds} seed(s), dots: seeds, "
-                         "dashed: predicted", fontsize=9)
+            ax.set_title(
+                f"{fam.replace('#', 'k')} vs {xlabel}: mean ± sd over {nseeds} seed(s), dots: seeds, dashed: predicted",
+                fontsize=9,
+            )
             ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
             name = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{fam.replace('#', 'k')}_vs_{key}").strip("_")
             files = {}
@@ -156,11 +158,22 @@ def sweep_figures(doc: dict, root) -> list[dict]:
                 files[ext] = f"figures/{name}.{ext}"
                 if ext == "png":
                     data = base64.b64encode(buf.getvalue()).decode("ascii")
-            slopes = "; ".join(f"{lab}: slope {f['slope']:.4g}" + (
-                f" (predicted {f['predicted_slope']:.4g})" if f.get("predicted_slope") is not None else "")
-                for lab, f in fits.items() if f.get("slope") is not None)
-            out.append({"name": name, "png": files["png"], "svg": files["svg"], "data": data, "fits": fits,
-                        "caption": f"{fam.replace('#', 'k')} against {xlabel}" + (f" — {slopes}" if slopes else "")})
+            slopes = "; ".join(
+                f"{lab}: slope {f['slope']:.4g}"
+                + (f" (predicted {f['predicted_slope']:.4g})" if f.get("predicted_slope") is not None else "")
+                for lab, f in fits.items()
+                if f.get("slope") is not None
+            )
+            out.append(
+                {
+                    "name": name,
+                    "png": files["png"],
+                    "svg": files["svg"],
+                    "data": data,
+                    "fits": fits,
+                    "caption": f"{fam.replace('#', 'k')} against {xlabel}" + (f" — {slopes}" if slopes else ""),
+                }
+            )
     return out
 
 
@@ -219,8 +232,9 @@ def write_sweep_report(root, doc: dict | None = None) -> Path:
     figures = sweep_figures(doc, root)
     quantities = list(dict.fromkeys(q for r in doc["rows"] for q in r["measured"]))
     env = Environment(autoescape=True)
-    html = env.from_string(_TEMPLATE).render(doc=doc, figures=figures, quantities=quantities, fmt=_fmt,
-                                             base=json.dumps(doc.get("base_config"), indent=2))
+    html = env.from_string(_TEMPLATE).render(
+        doc=doc, figures=figures, quantities=quantities, fmt=_fmt, base=json.dumps(doc.get("base_config"), indent=2)
+    )
     path = root / "report.html"
     atomic_write_text(path, html)
     return path

@@ -49,27 +49,55 @@ def _quantities(checks: list[dict]) -> tuple[dict, dict]:
     return measured, predicted
 
 
-def build_table(points: list[Point], rows: dict[str, dict], *, experiment: str, base: dict, spec,
-                root) -> dict[str, Any]:
+def build_table(
+    points: list[Point], rows: dict[str, dict], *, experiment: str, base: dict, spec, root
+) -> dict[str, Any]:
     """The ``sweep.json`` document for ``points`` and their ``rows`` (keyed by short hash)."""
     out_rows = []
     for pt in points:
-        row = rows.get(pt.short) or {"status": "pending", "wall_seconds": None, "error_type": None, "error": None,
-                                     "checks": [], "metrics": {}, "reused": False}
+        row = rows.get(pt.short) or {
+            "status": "pending",
+            "wall_seconds": None,
+            "error_type": None,
+            "error": None,
+            "checks": [],
+            "metrics": {},
+            "reused": False,
+        }
         measured, predicted = _quantities(row.get("checks") or [])
-        out_rows.append({"point": pt.short, "hash": pt.hash, "index": pt.index, "swept": pt.swept, "seed": pt.seed,
-                         "status": row["status"], "reused": bool(row.get("reused")),
-                         "wall_seconds": row.get("wall_seconds"), "error_type": row.get("error_type"),
-                         "error": row.get("error") if row["status"] != "complete" else None,
-                         "directory": f"points/{pt.short}" if pt.valid else None,
-                         "measured": measured, "predicted": predicted, "metrics": row.get("metrics") or {},
-                         "checks": row.get("checks") or []})
+        out_rows.append(
+            {
+                "point": pt.short,
+                "hash": pt.hash,
+                "index": pt.index,
+                "swept": pt.swept,
+                "seed": pt.seed,
+                "status": row["status"],
+                "reused": bool(row.get("reused")),
+                "wall_seconds": row.get("wall_seconds"),
+                "error_type": row.get("error_type"),
+                "error": row.get("error") if row["status"] != "complete" else None,
+                "directory": f"points/{pt.short}" if pt.valid else None,
+                "measured": measured,
+                "predicted": predicted,
+                "metrics": row.get("metrics") or {},
+                "checks": row.get("checks") or [],
+            }
+        )
     counts = {s: sum(r["status"] == s for r in out_rows) for s in ("complete", "failed", "interrupted", "pending")}
     counts["total"] = len(out_rows)
     counts["reused"] = sum(r["reused"] for r in out_rows)
-    return {"schema": SCHEMA, "experiment": experiment, "directory": str(root),
-            "updated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "base_config": base, "sweep": spec.to_dict(), "keys": spec.keys, "counts": counts, "rows": out_rows}
+    return {
+        "schema": SCHEMA,
+        "experiment": experiment,
+        "directory": str(root),
+        "updated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "base_config": base,
+        "sweep": spec.to_dict(),
+        "keys": spec.keys,
+        "counts": counts,
+        "rows": out_rows,
+    }
 
 
 def _columns(doc: dict) -> list[str]:
@@ -78,8 +106,13 @@ def _columns(doc: dict) -> list[str]:
     for r in doc["rows"]:
         qs.update(dict.fromkeys(r["measured"]))
         ms.update(dict.fromkeys(r["metrics"]))
-    return (["point"] + list(doc["keys"]) + ["seed", "status", "reused", "wall_seconds", "error_type", "error"]
-            + [f"measured: {q}" for q in qs] + [f"metric: {m}" for m in ms])
+    return (
+        ["point"]
+        + list(doc["keys"])
+        + ["seed", "status", "reused", "wall_seconds", "error_type", "error"]
+        + [f"measured: {q}" for q in qs]
+        + [f"metric: {m}" for m in ms]
+    )
 
 
 def _csv_cell(v) -> str:
@@ -101,9 +134,9 @@ def to_csv(doc: dict) -> str:
         cells = []
         for c in cols:
             if c.startswith("measured: "):
-                v = r["measured"].get(c[len("measured: "):])
+                v = r["measured"].get(c[len("measured: ") :])
             elif c.startswith("metric: "):
-                v = r["metrics"].get(c[len("metric: "):])
+                v = r["metrics"].get(c[len("metric: ") :])
             elif c in r["swept"] and c not in ("point", "seed", "status"):
                 v = r["swept"][c]
             else:

@@ -64,6 +64,7 @@ class FinalState:
     _final: np.ndarray | None
 
     if TYPE_CHECKING:  # defined by LotkaVolterra and LogisticSolutions
+
         def limit(self, eps: float | None = None) -> LimitResult: ...
         def loss(self, z) -> torch.Tensor: ...
         def final_loss(self) -> float: ...
@@ -183,11 +184,15 @@ class FinalState:
                 raise InvalidParameterError(f"`beta`, `C`: {exc}") from None
         C = self._sparse
         assert C is not None  # neither diagonal nor dense: sparse
-        res = minimize(lambda z: (-b @ z + 0.5 * z @ (C @ z), C @ z - b), np.zeros(self.K), jac=True,
-                       method="L-BFGS-B", bounds=[(0, None)] * self.K,
-                       options={"maxiter": 100000, "ftol": 1e-15, "gtol": 1e-12})
+        res = minimize(
+            lambda z: (-b @ z + 0.5 * z @ (C @ z), C @ z - b),
+            np.zeros(self.K),
+            jac=True,
+            method="L-BFGS-B",
+            bounds=[(0, None)] * self.K,
+            options={"maxiter": 100000, "ftol": 1e-15, "gtol": 1e-12},
+        )
         return res.x
-
 
     def plateaus(self, eps: float | None = None) -> Plateaus:
         """Switch-on times and plateau losses.
@@ -216,6 +221,4 @@ class FinalState:
         gain = np.maximum(self._beta[order], 0.0) ** 2 / (2.0 * self._diag[order])
         excess = np.concatenate([np.cumsum(gain[::-1])[::-1], [0.0]])
         losses = self.final_loss() + excess
-        return Plateaus(_t(ts[order]), torch.as_tensor(order, dtype=torch.int64), ["on"] * len(order),
-                        _t(losses))
-
+        return Plateaus(_t(ts[order]), torch.as_tensor(order, dtype=torch.int64), ["on"] * len(order), _t(losses))

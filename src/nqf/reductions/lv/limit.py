@@ -199,8 +199,9 @@ def limit(beta, C, s0=None, *, y2: float | None = None, max_events: int | None =
         np.linalg.cholesky(Cn + 1e-10 * scale * np.eye(K))
     except np.linalg.LinAlgError:
         lam = float(np.linalg.eigvalsh(Cn)[0])
-        raise InvalidParameterError(f"`C` must be positive semi-definite; found smallest eigenvalue "
-                                    f"{lam:.3e}") from None
+        raise InvalidParameterError(
+            f"`C` must be positive semi-definite; found smallest eigenvalue {lam:.3e}"
+        ) from None
     if s0 is None:
         s = -np.ones(K)
     else:
@@ -295,5 +296,12 @@ def limit(beta, C, s0=None, *, y2: float | None = None, max_events: int | None =
     else:
         shift = 0.5 * float(y2)
     events = [LimitEvent(e.tau, e.mode, e.kind, e.active, float(e.loss + shift), e.value) for e in events]
-    return LimitResult(events, torch.as_tensor(zf), torch.as_tensor(np.array(path_tau)),
-                       torch.as_tensor(np.array(path_s)), float(shift), None, z_after)
+    return LimitResult(
+        events,
+        torch.as_tensor(zf),
+        torch.as_tensor(np.array(path_tau)),
+        torch.as_tensor(np.array(path_s)),
+        float(shift),
+        None,
+        z_after,
+    )

@@ -28,8 +28,10 @@ class LogisticSolutions:
 
     def _require_diagonal(self, what: str):
         if not self.is_diagonal:
-            raise InvalidParameterError(f"`{what}` needs a diagonal `C` (orthogonal features); this system has "
-                             "interacting modes — use `flow`, `gd` or `limit`")
+            raise InvalidParameterError(
+                f"`{what}` needs a diagonal `C` (orthogonal features); this system has "
+                "interacting modes — use `flow`, `gd` or `limit`"
+            )
 
     def logistic(self, t, *, log: bool = False) -> torch.Tensor:
         r"""Exact solution for diagonal ``C`` (each mode a logistic), any sign of ``β_k``.
@@ -65,9 +67,11 @@ class LogisticSolutions:
             x = zeta * tt
             pos = zeta > 0
             neg = zeta < 0
-            lphi = np.where(pos, np.log(-np.expm1(-x)) - np.log(np.where(pos, zeta, 1.0)),
-                            np.where(neg, -x + np.log(-np.expm1(x)) - np.log(np.where(neg, -zeta, 1.0)),
-                                     np.log(tt + 0 * zeta)))
+            lphi = np.where(
+                pos,
+                np.log(-np.expm1(-x)) - np.log(np.where(pos, zeta, 1.0)),
+                np.where(neg, -x + np.log(-np.expm1(x)) - np.log(np.where(neg, -zeta, 1.0)), np.log(tt + 0 * zeta)),
+            )
             second = np.where(c > 0, np.log(4.0 * np.where(c > 0, c, 1.0)) + lz0 + lphi, -np.inf)
             lz = lz0 - np.logaddexp(-x, second)
             lz = np.where(np.isfinite(lz0), lz, -np.inf)
@@ -112,4 +116,3 @@ class LogisticSolutions:
         if solution is None:
             return self.logistic_switch_times(fraction)
         return solution.switch_times(fraction)
-

@@ -96,11 +96,11 @@ class ActiveSetQP:
     @property
     def passive(self) -> list:
         """The support ``P`` of ``z`` in factor order (list of int)."""
-        return self._order[:self._m].tolist()
+        return self._order[: self._m].tolist()
 
     def support(self) -> np.ndarray:
         """The support ``P`` of ``z`` in factor order, shape (|P|,), int64 (a copy)."""
-        return self._order[:self._m].copy()
+        return self._order[: self._m].copy()
 
     def _swap_slots(self, a: int, b: int) -> None:
         if a == b:
@@ -168,16 +168,16 @@ class ActiveSetQP:
             b = R[i + 1, pos]
             r = float(np.hypot(a, b))
             c, s = b / r, a / r
-            blk = R[i:i + 2, :i + 2]
+            blk = R[i : i + 2, : i + 2]
             blk[:] = np.array([[c, -s], [s, c]]) @ blk
             R[i, pos] = 0.0
             a = r
         if pos < m - 1:
-            R[pos:m - 1, pos:m - 1] = R[pos:m - 1, pos + 1:m]
+            R[pos : m - 1, pos : m - 1] = R[pos : m - 1, pos + 1 : m]
         R[m - 1, :m] = 0.0
         R[:m, m - 1] = 0.0
         k = int(self._order[pos])
-        self._order[pos:m - 1] = self._order[pos + 1:m]
+        self._order[pos : m - 1] = self._order[pos + 1 : m]
         self._m = m - 1
         self._swap_slots(self._slot[k], m - 1)
         self.in_p[k] = False
@@ -197,7 +197,7 @@ class ActiveSetQP:
 
     def _solve_beta(self) -> np.ndarray:
         R = self._Rm()
-        return (R @ self.beta[self._order[:self._m]]) @ R
+        return (R @ self.beta[self._order[: self._m]]) @ R
 
     def _residual_ok(self) -> bool:
         """``max |(β − Cz)_P| ≤ 1e-10 · max |β|``."""
@@ -248,18 +248,23 @@ class ActiveSetQP:
                 break
             guard += 1
             if guard > self.K + 1:
-                raise UnboundedError("active-set step made no progress; `C` is numerically singular "
-                                     "beyond the pivot tolerance")
+                raise UnboundedError(
+                    "active-set step made no progress; `C` is numerically singular beyond the pivot tolerance"
+                )
             # ray along the null direction d (d_k = 1, d_P = −C_PP⁻¹ C_Pk): the loss falls linearly
-            P = self._order[:self._m]
+            P = self._order[: self._m]
             if not self._m:
-                raise UnboundedError(f"the loss is unbounded below: mode {k} has C_kk = {ckk:.3e} "
-                                     f"and growth rate β_k − (Cz)_k > 0 (`beta` is not in the range of `C`)")
+                raise UnboundedError(
+                    f"the loss is unbounded below: mode {k} has C_kk = {ckk:.3e} "
+                    f"and growth rate β_k − (Cz)_k > 0 (`beta` is not in the range of `C`)"
+                )
             dP = -u
             neg = dP < 0
             if not neg.any():
-                raise UnboundedError(f"the loss is unbounded below along a null direction of `C` "
-                                     f"through mode {k} (`beta` is not in the range of `C`)")
+                raise UnboundedError(
+                    f"the loss is unbounded below along a null direction of `C` "
+                    f"through mode {k} (`beta` is not in the range of `C`)"
+                )
             zP = self.z[P]
             ratios = np.where(neg, zP / np.where(neg, -dP, 1.0), np.inf)
             j = int(np.argmin(ratios))
@@ -272,14 +277,14 @@ class ActiveSetQP:
         # z_P was optimal on P ∖ {k}: x_k = (β_k − C_kP z_P)/s, x_P = z_P − x_k C_PP⁻¹C_Pk
         bordered = not removed and self._optimal
         if bordered:
-            Pold = self._order[:self._m]
+            Pold = self._order[: self._m]
             zold = self.z[Pold]
             xk = (self.beta[k] - float(c @ zold)) / piv
             xb = np.append(zold - xk * u, xk)
         self._append(k, u, piv)
         # Lawson–Hanson inner loop: move from the feasible z towards the restricted optimum
         for _ in range(self.K + 2):
-            P = self._order[:self._m]
+            P = self._order[: self._m]
             if bordered:
                 x, bordered = xb, False
                 self._warm += 1

@@ -170,8 +170,10 @@ def reduce(op: StructureOperator, y, M0, *, tol: float | None = None, seed: int 
     if not isinstance(op, StructureOperator):
         raise InvalidTypeError(f"`op` must be a StructureOperator; found {type(op).__name__}")
     if not op.satisfies_zgz:
-        raise NotClosedError("`op` has a linear or cross-unit term (the zero-gradient condition fails); "
-                             "the Lotka–Volterra reduction needs dynamics closed on M alone")
+        raise NotClosedError(
+            "`op` has a linear or cross-unit term (the zero-gradient condition fails); "
+            "the Lotka–Volterra reduction needs dynamics closed on M alone"
+        )
     N, Cout, p = op.n_samples, op.n_outputs, op.p
     if tol is None:
         tol = 1e-8 if op.dtype == torch.float64 else 1e-4
@@ -194,7 +196,9 @@ def reduce(op: StructureOperator, y, M0, *, tol: float | None = None, seed: int 
             f"`op`: the structure matrices do not commute: relative commutator of two random adjoints "
             f"‖[𝒜*(R), 𝒜*(S)]‖/(‖𝒜*(R)‖‖𝒜*(S)‖) = {rand:.3e} > tol = {tol:.1e} (nqf.structure.commutator_defect); "
             f"the Lotka–Volterra reduction needs commuting data — use the greedy saddle sequence "
-            f"(nqf.reductions.saddles.saddle_sequence) and the order-parameter dynamics (nqf.simulate) instead", rand)
+            f"(nqf.reductions.saddles.saddle_sequence) and the order-parameter dynamics (nqf.simulate) instead",
+            rand,
+        )
     A = op.dense().to(dtype=torch.float64).cpu().numpy().reshape(N * Cout, p, p)
     norms = np.linalg.norm(A, axis=(1, 2))
     if not (norms > 0).any():
@@ -213,7 +217,10 @@ def reduce(op: StructureOperator, y, M0, *, tol: float | None = None, seed: int 
                 f"shared basis δ = {dA:.3e} > tol = {tol:.1e} (worst: sample {n}, output {c}); the "
                 f"Lotka–Volterra reduction needs commuting data — use the greedy saddle sequence "
                 f"(nqf.reductions.saddles.saddle_sequence) and the order-parameter dynamics (nqf.simulate) "
-                "instead", dA, iA)
+                "instead",
+                dA,
+                iA,
+            )
         comm = np.einsum("ij,mjk->mik", M0n, A)
         comm = comm - comm.transpose(0, 2, 1)
         rel = np.linalg.norm(comm, axis=(1, 2)) / (m0n * np.where(norms > 0, norms, 1.0))
@@ -222,7 +229,10 @@ def reduce(op: StructureOperator, y, M0, *, tol: float | None = None, seed: int 
             raise _noncommuting(
                 f"`M0` is not diagonal in the shared eigenbasis of the structure matrices: relative "
                 f"commutator max_m ‖[M0, A_m]‖/(‖M0‖‖A_m‖) = {rel[i]:.3e} > tol = {tol:.1e}; start "
-                f"from M0 = ε I or another matrix that commutes with the data", float(rel[i]), i)
+                f"from M0 = ε I or another matrix that commutes with the data",
+                float(rel[i]),
+                i,
+            )
         U = UA  # M0 commutes to tolerance: the A-basis diagonalises it up to that tolerance
     a = np.einsum("ip,mij,jp->mp", U, A, U, optimize=True)  # (N·C, p)
     z0 = np.einsum("ip,ij,jp->p", U, M0n, U)
@@ -242,7 +252,8 @@ def reduce(op: StructureOperator, y, M0, *, tol: float | None = None, seed: int 
     rest = M0n - (Uk * z0k) @ Uk.T
     if not (z0k > 0).any():
         raise InvalidParameterError("`M0` has no weight on any signal-carrying direction (z(0) = 0): nothing can grow")
-    lv = LotkaVolterra(beta, Cmat, z0k, y2=float(ytil @ ytil) / N, basis=Uk,
-                       factor=(a / np.sqrt(N), ytil / np.sqrt(N)), rest=rest)
+    lv = LotkaVolterra(
+        beta, Cmat, z0k, y2=float(ytil @ ytil) / N, basis=Uk, factor=(a / np.sqrt(N), ytil / np.sqrt(N)), rest=rest
+    )
     lv.commutation_defect = float(delta if delta <= tol else _offdiag_defect(U, A, norms)[0])
     return lv

@@ -32,7 +32,6 @@ def _t(x) -> torch.Tensor:
     return torch.as_tensor(np.asarray(x, dtype=np.float64))
 
 
-
 @dataclass(frozen=True)
 class LVSolution(Result):
     """A trajectory of a :class:`LotkaVolterra` system.
@@ -70,8 +69,16 @@ class LVSolution(Result):
     def to_dict(self) -> dict:
         """JSON-ready ``t``, ``log_z`` (``−inf`` as ``null``), ``method``, ``success``, ``message``, ``stats``
         (not the system that produced it)."""
-        return to_jsonable({"t": self.t, "log_z": self.log_z, "method": self.method, "success": self.success,
-                            "message": self.message, "stats": self.stats})
+        return to_jsonable(
+            {
+                "t": self.t,
+                "log_z": self.log_z,
+                "method": self.method,
+                "success": self.success,
+                "message": self.message,
+                "stats": self.stats,
+            }
+        )
 
     @property
     def z(self) -> torch.Tensor:
@@ -208,5 +215,3 @@ def switch_times(t, z, final, *, fraction: float = 0.5, log: bool = False) -> to
         target = np.where(fin > 0, np.log(fraction * np.where(fin > 0, fin, 1.0)), np.inf)
     out = crossing_times(t, lz, target, direction="up", log_t=True, never=np.inf)
     return _t(out)
-
-

@@ -75,8 +75,10 @@ class Solvers:
                 z = (1.0 - 2.0 * eta * g) ** 2 * z
                 if s % record_every == 0 or s == steps:
                     if not np.isfinite(z).all():
-                        raise DivergenceError(f"GD diverged at step {s} (t = {s * eta:.4g}); reduce `eta` "
-                                              f"(stability needs η · λ_max(C) · max z ≲ 1)")
+                        raise DivergenceError(
+                            f"GD diverged at step {s} (t = {s * eta:.4g}); reduce `eta` "
+                            f"(stability needs η · λ_max(C) · max z ≲ 1)"
+                        )
                     ts.append(s * eta)
                     zs.append(z.copy())
         with np.errstate(divide="ignore"):
@@ -84,8 +86,16 @@ class Solvers:
         return LVSolution(_t(ts), _t(lz), self, "gd", True, "", {"steps": steps})
 
     # ---------------------------------------------------------- log flow
-    def flow(self, t, *, n_points: int = 2001, method: str = "auto", rtol: float = 1e-10,
-             atol: float = 1e-10, dense_output: bool = True) -> LVSolution:
+    def flow(
+        self,
+        t,
+        *,
+        n_points: int = 2001,
+        method: str = "auto",
+        rtol: float = 1e-10,
+        atol: float = 1e-10,
+        dense_output: bool = True,
+    ) -> LVSolution:
         r"""Gradient flow in log coordinates with an implicit stiff integrator.
 
         Integrates ``u = ln z``, ``du_k/dt = 4(β_k − (C e^u)_k)``, with the analytic Jacobian
@@ -119,16 +129,16 @@ class Solvers:
             ``success``/``message`` report integrator failure instead of raising.
         """
         if method not in ("auto", "Radau", "BDF", "LSODA"):
-            raise InvalidParameterError(f"`method` must be one of 'auto', 'Radau', 'BDF', 'LSODA' (implicit, stiff); "
-                             f"found {method!r}")
+            raise InvalidParameterError(
+                f"`method` must be one of 'auto', 'Radau', 'BDF', 'LSODA' (implicit, stiff); found {method!r}"
+            )
         tt = _np("t", t, (0, 1))
         if tt.ndim == 0:
             T = float(tt)
             if not T > 0:
                 raise InvalidParameterError(f"`t` (final time) must be > 0; found {T}")
             n = max(int(n_points), 4)
-            tt = np.unique(np.concatenate([[0.0], np.linspace(0, T, n // 2),
-                                           np.geomspace(T * 1e-6, T, n - n // 2)]))
+            tt = np.unique(np.concatenate([[0.0], np.linspace(0, T, n // 2), np.geomspace(T * 1e-6, T, n - n // 2)]))
         if tt[0] != 0 or np.any(np.diff(tt) <= 0):
             raise InvalidParameterError("`t` must be increasing and start at 0")
         mask = self._z0 > 0
@@ -181,11 +191,29 @@ class Solvers:
 
         u0 = np.log(self._z0[idx])
         with np.errstate(over="ignore", invalid="ignore"):  # rejected Newton trials inside scipy
-            sol = solve_ivp(fun, (0.0, float(tt[-1])), u0, method=method, t_eval=tt, jac=jacobian, rtol=rtol,
-                            atol=atol, dense_output=dense_output, **extra)
+            sol = solve_ivp(
+                fun,
+                (0.0, float(tt[-1])),
+                u0,
+                method=method,
+                t_eval=tt,
+                jac=jacobian,
+                rtol=rtol,
+                atol=atol,
+                dense_output=dense_output,
+                **extra,
+            )
         lz = np.full((sol.t.shape[0], self.K), -np.inf)
         lz[:, idx] = sol.y.T
         stats = {"nfev": sol.nfev, "njev": sol.njev, "nlu": sol.nlu, "method": method}
-        return LVSolution(_t(sol.t), _t(lz), self, method, bool(sol.success), sol.message, stats,
-                          sol.sol if dense_output else None, mask)
-
+        return LVSolution(
+            _t(sol.t),
+            _t(lz),
+            self,
+            method,
+            bool(sol.success),
+            sol.message,
+            stats,
+            sol.sol if dense_output else None,
+            mask,
+        )

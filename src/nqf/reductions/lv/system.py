@@ -46,7 +46,6 @@ from .solvers import Solvers
 __all__ = ["LotkaVolterra", "LVSolution", "switch_times", "Plateaus"]
 
 
-
 class LotkaVolterra(Solvers, LogisticSolutions, FinalState):
     r"""Generalised Lotka–Volterra system ``dz/dt = 4 z ⊙ (β − C z)`` of commuting data.
 
@@ -142,8 +141,10 @@ class LotkaVolterra(Solvers, LogisticSolutions, FinalState):
         bad = (diag <= 0) & (b > 0)
         if bad.any():
             k = int(np.flatnonzero(bad)[0])
-            raise InvalidParameterError(f"`beta` and `C`: mode {k} has β_k = {b[k]:.3e} > 0 but C_kk = {diag[k]:.3e}; "
-                             "the loss is unbounded below (a growing mode with no self-interaction)")
+            raise InvalidParameterError(
+                f"`beta` and `C`: mode {k} has β_k = {b[k]:.3e} > 0 but C_kk = {diag[k]:.3e}; "
+                "the loss is unbounded below (a growing mode with no self-interaction)"
+            )
         self._z0 = self._check_z0(z0)
         self.y2 = None if y2 is None else float(y2)
         if self.y2 is not None and not np.isfinite(self.y2):
@@ -157,8 +158,10 @@ class LotkaVolterra(Solvers, LogisticSolutions, FinalState):
             A = _np("factor[0]", factor[0], 2)
             bb = _np("factor[1]", factor[1], 1)
             if A.shape[1] != K or A.shape[0] != bb.shape[0]:
-                raise ShapeError(f"`factor` must be (A, b) with A of shape (m, {K}) and b of shape (m,); "
-                                 f"found {A.shape} and {bb.shape}")
+                raise ShapeError(
+                    f"`factor` must be (A, b) with A of shape (m, {K}) and b of shape (m,); "
+                    f"found {A.shape} and {bb.shape}"
+                )
             self._factor = (A, bb)
         self._final = None
 
@@ -176,14 +179,17 @@ class LotkaVolterra(Solvers, LogisticSolutions, FinalState):
                 return
             except np.linalg.LinAlgError:
                 lam = float(np.linalg.eigvalsh(0.5 * (C + C.T))[0])
-                raise InvalidParameterError(f"`C` must be positive semi-definite; found smallest eigenvalue {lam:.3e} "
-                                 f"(largest diagonal entry {scale:.3e})") from None
+                raise InvalidParameterError(
+                    f"`C` must be positive semi-definite; found smallest eigenvalue {lam:.3e} "
+                    f"(largest diagonal entry {scale:.3e})"
+                ) from None
         C = self._sparse
         assert C is not None  # exactly one of _dense and _sparse is set
         if self.is_diagonal:
             if d.min() < -tol * scale:
                 raise InvalidParameterError(
-                    f"`C` must be positive semi-definite; found a diagonal entry {d.min():.3e} < 0")
+                    f"`C` must be positive semi-definite; found a diagonal entry {d.min():.3e} < 0"
+                )
             return
         asym = abs(C - C.T).max()
         if asym > 1e-10 * max(abs(C).max(), 1e-300):
@@ -210,7 +216,8 @@ class LotkaVolterra(Solvers, LogisticSolutions, FinalState):
             raise InvalidParameterError(f"`z0` must be ≥ 0 (z = diag of a PSD M(0)); found min {z.min():.3e}")
         if not (z > 0).any():
             raise InvalidParameterError(
-                "`z0` must have at least one positive entry; found all zeros (nothing can grow)")
+                "`z0` must have at least one positive entry; found all zeros (nothing can grow)"
+            )
         return z
 
     # ------------------------------------------------------------ attributes
@@ -350,4 +357,3 @@ class LotkaVolterra(Solvers, LogisticSolutions, FinalState):
             s0 = np.log(self._z0) / (-np.log(eps))
         C = self._dense if self._dense is not None else np.diag(self._diag)
         return dataclasses.replace(limit(self._beta, C, s0, y2=self.y2), eps=eps)
-

@@ -120,7 +120,6 @@ followed by Newton/MINRES polishing judged by the gradient norm, reaching
 another device are copied to float64 on the CPU.
 """
 
-
 from __future__ import annotations
 
 from ...structure.commute import commutes

@@ -54,8 +54,7 @@ from scipy.integrate import solve_ivp
 from ..timing import leading_switch_time, midpoint_levels
 from .orbit import Heteroclinic
 
-__all__ = ["corrected_escape_times", "heteroclinic_chain", "composite_loss", "predicted_escape_times",
-           "TIME_RULES"]
+__all__ = ["corrected_escape_times", "heteroclinic_chain", "composite_loss", "predicted_escape_times", "TIME_RULES"]
 
 
 def _expm_sym(G: torch.Tensor, dt: float) -> torch.Tensor:
@@ -73,16 +72,27 @@ def _projector(V: torch.Tensor, p: int) -> torch.Tensor:
     return torch.eye(p, dtype=V.dtype) - B @ B.T
 
 
-def _jump(prob, sad, L_next: float, delta: float, relax: float = 1e-6, s_max: float = 40.0,
-          rtol: float = 1e-11) -> Heteroclinic:
+def _jump(
+    prob, sad, L_next: float, delta: float, relax: float = 1e-6, s_max: float = 40.0, rtol: float = 1e-11
+) -> Heteroclinic:
     """Heteroclinic ``Φ_k`` from saddle ``k`` along its (first) escape direction, in the normalised clock ``s``.
 
     Integrated until the loss has relaxed to within ``relax`` of the drop onto ``L_{k+1}``
     (``s_hi``); ``s_mid`` is the crossing of ``(L_k + L_{k+1})/2``.
     """
-    J = Heteroclinic(prob, sad.V, sad.escape_direction[:, :1], sad.escape_rate / 4.0,
-                     L_next + relax * (sad.loss - L_next), delta=delta, rtol=rtol, atol_scale=1e-14,
-                     s_max=s_max, n_grid=801, mid_level=float(midpoint_levels([sad.loss, L_next])[0]))
+    J = Heteroclinic(
+        prob,
+        sad.V,
+        sad.escape_direction[:, :1],
+        sad.escape_rate / 4.0,
+        L_next + relax * (sad.loss - L_next),
+        delta=delta,
+        rtol=rtol,
+        atol_scale=1e-14,
+        s_max=s_max,
+        n_grid=801,
+        mid_level=float(midpoint_levels([sad.loss, L_next])[0]),
+    )
     return J
 
 
@@ -103,8 +113,16 @@ def _propagate(J: Heteroclinic, U: torch.Tensor, s0: float, s1: float, n_out: in
     return states[-1], (sol.t, states)
 
 
-def corrected_escape_times(prob, saddles, eps: float, *, delta: float = 1e-16, rate_tol: float = 0.02,
-                           return_info: bool = False, chain: list | None = None):
+def corrected_escape_times(
+    prob,
+    saddles,
+    eps: float,
+    *,
+    delta: float = 1e-16,
+    rate_tol: float = 0.02,
+    return_info: bool = False,
+    chain: list | None = None,
+):
     """Midpoint-crossing times of every drop from the small-part recursion (module docstring).
 
     Parameters
@@ -175,17 +193,18 @@ def corrected_escape_times(prob, saddles, eps: float, *, delta: float = 1e-16, r
         run = np.convolve(good.astype(int), np.ones(5, int), mode="valid") == 5
         starts = np.nonzero(run)[0]
         if starts.size == 0:
-            info.append(f"k={k + 1}: no pure exponential growth of the small part on plateau {k + 1} before it "
-                        "stops being small (the plateau is shorter than the relaxation into the saddle); "
-                        "later drops not predicted")
+            info.append(
+                f"k={k + 1}: no pure exponential growth of the small part on plateau {k + 1} before it "
+                "stops being small (the plateau is shorter than the relaxation into the saddle); "
+                "later drops not predicted"
+            )
             out.extend([math.nan] * (K - 1 - k))
             break
         # the latest such point that is still small: the relaxation transient into the saddle has decayed most
         last = np.nonzero(good)[0]
         i = int(last[-1]) if last.size and last[-1] >= starts[0] else int(starts[0])
-        info.append(f"k={k + 1}: pure growth from s={ss[i]:.3g} (window {ss[0]:.3g}..{ss[-1]:.3g}), "
-                    f"ln a={la[i]:.3g}")
-        Z = _projector(nxt.V, p) @ Zs[i]           # what went into range(M_{k+1}) is part of the large part
+        info.append(f"k={k + 1}: pure growth from s={ss[i]:.3g} (window {ss[0]:.3g}..{ss[-1]:.3g}), ln a={la[i]:.3g}")
+        Z = _projector(nxt.V, p) @ Zs[i]  # what went into range(M_{k+1}) is part of the large part
         t = T + float(ss[i])
         T = t - la[i] / (4.0 * h)
     return (np.array(out), info) if return_info else np.array(out)
@@ -201,8 +220,9 @@ def heteroclinic_chain(seq, *, delta: float = 1e-16, s_max: float = 40.0, rtol: 
     ``s = s_max``.
     """
     prob, saddles = seq._problem, seq.saddles
-    return [_jump(prob, saddles[k], saddles[k + 1].loss, delta, s_max=s_max, rtol=rtol)
-            for k in range(len(saddles) - 1)]
+    return [
+        _jump(prob, saddles[k], saddles[k + 1].loss, delta, s_max=s_max, rtol=rtol) for k in range(len(saddles) - 1)
+    ]
 
 
 def composite_loss(chain, levels, times, t) -> np.ndarray:
@@ -287,7 +307,7 @@ def predicted_escape_times(seq, eps: float, *, chain: list | None = None):
         return lead, ()
     corr = corrected_escape_times(seq._problem, seq.saddles, eps, chain=chain)
     ok = np.isfinite(corr)
-    ok[0] = False                      # drop 1: the exact offset of escape_times (the same time)
+    ok[0] = False  # drop 1: the exact offset of escape_times (the same time)
     times = np.where(ok, corr, lead)
     rules = tuple(TIME_RULES[0] if k == 0 else TIME_RULES[1] if ok[k] else TIME_RULES[2] for k in range(lead.size))
     return times, rules

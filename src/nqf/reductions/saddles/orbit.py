@@ -50,8 +50,21 @@ class Heteroclinic:
         ``(L_k + L_{k+1})/2`` for the clock of :mod:`nqf.reductions.saddles.clock`.
     """
 
-    def __init__(self, prob, V: torch.Tensor, Q: torch.Tensor, h: float, floor: float, *, delta: float,
-                 rtol: float, atol_scale: float, s_max: float, n_grid: int, mid_level: float | None = None):
+    def __init__(
+        self,
+        prob,
+        V: torch.Tensor,
+        Q: torch.Tensor,
+        h: float,
+        floor: float,
+        *,
+        delta: float,
+        rtol: float,
+        atol_scale: float,
+        s_max: float,
+        n_grid: int,
+        mid_level: float | None = None,
+    ):
         self.prob, self.h = prob, float(h)
         self.p, self.k = prob.p, V.shape[1] + Q.shape[1]
         self.shift = float(leading_switch_time(4.0 * self.h, delta))
@@ -59,11 +72,20 @@ class Heteroclinic:
 
         def settled(_t, v):
             return self._loss_flat(v) - floor
+
         settled.terminal = True
 
-        self.sol = integrate_factor(prob.op, prob.y, V0, (0.0, self.shift + s_max), rtol=rtol,
-                                    atol=atol_scale * math.sqrt(delta), method="DOP853", events=[settled],
-                                    dense_output=True)
+        self.sol = integrate_factor(
+            prob.op,
+            prob.y,
+            V0,
+            (0.0, self.shift + s_max),
+            rtol=rtol,
+            atol=atol_scale * math.sqrt(delta),
+            method="DOP853",
+            events=[settled],
+            dense_output=True,
+        )
         self.s_lo, self.s_hi = -self.shift, float(self.sol.t[-1]) - self.shift
         self.grid = np.linspace(self.s_lo, self.s_hi, n_grid)
         self.grid_loss = np.array([self.loss(s) for s in self.grid])

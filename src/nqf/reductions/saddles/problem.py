@@ -85,9 +85,14 @@ def descend(prob: LossProblem, V0: torch.Tensor, gtol: float, maxiter: int):
     """
     k = V0.shape[1]
     x0 = V0.reshape(-1).numpy().copy()
-    res = minimize(lambda x: prob.fg(x, k), x0, jac=True, method="trust-ncg",
-                   hessp=lambda x, d: prob.hessp(x, d, k),
-                   options={"gtol": max(gtol, 1e-9 * float(np.linalg.norm(x0))), "maxiter": maxiter})
+    res = minimize(
+        lambda x: prob.fg(x, k),
+        x0,
+        jac=True,
+        method="trust-ncg",
+        hessp=lambda x, d: prob.hessp(x, d, k),
+        options={"gtol": max(gtol, 1e-9 * float(np.linalg.norm(x0))), "maxiter": maxiter},
+    )
     x = res.x
     # the loss cannot resolve the last digits (round-off ~1e-16 L exceeds the predicted
     # decrease ~‖g‖²/‖H‖ once ‖g‖ ≲ 1e-8), so judge the polishing steps by the gradient norm
@@ -113,7 +118,7 @@ def compress(V: torch.Tensor, rank_rtol: float):
     U, S, _ = torch.linalg.svd(V, full_matrices=False)
     if S.numel() == 0 or float(S[0]) == 0.0:
         return V[:, :0], 0
-    keep = S ** 2 > rank_rtol * float(S[0]) ** 2
+    keep = S**2 > rank_rtol * float(S[0]) ** 2
     return U[:, keep] * S[keep], int(keep.sum())
 
 
@@ -122,7 +127,7 @@ def complement(Q: torch.Tensor, p: int) -> torch.Tensor:
     if Q.shape[1] == 0:
         return torch.eye(p, dtype=Q.dtype)
     _, U = torch.linalg.eigh(torch.eye(p, dtype=Q.dtype) - Q @ Q.T)  # eigenvalues 0 (r times), then 1
-    return U[:, Q.shape[1]:]
+    return U[:, Q.shape[1] :]
 
 
 def orth(V: torch.Tensor) -> torch.Tensor:

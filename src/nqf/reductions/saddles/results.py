@@ -75,17 +75,28 @@ class Saddle(Result):
 
     def __repr__(self) -> str:
         m = 0 if self.escape_direction is None else int(self.escape_direction.shape[1])
-        return (f"Saddle(index={self.index}, p={int(self.M.shape[0])}, rank={self.rank}, loss={self.loss:.6g}, "
-                f"escape_rate={self.escape_rate:.4g}, escaping={m}, tau={self.tau:.4g}, "
-                f"stationarity={self.stationarity:.2e})")
+        return (
+            f"Saddle(index={self.index}, p={int(self.M.shape[0])}, rank={self.rank}, loss={self.loss:.6g}, "
+            f"escape_rate={self.escape_rate:.4g}, escaping={m}, tau={self.tau:.4g}, "
+            f"stationarity={self.stationarity:.2e})"
+        )
 
     def to_dict(self) -> dict:
         """JSON-ready scalars and the rates (``M``, ``V``, ``G`` and the directions are left out)."""
-        return to_jsonable({"index": self.index, "p": int(self.M.shape[0]), "rank": self.rank, "loss": self.loss,
-                            "stationarity": self.stationarity, "escape_rate": self.escape_rate,
-                            "escape_mode_rate": self.escape_mode_rate, "tau": self.tau,
-                            "n_escaping": 0 if self.escape_direction is None else int(self.escape_direction.shape[1]),
-                            "rates": self.rates})
+        return to_jsonable(
+            {
+                "index": self.index,
+                "p": int(self.M.shape[0]),
+                "rank": self.rank,
+                "loss": self.loss,
+                "stationarity": self.stationarity,
+                "escape_rate": self.escape_rate,
+                "escape_mode_rate": self.escape_mode_rate,
+                "tau": self.tau,
+                "n_escaping": 0 if self.escape_direction is None else int(self.escape_direction.shape[1]),
+                "rates": self.rates,
+            }
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -122,8 +133,8 @@ class SaddleSequence(Result):
     first_level: float = 0.5
     message: str = ""
     notes: tuple = ()
-    _orbit: Any = None       # Heteroclinic of the first escape (None for a single saddle)
-    _problem: Any = None     # LossProblem (for corrected_escape_times)
+    _orbit: Any = None  # Heteroclinic of the first escape (None for a single saddle)
+    _problem: Any = None  # LossProblem (for corrected_escape_times)
 
     def __post_init__(self):
         object.__setattr__(self, "saddles", tuple(self.saddles))
@@ -131,9 +142,11 @@ class SaddleSequence(Result):
 
     def __repr__(self) -> str:
         lv = self.plateau_levels
-        return (f"SaddleSequence(rule={self.rule!r}, p={int(self.saddles[0].M.shape[0])}, drops={len(self) - 1}, "
-                f"L={lv[0]:.6g}→{lv[-1]:.6g}, final_rank={int(self.ranks[-1])}, "
-                f"global_minimum={self.global_minimum}, certificate={self.certificate:.2e})")
+        return (
+            f"SaddleSequence(rule={self.rule!r}, p={int(self.saddles[0].M.shape[0])}, drops={len(self) - 1}, "
+            f"L={lv[0]:.6g}→{lv[-1]:.6g}, final_rank={int(self.ranks[-1])}, "
+            f"global_minimum={self.global_minimum}, certificate={self.certificate:.2e})"
+        )
 
     # ------------------------------------------------------------------ arrays
     @property
@@ -274,5 +287,3 @@ def _check_eps(eps) -> float:
     if not 0.0 < eps < 1.0:
         raise InvalidParameterError(f"`eps` must lie in (0, 1) (the initial scale, M(0) = ε I); found {eps}")
     return eps
-
-

@@ -35,15 +35,34 @@ def _saddle_at(prob: LossProblem, V: torch.Tensor, index: int, tau: float):
     h, U = torch.linalg.eigh(0.5 * (H + H.T))
     h, U = h.flip(0), U.flip(1)
     lam = float(h[0]) if h.numel() else 0.0
-    sad = Saddle(index=index, M=M, V=V.clone(), rank=V.shape[1], loss=prob.loss(M), G=G,
-                 stationarity=float(torch.linalg.norm(G @ M)), rates=h, escape_rate=4.0 * lam, tau=tau)
+    sad = Saddle(
+        index=index,
+        M=M,
+        V=V.clone(),
+        rank=V.shape[1],
+        loss=prob.loss(M),
+        G=G,
+        stationarity=float(torch.linalg.norm(G @ M)),
+        rates=h,
+        escape_rate=4.0 * lam,
+        tau=tau,
+    )
     return sad, lam, Qc, U
 
 
-def saddle_sequence(op: StructureOperator, y, *, max_rank: int | None = None, tol: float = 1e-9,
-                    rule: str = "auto", gtol: float = 1e-12, rank_rtol: float = 1e-10,
-                    degeneracy_rtol: float = 1e-9, first_level: float = 0.5,
-                    maxiter: int = 2000) -> SaddleSequence:
+def saddle_sequence(
+    op: StructureOperator,
+    y,
+    *,
+    max_rank: int | None = None,
+    tol: float = 1e-9,
+    rule: str = "auto",
+    gtol: float = 1e-12,
+    rank_rtol: float = 1e-10,
+    degeneracy_rtol: float = 1e-9,
+    first_level: float = 0.5,
+    maxiter: int = 2000,
+) -> SaddleSequence:
     r"""The greedy low-rank saddle sequence of the NQF flow and its ε → 0 clock.
 
     Loss and time convention: ``L = (1/2N) ‖f_0 + 𝒜(M) − y‖²`` (MSE, summed over
@@ -95,8 +114,10 @@ def saddle_sequence(op: StructureOperator, y, *, max_rank: int | None = None, to
     if not isinstance(op, StructureOperator):
         raise InvalidTypeError(f"`op` must be a StructureOperator; found {type(op).__name__}")
     if not op.satisfies_zgz:
-        raise NotClosedError("`op` has a linear or cross-unit term (the zero-gradient condition fails): the flow "
-                             "does not close on M alone, so the saddle sequence of L(M) does not describe it")
+        raise NotClosedError(
+            "`op` has a linear or cross-unit term (the zero-gradient condition fails): the flow "
+            "does not close on M alone, so the saddle sequence of L(M) does not describe it"
+        )
     if rule not in ("auto", "commuting", "generic"):
         raise InvalidParameterError(f"`rule` must be one of 'auto', 'commuting', 'generic'; found {rule!r}")
     if not 0.0 < first_level < 1.0:
@@ -114,31 +135,58 @@ def saddle_sequence(op: StructureOperator, y, *, max_rank: int | None = None, to
         if rule == "auto":
             rule = "commuting" if defect <= _COMMUTE_RTOL else "generic"
         elif defect > _COMMUTE_RTOL:
-            raise NonCommutingError(f"`rule`='commuting' but the structure matrices do not commute: relative "
-                                    f"commutator of two random adjoints {defect:.3e} > {_COMMUTE_RTOL:g} "
-                                    "(nqf.structure.commutator_defect); use rule='generic' or 'auto'")
+            raise NonCommutingError(
+                f"`rule`='commuting' but the structure matrices do not commute: relative "
+                f"commutator of two random adjoints {defect:.3e} > {_COMMUTE_RTOL:g} "
+                "(nqf.structure.commutator_defect); use rule='generic' or 'auto'"
+            )
     G0 = prob.G(torch.zeros(p, p, dtype=op.dtype))
     scale = max(1.0, float(torch.linalg.eigvalsh(G0).abs().max()))
     run = _commuting if rule == "commuting" else _generic
-    saddles, lam, message, notes = run(prob, max_rank=max_rank, tol=tol * scale, gtol=gtol * scale,
-                                       rank_rtol=rank_rtol, degeneracy_rtol=degeneracy_rtol, maxiter=maxiter)
+    saddles, lam, message, notes = run(
+        prob,
+        max_rank=max_rank,
+        tol=tol * scale,
+        gtol=gtol * scale,
+        rank_rtol=rank_rtol,
+        degeneracy_rtol=degeneracy_rtol,
+        maxiter=maxiter,
+    )
     orbit, first_offset = None, math.nan
     Q0 = saddles[0].escape_direction
     if len(saddles) >= 2 and Q0 is not None:
         L0, L1 = saddles[0].loss, saddles[1].loss
-        orbit = Heteroclinic(prob, saddles[0].V, Q0, saddles[0].escape_rate / 4.0,
-                             L0 - 0.999 * (L0 - L1), delta=1e-14, rtol=1e-12, atol_scale=1e-15,
-                             s_max=4000.0 / saddles[0].escape_rate, n_grid=401)
+        orbit = Heteroclinic(
+            prob,
+            saddles[0].V,
+            Q0,
+            saddles[0].escape_rate / 4.0,
+            L0 - 0.999 * (L0 - L1),
+            delta=1e-14,
+            rtol=1e-12,
+            atol_scale=1e-15,
+            s_max=4000.0 / saddles[0].escape_rate,
+            n_grid=401,
+        )
         first_offset = orbit.crossing(L0 - first_level * (L0 - L1))
-    return SaddleSequence(saddles=tuple(saddles), global_minimum=lam <= tol * scale, certificate=lam, rule=rule,
-                          first_offset=first_offset, first_level=first_level, message=message, notes=tuple(notes),
-                          _orbit=orbit, _problem=prob)
+    return SaddleSequence(
+        saddles=tuple(saddles),
+        global_minimum=lam <= tol * scale,
+        certificate=lam,
+        rule=rule,
+        first_offset=first_offset,
+        first_level=first_level,
+        message=message,
+        notes=tuple(notes),
+        _orbit=orbit,
+        _problem=prob,
+    )
 
 
 def _generic(prob: LossProblem, *, max_rank, tol, gtol, rank_rtol, degeneracy_rtol, maxiter):
     """Generic rule: escape along the top eigenvector of ``−P G P``, descend, sorted-exponent clock."""
     p = prob.p
-    e_sorted = np.ones(p)      # sorted exponents of the complement
+    e_sorted = np.ones(p)  # sorted exponents of the complement
     saddles: list[Saddle] = []
     V = torch.zeros(p, 0, dtype=torch.float64)
     tau, message, notes = 0.0, "", []
@@ -147,8 +195,11 @@ def _generic(prob: LossProblem, *, max_rank, tol, gtol, rank_rtol, degeneracy_rt
         r = V.shape[1]
         if lam <= tol or r >= max_rank:
             saddles.append(sad)
-            message = (f"converged: λ_max(−G) = {lam:.3e} ≤ tol·scale = {tol:.3e}" if lam <= tol
-                       else f"stopped at `max_rank` = {max_rank}")
+            message = (
+                f"converged: λ_max(−G) = {lam:.3e} ≤ tol·scale = {tol:.3e}"
+                if lam <= tol
+                else f"stopped at `max_rank` = {max_rank}"
+            )
             return saddles, lam, message, notes
         h = sad.rates
         m = int((h >= lam - degeneracy_rtol * abs(lam)).sum())
@@ -174,9 +225,11 @@ def _generic(prob: LossProblem, *, max_rank, tol, gtol, rank_rtol, degeneracy_rt
         lost = r + m - rn  # directions that left range(M): they start decaying from exponent 0
         e_sorted = np.sort(np.concatenate([np.zeros(max(lost, 0)), e_sorted[m:]]))
         if lost > 0:
-            notes.append(f"saddle {len(saddles)}: {lost} direction(s) left range(M) under the generic rule; "
-                         "the clock after this point is not derived (a decaying direction is not in "
-                         "general position) and later taus are unreliable")
+            notes.append(
+                f"saddle {len(saddles)}: {lost} direction(s) left range(M) under the generic rule; "
+                "the clock after this point is not derived (a decaying direction is not in "
+                "general position) and later taus are unreliable"
+            )
         V = Vn
 
 
@@ -199,7 +252,7 @@ def _commuting(prob: LossProblem, *, max_rank, tol, gtol, rank_rtol, degeneracy_
     ytil = (prob.y - prob.f0).reshape(-1)
     res = limit((a.T @ ytil / N).numpy(), (a.T @ a / N).numpy(), y2=float(ytil @ ytil) / N)
     # plateaus: the state after all events at the same τ; its escape: the modes switching on at the next τ
-    taus, on, states = [0.0], [], [np.zeros(p)]   # on[j]: the modes switching on when plateau j ends
+    taus, on, states = [0.0], [], [np.zeros(p)]  # on[j]: the modes switching on when plateau j ends
     for e, z in zip(res.events, res.z_after, strict=True):
         if e.tau != taus[-1]:
             taus.append(e.tau)
@@ -222,7 +275,11 @@ def _commuting(prob: LossProblem, *, max_rank, tol, gtol, rank_rtol, degeneracy_
         saddles.append(replace(sad, escape_direction=D, escape_mode_rate=4.0 * float(hm.max())))
     last = saddles[-1]
     lam = float(last.escape_rate) / 4.0
-    message = (f"converged: λ_max(−G) = {lam:.3e} ≤ tol·scale = {tol:.3e}" if lam <= tol else
-               f"stopped at `max_rank` = {max_rank}" if last.rank >= max_rank else
-               f"the ε → 0 limit ended (KKT of the Lotka–Volterra modes) with λ_max(−G) = {lam:.3e}")
+    message = (
+        f"converged: λ_max(−G) = {lam:.3e} ≤ tol·scale = {tol:.3e}"
+        if lam <= tol
+        else f"stopped at `max_rank` = {max_rank}"
+        if last.rank >= max_rank
+        else f"the ε → 0 limit ended (KKT of the Lotka–Volterra modes) with λ_max(−G) = {lam:.3e}"
+    )
     return saddles, lam, message, []
