@@ -22,35 +22,14 @@ from torch import nn
 
 from ..errors import NormalFormError
 from ..results import Result
+from ..structure.discover import ELEMENTWISE_MODULES
 from ..structure.units import UnitLayout, UnitSlice, get_unit_weights, set_unit_weights
 
 __all__ = ["FoundUnits", "find_unit_layers", "choose_units", "structure_of", "output_at_zero", "ELEMENTWISE"]
 
-#: Elementwise activation modules (smooth and non-smooth: the smoothness check judges them).
-ELEMENTWISE: tuple[type[nn.Module], ...] = (
-    nn.Tanh,
-    nn.GELU,
-    nn.Sigmoid,
-    nn.SiLU,
-    nn.Softplus,
-    nn.Mish,
-    nn.Softsign,
-    nn.Tanhshrink,
-    nn.Identity,
-    nn.ReLU,
-    nn.ReLU6,
-    nn.LeakyReLU,
-    nn.PReLU,
-    nn.RReLU,
-    nn.ELU,
-    nn.CELU,
-    nn.SELU,
-    nn.Hardtanh,
-    nn.Hardswish,
-    nn.Hardsigmoid,
-    nn.Hardshrink,
-    nn.Softshrink,
-)
+#: Elementwise activation modules (smooth and non-smooth: the smoothness check judges them): those that
+#: :func:`nqf.structure.find_units` accepts between two layers, plus ``Identity`` and a shared-slope ``PReLU``.
+ELEMENTWISE: tuple[type[nn.Module], ...] = ELEMENTWISE_MODULES + (nn.Identity, nn.PReLU)
 
 
 @dataclass(frozen=True)
