@@ -23,7 +23,7 @@ from torch import nn
 from ..errors import NormalFormError
 from ..results import Result
 from ..structure.discover import ELEMENTWISE_MODULES
-from ..structure.units import UnitLayout, UnitSlice, get_unit_weights, set_unit_weights
+from ..structure.units import UnitLayout, get_unit_weights, set_unit_weights
 
 __all__ = ["FoundUnits", "find_unit_layers", "choose_units", "structure_of", "output_at_zero", "ELEMENTWISE"]
 
@@ -79,70 +79,42 @@ class FoundUnits(Result):
         return f"{self.kind} `{self.name}`: {self.n_units} units of dimension p = {self.p}{act}"
 
 
-def _mlp_blocks(module: nn.Module) -> list[FoundUnits]:
-    params = dict(module.named_parameters())
-    found = []
-    units = getattr(module, "units", None)
-    if isinstance(units, UnitLayout) and hasattr(module, "input"):
-        lay = units.resolve(params)
-        act = getattr(module, "activation", None)
-        found.append(
-            FoundUnits(
-                "input", "mlp-hidden", lay, lay.m, lay.p(params), act, True, getattr(module, "bias", False) is True
-            )
-        )
-        return found
-    for prefix, seq in module.named_modules():
-        if not isinstance(seq, nn.Sequential):
-            continue
-        kids = list(seq.named_children())
-        for i in range(len(kids) - 2):
-            (n_in, lin), (_, act), (n_out, lout) = kids[i], kids[i + 1], kids[i + 2]
-            from .models import Elementwise
+def _mlp_details(module: nn.Module, cand) -> tuple[nn.Module | None, bool, bool]:
+    """Activation, whole-model flag and bias of hidden neurons between two ``nn.Linear`` of a Sequential.
 
-            if not (
-                isinstance(lin, nn.Linear)
-                and isinstance(lout, nn.Linear)
-                and isinstance(act, ELEMENTWISE + (Elementwise,))
-                and lin.out_features == lout.in_features
-            ):
-                continue
-            pre = f"{prefix}." if prefix else ""
-            slices = [UnitSlice(f"{pre}{n_out}.weight", axis=1), UnitSlice(f"{pre}{n_in}.weight", axis=0)]
-            if lin.bias is not None:
-                slices.append(UnitSlice(f"{pre}{n_in}.bias", axis=0))
-            lay = UnitLayout(slices).resolve(params)
-            whole = seq is module and len(kids) == 3
-            found.append(
-                FoundUnits(f"{pre}{n_in}", "mlp-hidden", lay, lay.m, lay.p(params), act, whole, lin.bias is not None)
-            )
-    return found
+    ``(None, False, False)`` for anything else (the structure then comes from ``from_module``).
+    """
+    if cand.kind != "mlp-hidden" or len(cand.names) != 2:
+        return None, False, False
+    first, second = (module.get_submodule(n) for n in cand.names)
+    parent_name = cand.names[0].rpartition(".")[0]
+    parent = module.get_submodule(parent_name) if parent_name else module
+    kids = list(parent.children())
+    if not (isinstance(first, nn.Linear) and any(k is first for k in kids) and any(k is second for k in kids)):
+        return None, False, False
+    i = next(n for n, k in enumerate(kids) if k is first)
+    j = next(n for n, k in enumerate(kids) if k is second)
+    from .models import Elementwise
 
-
-def _adapt(obj, module) -> FoundUnits:
-    """A :class:`FoundUnits` from whatever :mod:`nqf.structure`'s discovery returns."""
-    params = dict(module.named_parameters())
-    lay = obj if isinstance(obj, UnitLayout) else getattr(obj, "layout", None) or getattr(obj, "units", None)
-    if not isinstance(lay, UnitLayout):
-        raise NormalFormError(f"`units`: cannot read a unit layout from {type(obj).__name__}")
-    lay = lay.resolve(params)
-    name = str(getattr(obj, "name", "units"))
-    mine = {f.name: f for f in _mlp_blocks(module)}
-    if name in mine:  # keep the analytic fast path for MLP blocks
-        return mine[name]
-    return FoundUnits(name, str(getattr(obj, "kind", "units")), lay, lay.m, lay.p(params))
+    acts = kids[i + 1 : j]
+    act = acts[0] if len(acts) == 1 and isinstance(acts[0], ELEMENTWISE + (Elementwise,)) else None
+    whole = act is not None and parent is module and len(kids) == 3
+    return act, whole, first.bias is not None
 
 
 def find_unit_layers(module: nn.Module) -> list[FoundUnits]:
-    """Every layer of interchangeable units found in ``module`` (possibly empty)."""
-    from .. import structure
+    """Every layer of interchangeable units in ``module`` (possibly empty), as :func:`nqf.structure.find_units`
+    finds them; hidden neurons of a Sequential also carry their activation (analytic operator when the model is
+    exactly that two-layer MLP)."""
+    from ..structure import find_units
 
-    if hasattr(structure, "find_units"):
-        try:
-            return [_adapt(o, module) for o in structure.find_units(module)]
-        except (TypeError, AttributeError, NormalFormError):
-            pass
-    return _mlp_blocks(module)
+    params = dict(module.named_parameters())
+    out = []
+    for cand in find_units(module):
+        layout = cand.layout.resolve(params)
+        act, whole, bias = _mlp_details(module, cand)
+        out.append(FoundUnits(cand.name, cand.kind, layout, layout.m, layout.p(params), act, whole, bias))
+    return out
 
 
 def choose_units(module: nn.Module, name: str | None = None) -> FoundUnits:
