@@ -31,6 +31,8 @@ from nqf.dynamics import simulate
 from nqf.structure import mlp
 
 ROOT = Path(__file__).resolve().parents[1]
+#: old module name -> where its names (data_subspace, project_operator) live now
+MOVED = {"nqf.dynamics.subspace": "nqf.structure"}
 
 
 def load_previous(ref: str):
@@ -41,6 +43,9 @@ def load_previous(ref: str):
         capture_output=True,
         text=True,
     ).stdout
+    # modules that moved since ``ref``: the old file's relative imports find them under their old names
+    for name, now in MOVED.items():
+        sys.modules.setdefault(name, importlib.import_module(now))
     path = Path(tempfile.mkdtemp()) / "_simulate_before.py"
     path.write_text(src)
     spec = importlib.util.spec_from_file_location("nqf.dynamics._simulate_before", path)
