@@ -150,7 +150,7 @@ def simulate(
         and the last step are always saved.
     compress : bool
         Simulate on the ``r × r`` data-subspace block (ZGZ only; see
-        :mod:`nqf.dynamics.subspace`); the saved ``M``/``W`` are mapped back
+        :meth:`nqf.structure.StructureOperator.compress`); the saved ``M``/``W`` are mapped back
         exactly to the full ``p``-dimensional space.
     adam_betas, adam_eps
         Adam hyper-parameters (``torch.optim.Adam`` conventions, bias-corrected).
