@@ -20,3 +20,17 @@ def toml_value(v):
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(toml_value(x) for x in v) + "]"
     return repr(v)
+
+
+def interacting_commuting_modes(seed=3, p=6, N=40):
+    """Commuting sensing matrices ``A_n = U diag(a_n) Uᵀ`` with correlated (interacting) modes ``a``.
+
+    Returns ``(U, a, y)``: the basis (p, p), the mode coordinates (N, p) and targets (N,) in which one mode
+    later leaves the active set and a slower mode joins.
+    """
+    rng = np.random.default_rng(seed)
+    U, _ = np.linalg.qr(rng.standard_normal((p, p)))
+    mix = np.eye(p) + 0.6 * rng.standard_normal((p, p)) / np.sqrt(p)
+    a = rng.standard_normal((N, p)) @ mix.T
+    y = a @ np.array([2.0, 1.0, 0.5, 0.3, 0.0, 0.0]) + 0.2 * rng.standard_normal(N)
+    return U, a, y

@@ -28,6 +28,7 @@ import torch
 from scipy.integrate import solve_ivp
 from scipy.optimize import nnls
 
+from helpers import interacting_commuting_modes
 from nqf.errors import NotClosedError, ShapeError
 from nqf.reductions.saddles import commutes, saddle_sequence
 from nqf.structure.mlp import mlp
@@ -278,14 +279,8 @@ def lv_limit_nnls(a, y):
 
 @pytest.fixture(scope="module")
 def commuting_case():
-    rng = np.random.default_rng(3)
-    p, N = 6, 40
-    U, _ = np.linalg.qr(rng.standard_normal((p, p)))
-    mix = np.eye(p) + 0.6 * rng.standard_normal((p, p)) / np.sqrt(p)
-    a = rng.standard_normal((N, p)) @ mix.T
-    y = a @ np.array([2.0, 1.0, 0.5, 0.3, 0.0, 0.0]) + 0.2 * rng.standard_normal(N)
-    A = np.einsum("ik,nk,jk->nij", U, a, U)
-    op = DenseStructure(torch.tensor(A))
+    U, a, y = interacting_commuting_modes()
+    op = DenseStructure(torch.tensor(np.einsum("ik,nk,jk->nij", U, a, U)))
     return op, a, y, saddle_sequence(op, torch.tensor(y))
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from helpers import interacting_commuting_modes
 from nqf.reductions.lv import limit
 from nqf.reductions.saddles import Saddle, SaddleSequence, saddle_sequence
 from nqf.structure import DenseStructure
@@ -56,12 +57,8 @@ def test_orthogonal_features_closed_form():
 def test_switch_order_and_levels_equal_lv_limit_with_interactions():
     """Interacting commuting modes (mode joins, a mode leaves): levels, times and the switching modes are those
     of nqf.reductions.lv.limit run on (β, C) in the known basis."""
-    rng = np.random.default_rng(3)
-    p, N = 6, 40
-    U, _ = np.linalg.qr(rng.standard_normal((p, p)))
-    mix = np.eye(p) + 0.6 * rng.standard_normal((p, p)) / np.sqrt(p)
-    a = rng.standard_normal((N, p)) @ mix.T
-    y = a @ np.array([2.0, 1.0, 0.5, 0.3, 0.0, 0.0]) + 0.2 * rng.standard_normal(N)
+    U, a, y = interacting_commuting_modes()
+    N = a.shape[0]
     op = DenseStructure(torch.tensor(np.einsum("ik,nk,jk->nij", U, a, U)))
     seq = saddle_sequence(op, torch.tensor(y))
     res = limit(a.T @ y / N, a.T @ a / N, y2=float(y @ y) / N)
