@@ -139,7 +139,6 @@ def test_cli_run_directory_and_rank_deficient_start(tmp_path):
 def test_predict_uses_lotka_volterra_on_commuting_data():
     """Diagonal structure matrices with orthogonal measurement columns commute: the prediction is the
     Lotka–Volterra reduction, whose plateaus are ½E y² − Σ_{learned} β_k²/(2 C_kk) in closed form."""
-    from nqf.analyze import predict
     from nqf.analyze.checks import check_commutation
     from nqf.structure import DenseStructure
 
@@ -151,7 +150,7 @@ def test_predict_uses_lotka_volterra_on_commuting_data():
     op = DenseStructure(A)
     row, commuting = check_commutation(op)
     assert commuting and float(row.value) < 1e-12
-    pred = predict(op, y, 1e-6, commuting=True)
+    pred = nqf.predict(op, y, 1e-6, commuting=True)
     assert pred.method == "lotka-volterra"
     beta = (a * y).sum(0) / N
     Ckk = (a * a).sum(0) / N

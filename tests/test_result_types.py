@@ -250,7 +250,7 @@ FACTORIES = {
     "nqf.analysis.validity.ValidityReport": (lambda f: _validity_sweep().reports[0], ()),
     "nqf.analysis.validity.ValiditySweep": (lambda f: _validity_sweep(), ()),
     "nqf.analyze.result.Analysis": (lambda f: analysis(), ()),
-    "nqf.analyze.result.Prediction": (lambda f: analysis().prediction, ()),
+    "nqf.reductions._staircase.Staircase": (lambda f: analysis().prediction, ()),
     "nqf.analyze.result.CheckRow": (lambda f: analysis().checks[0], ()),
     "nqf.analyze.discover.FoundUnits": (
         lambda f: __import__("nqf.analyze.discover", fromlist=["x"]).find_unit_layers(

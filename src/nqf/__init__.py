@@ -46,6 +46,8 @@ _LAZY_ATTRS: dict[str, tuple[str, str]] = {
     "train_network": ("nqf.dynamics", "train_network"),
     "Trajectory": ("nqf.dynamics", "Trajectory"),
     "two_layer_modes": ("nqf.reductions.svd_modes", "two_layer_modes"),
+    "predict": ("nqf.reductions", "predict"),
+    "Staircase": ("nqf.reductions", "Staircase"),
     "analyze": ("nqf.analyze", "analyze"),
 }
 
@@ -73,6 +75,8 @@ __all__ = [  # kept equal to the two tables above by tests/test_package.py
     "train_network",
     "Trajectory",
     "two_layer_modes",
+    "predict",
+    "Staircase",
     "analyze",
 ]
 
@@ -89,7 +93,9 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these are reso
     from .dynamics import gradient_flow as gradient_flow
     from .dynamics import simulate as simulate
     from .dynamics import train_network as train_network
+    from .reductions import Staircase as Staircase
     from .reductions import lv as lv
+    from .reductions import predict as predict
     from .reductions import saddles as saddles
     from .reductions import svd_modes as svd_modes
     from .reductions.svd_modes import two_layer_modes as two_layer_modes

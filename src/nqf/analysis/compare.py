@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import ShapeError
+from ..reductions import Staircase
 from ..reductions.timing import crossing_times, midpoint_levels
 from ..results import Result, to_jsonable
 from ._curves import _as_1d
@@ -148,6 +149,19 @@ class StaircaseComparison(Result):
         return np.abs(self.times_measured - self.times_predicted) / np.maximum(np.abs(self.times_predicted), 1e-300)
 
     @property
+    def adjacent_drops(self) -> np.ndarray:
+        """Shape (K + 1,): the smaller predicted drop next to each plateau (the scale flatness is judged on).
+
+        ``min(L_{k−1} − L_k, L_k − L_{k+1})`` over the drops that exist; NaN for a staircase without drops.
+        """
+        lev = np.asarray(self.levels_predicted, float)
+        d = np.abs(lev[:-1] - lev[1:])
+        left = np.concatenate([[np.inf], d])
+        right = np.concatenate([d, [np.inf]])
+        out = np.minimum(left, right)
+        return np.where(np.isfinite(out), out, np.nan)
+
+    @property
     def flat(self) -> np.ndarray:
         """Boolean (K + 1,): plateau flat enough to be called a plateau (NaN flatness → False)."""
         with np.errstate(invalid="ignore"):
@@ -179,17 +193,21 @@ class StaircaseComparison(Result):
         }
 
 
-def compare_staircase(t, loss, levels, times, *, flat_threshold: float = FLAT_THRESHOLD) -> StaircaseComparison:
+def compare_staircase(t, loss, staircase, times=None, *, flat_threshold: float = FLAT_THRESHOLD) -> StaircaseComparison:
     """Measure levels, escape times and flatness of a curve against a predicted staircase.
+
+    The one judge of a staircase in nqf: :func:`nqf.analyze` and every experiment
+    measure levels, drop times and flatness through it (module docstring for the rules).
 
     Parameters
     ----------
     t, loss : array_like, shape (T,)
         Measured curve (``t = η · steps``, may start at 0).
-    levels : array_like, shape (K + 1,)
-        Predicted plateau levels ``L_0 … L_K``.
-    times : array_like, shape (K,)
-        Predicted drop times ``t_1 … t_K``.
+    staircase : nqf.Staircase or array_like, shape (K + 1,)
+        The prediction (:func:`nqf.predict`), or its plateau levels ``L_0 … L_K`` with
+        ``times`` given separately.
+    times : array_like, shape (K,), optional
+        Predicted drop times ``t_1 … t_K`` when ``staircase`` is an array of levels.
     flat_threshold : float
         See the module docstring.
 
@@ -198,6 +216,17 @@ def compare_staircase(t, loss, levels, times, *, flat_threshold: float = FLAT_TH
     StaircaseComparison
     """
     t, loss = _curve(t, loss)
+    if isinstance(staircase, Staircase):
+        if times is not None:
+            raise ShapeError("`times` must be omitted when `staircase` is a Staircase (it holds its own times)")
+        levels, times = staircase.levels, staircase.times
+    elif times is None:
+        raise ShapeError(
+            "`staircase` must be a nqf.Staircase, or levels with `times`; "
+            f"found {type(staircase).__name__} and no times"
+        )
+    else:
+        levels = staircase
     levels, times = np.asarray(levels, float).reshape(-1), np.asarray(times, float).reshape(-1)
     if levels.size != times.size + 1:
         raise ShapeError(f"`levels` must have one entry more than `times`; found {levels.size} and {times.size}")

@@ -7,9 +7,10 @@ initial state ``M(0) = εI``, compares per plateau, and returns an
 :class:`Analysis` with assumption checks and a verdict.
 
 Public helpers: :func:`initial_weights`, :func:`stable_learning_rate`,
-:func:`step_count` (from :mod:`nqf.analysis.schedule`), :func:`predict`,
-:func:`find_unit_layers`, :func:`choose_units`, :func:`build_model`; curve
-comparison lives in :mod:`nqf.analysis.compare`.
+:func:`step_count` (from :mod:`nqf.analysis.schedule`),
+:func:`find_unit_layers`, :func:`choose_units`, :func:`build_model`.  The
+prediction is :func:`nqf.predict` (a :class:`nqf.Staircase`); curve comparison
+lives in :mod:`nqf.analysis.compare`.
 
 Names are imported on first use (PEP 562), so that ``nqf --version`` — whose
 command table imports :mod:`nqf.analyze.cli` — does not load torch.
@@ -22,10 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 _ATTRS: dict[str, str] = {
     "analyze": "pipeline",
-    "predict": "pipeline",
     "prepare_analysis": "pipeline",
     "Analysis": "result",
-    "Prediction": "result",
     "CheckRow": "result",
     "FoundUnits": "discover",
     "choose_units": "discover",
@@ -40,13 +39,11 @@ __all__ = [  # equal to the keys of _ATTRS
     "Analysis",
     "CheckRow",
     "FoundUnits",
-    "Prediction",
     "analyze",
     "build_model",
     "choose_units",
     "find_unit_layers",
     "initial_weights",
-    "predict",
     "prepare_analysis",
     "stable_learning_rate",
     "step_count",
@@ -56,8 +53,8 @@ if TYPE_CHECKING:
     from ..analysis.schedule import initial_weights, stable_learning_rate, step_count
     from .discover import FoundUnits, choose_units, find_unit_layers
     from .models import build_model
-    from .pipeline import analyze, predict, prepare_analysis
-    from .result import Analysis, CheckRow, Prediction
+    from .pipeline import analyze, prepare_analysis
+    from .result import Analysis, CheckRow
 
 
 def __getattr__(name: str) -> Any:

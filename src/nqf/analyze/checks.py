@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from ..errors import NormalFormError
-from ..structure.commute import commutator_defect
+from ..reductions import COMMUTING_RTOL, commutation_test
 from .result import CheckRow
 
 __all__ = ["check_smooth", "check_symmetry", "check_zgz", "check_commutation", "check_width", "estimate_row"]
@@ -70,13 +70,13 @@ def check_zgz(op, offset: torch.Tensor, how: str, activation=None) -> CheckRow:
     )
 
 
-def check_commutation(op, rtol: float = 1e-9) -> tuple[CheckRow, bool]:
+def check_commutation(op, rtol: float = COMMUTING_RTOL) -> tuple[CheckRow, bool]:
     """Commutation row and the decision (True: Lotka–Volterra; False: saddle sequence).
 
-    The number is :func:`nqf.structure.commutator_defect` (two random adjoints, nothing dense).
+    The number and the decision are :func:`nqf.reductions.commutation_test` (the test of
+    :func:`nqf.predict`: two random adjoints, nothing dense).
     """
-    value = commutator_defect(op)
-    yes = value <= rtol
+    value, yes = commutation_test(op, rtol)
     note = (
         "commuting: Lotka–Volterra reduction"
         if yes

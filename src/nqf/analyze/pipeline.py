@@ -9,8 +9,8 @@ Pipeline (docs/analyze.md):
 3. structure operator (analytic for a plain two-layer MLP, autodiff otherwise) and
    assumption checks: symmetry, zero-gradient condition, commutation (two random
    adjoints; nothing dense), memory/time estimate;
-4. prediction: Lotka–Volterra reduction (commuting data) or greedy saddle
-   sequence (:func:`nqf.reductions.saddles.saddle_sequence`);
+4. prediction (:func:`nqf.predict`, a :class:`nqf.Staircase`): Lotka–Volterra
+   reduction (commuting data) or greedy saddle sequence;
 5. learning rate ``0.02 / largest escape rate`` and steps to ``1.5 t_K + 5``;
 6. the NQF simulation (:func:`nqf.simulate`; weight form for ``ε ≤ 1e-13`` or
    width ``< p``) and the real module trained with full-batch GD from the same
@@ -32,97 +32,19 @@ import torch
 from ..analysis.compare import FLAT_THRESHOLD, compare_staircase
 from ..analysis.schedule import initial_weights, stable_learning_rate, step_count
 from ..data import Dataset, prepare
-from ..dynamics.initial import initial_state
+from ..reductions import predict
 from .checks import check_commutation, check_smooth, check_symmetry, check_width, check_zgz, estimate_row
 from .discover import choose_units, structure_of
 from .models import build_model
-from .result import Analysis, Prediction
+from .result import Analysis
 from .verdict import judge, validity
 
-__all__ = ["analyze", "predict", "prepare_analysis"]
+__all__ = ["analyze", "prepare_analysis"]
 
-#: Largest dense Lotka–Volterra structure array (N·C·p² entries) built for commuting data.
-LV_MAX_ENTRIES = 2e7
 #: Default run length ``t_end = HORIZON_MARGIN · t_K + HORIZON_EXTRA`` (``t_K`` the last predicted drop).
 HORIZON_MARGIN, HORIZON_EXTRA = 1.5, 5.0
 #: Below this ε the NQF is simulated in weight form (the order-parameter form is exact at larger ε).
 WEIGHT_FORM_BELOW = 1e-13
-
-
-def predict(op, Y, eps: float, *, commuting: bool, M0=None) -> Prediction:
-    """Predicted staircase at ``ε``: Lotka–Volterra (commuting data) or the saddle sequence.
-
-    Parameters
-    ----------
-    op : StructureOperator
-    Y : torch.Tensor, shape (N, C)
-        Targets (minus ``f(0)`` when ``op`` carries no offset).
-    eps : float
-    commuting : bool
-        From :func:`nqf.analyze.checks.check_commutation` (the cheap test).
-    M0 : torch.Tensor, optional
-        Initial order parameter for the Lotka–Volterra reduction (default ``εI``).
-    """
-    from ..reductions.saddles import saddle_sequence
-
-    dense_entries = op.n_samples * op.n_outputs * op.p**2
-    if commuting and dense_entries <= LV_MAX_ENTRIES:
-        from ..reductions.lv import reduce
-
-        M0 = initial_state(op.p, eps=eps).M0 if M0 is None else M0
-        lv = reduce(op, Y, M0)
-        pl = lv.plateaus(eps)
-        times = pl.times.numpy()
-        levels = pl.losses.numpy()
-        basis = np.asarray(lv.basis)
-        dirs = basis[:, pl.modes.numpy()] if times.size else np.zeros((op.p, 0))
-        zeta = lv.zeta.numpy()
-        rates = np.concatenate([zeta[pl.modes.numpy()], [0.0]]) if times.size else np.array([0.0])
-        ranks = np.arange(times.size + 1)
-        return Prediction(
-            "lotka-volterra",
-            levels,
-            times,
-            times.copy(),
-            rates,
-            ranks,
-            dirs,
-            True,
-            float(eps),
-            ("commuting data: Lotka–Volterra reduction",),
-            ("Lotka–Volterra",) * int(times.size),
-        )
-    from ..reductions.saddles.clock import predicted_escape_times
-
-    seq = saddle_sequence(op, Y, rule="commuting" if commuting else "generic")
-    K = len(seq) - 1
-    times, rules = predicted_escape_times(seq, eps) if K else (np.zeros(0), ())
-    lead = seq.escape_times(eps, offset=False) if K else np.zeros(0)
-    dirs = np.stack([seq.saddles[k].escape_direction[:, 0].numpy() for k in range(K)], 1) if K else np.zeros((op.p, 0))
-    notes = [
-        "drop times: the first with its exact O(1) offset; later ones with the O(1) correction of the "
-        "small-part recursion where it applies, else leading order τ_k ln(1/ε) (rule per drop in "
-        "time_rules)"
-    ] + list(seq.notes)
-    if commuting:
-        notes.insert(
-            0,
-            "commuting data too large for the dense Lotka–Volterra reduction: saddle sequence with "
-            "the commuting rule (equal to the Lotka–Volterra ε → 0 limit)",
-        )
-    return Prediction(
-        "saddle-sequence",
-        seq.plateau_levels,
-        np.asarray(times),
-        np.asarray(lead),
-        seq.escape_rates,
-        seq.ranks,
-        dirs,
-        bool(seq.global_minimum),
-        float(eps),
-        tuple(notes),
-        tuple(rules),
-    )
 
 
 def _as_data(X, Y, name: str | None) -> Dataset:
@@ -293,9 +215,9 @@ def analyze(
     n = min(len(sim), len(real))
     t = real.t[:n].numpy()
     Lr, Ln = real.loss[:n].numpy(), sim.loss[:n].numpy()
-    cmp_nqf = compare_staircase(t, Ln, pred.levels, pred.times, flat_threshold=flat_threshold)
-    cmp_real = compare_staircase(t, Lr, pred.levels, pred.times, flat_threshold=flat_threshold)
-    Q = torch.as_tensor(pred.directions, dtype=torch.float64)
+    cmp_nqf = compare_staircase(t, Ln, pred, flat_threshold=flat_threshold)
+    cmp_real = compare_staircase(t, Lr, pred, flat_threshold=flat_threshold)
+    Q = torch.from_numpy(pred.directions.copy())
     strength = {}
     for key, tr in (("strength_real", real), ("strength_nqf", sim)):
         strength[key] = (

@@ -5,13 +5,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from ..analysis.compare import StaircaseComparison
+from ..reductions import Staircase
 from ..results import Result, summarize
 from ..results import to_jsonable as _clean
 
-__all__ = ["Analysis", "Prediction", "CheckRow"]
+__all__ = ["Analysis", "CheckRow"]
 
 
 @dataclass(frozen=True)
@@ -41,78 +40,6 @@ class CheckRow(Result):
 
 
 @dataclass(frozen=True)
-class Prediction(Result):
-    """Predicted staircase at one ``ε``.
-
-    Attributes
-    ----------
-    method : str
-        ``"saddle-sequence"`` (non-commuting data) or ``"lotka-volterra"`` (commuting data).
-    levels : ndarray, shape (K + 1,)
-        Plateau levels ``L_0 … L_K``.
-    times : ndarray, shape (K,)
-        Drop times ``t_k``: the first with its exact ``O(1)`` offset, later ones with the
-        ``O(1)`` correction where it applies, else leading order (see ``time_rules``).
-    times_leading : ndarray, shape (K,)
-        Leading order ``τ_k ln(1/ε)``.
-    rates : ndarray, shape (K + 1,)
-        Escape rates ``4 λ_max(−P G(M_k) P)`` at each plateau (``ζ`` for Lotka–Volterra).
-    ranks : ndarray, shape (K + 1,)
-    directions : ndarray, shape (p, K)
-        Unit-space direction that grows at drop ``k`` (mode strengths ``qᵀ M(t) q``).
-    global_minimum : bool
-        The last level is the NQF's global minimum (certified by ``G ⪰ 0``).
-    eps : float
-    notes : tuple of str
-    time_rules : tuple of str
-        Rule behind each time: ``"exact offset"``, ``"O(1) recursion"``, ``"leading order"``
-        (:func:`nqf.reductions.saddles.clock.predicted_escape_times`) or ``"Lotka–Volterra"``.
-    """
-
-    method: str
-    levels: np.ndarray = field(repr=False)
-    times: np.ndarray = field(repr=False)
-    times_leading: np.ndarray = field(repr=False)
-    rates: np.ndarray = field(repr=False)
-    ranks: np.ndarray = field(repr=False)
-    directions: np.ndarray = field(repr=False)
-    global_minimum: bool = False
-    eps: float = math.nan
-    notes: tuple = ()
-    time_rules: tuple = ()
-
-    @property
-    def n_drops(self) -> int:
-        return int(self.times.size)
-
-    def loss_curve(self, t) -> np.ndarray:
-        """Staircase ``L(t)``: ``L_k`` on ``[t_k, t_{k+1})``."""
-        return self.levels[np.searchsorted(self.times, np.asarray(t, float), side="right")]
-
-    def __repr__(self) -> str:
-        return (
-            f"Prediction({self.method}, drops={self.n_drops}, L={self.levels[0]:.4g}→{self.levels[-1]:.4g}, "
-            f"t_1={self.times[0] if self.n_drops else math.nan:.4g}, eps={self.eps:g})"
-        )
-
-    def to_dict(self) -> dict:
-        return _clean(
-            {
-                "method": self.method,
-                "levels": self.levels,
-                "times": self.times,
-                "times_leading": self.times_leading,
-                "rates": self.rates,
-                "ranks": self.ranks,
-                "global_minimum": self.global_minimum,
-                "eps": self.eps,
-                "notes": list(self.notes),
-                "time_rules": list(self.time_rules),
-            }
-        )
-
-
-@dataclass(frozen=True)
 class Analysis(Result):
     """What :func:`nqf.analyze` found: checks, predictions, NQF and real training, comparison, verdict.
 
@@ -126,7 +53,7 @@ class Analysis(Result):
     eps, lr : float
     steps : int
     checks : tuple of CheckRow
-    prediction : Prediction
+    prediction : nqf.Staircase
     nqf, real : StaircaseComparison
         The NQF simulation and the real network against the prediction.
     validity : dict
@@ -154,7 +81,7 @@ class Analysis(Result):
     lr: float
     steps: int
     checks: tuple = field(repr=False)
-    prediction: Prediction = field(repr=False)
+    prediction: Staircase = field(repr=False)
     nqf: StaircaseComparison = field(repr=False)
     real: StaircaseComparison = field(repr=False)
     validity: dict = field(repr=False)

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from pydantic import Field, field_validator, model_validator
 
+from ..analysis.compare import compare_staircase, level_read_times
 from ..errors import InvalidParameterError
 from ..report.figures import mark_times, new_figure
 from .base import Check, Experiment, Outcome, Params, Table, register
@@ -175,15 +176,11 @@ class Demo(Experiment):
         t_meas = np.array([crossing_time(t, strength_real[:, k], lam[k] / 2) for k in range(len(lam))])
         strength_nqf = torch.einsum("ck,tcd,dk->tk", U, nqf_run.M[:, :C, C:], V).numpy()
         t_nqf = np.array([crossing_time(nqf_run.t.numpy(), strength_nqf[:, k], lam[k] / 2) for k in range(len(lam))])
-        L_pred = modes.plateau_losses.numpy()
         loss_real = real.loss.numpy()
-
-        def loss_at(time):
-            return float(np.interp(time, t, loss_real))
-
+        st = modes.staircase()  # the prediction; levels judged by the one judge of a staircase
+        L_pred, L_meas = st.levels, compare_staircase(t, loss_real, st).levels_measured
+        t_meas_plateau = level_read_times(float(t[-1]), st.times)
         K = len(lam)
-        t_meas_plateau = [0.5 * t_pred[0]] + [math.sqrt(t_pred[k] * t_pred[k + 1]) for k in range(K - 1)] + [t[-1]]
-        L_meas = np.array([loss_at(tt) for tt in t_meas_plateau])
         tol_t = P.time_tolerance / math.log(1 / P.eps)
         for k in range(K):
             out.checks.append(
@@ -204,7 +201,7 @@ class Demo(Experiment):
                         float(L_pred[k]),
                         float(L_meas[k]),
                         P.plateau_tolerance,
-                        reference="real tanh network's loss between switch-ons",
+                        reference="real tanh network's loss mid-plateau (nqf.analysis.compare.compare_staircase)",
                         tolerance_origin="tanh's cubic term at the learned weights (relative ≲ 0.1)",
                     )
                 )

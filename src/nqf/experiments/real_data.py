@@ -186,7 +186,7 @@ class RealData(Experiment):
         from ..analysis.schedule import initial_weights, stable_learning_rate, step_count
         from ..data import load_dataset
         from ..reductions.saddles import saddle_sequence
-        from ..reductions.saddles.clock import composite_loss, heteroclinic_chain, predicted_escape_times
+        from ..reductions.saddles.clock import composite_loss, heteroclinic_chain
         from ..structure import mlp
 
         d = load_dataset(name, subset=P.subset, seed=ctx.seed)
@@ -205,7 +205,8 @@ class RealData(Experiment):
         for eps in P.eps:
             scale = math.log(1 / _REF_EPS) / math.log(1 / eps)
             tol_t, tol_l = P.time_tolerance * scale, P.level_tolerance * scale
-            times, rules = predicted_escape_times(seq, eps, chain=chain)
+            st = seq.staircase(eps, chain=chain)
+            times, rules = st.times, st.time_rules
             steps = step_count(times, lr, margin=1.0 + tol_t, extra=2.0)
             save = max(1, steps // P.save_points)
             W0 = initial_weights(p, P.width, eps, seed=ctx.seed)
@@ -218,8 +219,8 @@ class RealData(Experiment):
             )
             n = min(len(sim), len(real))
             t, Ln, Lr = real.t[:n].numpy(), sim.loss[:n].numpy(), real.loss[:n].numpy()
-            cr = compare_staircase(t, Lr, levels, times)
-            cn = compare_staircase(t, Ln, levels, times)
+            cr = compare_staircase(t, Lr, st)
+            cn = compare_staircase(t, Ln, st)
             pred_l = composite_loss(chain, levels, times, level_read_times(float(t[-1]), times))
             err_l = np.abs(cr.levels_measured - pred_l) / pred_l
             origin = f"issue 11 acceptance at ε = 1e-10, × ln(1e10)/ln(1/ε) = {scale:.3g} (error order 1/ln(1/ε))"

@@ -22,6 +22,7 @@ escape: the time the loss crosses halfway from ``L_0`` to ``L_1``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Literal
 
@@ -29,14 +30,14 @@ import numpy as np
 import torch
 from pydantic import Field, model_validator
 
+from ..analysis.compare import FLAT_THRESHOLD, compare_staircase
 from ..errors import InvalidParameterError
-from ..reductions.timing import crossing_times, midpoint_levels
 from ..report.figures import mark_times, new_figure
 from .base import Check, Experiment, Outcome, Params, Table, register
 from .catalog import CATALOG
 from .curves import clean_roundoff, initial_weights, mark_stop, mark_unfinished, stop_reason, to_cpu
 
-__all__ = ["Saddles", "saddle_problem"]
+__all__ = ["Saddles", "saddle_problem", "saddle_checks"]
 
 PROBLEMS = ("mlp", "qk-attention", "cnn")
 
@@ -58,14 +59,15 @@ class SaddlesParams(Params):
     step_fraction: float = Field(0.07, gt=0, le=0.25, description="η · (largest escape rate) per step")
     save_points: int = Field(400, ge=20)
     nqf_runs: bool = Field(False, description="also run the NQF order-parameter GD (shown, not judged)")
-    flatness: float = Field(
-        0.1,
+    flat_threshold: float = Field(
+        FLAT_THRESHOLD,
         gt=0,
-        lt=1,
-        description="a plateau is judged only if the network's loss varies by "
-        "less than this fraction over the middle third of its predicted interval",
+        description="a plateau is judged only if the network's loss changes across the middle third of "
+        "its predicted interval by at most this fraction of the adjacent drop (nqf.analysis.compare)",
     )
-    plateau_tolerance: float = Field(0.1, gt=0, description="relative tolerance on plateau levels")
+    plateau_tolerance: float = Field(
+        0.1, gt=0, description="tolerance on plateau levels, as a fraction of the adjacent drop"
+    )
     offset_constant: float = Field(
         2.0,
         gt=0,
@@ -169,134 +171,30 @@ class Saddles(Experiment):
         "shorter than its relaxation) the leading order with absolute tolerance Σ_{i<k} c/r_i (r_i the escape "
         "rates, c = `offset_constant`)",
         "per plateau k ≥ 1: real network's loss midway between the predicted escapes vs the saddle level "
-        "L_k; relative tolerance `plateau_tolerance`; plateaus where the network's loss is not flat "
-        "(varies by > `flatness` over the middle third) are reported as not resolved, not judged",
+        "L_k; absolute tolerance `plateau_tolerance` × the adjacent drop (the scale of the flatness test); "
+        "plateaus where the network's loss is not flat "
+        "(changes across the middle third by more than `flat_threshold` of the adjacent drop) are "
+        "reported as not resolved, not judged",
     )
 
     def run(self, params: SaddlesParams, ctx, out: Outcome) -> None:
-        from ..dynamics import simulate, train_network
-        from ..reductions.saddles import saddle_sequence
-
         P = params
         ncols = min(3, len(P.problems))
-        fig, axes = new_figure(
-            ncols, math.ceil(len(P.problems) / ncols), figsize=(5.0 * ncols, 4.4 * math.ceil(len(P.problems) / ncols))
-        )
+        nrows = math.ceil(len(P.problems) / ncols)
+        fig, axes = new_figure(ncols, nrows, figsize=(5.0 * ncols, 4.4 * nrows))
         axes = np.atleast_1d(axes).ravel()
         rows = []
         for j, name in enumerate(ctx.progress(P.problems, "problems")):
-            g = ctx.generator(200 + j)
-            op, Y, net, X = saddle_problem(name, P.n_samples, P.width, g, P.mlp_teacher_scale, P.teacher_scale)
-            seq = saddle_sequence(op, Y, max_rank=P.max_rank)  # seconds; holds an interpolant: recomputed on --resume
-            levels = clean_roundoff(seq.plateau_levels, seq.plateau_levels[0])
-            t_esc = seq.escape_times(P.eps)
-            lr = P.step_fraction / float(np.nanmax(seq.escape_rates))
-            t_end = 1.3 * float(t_esc[-1]) + 2.0 if len(t_esc) else 10.0
-            steps = int(math.ceil(t_end / lr))
-            if steps > P.max_steps:
-                raise InvalidParameterError(
-                    f"{name}: the predicted staircase needs {steps} GD steps (> `max_steps` = "
-                    f"{P.max_steps}); lower `max_rank`, raise `eps` or `step_fraction`"
-                )
-            save = max(steps // P.save_points, 1)
-            W0 = initial_weights(op.p, P.width, P.eps, g)
-            # checkpoint calls the closure at once; the defaults bind this iteration's values all the same
-            real = ctx.checkpoint(
-                f"{name}-real",
-                lambda net=net, X=X, Y=Y, W0=W0, lr=lr, steps=steps, save=save: to_cpu(
-                    train_network(
-                        net, net.units, X, Y, W0=W0, lr=lr, steps=steps, save_every=save, save_W=False, save_M=False
-                    )
-                ),
-            )
-            sim = (
-                ctx.checkpoint(
-                    f"{name}-nqf",
-                    lambda op=op, Y=Y, W0=W0, lr=lr, steps=steps, save=save: to_cpu(
-                        simulate(op, Y, M0=W0 @ W0.T, lr=lr, steps=steps, save_every=save, save_M=False)
-                    ),
-                )
-                if P.nqf_runs
-                else None
-            )
+            prob = _prepare(name, P, ctx.generator(200 + j))  # problem and prediction
+            real, sim = _runs(name, prob, P, ctx)
             t, Lr = real.t.numpy(), real.loss.numpy()
+            st = prob["staircase"]
+            cmp = compare_staircase(t, Lr, st, flat_threshold=P.flat_threshold)  # measurement: the one judge
+            L_nqf = compare_staircase(sim.t.numpy(), sim.loss.numpy(), st).levels_measured if sim is not None else None
             n_checks = len(out.checks)
-            bounds = np.concatenate([[0.0], t_esc, [t[-1]]])
-            mids = [0.5 * (bounds[k] + bounds[k + 1]) for k in range(len(levels))]
-            mids[-1] = t[-1]
-            meas_real = np.interp(mids, t, Lr)
-            meas_nqf = np.interp(mids, sim.t.numpy(), sim.loss.numpy()) if sim is not None else [None] * len(mids)
-            # escapes: the network's loss falls through the level halfway between consecutive plateaus
-            t_meas = crossing_times(t, Lr, midpoint_levels(levels), direction="down").tolist()
-            # later escapes with their O(1) offsets where the small-part recursion applies (NaN from the first
-            # plateau shorter than its relaxation); otherwise the leading order τ_k ln(1/ε) with its offset bound
-            t_corr = seq.corrected_escape_times(P.eps) if len(t_esc) > 1 else np.asarray(t_esc, dtype=float)
-            t_pred = [seq.first_escape_time(P.eps)] + [
-                float(t_corr[i]) if np.isfinite(t_corr[i]) else float(t_esc[i]) for i in range(1, len(t_esc))
-            ]
-            unresolved = []
-            for k in range(1, len(levels)):
-                exact_offset = k == 1 or bool(np.isfinite(t_corr[k - 1]))
-                bound = float(sum(P.offset_constant / seq.escape_rates[i] for i in range(k)))
-                c_t = Check(
-                    f"{name}: escape into plateau {k} (rank {int(seq.ranks[k])})",
-                    float(t_pred[k - 1]),
-                    float(t_meas[k - 1]),
-                    2 * P.step_fraction if exact_offset else bound,
-                    kind="relative" if exact_offset else "absolute",
-                    reference="real network: loss halfway from L_{k−1} to L_k",
-                    tolerance_origin=(
-                        "GD vs flow O(η ζ) (exact O(1) offset)"
-                        if k == 1
-                        else "GD vs flow O(η ζ) (O(1) offset from the small-part recursion, "
-                        "SaddleSequence.corrected_escape_times)"
-                        if exact_offset
-                        else f"leading order τ_k ln(1/ε): O(1) offset ≤ Σ_(i<k) {P.offset_constant:g}/r_i = {bound:.3g}"
-                    ),
-                )
-                out.checks.append(c_t)
-                # a plateau is judged only where the network actually rests on it: its loss changes by less than
-                # `flatness` over the middle third of [t_k, t_{k+1}] (the last plateau: the final tenth of the run)
-                if k < len(levels) - 1:
-                    a, b = bounds[k] + (bounds[k + 1] - bounds[k]) / 3, bounds[k] + 2 * (bounds[k + 1] - bounds[k]) / 3
-                else:
-                    a, b = 0.9 * t[-1], t[-1]
-                la, lb = np.interp([a, b], t, Lr)
-                flat = abs(la - lb) <= P.flatness * max(la, lb)
-                if not flat:
-                    unresolved.append(k)
-                c_l = Check(
-                    f"{name}: plateau L_{k} (rank {int(seq.ranks[k])})",
-                    float(levels[k]),
-                    float(meas_real[k]),
-                    P.plateau_tolerance if flat else None,
-                    kind="relative" if levels[k] > 0 else "absolute",
-                    reference="real network's loss midway between the predicted escapes",
-                    tolerance_origin="network remainder at the learned weights and the flatness threshold",
-                    reason=""
-                    if flat
-                    else (
-                        f"not resolved: the network's loss varies by "
-                        f"{abs(la - lb) / max(la, lb):.0%} over the plateau's middle "
-                        "third (too short at this ε, or still relaxing)"
-                    ),
-                )
-                out.checks.append(c_l)
-                rows.append(
-                    [
-                        name,
-                        k,
-                        int(seq.ranks[k]),
-                        float(levels[k]),
-                        float(meas_real[k]),
-                        meas_nqf[k],
-                        "yes" if flat else "no (not judged)",
-                        c_l.passed,
-                        float(t_pred[k - 1]),
-                        float(t_meas[k - 1]),
-                        c_t.passed,
-                    ]
-                )
+            checks, table, unresolved = saddle_checks(name, st, cmp, P, L_nqf)
+            out.checks.extend(checks)
+            rows.extend(table)
             mark_unfinished(out.checks, stop_reason(real_network=real), start=n_checks)
             if unresolved:
                 out.summary.append(
@@ -304,46 +202,23 @@ class Saddles(Experiment):
                     "not rest there: too short, or still relaxing at the end of the run); reported, "
                     "not judged"
                 )
-            ax = axes[j]
-            ax.semilogy(t, Lr, lw=2.2, label="real network")
-            if sim is not None:
-                ax.semilogy(sim.t.numpy(), sim.loss.numpy(), "--", lw=1.4, label="NQF (order parameter)")
-            for k, L in enumerate(levels):
-                if L > 0:
-                    ax.axhline(L, color="0.6", lw=0.7, zorder=0)
-                    ax.text(
-                        1.005,
-                        L,
-                        f"L{k}",
-                        fontsize=7,
-                        color="0.35",
-                        va="center",
-                        ha="left",
-                        transform=ax.get_yaxis_transform(),
-                    )
-            ax.plot([], [], color="0.6", lw=0.7, label="predicted plateaus L_k")
-            mark_times(ax, t_pred, [f"t{k + 1}" for k in range(len(t_pred))])
-            ax.plot([], [], color="C3", ls="--", lw=0.9, label="predicted escapes t_k")
-            mark_stop(ax, real, label="network stopped")
-            ax.set_title(f"{name}: p = {op.p}, ε = {P.eps:g} ({seq.rule} rule)", fontsize=9, pad=14)
-            ax.set_xlabel("training time t = η·steps (dimensionless)")
-            ax.set_ylabel("loss L")
-            ax.legend(fontsize=7, loc="lower left")
+            seq = prob["sequence"]
+            _plot(axes[j], f"{name}: p = {prob['op'].p}, ε = {P.eps:g} ({seq.rule} rule)", real, sim, st)
             out.arrays.update(
                 {
                     f"{name}_t": t,
                     f"{name}_loss_real": Lr,
-                    f"{name}_plateau_levels": levels,
-                    f"{name}_escape_times": t_esc,
-                    f"{name}_escape_times_corrected": t_corr,
+                    f"{name}_plateau_levels": st.levels,
+                    f"{name}_escape_times": st.times,
+                    f"{name}_escape_times_leading": st.times_leading,
                 }
             )
             if sim is not None:
                 out.arrays[f"{name}_loss_nqf"] = sim.loss.numpy()
-            out.metrics[f"{name}_global_minimum_reached"] = bool(seq.global_minimum)
+            out.metrics[f"{name}_global_minimum_reached"] = bool(st.global_minimum)
             out.summary.append(
-                f"{name}: {len(levels) - 1} escapes, ranks {seq.ranks.tolist()}, "
-                f"plateaus {', '.join(f'{v:.4g}' for v in levels)}; {seq.message}"
+                f"{name}: {st.n_drops} escapes, ranks {st.ranks.tolist()}, "
+                f"plateaus {', '.join(f'{v:.4g}' for v in st.levels)}; {seq.message}"
             )
         for ax in axes[len(P.problems) :]:
             ax.axis("off")
@@ -361,12 +236,146 @@ class Saddles(Experiment):
                     "flat",
                     "level ok",
                     "predicted escape into k",
+                    "t rule",
                     "real network escape",
                     "time ok",
                 ],
                 rows,
                 caption="grey lines: predicted plateau levels; dashed: predicted escape times τ_k ln(1/ε) with their "
                 "O(1) offsets (the first exact; later ones from the small-part recursion where it applies, "
-                "else leading order only); levels below round-off shown as 0",
+                "else leading order only); levels below round-off shown as 0; flat: the real network's loss "
+                "changes across the middle third of the plateau by at most `flat_threshold` of the adjacent drop",
             )
         )
+
+
+def _prepare(name: str, P: SaddlesParams, g) -> dict:
+    """Problem, saddle sequence and predicted staircase (levels below round-off set to 0), run length."""
+    from ..reductions.saddles import saddle_sequence
+
+    op, Y, net, X = saddle_problem(name, P.n_samples, P.width, g, P.mlp_teacher_scale, P.teacher_scale)
+    seq = saddle_sequence(op, Y, max_rank=P.max_rank)  # seconds; holds an interpolant: recomputed on --resume
+    st = seq.staircase(P.eps)
+    st = dataclasses.replace(st, levels=clean_roundoff(st.levels, st.levels[0]))
+    lr = P.step_fraction / float(np.nanmax(st.rates))
+    t_esc = seq.escape_times(P.eps)  # the leading order (the first drop with its offset) sets the run length
+    t_end = 1.3 * float(t_esc[-1]) + 2.0 if len(t_esc) else 10.0
+    steps = int(math.ceil(t_end / lr))
+    if steps > P.max_steps:
+        raise InvalidParameterError(
+            f"{name}: the predicted staircase needs {steps} GD steps (> `max_steps` = "
+            f"{P.max_steps}); lower `max_rank`, raise `eps` or `step_fraction`"
+        )
+    W0 = initial_weights(op.p, P.width, P.eps, g)
+    return {"op": op, "Y": Y, "net": net, "X": X, "sequence": seq, "staircase": st, "lr": lr, "steps": steps, "W0": W0}
+
+
+def _runs(name: str, prob: dict, P: SaddlesParams, ctx):
+    """The real network's GD (and the NQF's with ``nqf_runs``) from the same ``W0``, checkpointed."""
+    from ..dynamics import simulate, train_network
+
+    op, Y, net, X, W0, lr, steps = (prob[k] for k in ("op", "Y", "net", "X", "W0", "lr", "steps"))
+    save = max(steps // P.save_points, 1)
+    real = ctx.checkpoint(
+        f"{name}-real",
+        lambda: to_cpu(
+            train_network(net, net.units, X, Y, W0=W0, lr=lr, steps=steps, save_every=save, save_W=False, save_M=False)
+        ),
+    )
+    if not P.nqf_runs:
+        return real, None
+    sim = ctx.checkpoint(
+        f"{name}-nqf",
+        lambda: to_cpu(simulate(op, Y, M0=W0 @ W0.T, lr=lr, steps=steps, save_every=save, save_M=False)),
+    )
+    return real, sim
+
+
+def saddle_checks(name: str, st, cmp, P: SaddlesParams, L_nqf=None) -> tuple[list, list, list]:
+    """Checks of one problem from pure data: the staircase, its comparison with the real network, the settings.
+
+    Returns ``(checks, table rows, unresolved plateaus)``.  A time by the leading-order rule is judged
+    with the absolute bound ``Σ_{i<k} c/r_i`` on its unknown ``O(1)`` offset, every other rule with the
+    relative GD-vs-flow tolerance ``2 · step_fraction``; a plateau is judged only where the real network
+    rests on it (:attr:`StaircaseComparison.flat`).
+    """
+    checks, rows, unresolved = [], [], []
+    for k in range(1, st.n_drops + 1):
+        rule = st.time_rules[k - 1]
+        exact = rule != "leading order"
+        bound = float(sum(P.offset_constant / st.rates[i] for i in range(k)))
+        origin = {
+            "exact offset": "GD vs flow O(η ζ) (exact O(1) offset)",
+            "O(1) recursion": "GD vs flow O(η ζ) (O(1) offset from the small-part recursion, "
+            "SaddleSequence.corrected_escape_times)",
+        }.get(rule, f"leading order τ_k ln(1/ε): O(1) offset ≤ Σ_(i<k) {P.offset_constant:g}/r_i = {bound:.3g}")
+        c_t = Check(
+            f"{name}: escape into plateau {k} (rank {int(st.ranks[k])})",
+            float(cmp.times_predicted[k - 1]),
+            float(cmp.times_measured[k - 1]),
+            2 * P.step_fraction if exact else bound,
+            kind="relative" if exact else "absolute",
+            reference="real network: loss halfway from L_{k−1} to L_k",
+            tolerance_origin=origin,
+        )
+        flat = bool(cmp.flat[k])
+        if not flat:
+            unresolved.append(k)
+        c_l = Check(
+            f"{name}: plateau L_{k} (rank {int(st.ranks[k])})",
+            float(st.levels[k]),
+            float(cmp.levels_measured[k]),
+            P.plateau_tolerance * float(cmp.adjacent_drops[k]) if flat else None,
+            kind="absolute",
+            reference="real network's loss midway between the predicted escapes (the last: at the end of the run)",
+            tolerance_origin=(
+                f"`plateau_tolerance` × the adjacent drop ({cmp.adjacent_drops[k]:.3g}): the scale on which "
+                "flatness is judged (a plateau called flat may still move by flat_threshold of it)"
+            ),
+            reason=""
+            if flat
+            else (
+                f"not resolved: across the plateau's middle third the network's loss changes by "
+                f"{cmp.flatness[k]:.2f} of the adjacent drop (> {cmp.flat_threshold:g}: too short at this ε, "
+                "or still relaxing)"
+            ),
+        )
+        checks += [c_t, c_l]
+        rows.append(
+            [
+                name,
+                k,
+                int(st.ranks[k]),
+                float(st.levels[k]),
+                float(cmp.levels_measured[k]),
+                None if L_nqf is None else float(L_nqf[k]),
+                "yes" if flat else "no (not judged)",
+                c_l.passed,
+                float(cmp.times_predicted[k - 1]),
+                rule,
+                float(cmp.times_measured[k - 1]),
+                c_t.passed,
+            ]
+        )
+    return checks, rows, unresolved
+
+
+def _plot(ax, title: str, real, sim, st) -> None:
+    """The real network's (and the NQF's) loss with the predicted levels and escape times marked."""
+    ax.semilogy(real.t.numpy(), real.loss.numpy(), lw=2.2, label="real network")
+    if sim is not None:
+        ax.semilogy(sim.t.numpy(), sim.loss.numpy(), "--", lw=1.4, label="NQF (order parameter)")
+    for k, L in enumerate(st.levels):
+        if L > 0:
+            ax.axhline(L, color="0.6", lw=0.7, zorder=0)
+            ax.text(
+                1.005, L, f"L{k}", fontsize=7, color="0.35", va="center", ha="left", transform=ax.get_yaxis_transform()
+            )
+    ax.plot([], [], color="0.6", lw=0.7, label="predicted plateaus L_k")
+    mark_times(ax, st.times, [f"t{k + 1}" for k in range(st.n_drops)])
+    ax.plot([], [], color="C3", ls="--", lw=0.9, label="predicted escapes t_k")
+    mark_stop(ax, real, label="network stopped")
+    ax.set_title(title, fontsize=9, pad=14)
+    ax.set_xlabel("training time t = η·steps (dimensionless)")
+    ax.set_ylabel("loss L")
+    ax.legend(fontsize=7, loc="lower left")

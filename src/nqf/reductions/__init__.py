@@ -1,5 +1,9 @@
 """Reductions of the closed dynamics: what the order-parameter flow reduces to.
 
+The central output is a :class:`Staircase` (plateau levels, drop times and the
+rule behind each), returned by every reduction and by :func:`predict`, which
+picks the reduction for an operator (``nqf.predict`` is the same function).
+
 * :mod:`nqf.reductions.lv` — commuting structure matrices: the Lotka–Volterra
   system of the mode strengths, its logistic closed forms and its ε → 0 limit;
 * :mod:`nqf.reductions.svd_modes` — two-layer networks on whitened data: the
@@ -20,11 +24,39 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # loaded lazily below; imported here for the type checker only
     from . import lv, saddles, svd_modes
+    from ._predict import COMMUTING_RTOL, LV_MAX_ENTRIES, commutation_test, predict
+    from ._staircase import METHODS, TIME_RULES, Staircase
 
-__all__ = ["lv", "saddles", "svd_modes"]
+_SUBMODULES = ("lv", "saddles", "svd_modes", "timing", "whitening")
+
+#: Public names defined in a private module: ``name → module``.
+_NAMES = {
+    "Staircase": "._staircase",
+    "METHODS": "._staircase",
+    "TIME_RULES": "._staircase",
+    "predict": "._predict",
+    "commutation_test": "._predict",
+    "LV_MAX_ENTRIES": "._predict",
+    "COMMUTING_RTOL": "._predict",
+}
+
+__all__ = [  # the submodules and the keys of _NAMES (tests/test_package.py)
+    "lv",
+    "saddles",
+    "svd_modes",
+    "Staircase",
+    "METHODS",
+    "TIME_RULES",
+    "predict",
+    "commutation_test",
+    "LV_MAX_ENTRIES",
+    "COMMUTING_RTOL",
+]
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
+    if name in _SUBMODULES:
         return importlib.import_module(f"{__name__}.{name}")
+    if name in _NAMES:
+        return getattr(importlib.import_module(_NAMES[name], __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -80,6 +80,7 @@ from .._validation import as_tensor
 from ..errors import InvalidParameterError, NormalFormError, ShapeError
 from ..results import Result
 from ..structure.activations import get_activation
+from ._staircase import Staircase
 from .timing import leading_switch_time, logistic_switch_time
 from .whitening import NotWhitenedError, NotWhitenedWarning, whiten, whitening_error
 
@@ -312,6 +313,31 @@ class TwoLayerModes(Result):
         losses = self.loss_inf + 0.5 * ((lam[None, :] - hist) ** 2).sum(1)
         times = eta * torch.arange(int(steps) + 1, dtype=torch.float64)
         return times, losses, hist
+
+    def staircase(self) -> Staircase:
+        """The predicted staircase (:class:`nqf.reductions.Staircase`, method ``"svd-modes"``).
+
+        Drop ``k``: mode ``k`` (decreasing ``λ_k``) at its exact half-saturation time
+        (``switch_times``, rule ``"exact flow"``), from ``L_{k−1}`` to ``L_k``
+        (``plateau_losses``); modes with ``λ_k = 0`` never switch on and are left out.
+        Directions: ``e_k^+`` (:meth:`mode_vectors`).
+        """
+        t = self.switch_times.numpy()
+        K = int(np.isfinite(t).sum())  # λ sorted decreasing: the finite times come first
+        return Staircase(
+            "svd-modes",
+            self.eps,
+            self.plateau_losses.numpy()[: K + 1],
+            t[:K],
+            ("exact flow",) * K,
+            self.switch_times_leading.numpy()[:K],
+            np.concatenate([self.rates.numpy()[:K], [0.0]]),
+            np.arange(K + 1),
+            self.mode_vectors()[0].numpy()[:, :K],
+            np.arange(K),
+            True,
+            (f"two-layer network on whitened inputs: SVD modes of Σ_yx ({self.init} start)",),
+        )
 
     def summary(self) -> str:
         lines = [

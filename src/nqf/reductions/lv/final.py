@@ -1,13 +1,15 @@
 """Where the Lotka–Volterra flow ends, and the plateaus on the way (docs/theory.md §4).
 
 * :meth:`FinalState.final_state` — the state the flow from ``z(0)`` ends in;
-* :meth:`FinalState.plateaus` — switch-on times and plateau losses.
+* :meth:`FinalState.plateaus` — switch-on times and plateau losses;
+* :meth:`FinalState.staircase` — the same as a :class:`nqf.reductions.Staircase`.
 
 Mixed into :class:`nqf.reductions.lv.LotkaVolterra`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -18,6 +20,8 @@ from scipy.optimize import minimize, nnls
 
 from ...errors import InvalidParameterError
 from ...results import Result
+from .._staircase import Staircase
+from ..timing import leading_switch_time
 from .qp import ActiveSetQP, UnboundedError
 from .solution import _t
 
@@ -62,6 +66,7 @@ class FinalState:
     _sparse: sp.csr_matrix | sp.csr_array | None
     _factor: tuple[np.ndarray, np.ndarray] | None
     _final: np.ndarray | None
+    basis: torch.Tensor | None
 
     if TYPE_CHECKING:  # defined by LotkaVolterra and LogisticSolutions
 
@@ -222,3 +227,57 @@ class FinalState:
         excess = np.concatenate([np.cumsum(gain[::-1])[::-1], [0.0]])
         losses = self.final_loss() + excess
         return Plateaus(_t(ts[order]), torch.as_tensor(order, dtype=torch.int64), ["on"] * len(order), _t(losses))
+
+    def staircase(self, eps: float | None = None, *, limit: bool | None = None) -> Staircase:
+        """The predicted staircase (:class:`nqf.reductions.Staircase`) of this system.
+
+        Parameters
+        ----------
+        eps : float, optional
+            Initial scale (default ``max z(0)``): the reference of the ε → 0 limit and of
+            the leading-order times ``ln(1/ε)/ζ_k``.
+        limit : bool, optional
+            ``True``: the ε → 0 limit (:meth:`limit`, times ``τ ln(1/ε)``, method
+            ``"limit"``) even for diagonal ``C``; ``False``: the exact logistic
+            half-saturation times (diagonal ``C`` only); default: logistic for diagonal
+            ``C``, the limit otherwise (as :meth:`plateaus`), both with method
+            ``"lotka-volterra"`` (the rule of each time says which).
+
+        Returns
+        -------
+        Staircase
+            ``directions`` are the columns of ``basis`` of the switching modes (shape
+            ``(0, K)`` for a system without a basis).
+        """
+        use_limit = (not self.is_diagonal) if limit is None else bool(limit)
+        if not use_limit and not self.is_diagonal:
+            raise InvalidParameterError(
+                "`limit=False` needs a diagonal `C` (isolated logistic modes); found an interacting C"
+            )
+        basis = None if self.basis is None else self.basis.numpy()
+        if use_limit:
+            res = self.limit(eps)
+            modes = res.modes.numpy()
+            levels = [self.loss(np.zeros(self.K)).item()] + [self.loss(zz).item() for zz in res._z_after]
+            dirs = basis[:, modes] if basis is not None else None
+            st = res.staircase(levels=levels, directions=dirs, beta=self._beta)
+            # asked for the limit: method "limit"; the default reduction of interacting modes stays "lotka-volterra"
+            return st if limit else dataclasses.replace(st, method="lotka-volterra")
+        pl = self.plateaus(eps)
+        ref = float(np.max(self._z0)) if eps is None else float(eps)
+        modes = pl.modes.numpy()
+        zeta = 4.0 * self._beta[modes]
+        return Staircase(
+            "lotka-volterra",
+            ref,
+            pl.losses.numpy(),
+            pl.times.numpy(),
+            ("logistic",) * len(modes),
+            leading_switch_time(zeta, ref),
+            np.concatenate([zeta, [0.0]]),
+            np.arange(len(modes) + 1),
+            basis[:, modes] if basis is not None else np.zeros((0, len(modes))),
+            modes,
+            True,
+            ("commuting data: Lotka–Volterra reduction (isolated modes: exact logistic times)",),
+        )

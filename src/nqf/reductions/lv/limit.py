@@ -32,6 +32,8 @@ import torch
 from ..._validation import as_tensor
 from ...errors import InvalidParameterError, ShapeError
 from ...results import Result
+from .._staircase import Staircase
+from ..timing import leading_switch_time
 from .qp import ActiveSetQP, UnboundedError
 
 __all__ = ["limit", "LimitResult", "LimitEvent"]
@@ -131,6 +133,51 @@ class LimitResult(Result):
             if e.kind == "on":
                 out[e.mode] = e.tau
         return torch.as_tensor(out)
+
+    def staircase(self, eps: float | None = None, *, levels=None, directions=None, beta=None) -> Staircase:
+        """The events as a :class:`nqf.reductions.Staircase` at ``ε`` (method ``"limit"``, times ``τ ln(1/ε)``).
+
+        Parameters
+        ----------
+        eps : float in (0, 1), optional
+            Default: the ``eps`` this result was built for.
+        levels : array_like, shape (E + 1,), optional
+            Plateau levels (default ``initial_loss`` then ``losses``, with the constant of :func:`limit`).
+        directions : array_like, shape (p, E), optional
+            Unit-space direction of each event's mode (default: none, shape ``(0, E)``).
+        beta : array_like, shape (K,), optional
+            ``β`` of the system, for the rates ``ζ = 4β`` and the leading-order times
+            ``ln(1/ε)/ζ`` (default: NaN rates and leading times equal to ``τ ln(1/ε)``).
+        """
+        ref = self.eps if eps is None else float(eps)
+        if ref is None or not 0.0 < ref < 1.0:
+            raise InvalidParameterError(f"`eps` must lie in (0, 1) (the initial scale); found {ref!r}")
+        E = len(self.events)
+        times = self.taus.numpy() * -np.log(ref)
+        modes = self.modes.numpy()
+        kinds = self.kinds
+        rank = np.concatenate([[0], np.cumsum([1 if k == "on" else -1 for k in kinds])]).astype(np.int64)
+        if levels is None:
+            levels = np.concatenate([[self.initial_loss], self.losses.numpy()])
+        if beta is None:
+            zeta, lead = np.full(E, np.nan), times.copy()
+        else:
+            zeta = 4.0 * np.asarray(beta, dtype=np.float64)[modes]
+            lead = leading_switch_time(zeta, ref)
+        return Staircase(
+            "limit",
+            ref,
+            levels,
+            times,
+            ("ε → 0 limit",) * E,
+            lead,
+            np.concatenate([zeta, [0.0]]),
+            rank,
+            np.zeros((0, E)) if directions is None else directions,
+            modes,
+            True,
+            ("commuting data: ε → 0 limit of the Lotka–Volterra modes",),
+        )
 
     def s_at(self, tau) -> torch.Tensor:
         """``s(τ)`` by linear interpolation of the paths, shape (T, K) for ``tau`` of shape (T,).

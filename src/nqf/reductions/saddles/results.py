@@ -16,6 +16,7 @@ import torch
 
 from ...errors import InvalidParameterError
 from ...results import Result, to_jsonable
+from .._staircase import Staircase
 from ..timing import staircase
 
 __all__ = ["Saddle", "SaddleSequence"]
@@ -255,6 +256,54 @@ class SaddleSequence(Result):
         t = np.asarray(t, dtype=float)
         tk = self.escape_times(eps, offset=offset)
         return staircase(t, tk, self.plateau_levels)
+
+    def staircase(self, eps: float, *, chain: list | None = None, leading: bool = False) -> Staircase:
+        """The predicted staircase at ``ε`` (:class:`nqf.reductions.Staircase`, method ``"saddle-sequence"``).
+
+        Drop times by the best rule available for each
+        (:func:`nqf.reductions.saddles.clock.predicted_escape_times`: the first with its exact
+        ``O(1)`` offset, later ones with the small-part recursion where it applies, else leading
+        order), or with ``leading`` the first with its offset and the others at leading order
+        only (no heteroclinic integration).
+
+        Parameters
+        ----------
+        eps : float in (0, 1)
+            ``M(0) = εI``.
+        chain : list, optional
+            :func:`nqf.reductions.saddles.clock.heteroclinic_chain` of this sequence (reused).
+        leading : bool
+            Skip the small-part recursion.
+        """
+        from .clock import TIME_RULES, predicted_escape_times
+
+        eps = _check_eps(eps)
+        K = len(self.saddles) - 1
+        if leading or K == 0:
+            times = self.escape_times(eps)
+            rules = tuple(TIME_RULES[0] if k == 0 else TIME_RULES[2] for k in range(K))
+        else:
+            times, rules = predicted_escape_times(self, eps, chain=chain)
+        dirs = [self.saddles[k].escape_direction[:, 0].numpy() for k in range(K)]
+        return Staircase(
+            "saddle-sequence",
+            eps,
+            self.plateau_levels,
+            times,
+            rules,
+            self.escape_times(eps, offset=False),
+            self.escape_rates,
+            self.ranks,
+            np.stack(dirs, 1) if K else np.zeros((int(self.saddles[0].M.shape[0]), 0)),
+            np.full(K, -1),
+            bool(self.global_minimum),
+            (
+                "drop times: the first with its exact O(1) offset; later ones with the O(1) correction of the "
+                "small-part recursion where it applies, else leading order τ_k ln(1/ε) (rule per drop in "
+                "time_rules)",
+                *self.notes,
+            ),
+        )
 
     def markers(self, eps: float) -> list:
         """``[(t_k, L_k)]`` for marking predicted plateaus on measured curves (``t_0 = 0``)."""

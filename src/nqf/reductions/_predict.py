@@ -1,0 +1,148 @@
+r"""``nqf.predict``: the predicted staircase of an operator at ``ε``, by the reduction that applies.
+
+One door for the library's central question — *when does the loss drop, and to
+what level* — whatever the reduction (docs/theory.md §4):
+
+================== ========================================================= =================================
+method             when                                                      times
+================== ========================================================= =================================
+``lotka-volterra`` commuting structure matrices (``auto`` picks it when the  exact logistic (diagonal ``C``) or
+                   dense ``N·C·p²`` array fits, :data:`LV_MAX_ENTRIES`)       the ε → 0 limit (interacting)
+``limit``          commuting, the ε → 0 limit of the modes explicitly        ``τ_k ln(1/ε)``
+``svd-modes``      a two-layer MLP operator on whitened inputs               exact half-saturation of each mode
+``saddle-sequence`` anything else (``auto``): the greedy low-rank saddles     exact offset / O(1) recursion /
+                                                                             leading order, per drop
+================== ========================================================= =================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+
+from .._validation import as_tensor
+from ..errors import InvalidParameterError, InvalidTypeError
+from ..structure import StructureOperator, commutator_defect
+from ._staircase import Staircase
+
+__all__ = ["predict", "commutation_test", "LV_MAX_ENTRIES", "COMMUTING_RTOL"]
+
+#: Largest dense Lotka–Volterra structure array (``N·C·p²`` entries) that ``method="auto"`` builds.
+LV_MAX_ENTRIES = 2e7
+#: Largest :func:`nqf.structure.commutator_defect` of data called commuting.
+COMMUTING_RTOL = 1e-9
+
+_METHODS = ("auto", "lotka-volterra", "limit", "svd-modes", "saddle-sequence")
+
+
+def commutation_test(op: StructureOperator, rtol: float = COMMUTING_RTOL) -> tuple[float, bool]:
+    """The commutation test of ``method="auto"``: ``(defect, defect ≤ rtol)``, two random adjoints, nothing dense."""
+    value = float(commutator_defect(op))
+    return value, value <= rtol
+
+
+def _mlp_inputs(op) -> tuple[torch.Tensor, float]:
+    """Inputs ``X`` and ``σ'(0)`` of a bias-free two-layer MLP operator (:func:`nqf.structure.mlp`)."""
+    from ..structure.bilinear import BilinearStructure, OneHotKronKernel
+
+    k = getattr(op, "kernel", None)
+    if not (
+        isinstance(op, BilinearStructure)
+        and isinstance(k, OneHotKronKernel)
+        and k.q == 1
+        and not k.append_one
+        and op.left == slice(0, op.n_outputs)
+        and getattr(op, "linear", None) is None
+    ):
+        raise InvalidParameterError(
+            "`method` 'svd-modes' needs the operator of a bias-free two-layer MLP with σ(0) = 0 "
+            f"(nqf.structure.mlp(X, activation)); found {type(op).__name__} with layout {getattr(op, 'layout', '?')!r}"
+        )
+    return k.F[:, 0, :], float(k.scale)
+
+
+def predict(
+    op: StructureOperator,
+    y,
+    eps: float,
+    *,
+    method: str = "auto",
+    commuting: bool | None = None,
+    M0=None,
+    max_rank: int | None = None,
+    init: str = "isotropic",
+    chain: list | None = None,
+) -> Staircase:
+    r"""Predicted staircase of the NQF of ``op`` with targets ``y`` from ``M(0) = εI``.
+
+    Parameters
+    ----------
+    op : StructureOperator
+    y : array_like, shape (N,) or (N, C)
+        Targets (minus ``f(0)`` when ``op`` carries no offset).
+    eps : float in (0, 1)
+        Initial scale.
+    method : {"auto", "lotka-volterra", "limit", "svd-modes", "saddle-sequence"}
+        ``"auto"``: Lotka–Volterra when the data commute and the dense reduction fits
+        (:data:`LV_MAX_ENTRIES`), else the saddle sequence (with its commuting rule when
+        the data commute).  See the module docstring.
+    commuting : bool, optional
+        Whether the structure matrices commute (default: :func:`commutation_test`, two random adjoints).
+    M0 : array_like, shape (p, p), optional
+        Initial order parameter of the Lotka–Volterra reduction (default ``εI``; a
+        rank-deficient start ``εΠ`` for a width below ``p``).
+    max_rank : int, optional
+        Follow the saddle sequence up to this rank.
+    init : {"isotropic", "balanced"}
+        Start of the SVD-mode reduction (``M(0) = εI`` or one unit per mode).
+    chain : list, optional
+        Heteroclinic chain of the saddle sequence, reused for its O(1) times.
+
+    Returns
+    -------
+    Staircase
+
+    Raises
+    ------
+    NQFError
+        An unknown method, ``eps`` outside (0, 1), non-commuting data for
+        ``"lotka-volterra"``/``"limit"``, an operator that is not a two-layer MLP for
+        ``"svd-modes"``, inputs that are not whitened.
+    """
+    if not isinstance(op, StructureOperator):
+        raise InvalidTypeError(f"`op` must be a StructureOperator; found {type(op).__name__}")
+    if method not in _METHODS:
+        raise InvalidParameterError(f"`method` must be one of {_METHODS}; found {method!r}")
+    e = float(eps)
+    if not (math.isfinite(e) and 0.0 < e < 1.0):
+        raise InvalidParameterError(f"`eps` must lie in (0, 1) (the initial scale, M(0) = εI); found {eps!r}")
+    Y = as_tensor("y", y, ndim=(1, 2), dtype=torch.float64)
+    if method == "svd-modes":
+        from .svd_modes import two_layer_modes
+
+        X, sigma1 = _mlp_inputs(op)
+        return two_layer_modes(X, Y, sigma1=sigma1, eps=e, init=init).staircase()
+    if commuting is None and method == "auto":
+        commuting = commutation_test(op)[1]
+    dense_entries = op.n_samples * op.n_outputs * op.p**2
+    if method in ("lotka-volterra", "limit") or (method == "auto" and commuting and dense_entries <= LV_MAX_ENTRIES):
+        from ..dynamics.initial import initial_state
+        from .lv import reduce
+
+        M = initial_state(op.p, eps=e).M0 if M0 is None else M0
+        lv = reduce(op, Y, M)
+        return lv.staircase(e, limit=True if method == "limit" else None)
+    from .saddles import saddle_sequence
+
+    rule = "auto" if commuting is None else "commuting" if commuting else "generic"
+    seq = saddle_sequence(op, Y, rule=rule, max_rank=max_rank)
+    st = seq.staircase(e, chain=chain)
+    if commuting and method == "auto":
+        note = (
+            "commuting data too large for the dense Lotka–Volterra reduction: saddle sequence with "
+            "the commuting rule (equal to the Lotka–Volterra ε → 0 limit)"
+        )
+        st = dataclasses.replace(st, notes=(note, *st.notes))
+    return st

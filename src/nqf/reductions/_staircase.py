@@ -1,0 +1,201 @@
+r"""The central output of nqf: :class:`Staircase`, a predicted staircase at one ``ε``.
+
+Every reduction returns one (:meth:`nqf.reductions.lv.LotkaVolterra.staircase`,
+:meth:`nqf.reductions.lv.LimitResult.staircase`,
+:meth:`nqf.reductions.svd_modes.TwoLayerModes.staircase`,
+:meth:`nqf.reductions.saddles.SaddleSequence.staircase`), and
+:func:`nqf.reductions.predict` picks the reduction for an operator.  A staircase
+is a list of plateau levels ``L_0 > L_1 > … > L_K`` and drop times
+``t_1 ≤ … ≤ t_K`` (drop ``k`` goes from ``L_{k−1}`` to ``L_k``), each time with the
+rule that produced it; it is judged against a measured curve by
+:func:`nqf.analysis.compare.compare_staircase` (the one judge of levels, times and
+flatness).
+
+Conventions: ``L = (1/N) Σ_n ½‖f_n − y_n‖²``, training time ``t = η · steps``,
+``M(0) = εI`` unless the reduction says otherwise; every array is numpy float64
+(``ranks`` and ``modes`` int64).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import InvalidParameterError, ShapeError
+from ..results import Result, to_jsonable
+from .timing import staircase as _staircase_curve
+
+__all__ = ["Staircase", "METHODS", "TIME_RULES"]
+
+#: Reductions that produce a :class:`Staircase` (its ``method``).
+METHODS = ("lotka-volterra", "limit", "svd-modes", "saddle-sequence")
+
+#: The rules a drop time can come from (its entry in ``Staircase.time_rules``):
+#:
+#: * ``"logistic"`` — exact half-saturation time of an isolated logistic mode
+#:   (``z = z*/2``; Lotka–Volterra with diagonal ``C``);
+#: * ``"exact flow"`` — exact half-saturation time of an SVD mode's strength
+#:   (``p_k = λ_k/2``; two-layer network on whitened data);
+#: * ``"exact offset"`` — ``ln(1/ε)/(4h_0) + s_mid``: the loss's midpoint crossing of the
+#:   first drop of a saddle sequence, exact up to ``o(1)``;
+#: * ``"O(1) recursion"`` — the loss's midpoint crossing with the ``O(1)`` offset of the
+#:   small-part recursion (later drops of a saddle sequence);
+#: * ``"leading order"`` — ``τ_k ln(1/ε)`` only (unknown ``O(1)`` offset);
+#: * ``"ε → 0 limit"`` — ``τ_k ln(1/ε)`` from the saddle-to-saddle limit of
+#:   interacting Lotka–Volterra modes.
+TIME_RULES = ("logistic", "exact flow", "exact offset", "O(1) recursion", "leading order", "ε → 0 limit")
+
+
+def _f64(name: str, value, ndim: int) -> np.ndarray:
+    a = np.array(value, dtype=np.float64, copy=True)
+    if a.ndim != ndim:
+        raise ShapeError(f"`{name}` must be {ndim}-D; found shape {a.shape}")
+    a.setflags(write=False)
+    return a
+
+
+def _i64(name: str, value, n: int) -> np.ndarray:
+    a = np.array(value, dtype=np.int64, copy=True).reshape(-1)
+    if a.shape != (n,):
+        raise ShapeError(f"`{name}` must have shape ({n},); found {a.shape}")
+    a.setflags(write=False)
+    return a
+
+
+@dataclass(frozen=True)
+class Staircase(Result):
+    """A predicted staircase: plateau levels and drop times at one ``ε``.
+
+    Attributes
+    ----------
+    method : str
+        The reduction (one of :data:`METHODS`).
+    eps : float
+        Initial scale the times are for.
+    levels : ndarray, shape (K + 1,)
+        Plateau levels ``L_0 … L_K``.
+    times : ndarray, shape (K,)
+        Drop times ``t_1 … t_K`` by the best rule available for each (``time_rules``).
+    time_rules : tuple of str, length K
+        The rule behind each time (one of :data:`TIME_RULES`).
+    times_leading : ndarray, shape (K,)
+        Leading order ``ln(1/ε)/ζ_k`` (Lotka–Volterra, SVD modes) or ``τ_k ln(1/ε)``.
+    rates : ndarray, shape (K + 1,)
+        Growth rate of what escapes each plateau (the last: 0, or the rate of the
+        escape beyond the last resolved drop).
+    ranks : ndarray of int64, shape (K + 1,)
+        Rank of the order parameter on each plateau (number of active modes).
+    directions : ndarray, shape (p, K)
+        Unit-space direction that grows at drop ``k`` (mode strengths ``qᵀ M(t) q``).
+    modes : ndarray of int64, shape (K,)
+        Index of the mode that switches at drop ``k`` in the reduction's own list
+        (Lotka–Volterra and SVD modes; ``−1`` for the saddle sequence).
+    global_minimum : bool
+        ``L_K`` is the global minimum of the NQF loss.
+    notes : tuple of str
+    """
+
+    method: str
+    eps: float
+    levels: np.ndarray = field(repr=False)
+    times: np.ndarray = field(repr=False)
+    time_rules: tuple = field(repr=False)
+    times_leading: np.ndarray = field(repr=False)
+    rates: np.ndarray = field(repr=False)
+    ranks: np.ndarray = field(repr=False)
+    directions: np.ndarray = field(repr=False)
+    modes: np.ndarray = field(repr=False)
+    global_minimum: bool = False
+    notes: tuple = field(default=(), repr=False)
+
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise InvalidParameterError(f"`method` must be one of {METHODS}; found {self.method!r}")
+        set_ = object.__setattr__
+        set_(self, "eps", float(self.eps))
+        levels = _f64("levels", self.levels, 1)
+        K = levels.size - 1
+        if K < 0:
+            raise ShapeError("`levels` must hold at least the initial plateau L_0; found an empty array")
+        set_(self, "levels", levels)
+        for name in ("times", "times_leading"):
+            a = _f64(name, getattr(self, name), 1)
+            if a.size != K:
+                raise ShapeError(f"`{name}` must have K = {K} entries (one fewer than `levels`); found {a.size}")
+            set_(self, name, a)
+        rates = _f64("rates", self.rates, 1)
+        if rates.size != K + 1:
+            raise ShapeError(f"`rates` must have K + 1 = {K + 1} entries; found {rates.size}")
+        set_(self, "rates", rates)
+        set_(self, "ranks", _i64("ranks", self.ranks, K + 1))
+        set_(self, "modes", _i64("modes", self.modes, K))
+        dirs = _f64("directions", self.directions, 2)
+        if dirs.shape[1] != K:
+            raise ShapeError(f"`directions` must have shape (p, {K}); found {dirs.shape}")
+        set_(self, "directions", dirs)
+        rules = tuple(str(r) for r in self.time_rules)
+        if len(rules) != K or not set(rules) <= set(TIME_RULES):
+            raise InvalidParameterError(f"`time_rules` must be {K} entries of {TIME_RULES}; found {rules!r}")
+        set_(self, "time_rules", rules)
+        set_(self, "global_minimum", bool(self.global_minimum))
+        set_(self, "notes", tuple(str(n) for n in self.notes))
+
+    @property
+    def n_drops(self) -> int:
+        """``K``, the number of drops."""
+        return int(self.times.size)
+
+    @property
+    def p(self) -> int:
+        """Unit dimension of ``directions``."""
+        return int(self.directions.shape[0])
+
+    def loss_curve(self, t) -> np.ndarray:
+        """The piecewise-constant staircase ``L(t)``: ``L_k`` on ``[t_k, t_{k+1})`` (``timing.staircase``)."""
+        return _staircase_curve(t, self.times, self.levels)
+
+    def markers(self) -> list:
+        """``[(t_k, L_k)]``, ``k = 0..K`` with ``t_0 = 0``: where each plateau starts, for marking figures."""
+        starts = np.concatenate([[0.0], self.times])
+        return [(float(a), float(b)) for a, b in zip(starts, self.levels, strict=True)]
+
+    def drops(self) -> list:
+        """One dict per drop: ``k``, ``time``, ``rule``, ``leading``, ``from``/``to`` levels, ``rate``."""
+        return [
+            {
+                "k": k + 1,
+                "time": float(self.times[k]),
+                "rule": self.time_rules[k],
+                "leading": float(self.times_leading[k]),
+                "from": float(self.levels[k]),
+                "to": float(self.levels[k + 1]),
+                "rate": float(self.rates[k]),
+            }
+            for k in range(self.n_drops)
+        ]
+
+    def __repr__(self) -> str:
+        t1 = float(self.times[0]) if self.n_drops else math.nan
+        return (
+            f"Staircase({self.method}, drops={self.n_drops}, L={self.levels[0]:.4g}→{self.levels[-1]:.4g}, "
+            f"t_1={t1:.4g}, eps={self.eps:g})"
+        )
+
+    def to_dict(self) -> dict:
+        return to_jsonable(
+            {
+                "method": self.method,
+                "eps": self.eps,
+                "levels": self.levels,
+                "times": self.times,
+                "time_rules": list(self.time_rules),
+                "times_leading": self.times_leading,
+                "rates": self.rates,
+                "ranks": self.ranks,
+                "modes": self.modes,
+                "global_minimum": self.global_minimum,
+                "notes": list(self.notes),
+            }
+        )
