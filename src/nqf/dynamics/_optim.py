@@ -235,14 +235,14 @@ def as_optimizer(
         An unknown name, a bad setting, or a keyword given beside an optimizer object.
     """
     if isinstance(optimizer, Optimizer):
-        given = dict(lr=lr is not None, momentum=momentum != 0.0, weight_decay=weight_decay != 0.0)
-        given.update(batch_size=batch_size is not None, adam_betas=tuple(adam_betas) != _ADAM_BETAS)
-        given.update(adam_eps=adam_eps != _ADAM_EPS)
-        for key, set_ in given.items():
-            if set_:
+        defaults = dict(lr=None, momentum=0.0, weight_decay=0.0, batch_size=None, adam_betas=_ADAM_BETAS)
+        values = dict(lr=lr, momentum=momentum, weight_decay=weight_decay, batch_size=batch_size)
+        values.update(adam_betas=tuple(adam_betas), adam_eps=adam_eps)
+        for key, value in values.items():
+            if value != defaults.get(key, _ADAM_EPS):
                 raise ParameterError(
-                    f"`{key}` must not be given beside an optimizer object (`optimizer`={optimizer!r} owns its "
-                    "settings); set it on the object instead"
+                    f"`{key}` must not be given beside an optimizer object, which owns its settings (set it on "
+                    f"the object instead); found {key}={value!r} beside `optimizer`={optimizer!r}"
                 )
         return optimizer
     if not isinstance(optimizer, str) or optimizer not in _BY_NAME:

@@ -63,10 +63,12 @@ def as_save(save: Save | None = None, *, save_every=None, save_M=True, save_W=Tr
         return Save(every=save_every, M=save_M, W=save_W)
     if not isinstance(save, Save):
         raise ParameterError(f"`save` must be a nqf.dynamics.Save; found {type(save).__name__}")
-    given = dict(save_every=save_every is not None, save_M=save_M is not True, save_W=save_W is not True)
-    for key, set_ in given.items():
-        if set_:
-            raise ParameterError(f"`{key}` must not be given beside `save`={save!r}; set it on the Save object")
+    for key, value, default in (("save_every", save_every, None), ("save_M", save_M, True), ("save_W", save_W, True)):
+        if value is not default:
+            raise ParameterError(
+                f"`{key}` must not be given beside `save` (set it on the Save object); found {key}={value!r} "
+                f"beside `save`={save!r}"
+            )
     return save
 
 

@@ -292,6 +292,7 @@ def _shared_gd(optimizer: GD, lr, weight_decay):
         )
     if lr is not None or weight_decay != 0.0:
         raise InvalidParameterError(
-            f"`lr`/`weight_decay` must not be given beside `optimizer`={optimizer!r}; set them on the object"
+            f"`lr`/`weight_decay` must not be given beside `optimizer` (set them on the object); found lr={lr!r}, "
+            f"weight_decay={weight_decay!r} beside `optimizer`={optimizer!r}"
         )
     return optimizer.lr, optimizer.weight_decay
