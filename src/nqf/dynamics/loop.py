@@ -2,7 +2,8 @@ r"""The one discrete training loop: GD / minibatch SGD / heavy-ball momentum / w
 
 Conventions (docs/theory.md §0): ``L = (1/N) Σ_n ℓ(f_n, y_n)`` (a minibatch uses its own
 mean), a step is ``x ← x − η ∇_x L`` for every trained tensor ``x``, training time
-``t = η · step``.  The update rules, each applied to every tensor of the list:
+``t = η · step``.  The update rules are the :class:`~nqf.dynamics.Optimizer` objects
+(:mod:`nqf.dynamics._optim`), each applied to every tensor of the list:
 
 * weight decay λ adds ``(λ/2)‖x‖²`` to the loss (coupled L2, ``torch.optim.SGD``'s
   ``weight_decay``): ``g = ∇_x L + λ x``;
@@ -15,7 +16,8 @@ mean), a step is ``x ← x − η ∇_x L`` for every trained tensor ``x``, trai
 :func:`training_loop` runs these steps with the minibatches of :func:`minibatch_indices`,
 saves every ``save_every`` steps (step 0 and the last step always), and stops when the
 batch loss is not finite or exceeds ``divergence_threshold × L(0)`` (``L(0)`` the
-full-data loss at step 0).  What is trained and how its loss and gradient are computed
+full-data loss at step 0; :class:`DivergenceCheck`, shared with
+:func:`~nqf.dynamics.simulate_batched`).  What is trained and how its loss and gradient are computed
 is the caller's: the weight and order-parameter forms of :func:`~nqf.dynamics.simulate`
 pass the factor of ``M`` and the closed gradient ``S L + h cᵀ``;
 :func:`~nqf.dynamics.train_network` passes the unit weights of a real module and the
