@@ -288,6 +288,15 @@ NOT_RESULTS = {
     "nqf.experiments.catalog.CatalogEntry": "a catalogue entry: where an experiment is defined, its description",
     "nqf.dynamics.loop.StepRule": "an input: the update rule of a training step",
     "nqf.dynamics.initial.InitialState": "an input: the validated M(0) or W(0) of a run",
+    "nqf.dynamics._loss.Loss": "an input: the loss of a run (base class)",
+    "nqf.dynamics._loss.MSE": "an input: the mean-squared-error loss",
+    "nqf.dynamics._loss.Logistic": "an input: the binary logistic loss",
+    "nqf.dynamics._loss.CrossEntropy": "an input: the softmax cross-entropy loss",
+    "nqf.dynamics._optim.Optimizer": "an input: the update rule of a run (base class)",
+    "nqf.dynamics._optim.GD": "an input: full-batch gradient descent settings",
+    "nqf.dynamics._optim.SGD": "an input: minibatch gradient descent settings",
+    "nqf.dynamics._optim.Adam": "an input: Adam settings",
+    "nqf.dynamics._save.Save": "an input: what a run saves",
     "nqf.results.Result": "the base class of the convention itself",
 }
 

@@ -15,9 +15,16 @@ MSE, ``r = ∂ℓ/∂f``, ``G = (1/N) 𝒜*(r)``, ``W ← W − η ∇_W L``, tr
 * :func:`training_loop` — the one discrete loop (GD/SGD/momentum/weight decay/Adam) behind
   :func:`simulate` and :func:`train_network`.
 * :class:`Trajectory` — the common result.
+* Configuration objects: :class:`Loss` (:class:`MSE`, :class:`Logistic`, :class:`CrossEntropy`;
+  :func:`as_loss` resolves a name), :class:`Optimizer` (:class:`GD`, :class:`SGD`, :class:`Adam`;
+  :func:`as_optimizer` builds one from the keyword form), :class:`Save` (what a run saves; :func:`as_save`).  The
+  string and keyword forms (``loss="mse"``, ``lr=…, momentum=…``, ``save_every=…``) are aliases of these.
 """
 
 from ..structure import data_subspace, project_operator
+from ._loss import MSE, CrossEntropy, Logistic, Loss, as_loss
+from ._optim import GD, SGD, Adam, Optimizer, as_optimizer
+from ._save import Save, as_save
 from .batched import simulate_batched
 from .flow import gradient_flow
 from .initial import initial_state, initial_weights
@@ -42,4 +49,16 @@ __all__ = [
     "initial_state",
     "initial_weights",
     "training_loop",
+    "Loss",
+    "MSE",
+    "Logistic",
+    "CrossEntropy",
+    "as_loss",
+    "Optimizer",
+    "GD",
+    "SGD",
+    "Adam",
+    "as_optimizer",
+    "Save",
+    "as_save",
 ]

@@ -48,12 +48,15 @@ from __future__ import annotations
 
 import torch
 
-from .._validation import divergence_threshold_value, int_param, steps_value
+from .._validation import divergence_message, divergence_threshold_value, steps_value
 from ..errors import InvalidParameterError, InvalidTypeError, NotClosedError, ShapeError
 from ..structure.operator import StructureOperator
+from ._loss import Loss, as_loss
+from ._optim import GD
+from ._save import Recorder, Save, as_save
 from .factored import factor_from_matrix, orthogonalize_columns
 from .initial import initial_state
-from .losses import check_loss, prepare_targets
+from .loop import DivergenceCheck
 from .trajectory import DIVERGED, FINISHED, Trajectory
 
 __all__ = ["simulate_batched", "operator_matrix"]
@@ -93,25 +96,20 @@ def _batch_param(name: str, value, B: int, dtype, device) -> torch.Tensor:
     return t
 
 
-def _loss_and_grad(loss: str, f: torch.Tensor, y: torch.Tensor):
-    """Batched ``(L_b, r_b)`` for predictions ``f`` of shape ``(B, N, C)``."""
-    if loss == "logistic":
-        return (torch.nn.functional.softplus(f) - y * f).sum(-1).mean(-1), torch.sigmoid(f) - y
-    return (torch.logsumexp(f, -1) - (y * f).sum(-1)).mean(-1), torch.softmax(f, -1) - y
-
-
 def simulate_batched(
     op: StructureOperator,
     y,
     *,
     M0,
-    lr,
+    lr=None,
     steps: int,
     weight_decay=0.0,
-    loss: str = "mse",
+    loss: str | Loss = "mse",
     save_every: int | None = None,
     divergence_threshold: float = 1e8,
     save_M: bool = True,
+    optimizer: GD | None = None,
+    save: Save | None = None,
 ) -> list[Trajectory]:
     r"""Simulate ``B`` full-batch GD runs of the NQF on shared data as one batched computation.
 
@@ -129,12 +127,13 @@ def simulate_batched(
     M0 : array_like, shape (B, p, p) or (p, p)
         Initial order parameters (symmetric PSD; a single ``(p, p)`` is shared by all runs).
     lr : float or array_like, shape (B,)
-        Step sizes ``η_b``.
+        Step sizes ``η_b`` (or ``optimizer``).
     steps : int
         Number of steps (shared).
     weight_decay : float or array_like, shape (B,)
         ``λ_b``: adds ``(λ_b/2)‖W‖²`` to the loss.
-    loss : {"mse", "logistic", "cross_entropy"}
+    loss : Loss or {"mse", "logistic", "cross_entropy"}
+        The :class:`~nqf.dynamics.Loss` (its batched value and residual; MSE through the QR form above).
     save_every : int, optional
         Save every this many steps (default ``max(1, steps // 1000)``); step 0 and the last step are saved.
     divergence_threshold : float
@@ -142,6 +141,11 @@ def simulate_batched(
         loss; the other runs go on.
     save_M : bool
         Store ``M_b`` at the saved steps.
+    optimizer : GD, optional
+        One full-batch :class:`~nqf.dynamics.GD` (without momentum) shared by all runs, instead of
+        ``lr``/``weight_decay``.
+    save : Save, optional
+        The save policy as an object (instead of ``save_every``, ``save_M``).
 
     Returns
     -------
@@ -162,9 +166,15 @@ def simulate_batched(
             "`op` has a linear or cross-unit term: the dynamics close on (M, μ) and depend on "
             "the width; use `nqf.simulate` with `W0` for each run"
         )
-    check_loss(loss)
+    loss = as_loss(loss)
     steps = steps_value(steps)
-    save_every = max(1, steps // 1000) if save_every is None else int_param("save_every", save_every, minimum=1)
+    keep = as_save(save, save_every=save_every, save_M=save_M).resolve(steps)
+    save_every, save_M = keep.every, keep.M
+    assert save_every is not None  # resolved
+    if optimizer is not None:
+        lr, weight_decay = _shared_gd(optimizer, lr, weight_decay)
+    if lr is None:
+        raise InvalidParameterError("`lr` must be given (a number, or one per run), or `optimizer`=GD(lr)")
     divergence_threshold = divergence_threshold_value(divergence_threshold)
     dt, dev, p, N = op.dtype, op.device, op.p, op.n_samples
     M = initial_state(p, M0=M0, dtype=dt, device=dev, batched=True).M
@@ -182,7 +192,7 @@ def simulate_batched(
     if bool((lam < 0).any()):
         raise InvalidParameterError(f"`weight_decay` must be non-negative; found {lam.tolist()}")
 
-    y = prepare_targets(y, loss, N, op.n_outputs, dt, dev)  # (N, C)
+    y = loss.prepare(y, N, op.n_outputs, dt, dev)  # (N, C)
     A = operator_matrix(op)  # (N·C, s)
     d = (op.offset - y).reshape(-1)  # f(0) − y, (N·C,)
     iu, ju = torch.triu_indices(p, p, device=dev)
@@ -193,7 +203,7 @@ def simulate_batched(
     Pm = torch.zeros(s, p * p, dtype=dt, device=dev)
     Pm[torch.arange(s), iu * p + ju] = 1.0
     Pm[torch.arange(s), ju * p + iu] = 1.0
-    if loss == "mse":
+    if loss.quadratic:  # L = ½‖f − y‖²/N: the data enter through A = Q R
         Q, R = torch.linalg.qr(A)  # A = Q R, R (s, s) or (N·C, s)
         d_par = Q.T @ d
         d_perp2 = float(((d - Q @ d_par) ** 2).sum())
@@ -213,41 +223,39 @@ def simulate_batched(
     polish = r_max <= POLISH_MAX_RANK
     ref_norm = F.norm(dim=1)  # (B, r)
     active = torch.ones(B, dtype=torch.bool, device=dev)
-    rec_step = [[] for _ in range(B)]
-    rec_loss = [[] for _ in range(B)]
-    rec_M = [[] for _ in range(B)]
-    limit = None
+    recs = [Recorder() for _ in range(B)]
+    check = DivergenceCheck(divergence_threshold, dt)
     status = [FINISHED] * B
     message = [f"finished {steps} steps"] * B
     for k in range(steps + 1):
         last = k == steps
         Mf = (F @ F.transpose(1, 2)).reshape(B, p * p)
-        if loss == "mse":
+        if loss.quadratic:
             z = Mf @ fwd + d_par  # (B, s): ρ_b = Qᵀ r_b
             L = ((z * z).sum(1) + d_perp2) / (2 * N)
         else:
             f = (Mf @ fwd + op.offset.reshape(-1)).reshape(B, N, -1)
-            L, r = _loss_and_grad(loss, f, y)
+            L, r = loss.value_and_residual(f, y)
             z = r.reshape(B, -1)  # (B, N·C): r_b
-        if limit is None:
-            limit = divergence_threshold * torch.clamp(L, min=torch.finfo(dt).tiny)
-        bad = active & ~(torch.isfinite(L) & (L <= limit) & torch.isfinite(Mf).all(1))
+        if not check.armed:
+            check.arm(L)
+        bad = active & (check.exceeded(L) | ~torch.isfinite(Mf).all(1))
         for b in torch.nonzero(bad).flatten().tolist() if bool(bad.any()) else ():
             status[b] = DIVERGED
-            message[b] = (
-                f"diverged at step {k} (t = {k * float(eta[b]):g}): loss {float(L[b]):.4g} is not finite "
-                f"or exceeds `divergence_threshold` × L(0) = {float(limit[b]):.4g}; the "
-                f"{len(rec_step[b])} states saved before it are kept. Lower `lr` (η = {float(eta[b]):g})"
+            message[b] = divergence_message(
+                step=k,
+                t=k * float(eta[b]),
+                loss=float(L[b]),
+                limit=float(check.limit[b]),
+                lr=float(eta[b]),
+                saved=len(recs[b]),
             )
         active &= ~bad
-        if last or k % save_every == 0:
+        if keep.saves(k, steps):
             Lc = L.tolist()
             for b in torch.nonzero(active).flatten().tolist():
-                rec_step[b].append(k)
-                rec_loss[b].append(Lc[b])
-                if save_M:
-                    Mb = F[b] @ F[b].T
-                    rec_M[b].append(0.5 * (Mb + Mb.T))
+                Mb = F[b] @ F[b].T if save_M else None
+                recs[b].add(k, Lc[b], M=None if Mb is None else 0.5 * (Mb + Mb.T))
         if last or not bool(active.any()):
             break
         G = (z @ back).reshape(B, p, p) / N  # (1/N) 𝒜*(r_b) = (1/N) Aᵀ r_b, placed
@@ -266,30 +274,25 @@ def simulate_batched(
                 ref_norm[idx] = F[idx].norm(dim=1)
     out = []
     for b in range(B):
-        step = torch.tensor(rec_step[b], dtype=torch.long)
-        info = dict(
-            form="order_parameter",
-            optimizer="gd",
-            lr=float(eta[b]),
-            steps=steps,
-            batch_size=None,
-            weight_decay=float(lam[b]),
-            momentum=0.0,
-            loss=loss,
-            save_every=int(save_every),
-            divergence_threshold=float(divergence_threshold),
-            batched=True,
-            batch_index=b,
+        info = {"form": "order_parameter", **GD(float(eta[b]), weight_decay=float(lam[b])).to_dict(), "steps": steps}
+        info.update(loss.to_dict(), **keep.to_dict(), divergence_threshold=float(divergence_threshold))
+        info.update(batched=True, batch_index=b)
+        traj = recs[b].trajectory(
+            lr=float(eta[b]), dtype=dt, device=dev, status=status[b], message=message[b], info=info
         )
-        out.append(
-            Trajectory(
-                t=step.to(dtype=dt, device=dev) * float(eta[b]),
-                loss=torch.tensor(rec_loss[b], dtype=dt, device=dev),
-                step=step,
-                M=torch.stack(rec_M[b]) if save_M and rec_M[b] else None,
-                status=status[b],
-                message=message[b],
-                info=info,
-            )
-        )
+        out.append(traj)
     return out
+
+
+def _shared_gd(optimizer: GD, lr, weight_decay):
+    """``(lr, weight_decay)`` of one :class:`GD` shared by every run (plain full-batch GD only)."""
+    if type(optimizer) is not GD or optimizer.momentum:
+        raise InvalidParameterError(
+            f"`optimizer` of simulate_batched must be a nqf.dynamics.GD without momentum; found {optimizer!r}"
+        )
+    if lr is not None or weight_decay != 0.0:
+        raise InvalidParameterError(
+            f"`lr`/`weight_decay` must not be given beside `optimizer` (set them on the object); found lr={lr!r}, "
+            f"weight_decay={weight_decay!r} beside `optimizer`={optimizer!r}"
+        )
+    return optimizer.lr, optimizer.weight_decay

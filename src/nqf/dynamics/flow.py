@@ -38,9 +38,9 @@ from scipy.integrate import solve_ivp
 from .._validation import as_tensor, check_flow_scalars
 from ..errors import InvalidParameterError, InvalidTypeError
 from ..structure.operator import StructureOperator
+from ._loss import Loss, as_loss
 from .factored import factor_from_matrix, factor_from_weights, gradient_terms, orthogonalize_columns, predictions
 from .initial import initial_state
-from .losses import check_loss, loss_value, prepare_targets, residual
 from .simulate import POLISH_MAX_RANK
 from .trajectory import DIVERGED, FINISHED, Trajectory
 
@@ -60,7 +60,7 @@ def gradient_flow(
     rtol: float = 1e-10,
     atol: float | None = None,
     method: str = "LSODA",
-    loss: str = "mse",
+    loss: str | Loss = "mse",
     weight_decay: float = 0.0,
     max_step: float = np.inf,
 ) -> Trajectory:
@@ -86,7 +86,7 @@ def gradient_flow(
         times each column's norm (scale-relative, valid for any ``ε``).
     method : str
         Any ``solve_ivp`` method (default ``"LSODA"``; ``"DOP853"``, ``"RK45"``, ``"Radau"``, ``"BDF"``).
-    loss : {"mse", "logistic", "cross_entropy"}
+    loss : Loss or {"mse", "logistic", "cross_entropy"}
     weight_decay : float
         λ (``G → G + λ/2 I``).
     max_step : float
@@ -102,7 +102,7 @@ def gradient_flow(
     """
     if not isinstance(op, StructureOperator):
         raise InvalidTypeError(f"`op` must be a StructureOperator; found {type(op).__name__}")
-    check_loss(loss)
+    loss = as_loss(loss)
     init = initial_state(op.p, M0=M0, W0=W0, dtype=op.dtype, device=op.device, zgz=op.satisfies_zgz)
     W0, m = init.W0, init.width
     mu_init = None if W0 is None or op.satisfies_zgz else W0.sum(1)
@@ -112,7 +112,7 @@ def gradient_flow(
         t_span, rtol, 1.0 if atol is None else atol, weight_decay, max_step
     )
     atol = None if atol_given is None else atol
-    y = prepare_targets(y, loss, op.n_samples, op.n_outputs, op.dtype, op.device)
+    y = loss.prepare(y, op.n_samples, op.n_outputs, op.dtype, op.device)
     p, dt, dev = op.p, op.dtype, op.device
     if t_eval is not None:
         t_eval = as_tensor("t_eval", t_eval, ndim=(0, 1), dtype=torch.float64).cpu().numpy().reshape(-1)
@@ -134,7 +134,7 @@ def gradient_flow(
         mu = L @ c if has_mu else None
         if has_mu:
             mus.append(mu)
-        losses.append(float(loss_value(predictions(op, L, mu), y, loss)))
+        losses.append(float(loss.value(predictions(op, L, mu), y)))
     status = FINISHED if sol["status"] >= 0 else DIVERGED
     return Trajectory(
         t=torch.as_tensor(np.asarray(sol["t"]), dtype=dt).to(dev),
@@ -151,7 +151,7 @@ def gradient_flow(
             atol=atol,
             nfev=sol["nfev"],
             restarts=sol["restarts"],
-            loss=loss,
+            loss=loss.name,
             weight_decay=weight_decay,
             width=m,
             factor_rank=int(L0.shape[1]),
@@ -237,7 +237,7 @@ def integrate_factor(
     events=None,
     dense_output: bool = False,
     max_step: float = np.inf,
-    loss: str = "mse",
+    loss: str | Loss = "mse",
     weight_decay: float = 0.0,
     c=None,
 ):
@@ -268,12 +268,12 @@ def integrate_factor(
     """
     p, r, N, dt, dev = op.p, L0.shape[1], op.n_samples, op.dtype, op.device
     cc = None if c is None else c.to(dtype=dt, device=dev)
-    lam = weight_decay
+    lam, loss = weight_decay, as_loss(loss)
 
     def rhs(_t, z):
         L = torch.as_tensor(z, dtype=dt).to(dev).reshape(p, r)
         mu = None if cc is None else L @ cc
-        res = residual(predictions(op, L, mu), y, loss)
+        res = loss.residual(predictions(op, L, mu), y)
         GL, h = gradient_terms(op, res, L, mu, N)
         dL = -2.0 * GL
         if lam:

@@ -2,7 +2,8 @@ r"""The one discrete training loop: GD / minibatch SGD / heavy-ball momentum / w
 
 Conventions (docs/theory.md §0): ``L = (1/N) Σ_n ℓ(f_n, y_n)`` (a minibatch uses its own
 mean), a step is ``x ← x − η ∇_x L`` for every trained tensor ``x``, training time
-``t = η · step``.  The update rules, each applied to every tensor of the list:
+``t = η · step``.  The update rules are the :class:`~nqf.dynamics.Optimizer` objects
+(:mod:`nqf.dynamics._optim`), each applied to every tensor of the list:
 
 * weight decay λ adds ``(λ/2)‖x‖²`` to the loss (coupled L2, ``torch.optim.SGD``'s
   ``weight_decay``): ``g = ∇_x L + λ x``;
@@ -15,7 +16,8 @@ mean), a step is ``x ← x − η ∇_x L`` for every trained tensor ``x``, trai
 :func:`training_loop` runs these steps with the minibatches of :func:`minibatch_indices`,
 saves every ``save_every`` steps (step 0 and the last step always), and stops when the
 batch loss is not finite or exceeds ``divergence_threshold × L(0)`` (``L(0)`` the
-full-data loss at step 0).  What is trained and how its loss and gradient are computed
+full-data loss at step 0; :class:`DivergenceCheck`, shared with
+:func:`~nqf.dynamics.simulate_batched`).  What is trained and how its loss and gradient are computed
 is the caller's: the weight and order-parameter forms of :func:`~nqf.dynamics.simulate`
 pass the factor of ``M`` and the closed gradient ``S L + h cᵀ``;
 :func:`~nqf.dynamics.train_network` passes the unit weights of a real module and the
@@ -27,17 +29,26 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from .._validation import check_run_scalars, divergence_message, int_param
-from ..errors import InvalidParameterError
+from .._validation import divergence_message, steps_value
 from ..results import Result, summarize
+from ._optim import OPTIMIZERS, Optimizer, as_optimizer
+from ._save import Save
 from .trajectory import DIVERGED, FINISHED
 
-__all__ = ["StepRule", "Descent", "LoopOutcome", "training_loop", "minibatch_indices", "check_run_args", "OPTIMIZERS"]
-
-OPTIMIZERS = ("gd", "sgd", "adam")
+__all__ = [
+    "StepRule",
+    "Descent",
+    "DivergenceCheck",
+    "LoopOutcome",
+    "training_loop",
+    "minibatch_indices",
+    "check_run_args",
+    "OPTIMIZERS",
+]
 
 
 def minibatch_indices(n_samples: int, batch_size: int | None, steps: int, seed: int = 0) -> Iterator:
@@ -68,31 +79,20 @@ def minibatch_indices(n_samples: int, batch_size: int | None, steps: int, seed: 
 def check_run_args(lr, steps, optimizer, batch_size, momentum, weight_decay, n_samples, save_every):
     """Validate the optimisation settings; returns ``(lr, steps, batch_size, save_every)``.
 
-    ``save_every=None`` becomes ``max(1, steps // 1000)``.
+    The string form of :func:`~nqf.dynamics.as_optimizer` and :class:`~nqf.dynamics.Save`
+    (``save_every=None`` becomes ``max(1, steps // 1000)``).
     """
-    lr, steps, momentum, weight_decay, save_every = check_run_scalars(lr, steps, momentum, weight_decay, save_every)
-    if optimizer not in OPTIMIZERS:
-        raise InvalidParameterError(f"`optimizer` must be one of {OPTIMIZERS}; found {optimizer!r}")
-    if optimizer == "gd" and batch_size is not None:
-        raise InvalidParameterError(
-            "`batch_size` must be None for `optimizer`='gd' (full batch); use 'sgd' for minibatches"
-        )
-    if optimizer == "sgd" and batch_size is None:
-        raise InvalidParameterError("`optimizer`='sgd' needs `batch_size` (minibatch size)")
-    if batch_size is not None:
-        batch_size = int_param("batch_size", batch_size, minimum=1, maximum=n_samples)
-    if optimizer == "adam" and momentum != 0.0:
-        raise InvalidParameterError("`momentum` is for 'gd'/'sgd'; Adam has its own `adam_betas`")
-    if save_every is None:
-        save_every = max(1, steps // 1000)
-    return float(lr), steps, None if batch_size is None else int(batch_size), int(save_every)
+    steps = steps_value(steps)
+    opt = as_optimizer(optimizer, lr=lr, momentum=momentum, weight_decay=weight_decay, batch_size=batch_size)
+    opt.check_samples(n_samples)
+    return opt.lr, steps, opt.batch_size, Save(every=save_every).resolve(steps).every
 
 
 @dataclass(frozen=True)
 class StepRule:
-    """The update rule of a step (module docstring): ``optimizer`` ``"gd"``/``"sgd"`` (with ``momentum``
-    β ∈ [0, 1)) or ``"adam"``; ``weight_decay`` λ ≥ 0; step size ``lr`` η.  Validated by
-    :func:`check_run_args`."""
+    """The update rule of a step by name (module docstring): ``optimizer`` ``"gd"``/``"sgd"`` (with ``momentum``
+    β ∈ [0, 1)) or ``"adam"``; ``weight_decay`` λ ≥ 0; step size ``lr`` η.  The string form of the
+    :class:`~nqf.dynamics.Optimizer` objects (:meth:`to_optimizer`); the minibatches are the loop's."""
 
     lr: float
     optimizer: str = "gd"
@@ -101,41 +101,72 @@ class StepRule:
     adam_betas: tuple[float, float] = (0.9, 0.999)
     adam_eps: float = 1e-8
 
+    def to_optimizer(self) -> Optimizer:
+        """The optimizer object with these settings (``"sgd"``: :class:`GD`'s update, the loop draws the batches)."""
+        name = "gd" if self.optimizer == "sgd" else self.optimizer
+        return as_optimizer(
+            name,
+            lr=self.lr,
+            momentum=self.momentum,
+            weight_decay=self.weight_decay,
+            adam_betas=self.adam_betas,
+            adam_eps=self.adam_eps,
+        )
+
 
 class Descent:
-    """The optimiser state over a list of tensors: momentum buffers ``velocity`` (heavy ball) or the
-    Adam moments.  :meth:`step` returns new tensors (the inputs are not modified)."""
+    """The optimizer state over a list of tensors: momentum buffers ``velocity`` (heavy ball) or the
+    Adam ``moments`` (:meth:`nqf.dynamics.Optimizer.init_state`).  :meth:`step` returns new tensors
+    (the inputs are not modified)."""
 
-    def __init__(self, rule: StepRule, params: Sequence[torch.Tensor]):
-        self.rule = rule
-        adam = rule.optimizer == "adam"
-        self.velocity = [torch.zeros_like(x) for x in params] if rule.momentum and not adam else None
-        self.moments = [(torch.zeros_like(x), torch.zeros_like(x)) for x in params] if adam else None
+    def __init__(self, rule: Optimizer | StepRule, params: Sequence[torch.Tensor]):
+        self.rule = rule.to_optimizer() if isinstance(rule, StepRule) else rule
+        self.state = self.rule.init_state(params)
+
+    @property
+    def velocity(self) -> list | None:
+        """The heavy-ball buffers (one per tensor; ``None`` without momentum); entries may be replaced."""
+        return self.state.get("velocity")
+
+    @property
+    def moments(self) -> list | None:
+        """Adam's ``(m₁, m₂)`` per tensor, else ``None``."""
+        return self.state.get("moments")
 
     def step(self, params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], k: int) -> list[torch.Tensor]:
         """One step ``k`` (0-based; Adam's bias correction uses ``k + 1``) from the loss gradients ``grads``."""
-        rule = self.rule
-        lr, lam, beta = rule.lr, rule.weight_decay, rule.momentum
-        out = []
-        for i, (x, g) in enumerate(zip(params, grads, strict=True)):
-            if lam:
-                g = g + lam * x
-            if self.moments is not None:
-                b1, b2 = rule.adam_betas
-                m1, m2 = self.moments[i]
-                m1.mul_(b1).add_(g, alpha=1 - b1)
-                m2.mul_(b2).addcmul_(g, g, value=1 - b2)
-                mhat = m1 / (1 - b1 ** (k + 1))
-                vhat = m2 / (1 - b2 ** (k + 1))
-                x = x - lr * mhat / (vhat.sqrt() + rule.adam_eps)
-            elif self.velocity is not None:
-                v = beta * self.velocity[i] + g
-                self.velocity[i] = v
-                x = x - lr * v
-            else:
-                x = torch.add(x, g, alpha=-lr)
-            out.append(x)
-        return out
+        return self.rule.update(params, grads, self.state, k)
+
+
+class DivergenceCheck:
+    """Divergence detection shared by :func:`training_loop` and :func:`~nqf.dynamics.simulate_batched`.
+
+    :meth:`arm` fixes the limit ``divergence_threshold × max(L(0), tiny)`` from the full-data loss at step 0
+    (``tiny`` of the run's dtype; a float, or a tensor of one limit per run); :meth:`exceeded` is true
+    where a loss is not finite or exceeds the limit.
+    """
+
+    def __init__(self, threshold: float, dtype: torch.dtype):
+        self.threshold = float(threshold)
+        self.tiny = torch.finfo(dtype).tiny
+        self.limit: Any = None  # a float, or a tensor of one limit per run
+
+    @property
+    def armed(self) -> bool:
+        return self.limit is not None
+
+    def arm(self, L0) -> None:
+        if isinstance(L0, torch.Tensor) and L0.ndim:
+            self.limit = self.threshold * torch.clamp(L0, min=self.tiny)
+        else:
+            self.limit = self.threshold * max(float(L0), self.tiny)
+
+    def exceeded(self, L):
+        """``bool`` for one run (``L`` a number), a boolean tensor for a batch of runs."""
+        if isinstance(L, torch.Tensor) and L.ndim:
+            return ~(torch.isfinite(L) & (L <= self.limit))
+        value = float(L)
+        return not math.isfinite(value) or value > self.limit
 
 
 @dataclass(frozen=True)
@@ -157,7 +188,7 @@ class LoopOutcome(Result):
 
 def training_loop(
     params: Sequence[torch.Tensor],
-    rule: StepRule,
+    rule: Optimizer | StepRule,
     *,
     steps: int,
     n_samples: int,
@@ -182,7 +213,8 @@ def training_loop(
     ----------
     params : sequence of torch.Tensor
         The trained tensors at step 0.
-    rule : StepRule
+    rule : Optimizer or StepRule
+        The update (an :class:`~nqf.dynamics.Optimizer`, or its string form :class:`StepRule`).
     steps, n_samples, batch_size, seed
         Number of steps; samples and minibatch size (``None``: full batch) and seed of
         :func:`minibatch_indices`.
@@ -213,10 +245,11 @@ def training_loop(
     """
     params = list(params)
     descent = Descent(rule, params)
-    dtype = params[0].dtype
+    opt = descent.rule
+    check = DivergenceCheck(divergence_threshold, params[0].dtype)
     batches = minibatch_indices(n_samples, batch_size, steps, seed)
     status, message = FINISHED, f"finished {steps} steps"
-    limit, previous, saved = None, None, 0
+    previous, saved = None, 0
     for k in range(steps + 1):
         last = k == steps
         idx = None if last else next(batches)
@@ -224,32 +257,27 @@ def training_loop(
         saving = last or k % save_every == 0
         if idx is None:
             Lfull = Lb
-        elif saving or limit is None:
+        elif saving or not check.armed:
             Lfull = float(evaluate(params, None)[0]) if full_loss is None else full_loss(params)
-        if limit is None:
-            limit = divergence_threshold * max(float(Lfull), torch.finfo(dtype).tiny)
-        Lcheck = float(Lb)
-        if (
-            not math.isfinite(Lcheck)
-            or Lcheck > limit
-            or (saving and not all(bool(torch.isfinite(x).all()) for x in params))
-        ):
+        if not check.armed:
+            check.arm(Lfull)
+        if check.exceeded(Lb) or (saving and not all(bool(torch.isfinite(x).all()) for x in params)):
             status = DIVERGED
             curv = (
                 curvature(previous, ctx)
-                if curvature is not None and batch_size is None and rule.optimizer != "adam"
+                if curvature is not None and batch_size is None and opt.hessian_stability
                 else None
             )
             message = divergence_message(
                 step=k,
-                t=k * rule.lr,
-                loss=Lcheck,
-                limit=limit,
-                lr=rule.lr,
+                t=k * opt.lr,
+                loss=float(Lb),
+                limit=float(check.limit),
+                lr=opt.lr,
                 saved=saved,
                 curvature=curv,
-                momentum=rule.momentum,
-                optimizer=rule.optimizer,
+                momentum=opt.momentum,
+                optimizer=opt.name,
             )
             break
         if saving:

@@ -21,12 +21,14 @@ from __future__ import annotations
 import torch
 from torch.func import functional_call
 
-from .._validation import check_inputs, check_saved_memory, divergence_threshold_value
+from .._validation import check_inputs, check_saved_memory, divergence_threshold_value, steps_value
 from ..errors import InvalidTypeError
 from ..structure.units import UnitLayout, UnitScatter  # noqa: F401  (re-exported; one implementation)
+from ._loss import Loss, as_loss
+from ._optim import Optimizer, as_optimizer
+from ._save import Recorder, Save, as_save
 from .initial import initial_state
-from .loop import StepRule, check_run_args, training_loop
-from .losses import check_loss, loss_value, prepare_targets
+from .loop import training_loop
 from .trajectory import Trajectory
 
 __all__ = ["train_network", "UnitScatter"]
@@ -39,11 +41,11 @@ def train_network(
     y,
     *,
     W0,
-    lr: float,
+    lr: float | None = None,
     steps: int,
-    loss: str = "mse",
+    loss: str | Loss = "mse",
     output=None,
-    optimizer: str = "gd",
+    optimizer: str | Optimizer = "gd",
     batch_size: int | None = None,
     weight_decay: float = 0.0,
     momentum: float = 0.0,
@@ -54,6 +56,7 @@ def train_network(
     divergence_threshold: float = 1e8,
     save_W: bool = True,
     save_M: bool = True,
+    save: Save | None = None,
 ) -> Trajectory:
     r"""Train the units of a real ``nn.Module`` with the NQF conventions.
 
@@ -72,8 +75,9 @@ def train_network(
         Initial unit weights, written with the layout so that ``M(0) = W0 W0ᵀ``
         matches an NQF run started from the same ``W0``/``M0``.
     lr, steps, loss, optimizer, batch_size, weight_decay, momentum, seed, save_every,
-    adam_betas, adam_eps, divergence_threshold
-        As in :func:`~nqf.dynamics.simulate`.
+    adam_betas, adam_eps, divergence_threshold, save_W, save_M, save
+        As in :func:`~nqf.dynamics.simulate` (an :class:`~nqf.dynamics.Optimizer`, :class:`~nqf.dynamics.Loss`,
+        :class:`~nqf.dynamics.Save` or their string/keyword forms).
     output : callable, optional
         Maps the module's raw output to the ``(N, C)`` (or ``(N,)``) predictions
         (e.g. pick one token); default: the output itself, a trailing axis of
@@ -85,14 +89,25 @@ def train_network(
         ``t``, ``step``, full-data ``loss``, ``W`` (K, p, m) and ``M = W Wᵀ``
         (K, p, p); ``info["f0"]`` holds the network output at ``W = 0`` (N, C).
     """
-    check_loss(loss)
+    loss = as_loss(loss)
     if not isinstance(module, torch.nn.Module):
         raise InvalidTypeError(f"`module` must be a torch.nn.Module; found {type(module).__name__}")
     X = check_inputs("X", X)
     N = int(X.shape[0])
-    lr, steps, batch_size, save_every = check_run_args(
-        lr, steps, optimizer, batch_size, momentum, weight_decay, N, save_every
+    steps = steps_value(steps)
+    keep = as_save(save, save_every=save_every, save_M=save_M, save_W=save_W).resolve(steps)
+    opt = as_optimizer(
+        optimizer,
+        lr=lr,
+        momentum=momentum,
+        weight_decay=weight_decay,
+        batch_size=batch_size,
+        adam_betas=adam_betas,
+        adam_eps=adam_eps,
     )
+    opt.check_samples(N)
+    save_every = keep.every
+    assert save_every is not None  # resolved
     divergence_threshold = divergence_threshold_value(divergence_threshold)
     scatter = UnitScatter(module, units)
     ref = next(iter(scatter.base.values()))
@@ -104,7 +119,7 @@ def train_network(
     check_saved_memory(
         steps,
         save_every,
-        itemsize * ((scatter.p * scatter.m if save_W else 0) + (scatter.p**2 if save_M else 0)) + 16,
+        itemsize * ((scatter.p * scatter.m if keep.W else 0) + (scatter.p**2 if keep.M else 0)) + 16,
         device=dev,
     )
 
@@ -117,73 +132,39 @@ def train_network(
     with torch.no_grad():
         f0 = predict(torch.zeros_like(W), X)
     C = f0.shape[1]
-    yt = prepare_targets(y, loss, N, C, dt, dev)
-    rec = dict(step=[], loss=[], W=[], M=[])
+    yt = loss.prepare(y, N, C, dt, dev)
+    rec = Recorder()
 
     def evaluate(params, idx):
         Wl = params[0].detach().requires_grad_(True)
         xb, yb = (X, yt) if idx is None else (X[idx.to(X.device)], yt[idx.to(dev)])
-        Lb = loss_value(predict(Wl, xb), yb, loss)
+        Lb = loss.value(predict(Wl, xb), yb)
         return Lb.detach(), (Lb, Wl)
 
     def full_loss(params):
         with torch.no_grad():
-            return float(loss_value(predict(params[0], X), yt, loss))
+            return float(loss.value(predict(params[0], X), yt))
 
-    def save(k, params, Lfull):
+    def store(k, params, Lfull):
         Wd = params[0].detach()
-        rec["step"].append(k)
-        rec["loss"].append(Lfull)
-        if save_W:
-            rec["W"].append(Wd.clone())
-        if save_M:
-            rec["M"].append(Wd @ Wd.T)
+        rec.add(k, Lfull, W=Wd.clone() if keep.W else None, M=Wd @ Wd.T if keep.M else None)
 
-    rule = StepRule(
-        lr=lr,
-        optimizer=optimizer,
-        momentum=momentum,
-        weight_decay=weight_decay,
-        adam_betas=adam_betas,
-        adam_eps=adam_eps,
-    )
     out = training_loop(
         [W],
-        rule,
+        opt,
         steps=steps,
         n_samples=N,
-        batch_size=batch_size,
+        batch_size=opt.batch_size,
         seed=seed,
         save_every=save_every,
         divergence_threshold=divergence_threshold,
         evaluate=evaluate,
         full_loss=full_loss,
-        save=save,
+        save=store,
         gradient=lambda params, ctx, idx: list(torch.autograd.grad(ctx[0], ctx[1])),
     )
     W = out.params[0]
     units.set_W(module, W.detach())
-    step = torch.tensor(rec["step"], dtype=torch.long)
-    return Trajectory(
-        t=step.to(dtype=dt, device=dev) * lr,
-        loss=torch.tensor(rec["loss"], dtype=dt, device=dev),
-        step=step,
-        M=torch.stack(rec["M"]) if rec["M"] else None,
-        W=torch.stack(rec["W"]) if rec["W"] else None,
-        status=out.status,
-        message=out.message,
-        info=dict(
-            form="network",
-            optimizer=optimizer,
-            lr=lr,
-            steps=steps,
-            batch_size=batch_size,
-            weight_decay=weight_decay,
-            momentum=momentum,
-            loss=loss,
-            seed=seed,
-            save_every=save_every,
-            width=scatter.m,
-            f0=f0,
-        ),
-    )
+    info = {"form": "network", **opt.to_dict(), "steps": steps, **loss.to_dict(), "seed": seed}
+    info.update(keep.to_dict(), width=scatter.m, f0=f0)
+    return rec.trajectory(lr=opt.lr, dtype=dt, device=dev, status=out.status, message=out.message, info=info)

@@ -55,14 +55,18 @@ runs only in weight form.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from .._validation import check_saved_memory, divergence_curvature, divergence_threshold_value
+from .._validation import check_saved_memory, divergence_curvature, divergence_threshold_value, steps_value
 from ..errors import InvalidParameterError, InvalidTypeError, NotClosedError
 from ..structure import data_subspace, project_operator
 from ..structure.operator import StructureOperator
+from ._loss import Loss, as_loss
+from ._optim import Optimizer, as_optimizer
+from ._save import Recorder, Save, as_save
 from .factored import (
     apply_G,
     factor_from_matrix,
@@ -72,8 +76,7 @@ from .factored import (
     predictions,
 )
 from .initial import check_psd, initial_state
-from .loop import OPTIMIZERS, StepRule, check_run_args, minibatch_indices, training_loop
-from .losses import check_loss, loss_value, prepare_targets, residual
+from .loop import OPTIMIZERS, check_run_args, minibatch_indices, training_loop
 from .trajectory import Trajectory
 
 __all__ = ["simulate", "minibatch_indices", "FORMS", "OPTIMIZERS", "check_psd", "check_run_args"]
@@ -84,6 +87,34 @@ POLISH_FACTOR = 100.0  # re-orthogonalise when a column norm has changed by this
 POLISH_EVERY = 8  # … checked every this many steps
 
 
+@dataclass(frozen=True)
+class RunSpec:
+    """The validated settings of one :func:`simulate` run (typed; :meth:`to_dict` is the trajectory's ``info``)."""
+
+    form: str
+    optimizer: Optimizer
+    loss: Loss
+    save: Save  # ``every`` resolved
+    steps: int
+    seed: int
+    width: int | None
+    compressed: bool
+    divergence_threshold: float
+
+    def to_dict(self) -> dict:
+        return {
+            "form": self.form,
+            **self.optimizer.to_dict(),
+            "steps": self.steps,
+            **self.loss.to_dict(),
+            "seed": self.seed,
+            **self.save.to_dict(),
+            "width": self.width,
+            "compressed": self.compressed,
+            "divergence_threshold": self.divergence_threshold,
+        }
+
+
 # --------------------------------------------------------------------------- entry point
 def simulate(
     op: StructureOperator,
@@ -91,14 +122,14 @@ def simulate(
     *,
     M0=None,
     W0=None,
-    lr: float,
+    lr: float | None = None,
     steps: int,
     form: str = "order_parameter",
-    optimizer: str = "gd",
+    optimizer: str | Optimizer = "gd",
     batch_size: int | None = None,
     weight_decay: float = 0.0,
     momentum: float = 0.0,
-    loss: str = "mse",
+    loss: str | Loss = "mse",
     seed: int = 0,
     save_every: int | None = None,
     compress: bool = False,
@@ -108,6 +139,7 @@ def simulate(
     on_divergence: str = "stop",
     save_M: bool = True,
     save_W: bool = True,
+    save: Save | None = None,
 ) -> Trajectory:
     r"""Simulate training of the NQF model ``f = f(0) + Tr[M A]`` (normal form) by GD/SGD/momentum/Adam.
 
@@ -129,20 +161,22 @@ def simulate(
         Initial unit weights of any width ``m``; ``M(0) = W0 W0ᵀ``.  Exactly one
         of ``M0``/``W0`` must be given: a ``p × p`` array is never guessed to be one or the other.
     lr : float
-        Step size ``η``.
+        Step size ``η`` (with an optimizer name; an :class:`~nqf.dynamics.Optimizer` holds its own).
     steps : int
         Number of steps.
     form : {"order_parameter", "weights"}
-    optimizer : {"gd", "sgd", "adam"}
-        ``"gd"`` full batch, ``"sgd"`` minibatches of ``batch_size`` (same
-        batches in both forms for a given ``seed``, see :func:`minibatch_indices`),
+    optimizer : Optimizer or {"gd", "sgd", "adam"}
+        :class:`~nqf.dynamics.GD`, :class:`~nqf.dynamics.SGD`, :class:`~nqf.dynamics.Adam`, or a name
+        with the keywords ``lr``, ``batch_size``, ``weight_decay``, ``momentum``, ``adam_betas``,
+        ``adam_eps`` (:func:`~nqf.dynamics.as_optimizer`): ``"gd"`` full batch, ``"sgd"`` minibatches of
+        ``batch_size`` (same batches in both forms for a given ``seed``, see :func:`minibatch_indices`),
         ``"adam"`` (weight form only; full batch unless ``batch_size`` is given).
     batch_size : int, optional
     weight_decay : float
         λ: adds ``(λ/2)‖W‖²`` to the loss (``G → G + λ/2 I``).
     momentum : float
         Heavy-ball β in ``[0, 1)`` for ``"gd"``/``"sgd"``.
-    loss : {"mse", "logistic", "cross_entropy"}
+    loss : Loss or {"mse", "logistic", "cross_entropy"}
     seed : int
         Seed of the minibatch sampler.
     save_every : int, optional
@@ -162,6 +196,8 @@ def simulate(
         ``.trajectory`` holds the states so far.
     save_M, save_W : bool
         Store ``M`` (and, in weight form, ``W``) at the saved steps.
+    save : Save, optional
+        The save policy as an object (instead of ``save_every``, ``save_M``, ``save_W``).
 
     Returns
     -------
@@ -184,55 +220,51 @@ def simulate(
         raise InvalidParameterError(f"`form` must be one of {FORMS}; found {form!r}")
     if on_divergence not in ("stop", "raise"):
         raise InvalidParameterError(f"`on_divergence` must be 'stop' or 'raise'; found {on_divergence!r}")
-    check_loss(loss)
-    lr, steps, batch_size, save_every = check_run_args(
-        lr, steps, optimizer, batch_size, momentum, weight_decay, op.n_samples, save_every
+    loss = as_loss(loss)
+    steps = steps_value(steps)
+    save = as_save(save, save_every=save_every, save_M=save_M, save_W=save_W).resolve(steps)
+    opt = as_optimizer(
+        optimizer,
+        lr=lr,
+        momentum=momentum,
+        weight_decay=weight_decay,
+        batch_size=batch_size,
+        adam_betas=adam_betas,
+        adam_eps=adam_eps,
     )
-    if optimizer == "adam" and form == "order_parameter":
-        raise NotClosedError(
-            "`optimizer`='adam' does not close on the order parameter M = W Wᵀ: Adam divides each coordinate "
-            "of the gradient 2GW by its own running RMS, which depends on W itself (and on the basis), not "
-            "only on W Wᵀ. Use `form`='weights' with `W0`, or a closed optimizer ('gd', 'sgd', momentum)."
-        )
+    opt.check_samples(op.n_samples)
+    if form == "order_parameter" and not opt.closes_on_M:
+        raise NotClosedError(opt.not_closed or f"{opt!r} does not close on the order parameter M = W Wᵀ")
     if M0 is not None and W0 is None and form == "weights":
         raise InvalidParameterError("`form`='weights' needs `W0` (p×m weights); `M0` only fixes W up to a rotation")
     init = initial_state(op.p, M0=M0, W0=W0, dtype=op.dtype, device=op.device, zgz=op.satisfies_zgz)
     M0, W0, width = init.M0, init.W0, init.width
-    y = prepare_targets(y, loss, op.n_samples, op.n_outputs, op.dtype, op.device)
+    y = loss.prepare(y, op.n_samples, op.n_outputs, op.dtype, op.device)
     p = op.p
     divergence_threshold = divergence_threshold_value(divergence_threshold)
     itemsize = torch.empty((), dtype=op.dtype).element_size()
     check_saved_memory(
         steps,
-        save_every,
+        save.every,  # type: ignore[arg-type]  # resolved
         itemsize
         * (
-            (p * p if save_M else 0)
+            (p * p if save.M else 0)
             + (p if not op.satisfies_zgz else 0)
-            + (p * (width or 0) if form == "weights" and save_W else 0)
+            + (p * (width or 0) if form == "weights" and save.W else 0)
         )
         + 16,
         device=op.device,
     )
-
-    settings = dict(
+    settings = RunSpec(
         form=form,
-        optimizer=optimizer,
-        lr=lr,
-        steps=steps,
-        batch_size=batch_size,
-        weight_decay=float(weight_decay),
-        momentum=float(momentum),
+        optimizer=opt,
         loss=loss,
+        save=save,
+        steps=steps,
         seed=seed,
-        save_every=save_every,
         width=width,
         compressed=bool(compress),
-        adam_betas=tuple(adam_betas),
-        adam_eps=float(adam_eps),
         divergence_threshold=float(divergence_threshold),
-        save_M=save_M,
-        save_W=save_W,
     )
     if compress:
         traj = _simulate_compressed(op, y, M0, W0, settings)
@@ -244,7 +276,7 @@ def simulate(
 
 
 # --------------------------------------------------------------------------- the run
-def _run(op, y, M0, W0, s, track_transfer: bool = False) -> Trajectory:
+def _run(op, y, M0, W0, s: RunSpec, track_transfer: bool = False) -> Trajectory:
     """Run :func:`~nqf.dynamics.loop.training_loop`; with ``track_transfer`` also propagate the linear transfer
     map ``Φ`` (Φ(0) = I) and the scalar factor ``a`` of directions with ``S = λ I`` (used by compression).
 
@@ -252,10 +284,11 @@ def _run(op, y, M0, W0, s, track_transfer: bool = False) -> Trajectory:
     form ``W`` itself (``c = 1``), the order-parameter form ``L`` with ``M = L Lᵀ`` (``r ≤ p``
     columns, ``p + 1`` without ZGZ), the momentum buffer ``K`` with ``V = K Qᵀ``; the gradient
     of the units is ``S L + h cᵀ`` (module docstring)."""
-    lr, lam, beta = s["lr"], s["weight_decay"], s["momentum"]
+    opt, loss, keep = s.optimizer, s.loss, s.save
+    lr, lam, beta = opt.lr, opt.weight_decay, opt.momentum
     p, N, dt, dev = op.p, op.n_samples, op.dtype, op.device
     zgz = op.satisfies_zgz
-    weights = s["form"] == "weights"
+    weights = s.form == "weights"
     if W0 is None:
         L, c = factor_from_matrix(M0), None
     elif weights:
@@ -273,8 +306,7 @@ def _run(op, y, M0, W0, s, track_transfer: bool = False) -> Trajectory:
         a=1.0,
         b=0.0,
     )
-    rec = dict(step=[], loss=[], M=[], W=[], mu=[], Phi=[], a=[])
-    mse = s["loss"] == "mse"
+    rec, transfer = Recorder(), dict(Phi=[], a=[])
 
     def mu_of(L):
         return None if c is None else L @ c
@@ -288,16 +320,10 @@ def _run(op, y, M0, W0, s, track_transfer: bool = False) -> Trajectory:
             ob, yb, nb = op.take(idx), y[idx], idx.numel()
         mu = mu_of(L)
         f = predictions(ob, L, mu)
-        ctx = dict(ob=ob, yb=yb, nb=nb, f=f, mu=mu, r=None)
-        if mse:  # ½ Σ (f − y)² / N with one reduction; the residual is the same difference
-            ctx["r"] = r = f - yb
-            rf = r.reshape(-1)
-            return 0.5 * torch.dot(rf, rf) / nb, ctx
-        return loss_value(f, yb, s["loss"]), ctx
+        Lb, r = loss.value_and_residual(f, yb)
+        return Lb, dict(ob=ob, yb=yb, nb=nb, f=f, mu=mu, r=r)
 
     def gradient(params, ctx, idx):
-        if ctx["r"] is None:
-            ctx["r"] = residual(ctx["f"], ctx["yb"], s["loss"])
         GL, h = gradient_terms(ctx["ob"], ctx["r"], params[0], ctx["mu"], ctx["nb"])
         g = 2.0 * GL  # S L = 2 G L + λ L (λ added by the loop); the gradient of the units is S L + h cᵀ
         return [g if h is None or c is None else g + torch.outer(h, c)]
@@ -328,75 +354,55 @@ def _run(op, y, M0, W0, s, track_transfer: bool = False) -> Trajectory:
 
     def save(k, params, loss):
         (L,) = params
-        rec["step"].append(k)
-        rec["loss"].append(loss)
-        if s["save_M"]:
-            M = L @ L.T
-            rec["M"].append(0.5 * (M + M.T))
-        if weights and s["save_W"]:
-            rec["W"].append(L.clone())
-        if c is not None:
-            rec["mu"].append(mu_of(L))
+        M = L @ L.T if keep.M else None
+        rec.add(
+            k,
+            loss,
+            M=None if M is None else 0.5 * (M + M.T),
+            W=L.clone() if weights and keep.W else None,
+            mu=mu_of(L),
+        )
         if track_transfer:
-            rec["Phi"].append(st["Phi"].clone())
-            rec["a"].append(st["a"])
+            transfer["Phi"].append(st["Phi"].clone())
+            transfer["a"].append(st["a"])
 
-    rule = StepRule(
-        lr=lr,
-        optimizer=s["optimizer"],
-        momentum=beta,
-        weight_decay=lam,
-        adam_betas=s["adam_betas"],
-        adam_eps=s["adam_eps"],
-    )
     out = training_loop(
         [L],
-        rule,
-        steps=s["steps"],
+        opt,
+        steps=s.steps,
         n_samples=N,
-        batch_size=s["batch_size"],
-        seed=s["seed"],
-        save_every=s["save_every"],
-        divergence_threshold=s["divergence_threshold"],
+        batch_size=opt.batch_size,
+        seed=s.seed,
+        save_every=keep.every,  # type: ignore[arg-type]  # resolved
+        divergence_threshold=s.divergence_threshold,
         evaluate=evaluate,
         gradient=gradient,
         save=save,
         after_step=after_step,
-        full_loss=lambda params: loss_value(predictions(op, params[0], mu_of(params[0])), y, s["loss"]),
+        full_loss=lambda params: loss.value(predictions(op, params[0], mu_of(params[0])), y),
         curvature=lambda prev, ctx: (
-            None if prev is None else divergence_curvature(op, prev[0], ctx["r"], lam, N, loss=s["loss"])
+            None if prev is None else divergence_curvature(op, prev[0], ctx["r"], lam, N, loss=loss.name)
         ),
     )
-    step = torch.tensor(rec["step"], dtype=torch.long)
-    info = dict(s)
+    info = s.to_dict()
     if not weights:
         info["factor_rank"] = int(L.shape[1])
     if track_transfer:
-        info["Phi"] = torch.stack(rec["Phi"]) if rec["Phi"] else None
-        info["a"] = torch.tensor(rec["a"], dtype=dt)
-    return Trajectory(
-        t=step.to(dtype=dt, device=dev) * lr,
-        loss=torch.tensor(rec["loss"], dtype=dt, device=dev),
-        step=step,
-        M=torch.stack(rec["M"]) if rec["M"] else None,
-        W=torch.stack(rec["W"]) if rec["W"] else None,
-        mu=torch.stack(rec["mu"]) if rec["mu"] else None,
-        status=out.status,
-        message=out.message,
-        info=info,
-    )
+        info["Phi"] = torch.stack(transfer["Phi"]) if transfer["Phi"] else None
+        info["a"] = torch.tensor(transfer["a"], dtype=dt)
+    return rec.trajectory(lr=lr, dtype=dt, device=dev, status=out.status, message=out.message, info=info)
 
 
-def _simulate_compressed(op, y, M0, W0, s) -> Trajectory:
+def _simulate_compressed(op, y, M0, W0, s: RunSpec) -> Trajectory:
     """Run on the data-subspace block and map the states back exactly (ZGZ only)."""
     if not op.satisfies_zgz:
         raise InvalidParameterError(
             "`compress`=True needs the zero-gradient condition (op.linear and op.cross None): "
             "with a linear term the complement of the data subspace is driven through μ"
         )
-    if s["optimizer"] == "adam":
+    if not s.optimizer.rotation_equivariant:
         raise InvalidParameterError(
-            "`compress`=True cannot be combined with Adam: Adam is not rotation-equivariant, "
+            f"`compress`=True cannot be combined with {type(s.optimizer).__name__}: it is not rotation-equivariant, "
             "so the data-subspace basis change does not commute with its update"
         )
     U = data_subspace(op)
@@ -407,12 +413,12 @@ def _simulate_compressed(op, y, M0, W0, s) -> Trajectory:
     op_r = project_operator(op, U)
     if W0 is not None:
         Wr0, Wc0 = U.T @ W0, Uc.T @ W0
-        if s["form"] == "weights":
-            traj = _run(op_r, y, None, Wr0, dict(s, save_W=True))
+        if s.form == "weights":
+            traj = _run(op_r, y, None, Wr0, dataclasses.replace(s, save=dataclasses.replace(s.save, W=True)))
             a = _scalar_factors(traj, s)
             Wfull = torch.einsum("pr,krm->kpm", U, traj.W) + a[:, None, None] * (Uc @ Wc0)[None]
             traj = dataclasses.replace(
-                traj, M=Wfull @ Wfull.transpose(1, 2) if s["save_M"] else None, W=Wfull if s["save_W"] else None
+                traj, M=Wfull @ Wfull.transpose(1, 2) if s.save.M else None, W=Wfull if s.save.W else None
             )
         else:
             traj = _run(op_r, y, None, Wr0, s, track_transfer=True)
@@ -429,9 +435,9 @@ def _simulate_compressed(op, y, M0, W0, s) -> Trajectory:
     return traj
 
 
-def _scalar_factors(traj, s) -> torch.Tensor:
+def _scalar_factors(traj, s: RunSpec) -> torch.Tensor:
     """The factor ``a_k`` of a unit's component outside the data subspace (``S = λI`` there)."""
-    lr, lam, beta = s["lr"], s["weight_decay"], s["momentum"]
+    lr, lam, beta = s.optimizer.lr, s.optimizer.weight_decay, s.optimizer.momentum
     steps = traj.step.tolist()
     out, a, b, k = [], 1.0, 0.0, 0
     for target in steps:

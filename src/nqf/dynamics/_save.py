@@ -1,0 +1,113 @@
+r"""What a discrete run saves (:class:`Save`) and the record of it (:class:`Recorder`).
+
+A run of ``steps`` steps saves the full-data loss (and the step) at step 0, every ``every``
+steps and at the last step; ``M`` and (weight form, real networks) ``W`` at the same steps
+when asked for.  ``every=None`` means ``max(1, steps // 1000)`` (about a thousand states).
+The keywords ``save_every``, ``save_M``, ``save_W`` of :func:`~nqf.dynamics.simulate`,
+:func:`~nqf.dynamics.train_network` and :func:`~nqf.dynamics.simulate_batched` are the
+string-free aliases of this object (:func:`as_save`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .._validation import ParameterError, int_param
+from .trajectory import Trajectory
+
+__all__ = ["Save", "as_save", "Recorder"]
+
+
+def _flag(name: str, value) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise ParameterError(f"`{name}` must be True or False; found {value!r}")
+    return bool(value)
+
+
+@dataclass(frozen=True)
+class Save:
+    """The save policy of a run: every ``every`` steps (``None``: ``max(1, steps // 1000)``; step 0 and the last
+    step always), with ``M`` and ``W`` or not.  The loss and the step are always saved."""
+
+    every: int | None = None
+    M: bool = True
+    W: bool = True
+
+    def __post_init__(self):
+        if self.every is not None:
+            object.__setattr__(self, "every", int_param("save_every", self.every, minimum=1))
+        object.__setattr__(self, "M", _flag("save_M", self.M))
+        object.__setattr__(self, "W", _flag("save_W", self.W))
+
+    def resolve(self, steps: int) -> Save:
+        """This policy with ``every`` fixed for a run of ``steps`` steps."""
+        return self if self.every is not None else dataclasses.replace(self, every=max(1, steps // 1000))
+
+    def saves(self, k: int, steps: int) -> bool:
+        """Whether step ``k`` of ``steps`` is saved (``every`` resolved)."""
+        assert self.every is not None, "Save.resolve(steps) first"
+        return k == steps or k % self.every == 0
+
+    def to_dict(self) -> dict:
+        """JSON-ready, with the keys of a trajectory's ``info``."""
+        return {"save_every": self.every, "save_M": self.M, "save_W": self.W}
+
+
+def as_save(save: Save | None = None, *, save_every=None, save_M=True, save_W=True) -> Save:
+    """``save`` itself (the alias keywords must then keep their defaults), else the policy of the keywords."""
+    if save is None:
+        return Save(every=save_every, M=save_M, W=save_W)
+    if not isinstance(save, Save):
+        raise ParameterError(f"`save` must be a nqf.dynamics.Save; found {type(save).__name__}")
+    for key, value, default in (("save_every", save_every, None), ("save_M", save_M, True), ("save_W", save_W, True)):
+        if value is not default:
+            raise ParameterError(
+                f"`{key}` must not be given beside `save` (set it on the Save object); found {key}={value!r} "
+                f"beside `save`={save!r}"
+            )
+    return save
+
+
+class Recorder:
+    """The saved states of one run, turned into a :class:`~nqf.dynamics.Trajectory` at the end.
+
+    Shared by every discrete run (:func:`~nqf.dynamics.simulate`, :func:`~nqf.dynamics.train_network`,
+    each run of :func:`~nqf.dynamics.simulate_batched`): :meth:`add` stores a step with its full-data
+    loss and whatever states the caller passes (``None``: not saved).
+    """
+
+    def __init__(self):
+        self.step: list[int] = []
+        self.loss: list[float] = []
+        self.M: list[torch.Tensor] = []
+        self.W: list[torch.Tensor] = []
+        self.mu: list[torch.Tensor] = []
+
+    def __len__(self) -> int:
+        return len(self.step)
+
+    def add(self, k: int, loss: float, *, M=None, W=None, mu=None) -> None:
+        self.step.append(k)
+        self.loss.append(loss)
+        for rec, x in ((self.M, M), (self.W, W), (self.mu, mu)):
+            if x is not None:
+                rec.append(x)
+
+    def trajectory(self, *, lr: float, dtype, device, status: int, message: str, info: dict) -> Trajectory:
+        """The trajectory: ``t = η · step`` (``lr`` η), the stacked states (``None`` where none were saved)."""
+        step = torch.tensor(self.step, dtype=torch.long)
+        return Trajectory(
+            t=step.to(dtype=dtype, device=device) * lr,
+            loss=torch.tensor(self.loss, dtype=dtype, device=device),
+            step=step,
+            M=torch.stack(self.M) if self.M else None,
+            W=torch.stack(self.W) if self.W else None,
+            mu=torch.stack(self.mu) if self.mu else None,
+            status=status,
+            message=message,
+            info=info,
+        )
