@@ -169,3 +169,62 @@ def test_activation_classes_and_names_live_only_in_the_registry():
                     f"{path.relative_to(SRC)}:{sub.lineno} lists activation names {sorted(lits & names)}: "
                     "derive them from the registry"
                 )
+
+
+# --------------------------------------------------------------------------- unit kinds (class attribute)
+def test_unit_kind_is_declared_by_the_class_not_looked_up_by_its_name():
+    from nqf import networks
+    from nqf.structure.units import UnitLayout, UnitSlice
+
+    expect = {
+        networks.TwoLayerMLP(3, 4, 2): "mlp-hidden",
+        networks.MixtureOfExperts(3, 4, 2): "experts",
+        networks.Factorization(3, 2, 4): "factor-columns",
+        networks.MatrixSensing(3, 4): "factor-columns",
+    }
+    for cls in (getattr(networks, n) for n in networks.__all__):
+        if isinstance(cls, type) and issubclass(cls, nn.Module) and hasattr(cls, "units"):
+            assert isinstance(getattr(cls, "unit_kind", None), str), f"{cls.__name__} declares no unit_kind"
+    for net, kind in expect.items():
+        assert type(net).unit_kind == kind
+        (cand,) = find_units(net)
+        assert cand.kind == kind, type(net).__name__
+
+    class TwoLayerMLPLookalike(nn.Module):  # a class named like a network of the package, no unit_kind
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.zeros(4, 3, dtype=torch.float64))
+
+        @property
+        def units(self):
+            return UnitLayout([UnitSlice("w", axis=0)])
+
+        def forward(self, x):
+            return (x @ self.w.T).pow(2).sum(-1, keepdim=True)
+
+    TwoLayerMLPLookalike.__name__ = "TwoLayerMLP"
+    (cand,) = find_units(TwoLayerMLPLookalike())
+    assert cand.kind == "custom"
+    TwoLayerMLPLookalike.unit_kind = "my-units"
+    assert find_units(TwoLayerMLPLookalike())[0].kind == "my-units"
+
+
+# --------------------------------------------------------------------------- analyze: act= and the smoothness check
+def test_analyze_act_choices_and_refusals_come_from_the_registry():
+    from nqf.analyze.checks import check_smooth
+    from nqf.analyze.models import build_model, parse_spec
+    from nqf.errors import ModelSpecError
+
+    assert parse_spec("mlp:act=Softplus_Centred")[1]["act"] == "softplus-centred"
+    assert parse_spec("mlp:act=leaky-relu")[1]["act"] == "leaky_relu"
+    with pytest.raises(ModelSpecError, match="act must be one of tanh, sin, erf, gelu, softplus-centred"):
+        parse_spec("mlp:act=swish2")
+    for name in A.ACTIVATIONS:
+        model = build_model(f"mlp:width=4,act={name}", 3, 2)
+        assert A.activation_of_module(model[1]) is A.ACTIVATIONS[name]
+        assert check_smooth(model).status == "ok"
+    for name in ("relu", "abs", "prelu"):
+        model = build_model(f"mlp:width=4,act={name}", 3, 2)
+        assert model(torch.zeros(2, 3, dtype=torch.float64)).dtype == torch.float64
+        with pytest.raises(NormalFormError, match=r"not smooth at 0.*use tanh, sin, erf, gelu, a centred softplus"):
+            check_smooth(model)
