@@ -74,11 +74,11 @@ def parse_spec(spec: str) -> tuple[str, dict]:
                 raise ModelSpecError(f"`model`: width must be an integer ≥ 2; found {val!r}")
             opts["width"] = int(val)
         elif key == "act":
-            key = val.lower().replace("_", "-")
+            wanted = val.lower().replace("_", "-")
             names = {n.replace("_", "-"): n for n in _act_names()}
-            if key not in names:
-                raise ModelSpecError(f"`model`: act must be one of {', '.join(_act_names(True))}; found {key!r}")
-            opts["act"] = names[key]
+            if wanted not in names:
+                raise ModelSpecError(f"`model`: act must be one of {', '.join(_act_names(True))}; found {wanted!r}")
+            opts["act"] = names[wanted]
         else:
             if val.lower() not in ("true", "false", "1", "0", "yes", "no"):
                 raise ModelSpecError(f"`model`: bias must be true or false; found {val!r}")
