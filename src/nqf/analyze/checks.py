@@ -17,11 +17,10 @@ from torch import nn
 
 from ..errors import NormalFormError
 from ..reductions import COMMUTING_RTOL, commutation_test
+from ..structure.activations import module_label, smooth_alternatives_text
 from .result import CheckRow
 
 __all__ = ["check_smooth", "check_symmetry", "check_zgz", "check_commutation", "check_width", "estimate_row"]
-
-_SMOOTH_ALTERNATIVES = "tanh, GELU, erf, sin or a centred softplus (e.g. --model mlp:width=256,act=tanh)"
 
 
 def check_smooth(module: nn.Module) -> CheckRow:
@@ -32,14 +31,15 @@ def check_smooth(module: nn.Module) -> CheckRow:
     NormalFormError
         Names the first non-smooth layer and smooth replacements.
     """
-    from ..structure.autodiff import NON_SMOOTH_MODULES
+    from ..structure.autodiff import is_non_smooth_layer
 
     for name, sub in module.named_modules():
-        if isinstance(sub, NON_SMOOTH_MODULES):
+        if is_non_smooth_layer(sub):
             raise NormalFormError(
-                f"`model`: layer `{name or type(module).__name__}` is {type(sub).__name__}, which is not smooth at 0 "
+                f"`model`: layer `{name or type(module).__name__}` is {module_label(sub)}, which is not smooth at 0 "
                 f"(the NQF expands the network around zero weights to second order; a kink has no curvature "
-                f"there and the prediction would be silently wrong); use {_SMOOTH_ALTERNATIVES}"
+                f"there and the prediction would be silently wrong); use {smooth_alternatives_text()} "
+                "(e.g. --model mlp:width=256,act=tanh)"
             )
     return CheckRow("smooth at 0", "no non-smooth layer", "C³ at zero weights", "ok")
 
@@ -66,7 +66,7 @@ def check_zgz(op, offset: torch.Tensor, how: str, activation=None) -> CheckRow:
     raise NormalFormError(
         f"`model`: the zero-gradient condition fails{extra}: a unit at zero still receives a gradient, so the "
         "dynamics do not close on M = W Wᵀ and no staircase can be predicted; use an activation with σ(0) = 0 "
-        "(tanh, GELU, erf, sin, centred softplus)"
+        f"({smooth_alternatives_text()})"
     )
 
 

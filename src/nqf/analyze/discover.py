@@ -28,8 +28,8 @@ from ..structure.units import UnitLayout, get_unit_weights, set_unit_weights
 __all__ = ["FoundUnits", "find_unit_layers", "choose_units", "structure_of", "output_at_zero", "ELEMENTWISE"]
 
 #: Elementwise activation modules (smooth and non-smooth: the smoothness check judges them): those that
-#: :func:`nqf.structure.find_units` accepts between two layers, plus ``Identity`` and a shared-slope ``PReLU``.
-ELEMENTWISE: tuple[type[nn.Module], ...] = ELEMENTWISE_MODULES + (nn.Identity, nn.PReLU)
+#: :func:`nqf.structure.find_units` accepts between two layers (derived from the activation registry).
+ELEMENTWISE: tuple[type[nn.Module], ...] = ELEMENTWISE_MODULES
 
 
 @dataclass(frozen=True)
@@ -94,10 +94,8 @@ def _mlp_details(module: nn.Module, cand) -> tuple[nn.Module | None, bool, bool]
         return None, False, False
     i = next(n for n, k in enumerate(kids) if k is first)
     j = next(n for n, k in enumerate(kids) if k is second)
-    from .models import Elementwise
-
     acts = kids[i + 1 : j]
-    act = acts[0] if len(acts) == 1 and isinstance(acts[0], ELEMENTWISE + (Elementwise,)) else None
+    act = acts[0] if len(acts) == 1 and isinstance(acts[0], ELEMENTWISE) else None
     whole = act is not None and parent is module and len(kids) == 3
     return act, whole, first.bias is not None
 
@@ -141,22 +139,13 @@ def choose_units(module: nn.Module, name: str | None = None) -> FoundUnits:
 
 
 def _activation_name(act: nn.Module | None) -> str | None:
-    from ..structure.activations import Activation
-    from .models import Elementwise
+    """The registry name of a smooth activation (analytic operator possible), else None."""
+    from ..structure.activations import Activation, activation_of_module
 
     if isinstance(act, Activation):
         return act.name
-    if isinstance(act, nn.Tanh):
-        return "tanh"
-    if isinstance(act, nn.GELU) and act.approximate == "none":
-        return "gelu"
-    if isinstance(act, nn.Sigmoid):
-        return "sigmoid"
-    if isinstance(act, nn.Identity):
-        return "linear"
-    if isinstance(act, Elementwise):
-        return act.name
-    return None
+    rec = None if act is None else activation_of_module(act)
+    return rec.name if rec is not None and rec.smooth else None
 
 
 def output_at_zero(module: nn.Module, layout: UnitLayout, X: torch.Tensor) -> torch.Tensor:

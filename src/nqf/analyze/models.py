@@ -2,9 +2,10 @@
 
 Built-in spec grammar: ``KIND:key=value,key=value``.  Only ``mlp`` exists:
 ``nn.Sequential(nn.Linear(D, width, bias=bias), ACT, nn.Linear(width, C, bias=False))``
-in float64 with keys ``width`` (default 256), ``act`` (``tanh``, ``sin``, ``erf``,
-``gelu``, ``softplus-centred``, ``sigmoid``, ``linear``; ``relu`` is accepted here so
-that the smoothness check can refuse it with its message) and ``bias``
+in float64 with keys ``width`` (default 256), ``act`` (a name of the activation registry
+:data:`nqf.structure.activations.REGISTRY`: ``tanh``, ``sin``, ``erf``, ``gelu``,
+``softplus-centred``, ``sigmoid``, ``linear``, …; the non-smooth ones such as ``relu`` are
+accepted here so that the smoothness check can refuse them with its message) and ``bias``
 (hidden biases, default false).  ``D`` and ``C`` come from the data.
 
 Factory: ``FILE.py:NAME`` imports ``FILE.py`` and calls ``NAME``; the call passes
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
-import math
 import sys
 from pathlib import Path
 
@@ -26,37 +26,26 @@ import torch
 from torch import nn
 
 from ..errors import ModelSpecError
+from ..structure.activations import REGISTRY, ActivationModule, find_activation
 
 __all__ = ["build_model", "parse_spec", "load_factory", "Elementwise", "MODEL_KINDS"]
 
 MODEL_KINDS = ("mlp",)
-_ACTS = ("tanh", "sin", "erf", "gelu", "softplus-centred", "sigmoid", "linear", "relu")
+#: An elementwise activation by name, for activations torch has no module for (the registry's module).
+Elementwise = ActivationModule
 
 
-class Elementwise(nn.Module):
-    """An elementwise activation by name (for activations torch has no module for)."""
-
-    def __init__(self, name: str):
-        super().__init__()
-        self.name = name
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.name == "sin":
-            return torch.sin(x)
-        if self.name == "erf":
-            return torch.erf(x)
-        if self.name == "softplus-centred":
-            return nn.functional.softplus(x) - math.log(2.0)
-        raise ModelSpecError(f"unknown activation {self.name!r}")  # pragma: no cover - guarded in parse_spec
-
-    def extra_repr(self) -> str:
-        return self.name
+def _act_names(smooth: bool | None = None) -> tuple[str, ...]:
+    """Names ``act=`` accepts: every activation of the registry (non-smooth ones are refused later by the
+    smoothness check, with its message); ``smooth=True`` lists the smooth ones (what messages offer)."""
+    return tuple(a.name for a in REGISTRY if smooth is None or a.smooth == smooth)
 
 
 def _activation_module(name: str) -> nn.Module:
-    return {"tanh": nn.Tanh, "gelu": nn.GELU, "sigmoid": nn.Sigmoid, "linear": nn.Identity, "relu": nn.ReLU}.get(
-        name, lambda: Elementwise(name)
-    )()
+    rec = find_activation(name)
+    if rec is None:  # pragma: no cover - guarded in parse_spec
+        raise ModelSpecError(f"`model`: act must be one of {', '.join(_act_names(True))}; found {name!r}")
+    return rec.module().to(torch.float64)
 
 
 def parse_spec(spec: str) -> tuple[str, dict]:
@@ -85,10 +74,11 @@ def parse_spec(spec: str) -> tuple[str, dict]:
                 raise ModelSpecError(f"`model`: width must be an integer ≥ 2; found {val!r}")
             opts["width"] = int(val)
         elif key == "act":
-            val = val.lower().replace("_", "-")
-            if val not in _ACTS:
-                raise ModelSpecError(f"`model`: act must be one of {', '.join(_ACTS[:-1])}; found {val!r}")
-            opts["act"] = val
+            wanted = val.lower().replace("_", "-")
+            names = {n.replace("_", "-"): n for n in _act_names()}
+            if wanted not in names:
+                raise ModelSpecError(f"`model`: act must be one of {', '.join(_act_names(True))}; found {wanted!r}")
+            opts["act"] = names[wanted]
         else:
             if val.lower() not in ("true", "false", "1", "0", "yes", "no"):
                 raise ModelSpecError(f"`model`: bias must be true or false; found {val!r}")

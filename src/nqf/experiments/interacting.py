@@ -15,6 +15,7 @@ the event.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -29,6 +30,17 @@ from .catalog import CATALOG
 from .curves import mark_stop, mark_unfinished, stop_reason
 
 __all__ = ["InteractingModes", "correlated_task"]
+
+
+def _flow(base, eps: float, t_end: float, n_points: int, levels: np.ndarray):
+    """The LV flow from ``z(0) = ε`` and its first crossings of ``levels``, as a checkpoint holds them.
+
+    The crossings are refined on the integrator's dense output here; the solution is returned without it
+    (checkpoints hold arrays, never SciPy's interpolant objects), so a resumed run reads the same numbers.
+    """
+    sol = base.with_z0(np.full(base.K, eps)).flow(t_end, n_points=n_points)
+    crossing = sol.crossing_times(levels)
+    return dataclasses.replace(sol, _dense=None, _mask=None), crossing
 
 
 class InteractingParams(Params):
@@ -121,16 +133,16 @@ class InteractingModes(Experiment):
             bound.append(acc)
         reasons = []
         rows, diffs, logs = [], [], []
+        levels = np.full(base.K, np.inf)
+        for ev in ons:
+            levels[ev.mode] = ev.value / 2
         for i, e in enumerate(ctx.progress(P.eps, "ε")):
             L = math.log(1 / e)
-            sol = ctx.checkpoint(
-                f"eps_{e:g}", lambda e=e, L=L: base.with_z0(np.full(base.K, e)).flow(tau_end * L, n_points=P.n_points)
+            sol, crossing = ctx.checkpoint(
+                f"eps_{e:g}-flow", lambda e=e, L=L: _flow(base, e, tau_end * L, P.n_points, levels)
             )
             reasons.append(stop_reason(**{f"LV flow at ε = {e:g}": sol}))
-            levels = np.full(base.K, np.inf)
-            for ev in ons:
-                levels[ev.mode] = ev.value / 2
-            t_on = sol.crossing_times(levels).numpy() / L
+            t_on = crossing.numpy() / L
             d = np.array([t_on[ev.mode] - ev.tau for ev in ons])
             diffs.append(d)
             logs.append(L)

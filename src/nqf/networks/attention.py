@@ -64,6 +64,9 @@ class MultiHeadAttention(nn.Module):
     dtype : torch.dtype
     """
 
+    #: What :func:`nqf.structure.find_units` reports as the kind of :attr:`units`.
+    unit_kind = "attention-heads"
+
     def __init__(
         self,
         d_model: int,
@@ -131,6 +134,9 @@ class QKAttention(nn.Module):
     readout : {"mean", "last"}
     dtype : torch.dtype
     """
+
+    #: What :func:`nqf.structure.find_units` reports as the kind of :attr:`units`.
+    unit_kind = "attention-heads"
 
     V: torch.Tensor  # registered buffer
 

@@ -20,6 +20,9 @@ __all__ = ["ConvNet1d", "ConvNet2d"]
 class _ConvNet(nn.Module):
     """Shared readout logic: ``h = σ(conv(x))`` of shape ``(B, m, Q)``, then the readout."""
 
+    #: What :func:`nqf.structure.find_units` reports as the kind of :attr:`units`.
+    unit_kind = "conv-channels"
+
     conv: nn.Module
     activation: Activation
 

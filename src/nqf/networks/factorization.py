@@ -41,6 +41,9 @@ class Factorization(nn.Module):
     ``(B, C, d1, d2)`` → ``(B, C)`` for vector outputs.
     """
 
+    #: What :func:`nqf.structure.find_units` reports as the kind of :attr:`units`.
+    unit_kind = "factor-columns"
+
     def __init__(self, d1: int, d2: int, width: int, *, init_scale: float = 1.0, dtype: torch.dtype = torch.float64):
         super().__init__()
         _check_dims(d1=d1, d2=d2, width=width)
@@ -80,6 +83,9 @@ class MatrixSensing(nn.Module):
     ``forward`` takes ``X`` of shape ``(B, d, d)`` → ``(B,)``, or
     ``(B, C, d, d)`` → ``(B, C)``.
     """
+
+    #: What :func:`nqf.structure.find_units` reports as the kind of :attr:`units`.
+    unit_kind = "factor-columns"
 
     def __init__(self, d: int, width: int, *, init_scale: float = 1.0, dtype: torch.dtype = torch.float64):
         super().__init__()

@@ -31,6 +31,9 @@ class TwoLayerMLP(nn.Module):
     dtype : torch.dtype
     """
 
+    #: What :func:`nqf.structure.find_units` reports as the kind of :attr:`units`.
+    unit_kind = "mlp-hidden"
+
     def __init__(
         self,
         in_features: int,

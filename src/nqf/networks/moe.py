@@ -34,6 +34,9 @@ class MixtureOfExperts(nn.Module):
     dtype : torch.dtype
     """
 
+    #: What :func:`nqf.structure.find_units` reports as the kind of :attr:`units`.
+    unit_kind = "experts"
+
     def __init__(
         self,
         in_features: int,

@@ -11,14 +11,18 @@ with ``np.load(..., allow_pickle=False)``; it holds
 The tree supports ``None``, ``bool``, ``int``, ``float`` (NaN/±inf included,
 bit-exact), ``str``, lists, tuples, dicts (any of these as keys), NumPy
 arrays and scalars of numeric dtype, torch tensors, ``torch.dtype``/``torch.device``,
-SciPy sparse matrices, and instances of a fixed allow-list of result classes
-(:data:`ALLOWED_TYPES`: trajectories, validity reports, Lotka–Volterra solutions and
-the SciPy dense-output interpolants they carry).  An instance is stored as
-its attribute dictionary and restored by setting those attributes on a bare
-instance — no constructor, ``__reduce__`` or other code named by the file runs.
-Anything else is refused when saving (:class:`CheckpointError`), and a file
-naming a type outside the allow-list is refused when loading: loading a
-checkpoint can never execute code.
+SciPy sparse matrices, and instances of a fixed allow-list of nqf's own result classes
+(:data:`ALLOWED_TYPES`: trajectories, validity reports, Lotka–Volterra systems and
+solutions).  An instance is stored as its attribute dictionary and restored by
+setting those attributes on a bare instance — no constructor, ``__reduce__`` or
+other code named by the file runs.  Third-party classes (SciPy's private ODE
+interpolants, say) are never on the list: what a checkpoint holds is arrays, so a
+new release of a dependency cannot change what ``--resume`` reads; an experiment
+stores what it needs of such an object as arrays (e.g. the Lotka–Volterra
+solution without its dense output, and the crossing times refined on it).
+Anything else is refused when saving (:class:`CheckpointError`, naming the type),
+and a file naming a type outside the allow-list is refused when loading: loading
+a checkpoint can never execute code.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ __all__ = ["CheckpointError", "CHECKPOINT_FORMAT", "ALLOWED_TYPES", "encode", "d
 CHECKPOINT_FORMAT = "nqf.checkpoint/1"
 _HEADER = "__nqf__"
 
-#: tag -> (module, class name), the class looked up by name in that (public) module.  Only these classes are
+#: tag -> (module, class name), the nqf class looked up by name in that module.  Only these classes are
 #: ever instantiated by :func:`decode`; the tags, not the classes' own modules, are what files record.
 ALLOWED_TYPES: dict[str, tuple[str, str]] = {
     "Trajectory": ("nqf.dynamics", "Trajectory"),
@@ -50,12 +54,6 @@ ALLOWED_TYPES: dict[str, tuple[str, str]] = {
     "Plateaus": ("nqf.reductions.lv", "Plateaus"),
     "LimitResult": ("nqf.reductions.lv", "LimitResult"),
     "LimitEvent": ("nqf.reductions.lv", "LimitEvent"),
-    "OdeSolution": ("scipy.integrate._ivp.common", "OdeSolution"),
-    "ConstantDenseOutput": ("scipy.integrate._ivp.common", "ConstantDenseOutput"),
-    "RadauDenseOutput": ("scipy.integrate._ivp.radau", "RadauDenseOutput"),
-    "BdfDenseOutput": ("scipy.integrate._ivp.bdf", "BdfDenseOutput"),
-    "RkDenseOutput": ("scipy.integrate._ivp.rk", "RkDenseOutput"),
-    "Dop853DenseOutput": ("scipy.integrate._ivp.rk", "Dop853DenseOutput"),
 }
 _CLASSES: dict[str, type | None] = {}
 _NUMERIC_KINDS = "biufc"
@@ -132,7 +130,7 @@ def encode(value: Any, arrays: list, where: str = "value"):
         raise CheckpointError(
             f"cannot store {where}: values of type {key[0]}.{key[1]} are not checkpointable "
             f"(allowed: numbers, strings, lists, dicts, arrays, tensors and "
-            f"{', '.join(sorted(ALLOWED_TYPES))})"
+            f"{', '.join(sorted(ALLOWED_TYPES))}); checkpoint the arrays it holds instead"
         )
     state = getattr(value, "__dict__", None)
     if state is None:

@@ -10,7 +10,7 @@ units, :func:`from_module` computes the operator for a :class:`UnitLayout`
 :func:`get_unit_weights` / :func:`set_unit_weights` read and write ``W``.
 """
 
-from .activations import ACTIVATIONS, Activation, get_activation
+from .activations import ACTIVATIONS, Activation, ActivationModule, activation_of_module, get_activation
 from .assumptions import check_permutation_symmetry, check_truncation_order
 from .attention import EyeKronKernel, HeadValueKernel, multi_head_attention, qk_attention
 from .attention_layouts import attention_units
@@ -45,7 +45,9 @@ __all__ = [
     "UnitSlice",
     "Activation",
     "ACTIVATIONS",
+    "ActivationModule",
     "get_activation",
+    "activation_of_module",
     "from_module",
     "check_truncation_order",
     "mlp_units",

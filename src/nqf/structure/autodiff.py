@@ -67,36 +67,40 @@ from torch.func import jacfwd, jacrev, jvp, vmap
 
 from .._validation import as_tensor, tolerance
 from ..errors import InvalidParameterError, InvalidTypeError, NormalFormError
+from .activations import (
+    ActivationModule,
+    activation_of_module,
+    module_classes,
+    module_label,
+    smooth_alternatives_text,
+)
 from .assumptions import check_permutation_symmetry, check_truncation_order
 from .operator import DenseStructure
 from .reduce import evaluation_mode, faithful_reduced_copy
 from .unit_function import UnitFunction as _UnitFunction
 from .units import UnitLayout, UnitSlice
 
-__all__ = ["from_module", "NON_SMOOTH_MODULES"]
+__all__ = ["from_module", "NON_SMOOTH_MODULES", "is_non_smooth_layer"]
 
-#: Layers that are not three times differentiable at zero input.
-NON_SMOOTH_MODULES: tuple[type[nn.Module], ...] = (
-    nn.ReLU,
-    nn.ReLU6,
-    nn.LeakyReLU,
-    nn.PReLU,
-    nn.RReLU,
-    nn.ELU,
-    nn.CELU,
-    nn.SELU,
-    nn.Hardtanh,
-    nn.Hardswish,
-    nn.Hardsigmoid,
-    nn.Hardshrink,
-    nn.Softshrink,
-    nn.Threshold,
+#: Layers that are not three times differentiable at zero input: the non-smooth activations of
+#: :data:`~nqf.structure.activations.REGISTRY` and max pooling.
+NON_SMOOTH_MODULES: tuple[type[nn.Module], ...] = module_classes(smooth=False) + (
     nn.MaxPool1d,
     nn.MaxPool2d,
     nn.MaxPool3d,
     nn.AdaptiveMaxPool1d,
     nn.AdaptiveMaxPool2d,
 )
+
+
+def is_non_smooth_layer(module: nn.Module) -> bool:
+    """A layer known not to be three times differentiable at zero (:data:`NON_SMOOTH_MODULES`, or an
+    :class:`~nqf.structure.activations.ActivationModule` of a non-smooth activation such as ``abs``)."""
+    if isinstance(module, NON_SMOOTH_MODULES):
+        return True
+    rec = activation_of_module(module) if isinstance(module, ActivationModule) else None
+    return rec is not None and not rec.smooth
+
 
 #: Bytes one vectorised chunk of the Hessian may use (sets the automatic chunk size).
 MEMORY_BUDGET = 256 * 2**20
@@ -120,12 +124,12 @@ def _as_layout(units) -> UnitLayout:
 
 def _scan_non_smooth(module: nn.Module) -> None:
     for name, sub in module.named_modules():
-        if isinstance(sub, NON_SMOOTH_MODULES):
+        if is_non_smooth_layer(sub):
             raise NormalFormError(
-                f"module `{name or type(module).__name__}` is {type(sub).__name__}, which is not three times "
+                f"module `{name or type(module).__name__}` is {module_label(sub)}, which is not three times "
                 "differentiable at zero: the normal form Tr[W Wᵀ A(x)] needs a C³ module (a ReLU's Hessian at "
                 "W = 0 is not defined, and autodiff would silently return a zero matrix). Use a smooth "
-                "activation such as tanh, gelu, erf, sin or a centred softplus."
+                f"activation such as {smooth_alternatives_text()}."
             )
 
 

@@ -23,9 +23,10 @@ module's function unchanged.  It recognises, by structure (no forward pass):
   activation, optional average pooling / ``nn.Flatten``, and a convolution or
   ``nn.Linear`` that reads the channels (layout :func:`~nqf.structure.conv_units`).
 * the modules of :mod:`nqf.networks` and any module with a ``units`` attribute
-  holding a :class:`UnitLayout` (``"experts"`` for a mixture of experts,
+  holding a :class:`UnitLayout`; its kind is the module class's ``unit_kind``
+  attribute (the networks declare ``"experts"`` for a mixture of experts,
   ``"mlp-hidden"``, ``"attention-heads"``, ``"conv-channels"``,
-  ``"factor-columns"``, or ``"custom"``).
+  ``"factor-columns"``), ``"custom"`` for a class without one.
 
 A candidate through a non-smooth activation (ReLU, max pooling, …) is still
 reported, flagged ``smooth=False``: :func:`~nqf.structure.from_module` refuses
@@ -44,38 +45,18 @@ from dataclasses import dataclass
 from torch import nn
 
 from ..errors import InvalidTypeError, NoUnitsError
+from .activations import ActivationModule, module_classes, module_label, smooth_alternatives_text
 from .attention_layouts import attention_units
-from .autodiff import NON_SMOOTH_MODULES
+from .autodiff import is_non_smooth_layer
 from .conv_layouts import conv_units
 from .units import UnitLayout, UnitSlice
 
 __all__ = ["UnitCandidate", "find_units", "select_units", "ELEMENTWISE_MODULES"]
 
-#: Elementwise activations (no parameters per feature) accepted between two layers.
-ELEMENTWISE_MODULES: tuple[type[nn.Module], ...] = (
-    nn.Tanh,
-    nn.Sigmoid,
-    nn.GELU,
-    nn.SiLU,
-    nn.Softplus,
-    nn.Mish,
-    nn.Tanhshrink,
-    nn.LogSigmoid,
-    nn.Softsign,
-    nn.ReLU,
-    nn.ReLU6,
-    nn.LeakyReLU,
-    nn.RReLU,
-    nn.ELU,
-    nn.CELU,
-    nn.SELU,
-    nn.Hardtanh,
-    nn.Hardswish,
-    nn.Hardsigmoid,
-    nn.Hardshrink,
-    nn.Softshrink,
-    nn.Threshold,
-)
+#: Elementwise activations accepted between two layers: the ``torch.nn`` classes of every activation of
+#: :data:`~nqf.structure.activations.REGISTRY` (smooth and non-smooth; the latter are flagged) and its
+#: :class:`~nqf.structure.activations.ActivationModule` (``sin``, ``erf``, …).
+ELEMENTWISE_MODULES: tuple[type[nn.Module], ...] = module_classes() + (ActivationModule,)
 _PASS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.AlphaDropout, nn.Identity)
 _POOL = (
     nn.AvgPool1d,
@@ -127,16 +108,6 @@ def _custom_activation(mod: nn.Module) -> bool:
     )
 
 
-_KINDS = {
-    "TwoLayerMLP": "mlp-hidden",
-    "MultiHeadAttention": "attention-heads",
-    "QKAttention": "attention-heads",
-    "ConvNet1d": "conv-channels",
-    "ConvNet2d": "conv-channels",
-    "MixtureOfExperts": "experts",
-    "Factorization": "factor-columns",
-    "MatrixSensing": "factor-columns",
-}
 _LOOKED_FOR = (
     "hidden neurons between two nn.Linear joined by an elementwise activation in an nn.Sequential; "
     "heads of nn.MultiheadAttention / nn.TransformerEncoderLayer; channels of an nn.Conv1d/Conv2d "
@@ -225,13 +196,10 @@ def _act_names(mods) -> str:
 
 
 def _smooth_note(between) -> tuple[bool, str]:
-    bad = [type(a).__name__ for a in between if isinstance(a, NON_SMOOTH_MODULES)]
+    bad = [module_label(a) for a in between if is_non_smooth_layer(a)]
     if not bad:
         return True, ""
-    return False, (
-        f" — NON-SMOOTH ({', '.join(bad)}): the normal form does not apply; use tanh, gelu, erf, sin "
-        "or a centred softplus"
-    )
+    return False, f" — NON-SMOOTH ({', '.join(bad)}): the normal form does not apply; use {smooth_alternatives_text()}"
 
 
 def _sequential(root: nn.Module, prefix: str, seq: nn.Sequential, out: list) -> None:
@@ -287,6 +255,12 @@ def _sequential(root: nn.Module, prefix: str, seq: nn.Sequential, out: list) -> 
             out.append(UnitCandidate((name1, name2), "conv-channels", first.out_channels, p, layout, desc, smooth))
 
 
+def _unit_kind(sub: nn.Module) -> str:
+    """The kind a module with its own ``units`` declares as the class attribute ``unit_kind`` (``"custom"`` without)."""
+    kind = getattr(type(sub), "unit_kind", None)
+    return kind if isinstance(kind, str) and kind else "custom"
+
+
 def _own_units(sub: nn.Module):
     try:
         lay = getattr(sub, "units", None)
@@ -325,7 +299,7 @@ def find_units(module: nn.Module) -> list[UnitCandidate]:
         if own is not None:
             skip.append(name)
             layout = _prefixed(own, name).resolve(params)
-            kind = _KINDS.get(type(sub).__name__, "custom")
+            kind = _unit_kind(sub)
             p = layout.p(params)
             desc = (
                 f"{layout.m} units ({kind}) of `{name or '(module)'}` ({type(sub).__name__}.units: "
