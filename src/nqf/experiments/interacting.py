@@ -15,7 +15,6 @@ the event.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
@@ -40,7 +39,7 @@ def _flow(base, eps: float, t_end: float, n_points: int, levels: np.ndarray):
     """
     sol = base.with_z0(np.full(base.K, eps)).flow(t_end, n_points=n_points)
     crossing = sol.crossing_times(levels)
-    return dataclasses.replace(sol, _dense=None, _mask=None), crossing
+    return sol.without_dense_output(), crossing
 
 
 class InteractingParams(Params):

@@ -9,6 +9,7 @@ Conventions: training time ``t = η · steps``; ``z_k`` the eigenvalues of ``M``
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +66,14 @@ class LVSolution(Result):
 
     def __repr__(self) -> str:
         return compact_repr(self, ("method", "success", "t", "log_z", "message"))
+
+    def without_dense_output(self) -> LVSolution:
+        """The same samples without the integrator's interpolant (arrays only: what a checkpoint stores).
+
+        :meth:`crossing_times` then interpolates between the saved samples instead of refining on the
+        interpolant.
+        """
+        return dataclasses.replace(self, _dense=None, _mask=None)
 
     def to_dict(self) -> dict:
         """JSON-ready ``t``, ``log_z`` (``−inf`` as ``null``), ``method``, ``success``, ``message``, ``stats``
