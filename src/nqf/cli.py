@@ -345,7 +345,8 @@ def list_cmd(as_json: bool = _JSON):
 
 @app.command()
 def report(rundir: Path = typer.Argument(..., help="A run directory (`nqf run`, `nqf demo`) or sweep directory.")):
-    """Rebuild report.html from a run directory's (or a sweep directory's) saved results."""
+    """Redraw the figures from arrays.npz and rebuild report.html from a run directory's (or a sweep
+    directory's) saved results."""
     from .report.html import rebuild_report
 
     if (rundir / "sweep.json").is_file():  # a sweep directory (`nqf sweep`)
@@ -356,7 +357,12 @@ def report(rundir: Path = typer.Argument(..., help="A run directory (`nqf run`, 
         except ValueError as exc:
             _fail(str(exc))
         return
-    path = rebuild_report(rundir)  # a missing or malformed results.json: ResultsFileError, exit 2
+    from .experiments.runner import redraw
+
+    drawn = redraw(rundir)  # a missing or malformed results.json: ResultsFileError, exit 2
+    if drawn:
+        typer.echo(f"figures redrawn from arrays.npz: {', '.join(sorted(drawn))}")
+    path = rebuild_report(rundir)
     typer.echo(f"report: {path}")
 
 

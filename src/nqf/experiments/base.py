@@ -231,7 +231,14 @@ class Experiment:
     defaults are the full-size run) and ``tiny`` (overrides for a run of a few
     seconds, used by the test suite), ``checks`` (one line per kind of check:
     quantity, independent reference, tolerance and its origin), and implement
-    :meth:`run`.
+    :meth:`run` and :meth:`plot`.
+
+    The phases of a run: problem → prediction (a :class:`nqf.Staircase` where there is
+    one) → runs (checkpointed) → measurement (through :mod:`nqf.analysis` only) →
+    checks (pure data in, :class:`Check` out) → figures.  :meth:`run` fills
+    ``out.arrays`` with everything the figures show; :meth:`plot` draws them from
+    those arrays alone, so that ``nqf report RUN_DIR`` redraws every figure from
+    ``arrays.npz``.
     """
 
     name: ClassVar[str]
@@ -245,3 +252,12 @@ class Experiment:
     def run(self, params: Params, ctx, out: Outcome) -> None:  # pragma: no cover - abstract
         """Fill ``out`` in place (so that an interruption keeps what is done)."""
         raise NotImplementedError
+
+    def plot(self, arrays: dict[str, np.ndarray], params: Params) -> dict[str, Any]:
+        """The figures (name → matplotlib Figure), drawn from the saved arrays and the parameters alone.
+
+        Called after :meth:`run` by the runner and by ``nqf report`` on a run directory's
+        ``arrays.npz``; an experiment that draws its figures inside :meth:`run` returns ``{}``.
+        Raises ``KeyError`` when an array it needs is missing (an interrupted run).
+        """
+        return {}

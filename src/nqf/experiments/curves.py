@@ -18,6 +18,7 @@ __all__ = [
     "initial_weights",
     "stop_reason",
     "mark_stop",
+    "mark_stop_at",
     "mark_unfinished",
     "clean_roundoff",
     "ROUNDOFF",
@@ -78,13 +79,20 @@ def mark_stop(ax, traj, t=None, y=None, color="C3", label="run stopped") -> bool
     if traj is None or stop_reason(run=traj) == "":
         return False
     tt = float(traj.t[-1]) if t is None else float(t)
-    yy = float(traj.loss[-1]) if y is None else float(y)
+    return mark_stop_at(ax, tt, np.asarray(traj.loss, float), True, y=y, color=color, label=label)
+
+
+def mark_stop_at(ax, t_stop: float, loss, stopped: bool, *, y=None, color="C3", label="run stopped") -> bool:
+    """:func:`mark_stop` from saved arrays: a cross at ``(t_stop, last finite loss)`` when ``stopped``."""
+    if not stopped:
+        return False
+    yy = math.nan if y is None else float(y)
     if not math.isfinite(yy):
-        finite = np.asarray(traj.loss, float)
+        finite = np.asarray(loss, float)
         finite = finite[np.isfinite(finite)]
         yy = float(finite[-1]) if finite.size else 1.0
-    ax.plot([tt], [yy], "x", color=color, ms=10, mew=2.5, zorder=5, label=label)
-    ax.axvline(tt, color=color, lw=0.8, ls="-.")
+    ax.plot([float(t_stop)], [yy], "x", color=color, ms=10, mew=2.5, zorder=5, label=label)
+    ax.axvline(float(t_stop), color=color, lw=0.8, ls="-.")
     return True
 
 

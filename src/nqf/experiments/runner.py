@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -220,11 +221,20 @@ def run_experiment(
     return results
 
 
+def _draw(exp: Experiment, params: Params, out: Outcome) -> None:
+    """Fill ``out.figures`` from ``out.arrays`` with :meth:`Experiment.plot` (a partial run: what it can draw)."""
+    try:
+        out.figures.update(exp.plot(dict(out.arrays), params))
+    except KeyError as exc:  # an interrupted or failed run lacks arrays: its figures are not drawn
+        out.summary.append(f"figures not drawn: the run saved no array {exc}")
+
+
 def _write_outputs(
     exp, params, out: Outcome, rundir: RunDirectory, *, identity, seed, device, status, message, started, wall
 ) -> dict[str, Any]:
     import matplotlib.pyplot as plt
 
+    _draw(exp, params, out)
     figures = {}
     for name, fig in list(out.figures.items()):
         figures[name] = rundir.write_figure(name, fig)
@@ -258,3 +268,52 @@ def _write_outputs(
     write_report(rundir.staging, results)
     rundir.write_json("results.json", results)  # last: a staged run with results.json is complete
     return results
+
+
+def redraw(path) -> dict[str, dict[str, str]]:
+    """Redraw a run directory's figures from its ``arrays.npz`` and config alone (``nqf report RUN_DIR``).
+
+    Writes ``figures/NAME.png``/``.svg`` (tagged with the run's id) and their names into
+    ``results.json``, under the run directory's lock.  Returns the figures written
+    (``{}`` when the experiment draws no figure from arrays, or the run saved none).
+
+    Raises
+    ------
+    ResultsFileError
+        ``results.json`` missing or malformed.
+    RunDirectoryError
+        ``arrays.npz`` unreadable, or the directory locked by a run.
+    """
+    import json
+
+    import matplotlib.pyplot as plt
+
+    from ..report.rundir import acquire_lock, atomic_write_bytes, atomic_write_text, figure_files, read_arrays
+    from ..report.schema import read_results_json, validate_results
+    from .catalog import all_experiments
+
+    path = Path(path)
+    validate_results(path)
+    results = read_results_json(path)
+    exp = all_experiments().get(str(results.get("experiment")))
+    if exp is None or not results.get("arrays"):
+        return {}
+    params = exp.Params(**results["config"]["params"])
+    arrays = read_arrays(path / results["arrays"])
+    lock = acquire_lock(path)
+    try:
+        figs = exp.plot(arrays, params)
+        written = {}
+        for name, fig in figs.items():
+            rels = {}
+            for rel, data in figure_files(name, fig, str(results["run_id"])).items():
+                atomic_write_bytes(path / rel, data)
+                rels[rel.rsplit(".", 1)[1]] = rel
+            written[name] = rels
+            plt.close(fig)
+        if written:
+            results["figures"] = {**results.get("figures", {}), **written}
+            atomic_write_text(path / "results.json", json.dumps(results, indent=2) + "\n")
+        return written
+    finally:
+        lock.release()

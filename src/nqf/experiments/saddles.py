@@ -35,7 +35,7 @@ from ..errors import InvalidParameterError
 from ..report.figures import mark_times, new_figure
 from .base import Check, Experiment, Outcome, Params, Table, register
 from .catalog import CATALOG
-from .curves import clean_roundoff, initial_weights, mark_stop, mark_unfinished, stop_reason, to_cpu
+from .curves import clean_roundoff, initial_weights, mark_stop_at, mark_unfinished, stop_reason, to_cpu
 
 __all__ = ["Saddles", "saddle_problem", "saddle_checks"]
 
@@ -177,12 +177,11 @@ class Saddles(Experiment):
         "reported as not resolved, not judged",
     )
 
+    def plot(self, arrays: dict, params: SaddlesParams) -> dict:
+        return {"saddles": _figure(arrays, params)}
+
     def run(self, params: SaddlesParams, ctx, out: Outcome) -> None:
         P = params
-        ncols = min(3, len(P.problems))
-        nrows = math.ceil(len(P.problems) / ncols)
-        fig, axes = new_figure(ncols, nrows, figsize=(5.0 * ncols, 4.4 * nrows))
-        axes = np.atleast_1d(axes).ravel()
         rows = []
         for j, name in enumerate(ctx.progress(P.problems, "problems")):
             prob = _prepare(name, P, ctx.generator(200 + j))  # problem and prediction
@@ -203,26 +202,26 @@ class Saddles(Experiment):
                     "not judged"
                 )
             seq = prob["sequence"]
-            _plot(axes[j], f"{name}: p = {prob['op'].p}, ε = {P.eps:g} ({seq.rule} rule)", real, sim, st)
             out.arrays.update(
                 {
                     f"{name}_t": t,
                     f"{name}_loss_real": Lr,
+                    f"{name}_stopped": np.array(stop_reason(real_network=real) != ""),
                     f"{name}_plateau_levels": st.levels,
                     f"{name}_escape_times": st.times,
                     f"{name}_escape_times_leading": st.times_leading,
+                    f"{name}_p": np.array(prob["op"].p),
+                    f"{name}_commuting_rule": np.array(seq.rule == "commuting"),
                 }
             )
             if sim is not None:
+                out.arrays[f"{name}_t_nqf"] = sim.t.numpy()
                 out.arrays[f"{name}_loss_nqf"] = sim.loss.numpy()
             out.metrics[f"{name}_global_minimum_reached"] = bool(st.global_minimum)
             out.summary.append(
                 f"{name}: {st.n_drops} escapes, ranks {st.ranks.tolist()}, "
                 f"plateaus {', '.join(f'{v:.4g}' for v in st.levels)}; {seq.message}"
             )
-        for ax in axes[len(P.problems) :]:
-            ax.axis("off")
-        out.figures["saddles"] = fig
         out.tables.append(
             Table(
                 "Saddle sequence vs the real network",
@@ -247,6 +246,21 @@ class Saddles(Experiment):
                 "changes across the middle third of the plateau by at most `flat_threshold` of the adjacent drop",
             )
         )
+
+
+def _figure(arrays: dict, P: SaddlesParams):
+    """One panel per problem from the saved arrays: losses, predicted levels and escape times."""
+    ncols = min(3, len(P.problems))
+    nrows = math.ceil(len(P.problems) / ncols)
+    fig, axes = new_figure(ncols, nrows, figsize=(5.0 * ncols, 4.4 * nrows))
+    axes = np.atleast_1d(axes).ravel()
+    for ax, name in zip(axes, P.problems, strict=False):
+        a = {k[len(name) + 1 :]: v for k, v in arrays.items() if k.startswith(name + "_")}
+        rule = "commuting" if bool(a["commuting_rule"]) else "generic"
+        _plot(ax, f"{name}: p = {int(a['p'])}, ε = {P.eps:g} ({rule} rule)", a, P)
+    for ax in axes[len(P.problems) :]:
+        ax.axis("off")
+    return fig
 
 
 def _prepare(name: str, P: SaddlesParams, g) -> dict:
@@ -360,21 +374,22 @@ def saddle_checks(name: str, st, cmp, P: SaddlesParams, L_nqf=None) -> tuple[lis
     return checks, rows, unresolved
 
 
-def _plot(ax, title: str, real, sim, st) -> None:
+def _plot(ax, title: str, a: dict, P: SaddlesParams) -> None:
     """The real network's (and the NQF's) loss with the predicted levels and escape times marked."""
-    ax.semilogy(real.t.numpy(), real.loss.numpy(), lw=2.2, label="real network")
-    if sim is not None:
-        ax.semilogy(sim.t.numpy(), sim.loss.numpy(), "--", lw=1.4, label="NQF (order parameter)")
-    for k, L in enumerate(st.levels):
+    t, levels, times = a["t"], a["plateau_levels"], a["escape_times"]
+    ax.semilogy(t, a["loss_real"], lw=2.2, label="real network")
+    if "loss_nqf" in a:
+        ax.semilogy(a["t_nqf"], a["loss_nqf"], "--", lw=1.4, label="NQF (order parameter)")
+    for k, L in enumerate(levels):
         if L > 0:
             ax.axhline(L, color="0.6", lw=0.7, zorder=0)
             ax.text(
                 1.005, L, f"L{k}", fontsize=7, color="0.35", va="center", ha="left", transform=ax.get_yaxis_transform()
             )
     ax.plot([], [], color="0.6", lw=0.7, label="predicted plateaus L_k")
-    mark_times(ax, st.times, [f"t{k + 1}" for k in range(st.n_drops)])
+    mark_times(ax, times, [f"t{k + 1}" for k in range(len(times))])
     ax.plot([], [], color="C3", ls="--", lw=0.9, label="predicted escapes t_k")
-    mark_stop(ax, real, label="network stopped")
+    mark_stop_at(ax, t[-1], a["loss_real"], bool(a["stopped"]), label="network stopped")
     ax.set_title(title, fontsize=9, pad=14)
     ax.set_xlabel("training time t = η·steps (dimensionless)")
     ax.set_ylabel("loss L")

@@ -93,6 +93,8 @@ __all__ = [
     "lock_path",
     "acquire_lock",
     "describe_differences",
+    "figure_files",
+    "read_arrays",
 ]
 
 #: Entries of a run directory that belong to the run (everything else is carried over by ``--force``).
@@ -131,6 +133,28 @@ def _figure_stem(name: str) -> str:
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,100}", name) or ".." in name:
         raise InvalidParameterError(f"figure name must be a plain file name (letters, digits, . _ + -); found {name!r}")
     return name
+
+
+def figure_files(name: str, fig, run_id: str) -> dict[str, bytes]:
+    """A matplotlib figure as the bytes of ``figures/NAME.png`` and ``figures/NAME.svg``, tagged with ``run_id``."""
+    stem = _figure_stem(name)
+    meta = figure_metadata(run_id)
+    out = {}
+    for ext in ("png", "svg"):
+        buf = io.BytesIO()
+        fig.savefig(buf, format=ext, dpi=120, bbox_inches="tight", metadata=meta[ext])
+        out[f"figures/{stem}.{ext}"] = buf.getvalue()
+    return out
+
+
+def read_arrays(path) -> dict[str, np.ndarray]:
+    """The arrays of a run directory's ``arrays.npz`` (``allow_pickle=False``: nothing read is executed)."""
+    p = Path(path)
+    try:
+        with np.load(p, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        raise RunDirectoryError(f"`{p}` is not a readable arrays file ({type(exc).__name__}: {exc})") from None
 
 
 # --------------------------------------------------------------------------- lock
@@ -381,15 +405,10 @@ class RunDirectory:
 
     def write_figure(self, name: str, fig) -> dict[str, str]:
         """Save a matplotlib figure as PNG and SVG (both tagged with the run id); returns relative paths."""
-        stem = _figure_stem(name)
         out = {}
-        meta = figure_metadata(self.run_id)
-        for ext in ("png", "svg"):
-            buf = io.BytesIO()
-            fig.savefig(buf, format=ext, dpi=120, bbox_inches="tight", metadata=meta[ext])
-            rel = f"figures/{stem}.{ext}"
-            atomic_write_bytes(self.staging / rel, buf.getvalue())
-            out[ext] = rel
+        for rel, data in figure_files(name, fig, self.run_id).items():
+            atomic_write_bytes(self.staging / rel, data)
+            out[rel.rsplit(".", 1)[1]] = rel
         return out
 
     # ------------------------------------------------------------ checkpoints
