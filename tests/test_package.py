@@ -94,14 +94,14 @@ def test_python_dash_m_runs_the_cli():
 
 # --------------------------------------------------------------------------- lazy namespace
 def test_all_matches_the_lazy_tables():
-    assert set(nqf.__all__) == {"__version__"} | nqf._LAZY_SUBMODULES | set(nqf._ALIASES) | set(nqf._LAZY_ATTRS)
+    assert set(nqf.__all__) == {"__version__"} | nqf._LAZY_SUBMODULES | set(nqf._LAZY_ATTRS)
     assert len(nqf.__all__) == len(set(nqf.__all__))
     assert set(nqf.__all__) <= set(dir(nqf))
 
 
 @pytest.mark.parametrize("name", nqf.__all__)
 def test_every_exported_name_resolves(name):
-    module = nqf._LAZY_ATTRS.get(name, (nqf._ALIASES.get(name, f"nqf.{name}"), None))[0]
+    module = nqf._LAZY_ATTRS.get(name, (f"nqf.{name}", None))[0]
     module = "nqf" if name == "__version__" else module
     if importlib.util.find_spec(module) is None:
         pytest.skip(f"{module} is not part of this tree yet")
@@ -119,7 +119,9 @@ def test_known_names():
     assert nqf.simulate is nqf.dynamics.simulate
     assert nqf.Trajectory is nqf.dynamics.Trajectory
     assert nqf.two_layer_modes is nqf.reductions.svd_modes.two_layer_modes
-    assert nqf.lv is nqf.reductions.lv and nqf.saddles is nqf.reductions.saddles
+    assert nqf.predict is nqf.reductions.predict and nqf.Staircase is nqf.reductions.Staircase
+    for short in ("lv", "saddles", "svd_modes"):  # one import path per public name: no short aliases
+        assert not hasattr(nqf, short), short
     assert nqf.errors.NQFError.__module__ == "nqf.errors"
     with pytest.raises(AttributeError, match="no attribute 'not_a_name'"):
         nqf.not_a_name  # noqa: B018

@@ -32,13 +32,6 @@ _LAZY_SUBMODULES: frozenset[str] = frozenset(
     }
 )
 
-#: Short names of the reductions: ``nqf.lv`` is ``nqf.reductions.lv`` (attribute access only).
-_ALIASES: dict[str, str] = {
-    "lv": "nqf.reductions.lv",
-    "saddles": "nqf.reductions.saddles",
-    "svd_modes": "nqf.reductions.svd_modes",
-}
-
 #: Public names defined in a submodule: ``name → (module, attribute)``.
 _LAZY_ATTRS: dict[str, tuple[str, str]] = {
     "simulate": ("nqf.dynamics", "simulate"),
@@ -67,9 +60,6 @@ __all__ = [  # kept equal to the two tables above by tests/test_package.py
     "networks",
     "reductions",
     "structure",
-    "lv",
-    "saddles",
-    "svd_modes",
     "simulate",
     "gradient_flow",
     "train_network",
@@ -94,10 +84,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these are reso
     from .dynamics import simulate as simulate
     from .dynamics import train_network as train_network
     from .reductions import Staircase as Staircase
-    from .reductions import lv as lv
     from .reductions import predict as predict
-    from .reductions import saddles as saddles
-    from .reductions import svd_modes as svd_modes
     from .reductions.svd_modes import two_layer_modes as two_layer_modes
 
 
@@ -133,8 +120,6 @@ def _version() -> str:
 def __getattr__(name: str) -> Any:
     if name == "__version__":
         value: Any = _version()
-    elif name in _ALIASES:
-        value = importlib.import_module(_ALIASES[name])
     elif name in _LAZY_SUBMODULES:
         value = importlib.import_module(f"{__name__}.{name}")
     elif name in _CALLABLE_SUBMODULES:
@@ -151,4 +136,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | {"__version__"} | _LAZY_SUBMODULES | set(_ALIASES) | set(_LAZY_ATTRS))
+    return sorted(set(globals()) | {"__version__"} | _LAZY_SUBMODULES | set(_LAZY_ATTRS))
