@@ -39,7 +39,7 @@ from ..errors import InvalidParameterError
 from ..report.figures import new_figure
 from .base import Check, Experiment, Outcome, Params, Table, register
 from .catalog import CATALOG
-from .curves import initial_weights, mark_stop, mark_unfinished, stop_reason, to_cpu
+from .curves import initial_weights, mark_stop_at, mark_unfinished, stop_reason, to_cpu
 
 __all__ = ["PowerLaw", "fourier_task", "exact_mode_sum", "isotropic_mode_sum", "ols_exponent"]
 
@@ -210,280 +210,383 @@ class PowerLaw(Experiment):
         "(GD vs flow O(η ζ) and the fit's bootstrap spread)",
     )
 
+    def plot(self, arrays: dict, params: PowerLawParams) -> dict:
+        return {
+            "asymptotic_exponent": _asymptotic_figure(arrays, params),
+            "network_power_law": _network_figure(arrays, params),
+        }
+
     def run(self, params: PowerLawParams, ctx, out: Outcome) -> None:
         P = params
-        self._asymptotic(P, ctx, out)
-        self._network(P, ctx, out)
+        asym = _asymptotic(P, ctx)  # prediction (a−1)/b, the library's LV curve and the independent reference
+        out.checks.extend(asymptotic_checks(asym, P))
+        _record_asymptotic(out, asym, P)
+        net = _network_problem(P, ctx)  # problem and its mode prediction
+        runs = _network_runs(net, P, ctx)
+        meas = _network_measurement(net, runs, P, ctx)
+        out.checks.extend(network_checks(meas, P))
+        _record_network(out, net, runs, meas, P)
 
-    # ------------------------------------------------------------------ asymptotic regime (LV flow)
-    def _asymptotic(self, P: PowerLawParams, ctx, out: Outcome) -> None:
-        from ..analysis import predict_exponent
-        from ..reductions import lv
 
-        K, e = P.asymptotic_modes, P.asymptotic_eps
-        ref, window, (ell, zeta, log_ratio) = _reference(K, P.gamma, e, P.first_mode)
-        beta = zeta / 4
-        pred = predict_exponent(ell, zeta)
-        headline = pred.exponent
-        system = lv.LotkaVolterra(beta, np.ones(K), e)
-        t = np.geomspace(*window, 400)
-        L_lib = system.excess_loss(system.logistic(t)).numpy()
-        L_ref = exact_mode_sum(t, ell, zeta, log_ratio)
-        curve_err = float(np.max(np.abs(L_lib - L_ref) / L_ref))
-        rel = abs(headline - ref) / abs(ref)
-        out.checks.append(
-            Check(
-                f"headline exponent (a−1)/b at K = {K}, ε = {e:g}",
-                headline,
-                ref,
-                P.headline_tolerance,
-                reference="OLS exponent of the exact mode sum (numpy + scipy.special.expit)",
-                tolerance_origin="discreteness of the sum, O(b ln k / ln(1/ε)) and O(k/K) over the window",
-            )
+# ---------------------------------------------------------------------- asymptotic regime (LV flow)
+def _asymptotic(P: PowerLawParams, ctx) -> dict:
+    """Headline (a−1)/b, the library's LV loss, the independent exact sum, and the finite-K, finite-ε grid."""
+    from ..analysis import predict_exponent
+    from ..reductions import lv
+
+    K, e = P.asymptotic_modes, P.asymptotic_eps
+    ref, window, (ell, zeta, log_ratio) = _reference(K, P.gamma, e, P.first_mode)
+    pred = predict_exponent(ell, zeta)
+    system = lv.LotkaVolterra(zeta / 4, np.ones(K), e)
+    t = np.geomspace(*window, 400)
+    L_lib = system.excess_loss(system.logistic(t)).numpy()
+    L_ref = exact_mode_sum(t, ell, zeta, log_ratio)
+    rows = []
+    grid = np.full((len(P.grid_modes), len(P.grid_eps)), np.nan)
+    for i, Kg in enumerate(ctx.progress(P.grid_modes, "finite-K grid")):
+        for j, eg in enumerate(P.grid_eps):
+            grid[i, j], _, (ell_g, zeta_g, _) = _reference(Kg, P.gamma, eg, P.first_mode, 300)
+            pg = predict_exponent(ell_g, zeta_g).exponent
+            rows.append([Kg, eg, math.log(1 / eg), pg, grid[i, j], (grid[i, j] - pg) / pg])
+    return {
+        "pred": pred,
+        "ref": ref,
+        "window": window,
+        "t": t,
+        "L_lib": L_lib,
+        "L_ref": L_ref,
+        "curve_err": float(np.max(np.abs(L_lib - L_ref) / L_ref)),
+        "grid": grid,
+        "rows": rows,
+    }
+
+
+def asymptotic_checks(asym: dict, P: PowerLawParams) -> list[Check]:
+    """Headline exponent vs the exact-sum OLS exponent; the library's LV curve vs the exact sum."""
+    K, e = P.asymptotic_modes, P.asymptotic_eps
+    return [
+        Check(
+            f"headline exponent (a−1)/b at K = {K}, ε = {e:g}",
+            asym["pred"].exponent,
+            asym["ref"],
+            P.headline_tolerance,
+            reference="OLS exponent of the exact mode sum (numpy + scipy.special.expit)",
+            tolerance_origin="discreteness of the sum, O(b ln k / ln(1/ε)) and O(k/K) over the window",
+        ),
+        Check(
+            f"LV loss curve at K = {K} (max relative difference)",
+            0.0,
+            asym["curve_err"],
+            1e-9,
+            kind="absolute",
+            reference="exact mode sum (numpy + scipy.special.expit)",
+            tolerance_origin="round-off",
+        ),
+    ]
+
+
+def _record_asymptotic(out: Outcome, asym: dict, P: PowerLawParams) -> None:
+    """Tables, metrics, arrays and summary of the asymptotic part."""
+    K, e, pred, ref, window = P.asymptotic_modes, P.asymptotic_eps, asym["pred"], asym["ref"], asym["window"]
+    headline = pred.exponent
+    rel = abs(headline - ref) / abs(ref)
+    out.tables.append(
+        Table(
+            "Headline exponent (asymptotic regime)",
+            ["quantity", "value"],
+            [
+                ["a (ℓ_k ~ k^−a)", pred.a],
+                ["b (ζ_k ~ k^−b)", pred.b],
+                ["headline (a−1)/b", headline],
+                ["reference: exact mode sum, OLS", ref],
+                ["relative difference", rel],
+                ["window t", f"[{window[0]:.4g}, {window[1]:.4g}] (modes {P.first_mode}…{K // 30})"],
+            ],
+            caption=f"LV system with β_k = k^−{P.gamma:g}, K = {K}, z(0) = ε = {e:g}",
         )
-        out.checks.append(
-            Check(
-                f"LV loss curve at K = {K} (max relative difference)",
-                0.0,
-                curve_err,
-                1e-9,
-                kind="absolute",
-                reference="exact mode sum (numpy + scipy.special.expit)",
-                tolerance_origin="round-off",
-            )
+    )
+    out.tables.append(
+        Table(
+            "Finite-K, finite-ε deviations",
+            ["K", "ε", "ln(1/ε)", "(a−1)/b", "exact-sum exponent", "relative deviation"],
+            asym["rows"],
+            caption=(f"window: switch-on of modes {P.first_mode} … K/30; the deviation shrinks as K and ln(1/ε) grow"),
         )
-        rows = []
-        grid = np.full((len(P.grid_modes), len(P.grid_eps)), np.nan)
-        for i, Kg in enumerate(ctx.progress(P.grid_modes, "finite-K grid")):
-            for j, eg in enumerate(P.grid_eps):
-                grid[i, j], _, (ell_g, zeta_g, _) = _reference(Kg, P.gamma, eg, P.first_mode, 300)
-                pg = predict_exponent(ell_g, zeta_g).exponent
-                rows.append([Kg, eg, math.log(1 / eg), pg, grid[i, j], (grid[i, j] - pg) / pg])
-        out.tables.append(
-            Table(
-                "Headline exponent (asymptotic regime)",
-                ["quantity", "value"],
-                [
-                    ["a (ℓ_k ~ k^−a)", pred.a],
-                    ["b (ζ_k ~ k^−b)", pred.b],
-                    ["headline (a−1)/b", headline],
-                    ["reference: exact mode sum, OLS", ref],
-                    ["relative difference", rel],
-                    ["window t", f"[{window[0]:.4g}, {window[1]:.4g}] (modes {P.first_mode}…{K // 30})"],
-                ],
-                caption=f"LV system with β_k = k^−{P.gamma:g}, K = {K}, z(0) = ε = {e:g}",
+    )
+    out.metrics.update(
+        {
+            "headline_exponent": headline,
+            "reference_exponent": ref,
+            "headline_relative_difference": rel,
+            "a": pred.a,
+            "b": pred.b,
+            "asymptotic_modes": K,
+            "asymptotic_eps": e,
+        }
+    )
+    out.arrays.update(
+        {
+            "asymptotic_t": asym["t"],
+            "asymptotic_loss_lv": asym["L_lib"],
+            "asymptotic_loss_reference": asym["L_ref"],
+            "grid_modes": np.asarray(P.grid_modes),
+            "grid_eps": np.asarray(P.grid_eps),
+            "grid_exponent": asym["grid"],
+            "headline_exponent": np.array(headline),
+        }
+    )
+    out.summary.append(
+        f"headline exponent (a−1)/b = {headline:.4f}; independent exact mode sum at K = {K}, "
+        f"ε = {e:g}: {ref:.4f} (relative difference {rel:.2%})"
+    )
+
+
+def _asymptotic_figure(arrays: dict, P: PowerLawParams):
+    """Exact sum, LV curve and the headline slope; the exponent over the (K, ε) grid — from the saved arrays."""
+    K, e, headline = P.asymptotic_modes, P.asymptotic_eps, float(arrays["headline_exponent"])
+    t, L_ref = arrays["asymptotic_t"], arrays["asymptotic_loss_reference"]
+    fig, (ax, ax2) = new_figure(2, figsize=(12, 4.6))
+    ax.loglog(t, L_ref, lw=2.4, label=f"exact mode sum (numpy), K = {K}")
+    ax.loglog(t, arrays["asymptotic_loss_lv"], "--", lw=1.3, color="C1", label="LV logistic (library)")
+    icpt = float(np.mean(np.log(L_ref) + headline * np.log(t)))
+    label = f"slope −(a−1)/b = −{headline:.3f} (fitted intercept)"
+    ax.loglog(t, np.exp(icpt) * t**-headline, ":", color="k", lw=1.5, label=label)
+    ax.set_xlabel("training time t (dimensionless)")
+    ax.set_ylabel("L − L∞")
+    ax.set_title(f"asymptotic regime: ε = {e:g}, window of modes {P.first_mode}…{K // 30}", fontsize=10)
+    ax.legend(fontsize=8)
+    for Kg, row in zip(arrays["grid_modes"], arrays["grid_exponent"], strict=True):
+        ax2.plot(np.log10(1 / arrays["grid_eps"]), row, "o-", label=f"exact sum, K = {int(Kg)}")
+    ax2.axhline(headline, color="k", ls=":", label=f"(a−1)/b = {headline:.3f}")
+    ax2.axhspan(
+        headline * (1 - P.headline_tolerance),
+        headline * (1 + P.headline_tolerance),
+        color="0.9",
+        zorder=0,
+        label=f"±{P.headline_tolerance:.0%}",
+    )
+    ax2.set_xlabel("log₁₀(1/ε)")
+    ax2.set_ylabel("fitted exponent (dimensionless)")
+    ax2.set_title("finite-K, finite-ε deviations of the exponent", fontsize=10)
+    ax2.legend(fontsize=8)
+    return fig
+
+
+# ---------------------------------------------------------------------- NQF and real network at finite K
+def _network_problem(P: PowerLawParams, ctx) -> dict:
+    """Fourier-feature task, its two-layer modes (the prediction), fit window, step, run length and ``W0``."""
+    from ..reductions.svd_modes import two_layer_modes
+    from ..structure import mlp
+
+    K = P.n_modes
+    X, Y, _ = fourier_task(K, P.gamma)
+    modes = two_layer_modes(X, Y, "tanh", eps=P.eps, init="isotropic")
+    zeta = modes.rates.numpy()
+    t_switch = np.sort(modes.switch_times.numpy())
+    k_hi = math.ceil(P.fit_to_fraction * K)
+    k_lo = min(3, k_hi - 2)
+    lr = P.step_fraction / float(zeta.max())
+    steps = int(math.ceil(1.5 * float(t_switch[-1]) / lr))
+    m = P.width_factor * 2 * K
+    return {
+        "X": X,
+        "Y": Y,
+        "op": mlp(X, "tanh", n_outputs=K),
+        "lam": modes.singular_values.numpy(),
+        "zeta": zeta,
+        "loss_inf": modes.loss_inf,
+        "t_switch": t_switch,
+        "k_lo": k_lo,
+        "k_hi": k_hi,
+        "window": (float(t_switch[k_lo - 1]), float(t_switch[k_hi - 1])),
+        "lr": lr,
+        "steps": steps,
+        "save": max(steps // P.save_points, 1),
+        "m": m,
+        "W0": initial_weights(2 * K, m, P.eps, ctx.generator(5)),
+    }
+
+
+def _network_runs(net: dict, P: PowerLawParams, ctx) -> dict:
+    """The NQF order-parameter GD (and the real tanh MLP) from the same ``W0``, checkpointed."""
+    from ..dynamics import simulate, train_network
+    from ..networks import TwoLayerMLP
+
+    X, Y, W0, lr, steps, save = (net[k] for k in ("X", "Y", "W0", "lr", "steps", "save"))
+    runs = {}
+    for part in ctx.progress(["nqf"] + (["real"] if P.real_network else []), "GD runs"):
+        if part == "nqf":
+            runs[part] = ctx.checkpoint(
+                "nqf",
+                lambda: to_cpu(simulate(net["op"], Y, M0=W0 @ W0.T, lr=lr, steps=steps, save_every=save, save_M=False)),
             )
-        )
-        out.tables.append(
-            Table(
-                "Finite-K, finite-ε deviations",
-                ["K", "ε", "ln(1/ε)", "(a−1)/b", "exact-sum exponent", "relative deviation"],
-                rows,
-                caption=(
-                    f"window: switch-on of modes {P.first_mode} … K/30; the deviation shrinks as K and ln(1/ε) grow"
+        else:
+            mlp_net = TwoLayerMLP(P.n_modes, net["m"], P.n_modes, "tanh")
+            runs[part] = ctx.checkpoint(
+                "real",
+                lambda mlp_net=mlp_net: to_cpu(
+                    train_network(
+                        mlp_net,
+                        mlp_net.units,
+                        X,
+                        Y,
+                        W0=W0,
+                        lr=lr,
+                        steps=steps,
+                        save_every=save,
+                        save_W=False,
+                        save_M=False,
+                    )
                 ),
             )
-        )
-        out.metrics.update(
-            {
-                "headline_exponent": headline,
-                "reference_exponent": ref,
-                "headline_relative_difference": rel,
-                "a": pred.a,
-                "b": pred.b,
-                "asymptotic_modes": K,
-                "asymptotic_eps": e,
-            }
-        )
-        out.arrays.update(
-            {
-                "asymptotic_t": t,
-                "asymptotic_loss_lv": L_lib,
-                "asymptotic_loss_reference": L_ref,
-                "grid_modes": np.asarray(P.grid_modes),
-                "grid_eps": np.asarray(P.grid_eps),
-                "grid_exponent": grid,
-            }
-        )
-        out.summary.append(
-            f"headline exponent (a−1)/b = {headline:.4f}; independent exact mode sum at K = {K}, "
-            f"ε = {e:g}: {ref:.4f} (relative difference {rel:.2%})"
-        )
-        fig, (ax, ax2) = new_figure(2, figsize=(12, 4.6))
-        ax.loglog(t, L_ref, lw=2.4, label=f"exact mode sum (numpy), K = {K}")
-        ax.loglog(t, L_lib, "--", lw=1.3, color="C1", label="LV logistic (library)")
-        icpt = float(np.mean(np.log(L_ref) + headline * np.log(t)))
-        ax.loglog(
-            t,
-            np.exp(icpt) * t**-headline,
-            ":",
-            color="k",
-            lw=1.5,
-            label=f"slope −(a−1)/b = −{headline:.3f} (fitted intercept)",
-        )
-        ax.set_xlabel("training time t (dimensionless)")
-        ax.set_ylabel("L − L∞")
-        ax.set_title(f"asymptotic regime: ε = {e:g}, window of modes {P.first_mode}…{K // 30}", fontsize=10)
-        ax.legend(fontsize=8)
-        for i, Kg in enumerate(P.grid_modes):
-            ax2.plot(np.log10(1 / np.asarray(P.grid_eps)), grid[i], "o-", label=f"exact sum, K = {Kg}")
-        ax2.axhline(headline, color="k", ls=":", label=f"(a−1)/b = {headline:.3f}")
-        ax2.axhspan(
-            headline * (1 - P.headline_tolerance),
-            headline * (1 + P.headline_tolerance),
-            color="0.9",
-            zorder=0,
-            label=f"±{P.headline_tolerance:.0%}",
-        )
-        ax2.set_xlabel("log₁₀(1/ε)")
-        ax2.set_ylabel("fitted exponent (dimensionless)")
-        ax2.set_title("finite-K, finite-ε deviations of the exponent", fontsize=10)
-        ax2.legend(fontsize=8)
-        out.figures["asymptotic_exponent"] = fig
+    return runs
 
-    # ------------------------------------------------------------------ NQF and real network at finite K
-    def _network(self, P: PowerLawParams, ctx, out: Outcome) -> None:
-        from ..analysis import fit_power_law
-        from ..dynamics import simulate, train_network
-        from ..networks import TwoLayerMLP
-        from ..reductions.svd_modes import two_layer_modes
-        from ..structure import mlp
 
-        K = P.n_modes
-        X, Y, c = fourier_task(K, P.gamma)
-        modes = two_layer_modes(X, Y, "tanh", eps=P.eps, init="isotropic")
-        lam = modes.singular_values.numpy()
-        zeta = modes.rates.numpy()
-        t_switch = np.sort(modes.switch_times.numpy())
-        k_hi = math.ceil(P.fit_to_fraction * K)
-        k_lo = min(3, k_hi - 2)
-        window = (float(t_switch[k_lo - 1]), float(t_switch[k_hi - 1]))
-        lr = P.step_fraction / float(zeta.max())
-        steps = int(math.ceil(1.5 * float(t_switch[-1]) / lr))
-        save = max(steps // P.save_points, 1)
-        p = 2 * K
-        op = mlp(X, "tanh", n_outputs=K)
-        m = P.width_factor * p
-        W0 = initial_weights(p, m, P.eps, ctx.generator(5))
-        parts = ["nqf"] + (["real"] if P.real_network else [])
-        runs = {}
-        for part in ctx.progress(parts, "GD runs"):
-            if part == "nqf":
-                runs[part] = ctx.checkpoint(
-                    "nqf",
-                    lambda: to_cpu(simulate(op, Y, M0=W0 @ W0.T, lr=lr, steps=steps, save_every=save, save_M=False)),
-                )
-            else:
-                net = TwoLayerMLP(K, m, K, "tanh")
-                runs[part] = ctx.checkpoint(
-                    "real",
-                    lambda net=net: to_cpu(
-                        train_network(
-                            net, net.units, X, Y, W0=W0, lr=lr, steps=steps, save_every=save, save_W=False, save_M=False
-                        )
-                    ),
-                )
-        sim = runs["nqf"]
-        t = sim.t.numpy()[1:]
-        L_sim = sim.loss.numpy()[1:]
-        ref_curve = isotropic_mode_sum(t, lam, P.eps)
-        ref = ols_exponent(t, ref_curve, window)
-        reason = stop_reason(nqf=sim)
-        fit_sim = (
-            fit_power_law(t, L_sim, window=window, L_inf=modes.loss_inf, n_boot=P.n_boot, seed=ctx.seed)
-            if not reason
-            else None
+def _network_measurement(net: dict, runs: dict, P: PowerLawParams, ctx) -> dict:
+    """Exact-sum exponent at this K and ε, and the power-law fits of the NQF (and real network) losses."""
+    from ..analysis import fit_power_law
+
+    sim, window = runs["nqf"], net["window"]
+    t, L_sim = sim.t.numpy()[1:], sim.loss.numpy()[1:]
+    ref_curve = isotropic_mode_sum(t, net["lam"], P.eps)
+    reason = stop_reason(nqf=sim)
+    fit = {"n_boot": P.n_boot, "seed": ctx.seed, "window": window}
+    fit_sim = fit_power_law(t, L_sim, L_inf=net["loss_inf"], **fit) if not reason else None
+    meas = {"t": t, "L_sim": L_sim, "ref_curve": ref_curve, "ref": ols_exponent(t, ref_curve, window)}
+    meas.update({"reason": reason, "fit_sim": fit_sim, "fit_real": None})
+    if P.real_network:
+        L_real = runs["real"].loss.numpy()[1:]
+        n = min(len(L_real), len(t))
+        ok = not stop_reason(real=runs["real"])
+        meas["fit_real"] = fit_power_law(t[:n], L_real[:n], L_inf=0.0, **fit) if ok else None
+        meas["L_real"] = L_real
+    return meas
+
+
+def network_checks(meas: dict, P: PowerLawParams) -> list[Check]:
+    """The NQF GD's fitted exponent vs the exact mode sum's at the same K and ε (failed if the run stopped)."""
+    fit_sim = meas["fit_sim"]
+    checks = [
+        Check(
+            f"exponent at K = {P.n_modes}, ε = {P.eps:g}: NQF GD vs exact mode sum",
+            meas["ref"],
+            fit_sim.exponent if fit_sim is not None else None,
+            P.exponent_tolerance,
+            kind="absolute",
+            reference="NQF order-parameter GD (simulate), fitted with bootstrap CI",
+            tolerance_origin="GD vs flow O(η ζ) and the fit's bootstrap spread",
         )
-        measured = fit_sim.exponent if fit_sim is not None else None
-        out.checks.append(
-            Check(
-                f"exponent at K = {K}, ε = {P.eps:g}: NQF GD vs exact mode sum",
-                ref,
-                measured,
-                P.exponent_tolerance,
-                kind="absolute",
-                reference="NQF order-parameter GD (simulate), fitted with bootstrap CI",
-                tolerance_origin="GD vs flow O(η ζ) and the fit's bootstrap spread",
-            )
+    ]
+    mark_unfinished(checks, meas["reason"], start=-1)
+    return checks
+
+
+def _stop_marker(traj, y=None) -> dict:
+    """Where a figure marks a stopped run: flag, time, and the height (``y``, else the last finite loss)."""
+    stopped = stop_reason(run=traj) != ""
+    yy = math.nan if y is None else float(y)
+    if not math.isfinite(yy):
+        finite = np.asarray(traj.loss, float)
+        finite = finite[np.isfinite(finite)]
+        yy = float(finite[-1]) if finite.size else 1.0
+    return {"stopped": np.array(stopped), "t_stop": np.array(float(traj.t[-1])), "stop_y": np.array(yy)}
+
+
+def _record_network(out: Outcome, net: dict, runs: dict, meas: dict, P: PowerLawParams) -> None:
+    """Arrays (everything the network figure draws), table, metrics and summary of the network part."""
+    fit_sim, L_sim = meas["fit_sim"], meas["L_sim"]
+    y = float(L_sim[-1] - net["loss_inf"]) if len(L_sim) else None
+    arrays = {f"nqf_{k}": v for k, v in _stop_marker(runs["nqf"], y).items()}
+    if P.real_network:
+        arrays.update({f"real_{k}": v for k, v in _stop_marker(runs["real"]).items()})
+        arrays["loss_real"] = meas["L_real"]
+    if fit_sim is not None:
+        start, stop = net["window"]
+        tt = np.geomspace(start, stop, 20)
+        arrays.update(
+            {"fit_t": tt, "fit_loss": fit_sim(tt) - fit_sim.L_inf, "fit_exponent": np.array(fit_sim.exponent)}
         )
-        mark_unfinished(out.checks, reason, start=-1)
-        rows = [
-            ["(a−1)/b from the spectra (asymptotic)", out.metrics["headline_exponent"], None, None],
-            ["exact mode sum at this K, ε (numpy)", ref, None, None],
-            ["NQF order-parameter GD", measured, *(fit_sim.ci if fit_sim is not None else (None, None))],
-        ]
-        fig, ax = new_figure(figsize=(7.5, 4.6))
-        ax.loglog(t, L_sim - modes.loss_inf, lw=2.2, label="NQF (order-parameter GD)")
-        ax.loglog(t, ref_curve, ":", color="k", lw=1.4, label="exact mode sum (numpy)")
-        mark_stop(ax, sim, y=float(L_sim[-1] - modes.loss_inf) if len(L_sim) else None, label="NQF run stopped")
-        if P.real_network:
-            real = runs["real"]
-            L_real = real.loss.numpy()[1:]
-            n = min(len(L_real), len(t))
-            ok = not stop_reason(real=real)
-            fit_real = (
-                fit_power_law(t[:n], L_real[:n], window=window, L_inf=0.0, n_boot=P.n_boot, seed=ctx.seed)
-                if ok
-                else None
-            )
-            rows.append(
-                [
-                    "real tanh MLP",
-                    fit_real.exponent if fit_real is not None else None,
-                    *(fit_real.ci if fit_real is not None else (None, None)),
-                ]
-            )
-            ax.loglog(t[:n], L_real[:n], lw=1.5, alpha=0.8, label="real tanh MLP")
-            mark_stop(ax, real, label="real network stopped")
-            out.arrays["loss_real"] = L_real
-            out.metrics["exponent_real_network"] = fit_real.exponent if fit_real is not None else None
-        if fit_sim is not None:
-            tt = np.geomspace(*window, 20)
-            ax.loglog(
-                tt,
-                1.3 * (fit_sim(tt) - fit_sim.L_inf),
-                "--",
-                color="C3",
-                label=f"fit ×1.3: α = {fit_sim.exponent:.3f} [{fit_sim.ci[0]:.3f}, {fit_sim.ci[1]:.3f}]",
-            )
-        for w in window:
-            ax.axvline(w, color="0.6", lw=0.8)
-        ax.set_xlabel("training time t = η·steps (dimensionless)")
-        ax.set_ylabel("L − L∞")
-        ax.set_title(f"finite K = {K}, ε = {P.eps:g}: grey lines bound the fit window", fontsize=10)
-        ax.legend(fontsize=8, loc="lower left")
-        out.figures["network_power_law"] = fig
-        out.arrays.update(
-            {
-                "t": t,
-                "loss_nqf": L_sim,
-                "loss_exact_sum": ref_curve,
-                "lambda": lam,
-                "zeta": zeta,
-                "switch_times": t_switch,
-            }
+        arrays["fit_ci"] = np.asarray(fit_sim.ci, float)
+    out.arrays.update(arrays)
+    out.arrays.update(
+        {
+            "t": meas["t"],
+            "loss_nqf": L_sim,
+            "loss_exact_sum": meas["ref_curve"],
+            "lambda": net["lam"],
+            "zeta": net["zeta"],
+            "switch_times": net["t_switch"],
+            "loss_inf": np.array(net["loss_inf"]),
+            "window": np.asarray(net["window"], float),
+        }
+    )
+    _report_network(out, net, meas, P)
+
+
+def _report_network(out: Outcome, net: dict, meas: dict, P: PowerLawParams) -> None:
+    """The finite-K exponent table, the metrics and the summary line."""
+    fit_sim, fit_real, ref, window = meas["fit_sim"], meas["fit_real"], meas["ref"], net["window"]
+    measured = fit_sim.exponent if fit_sim is not None else None
+    rows = [
+        ["(a−1)/b from the spectra (asymptotic)", out.metrics["headline_exponent"], None, None],
+        ["exact mode sum at this K, ε (numpy)", ref, None, None],
+        ["NQF order-parameter GD", measured, *(fit_sim.ci if fit_sim is not None else (None, None))],
+    ]
+    if P.real_network:
+        real = fit_real.exponent if fit_real is not None else None
+        rows.append(["real tanh MLP", real, *(fit_real.ci if fit_real is not None else (None, None))])
+        out.metrics["exponent_real_network"] = real
+    out.tables.append(
+        Table(
+            "Loss exponent at finite K (network)",
+            ["source", "exponent", "CI low", "CI high"],
+            rows,
+            caption=f"window t ∈ [{window[0]:.3g}, {window[1]:.3g}] (switch-on of modes "
+            f"{net['k_lo']} and {net['k_hi']}); L∞ = {net['loss_inf']:.3g}",
         )
-        out.tables.append(
-            Table(
-                "Loss exponent at finite K (network)",
-                ["source", "exponent", "CI low", "CI high"],
-                rows,
-                caption=f"window t ∈ [{window[0]:.3g}, {window[1]:.3g}] (switch-on of modes "
-                f"{k_lo} and {k_hi}); L∞ = {modes.loss_inf:.3g}",
-            )
-        )
-        out.metrics.update(
-            {
-                "exponent_exact_sum_network_K": ref,
-                "exponent_nqf": measured,
-                "lr": lr,
-                "steps": steps,
-                "window_start": window[0],
-                "window_end": window[1],
-            }
-        )
-        out.summary.append(
-            f"at K = {K}, ε = {P.eps:g} the exact mode sum decays with exponent {ref:.3f} (the "
-            "unlearned tail is truncated and late modes start relatively early, both steepen the "
-            f"decay); NQF GD measures {measured if measured is None else round(measured, 3)}"
-        )
+    )
+    out.metrics.update(
+        {
+            "exponent_exact_sum_network_K": ref,
+            "exponent_nqf": measured,
+            "lr": net["lr"],
+            "steps": net["steps"],
+            "window_start": window[0],
+            "window_end": window[1],
+        }
+    )
+    out.summary.append(
+        f"at K = {P.n_modes}, ε = {P.eps:g} the exact mode sum decays with exponent {ref:.3f} (the "
+        "unlearned tail is truncated and late modes start relatively early, both steepen the "
+        f"decay); NQF GD measures {measured if measured is None else round(measured, 3)}"
+    )
+
+
+def _network_figure(arrays: dict, P: PowerLawParams):
+    """NQF (and real network) loss above L∞ with the exact mode sum, the fit and its window — from the arrays."""
+    t, L = arrays["t"], arrays["loss_nqf"] - float(arrays["loss_inf"])
+    fig, ax = new_figure(figsize=(7.5, 4.6))
+    ax.loglog(t, L, lw=2.2, label="NQF (order-parameter GD)")
+    ax.loglog(t, arrays["loss_exact_sum"], ":", color="k", lw=1.4, label="exact mode sum (numpy)")
+    _mark(ax, arrays, "nqf", "NQF run stopped")
+    if P.real_network:
+        n = min(len(arrays["loss_real"]), len(t))
+        ax.loglog(t[:n], arrays["loss_real"][:n], lw=1.5, alpha=0.8, label="real tanh MLP")
+        _mark(ax, arrays, "real", "real network stopped")
+    if "fit_loss" in arrays:
+        ci = arrays["fit_ci"]
+        label = f"fit ×1.3: α = {float(arrays['fit_exponent']):.3f} [{ci[0]:.3f}, {ci[1]:.3f}]"
+        ax.loglog(arrays["fit_t"], 1.3 * arrays["fit_loss"], "--", color="C3", label=label)
+    for w in arrays["window"]:
+        ax.axvline(float(w), color="0.6", lw=0.8)
+    ax.set_xlabel("training time t = η·steps (dimensionless)")
+    ax.set_ylabel("L − L∞")
+    ax.set_title(f"finite K = {P.n_modes}, ε = {P.eps:g}: grey lines bound the fit window", fontsize=10)
+    ax.legend(fontsize=8, loc="lower left")
+    return fig
+
+
+def _mark(ax, arrays: dict, run: str, label: str) -> None:
+    """Mark where run ``run`` (``nqf`` or ``real``) stopped, from its saved stop flag, time and height."""
+    a = {k: arrays[f"{run}_{k}"] for k in ("stopped", "t_stop", "stop_y")}
+    mark_stop_at(ax, float(a["t_stop"]), [], bool(a["stopped"]), y=float(a["stop_y"]), label=label)

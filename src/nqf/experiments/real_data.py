@@ -144,222 +144,314 @@ class RealData(Experiment):
         "0.13 % measured); over the whole run and on other data sets: reported",
     )
 
+    def plot(self, arrays: dict, params: RealDataParams) -> dict:
+        return {"real_data": _figure(arrays, params)}
+
     def run(self, params: RealDataParams, ctx, out: Outcome) -> None:
         P = params
-        fig, axes = new_figure(len(P.datasets), figsize=(6.2 * len(P.datasets), 4.4))
-        axes = np.atleast_1d(axes)
         rows = []
-        for j, name in enumerate(ctx.progress(P.datasets, "datasets")):
-            self._dataset(P, ctx, out, name, axes[j], rows)
-        out.figures["real_data"] = fig
-        out.tables.append(
-            Table(
-                "Per drop: predicted vs NQF vs real network",
-                [
-                    "data",
-                    "ε",
-                    "k",
-                    "L saddle",
-                    "L pred",
-                    "L NQF",
-                    "L real",
-                    "err L (real)",
-                    "t pred",
-                    "t rule",
-                    "t NQF",
-                    "t real",
-                    "err t (real)",
-                    "flatness (real)",
-                    "flat",
-                ],
-                rows,
-                caption="L saddle: the ε → 0 level; L pred: the loss predicted at the read point (middle of the "
-                "plateau, the last at the end of the run) — saddle value plus the tails of the adjacent "
-                "heteroclinic orbits; t rule: exact offset (drop 1), O(1) recursion, or leading order τ_k "
-                "ln(1/ε); flatness: loss change across the middle third of plateau k over the adjacent drop "
-                "(flat ≤ 0.25); times: first downward crossing of (L_{k−1}+L_k)/2",
+        for name in ctx.progress(P.datasets, "datasets"):
+            prob = _problem(name, P, ctx)  # data, operator, saddle sequence, heteroclinic chain, step
+            errs = {}
+            for eps in P.eps:
+                st = prob["sequence"].staircase(eps, chain=prob["chain"])  # the prediction at this ε
+                sim, real = _runs(prob, st, eps, P, ctx)
+                m = _measure(prob, st, sim, real)
+                out.checks.extend(eps_checks(name, eps, st, m, P))
+                rows.extend(_rows(name, eps, st, m))
+                errs[eps] = (float(np.nanmax(m["cr"].time_errors)), float(np.nanmax(m["err_l"][1:])))
+                _record_eps(out, f"{name}-{eps:g}", st, m)
+            out.checks.extend(trend_checks(name, errs, P))
+            _record_dataset(out, name, prob, errs)
+        out.tables.append(_table(rows))
+
+
+def _table(rows: list) -> Table:
+    """The per-drop table: predicted vs NQF vs real network."""
+    return Table(
+        "Per drop: predicted vs NQF vs real network",
+        [
+            "data",
+            "ε",
+            "k",
+            "L saddle",
+            "L pred",
+            "L NQF",
+            "L real",
+            "err L (real)",
+            "t pred",
+            "t rule",
+            "t NQF",
+            "t real",
+            "err t (real)",
+            "flatness (real)",
+            "flat",
+        ],
+        rows,
+        caption="L saddle: the ε → 0 level; L pred: the loss predicted at the read point (middle of the "
+        "plateau, the last at the end of the run) — saddle value plus the tails of the adjacent "
+        "heteroclinic orbits; t rule: exact offset (drop 1), O(1) recursion, or leading order τ_k "
+        "ln(1/ε); flatness: loss change across the middle third of plateau k over the adjacent drop "
+        "(flat ≤ 0.25); times: first downward crossing of (L_{k−1}+L_k)/2",
+    )
+
+
+def _problem(name: str, P: RealDataParams, ctx) -> dict:
+    """Data set, NQF operator, saddle sequence with its ε-independent heteroclinic chain, and the GD step."""
+    from ..analysis.schedule import stable_learning_rate
+    from ..data import load_dataset
+    from ..reductions.saddles import saddle_sequence
+    from ..reductions.saddles.clock import heteroclinic_chain
+    from ..structure import mlp
+
+    d = load_dataset(name, subset=P.subset, seed=ctx.seed)
+    X = torch.as_tensor(d.X, dtype=torch.float64)
+    Y = torch.as_tensor(d.Y, dtype=torch.float64)
+    C, D = d.n_outputs, d.n_features
+    p = C + D
+    if P.width < p:
+        raise InvalidParameterError(f"`width` must be ≥ p = C + D = {p} for {name} (M(0) = εI); found {P.width}")
+    op = mlp(X, "tanh", n_outputs=C)
+    seq = saddle_sequence(op, Y)
+    chain = heteroclinic_chain(seq, rtol=1e-8)  # ε-independent: once per data set
+    lr = stable_learning_rate(seq.escape_rates, P.lr_fraction)
+    prob = {"name": name, "X": X, "Y": Y, "C": C, "D": D, "p": p, "n_samples": d.n_samples, "op": op}
+    return {**prob, "sequence": seq, "chain": chain, "lr": lr}
+
+
+def _tolerances(eps: float, P: RealDataParams) -> tuple[float, float, float]:
+    """``(scale, time tolerance, level tolerance)``: issue 11's acceptance at ε = 1e-10 × ln(1e10)/ln(1/ε)."""
+    scale = math.log(1 / _REF_EPS) / math.log(1 / eps)
+    return scale, P.time_tolerance * scale, P.level_tolerance * scale
+
+
+def _runs(prob: dict, st, eps: float, P: RealDataParams, ctx):
+    """NQF simulation and real network from the same ``W(0)`` (the network's × `planted_init_factor`), checkpointed."""
+    from ..analysis.schedule import initial_weights, step_count
+
+    lr = prob["lr"]
+    steps = step_count(st.times, lr, margin=1.0 + _tolerances(eps, P)[1], extra=2.0)
+    W0 = initial_weights(prob["p"], P.width, eps, seed=ctx.seed)
+    form = "weights" if eps <= 1e-13 else "order_parameter"
+    key = f"{prob['name']}-{eps:g}"
+    run = dict(lr=lr, steps=steps, save_every=max(1, steps // P.save_points), save_M=False, save_W=False)
+    sim = ctx.checkpoint(f"{key}-nqf", partial(_nqf_run, prob["op"], prob["Y"], W0, form, run))
+    X, Y, C, D = prob["X"], prob["Y"], prob["C"], prob["D"]
+    real = ctx.checkpoint(f"{key}-real", partial(_real_run, D, P.width, C, X, Y, P.planted_init_factor * W0, run))
+    return sim, real
+
+
+def _measure(prob: dict, st, sim, real) -> dict:
+    """Both runs against the staircase (:func:`nqf.analysis.compare_staircase`), the predicted loss curve
+    (saddle values + orbit tails, :func:`~nqf.reductions.saddles.clock.composite_loss`) and the gaps."""
+    from ..analysis.compare import compare_staircase, level_read_times
+    from ..reductions.saddles.clock import composite_loss
+
+    chain, levels, times = prob["chain"], prob["sequence"].plateau_levels, st.times
+    n = min(len(sim), len(real))
+    t, Ln, Lr = real.t[:n].numpy(), sim.loss[:n].numpy(), real.loss[:n].numpy()
+    cr = compare_staircase(t, Lr, st)
+    pred_l = composite_loss(chain, levels, times, level_read_times(float(t[-1]), times))
+    upto = t <= times[min(1, len(times) - 1)]
+    return {
+        "levels": levels,
+        "t": t,
+        "Ln": Ln,
+        "Lr": Lr,
+        "cr": cr,
+        "cn": compare_staircase(t, Ln, st),
+        "pred_l": pred_l,
+        "err_l": np.abs(cr.levels_measured - pred_l) / pred_l,
+        "gap": float(np.max(np.abs(Lr[upto] - Ln[upto]) / Ln[upto])),
+        "gap_all": float(np.max(np.abs(Lr - Ln) / Ln)),
+        "Lp": np.interp(t, t[::4], composite_loss(chain, levels, times, t[::4])),
+    }
+
+
+def eps_checks(name: str, eps: float, st, m: dict, P: RealDataParams) -> list[Check]:
+    """Per drop: time and plateau level against the real network; the network–NQF gaps (pure data in)."""
+    scale, tol_t, tol_l = _tolerances(eps, P)
+    times, rules, cr, pred_l = st.times, st.time_rules, m["cr"], m["pred_l"]
+    origin = f"issue 11 acceptance at ε = 1e-10, × ln(1e10)/ln(1/ε) = {scale:.3g} (error order 1/ln(1/ε))"
+    checks = []
+    for k in range(len(times)):
+        checks.append(
+            Check(
+                f"{name} ε={eps:g}: t_{k + 1} ({rules[k]})",
+                float(times[k]),
+                float(cr.times_measured[k]),
+                tol_t,
+                reference="real network: first downward crossing of (L_{k-1}+L_k)/2",
+                tolerance_origin=origin,
             )
         )
-
-    def _dataset(self, P, ctx, out, name, ax, rows):
-        from ..analysis.compare import compare_staircase, level_read_times
-        from ..analysis.schedule import initial_weights, stable_learning_rate, step_count
-        from ..data import load_dataset
-        from ..reductions.saddles import saddle_sequence
-        from ..reductions.saddles.clock import composite_loss, heteroclinic_chain
-        from ..structure import mlp
-
-        d = load_dataset(name, subset=P.subset, seed=ctx.seed)
-        X = torch.as_tensor(d.X, dtype=torch.float64)
-        Y = torch.as_tensor(d.Y, dtype=torch.float64)
-        C, D = d.n_outputs, d.n_features
-        p = C + D
-        if P.width < p:
-            raise InvalidParameterError(f"`width` must be ≥ p = C + D = {p} for {name} (M(0) = εI); found {P.width}")
-        op = mlp(X, "tanh", n_outputs=C)
-        seq = saddle_sequence(op, Y)
-        chain = heteroclinic_chain(seq, rtol=1e-8)  # ε-independent: once per data set
-        levels = seq.plateau_levels
-        lr = stable_learning_rate(seq.escape_rates, P.lr_fraction)
-        errs = {}
-        for eps in P.eps:
-            scale = math.log(1 / _REF_EPS) / math.log(1 / eps)
-            tol_t, tol_l = P.time_tolerance * scale, P.level_tolerance * scale
-            st = seq.staircase(eps, chain=chain)
-            times, rules = st.times, st.time_rules
-            steps = step_count(times, lr, margin=1.0 + tol_t, extra=2.0)
-            save = max(1, steps // P.save_points)
-            W0 = initial_weights(p, P.width, eps, seed=ctx.seed)
-            form = "weights" if eps <= 1e-13 else "order_parameter"
-            key = f"{name}-{eps:g}"
-            run = dict(lr=lr, steps=steps, save_every=save, save_M=False, save_W=False)
-            sim = ctx.checkpoint(f"{key}-nqf", partial(_nqf_run, op, Y, W0, form, run))
-            real = ctx.checkpoint(
-                f"{key}-real", partial(_real_run, D, P.width, C, X, Y, P.planted_init_factor * W0, run)
-            )
-            n = min(len(sim), len(real))
-            t, Ln, Lr = real.t[:n].numpy(), sim.loss[:n].numpy(), real.loss[:n].numpy()
-            cr = compare_staircase(t, Lr, st)
-            cn = compare_staircase(t, Ln, st)
-            pred_l = composite_loss(chain, levels, times, level_read_times(float(t[-1]), times))
-            err_l = np.abs(cr.levels_measured - pred_l) / pred_l
-            origin = f"issue 11 acceptance at ε = 1e-10, × ln(1e10)/ln(1/ε) = {scale:.3g} (error order 1/ln(1/ε))"
-            for k in range(len(times)):
-                out.checks.append(
-                    Check(
-                        f"{name} ε={eps:g}: t_{k + 1} ({rules[k]})",
-                        float(times[k]),
-                        float(cr.times_measured[k]),
-                        tol_t,
-                        reference="real network: first downward crossing of (L_{k-1}+L_k)/2",
-                        tolerance_origin=origin,
-                    )
-                )
-                flat = bool(cr.flat[k + 1])
-                out.checks.append(
-                    Check(
-                        f"{name} ε={eps:g}: L_{k + 1}" + ("" if flat else " (not flat)"),
-                        float(pred_l[k + 1]),
-                        float(cr.levels_measured[k + 1]),
-                        tol_l if flat else None,
-                        reference=f"real network: loss mid-plateau (last: end of run); predicted: "
-                        f"saddle value {levels[k + 1]:.4g} + orbit tails",
-                        tolerance_origin=origin,
-                        reason=""
-                        if flat
-                        else (
-                            f"not judged: the real network does not rest on this "
-                            f"plateau (flatness {cr.flatness[k + 1]:.2f} > 0.25 "
-                            "of the adjacent drop)"
-                        ),
-                    )
-                )
-            upto = t <= times[min(1, len(times) - 1)]
-            gap = float(np.max(np.abs(Lr[upto] - Ln[upto]) / Ln[upto]))
-            gap_all = float(np.max(np.abs(Lr - Ln) / Ln))
-            out.checks.append(
-                Check(
-                    f"{name} ε={eps:g}: max |L_real − L_NQF|/L_NQF up to t_2",
-                    0.0,
-                    gap,
-                    P.gap_tolerance if name in P.gap_datasets else None,
-                    kind="absolute",
-                    reference="real network vs NQF order-parameter simulation, same steps",
-                    tolerance_origin="issue 11: within 0.13 % up to the second drop on digits; 1 % is its acceptance",
-                )
-            )
-            out.checks.append(
-                Check(
-                    f"{name} ε={eps:g}: max |L_real − L_NQF|/L_NQF over the run",
-                    0.0,
-                    gap_all,
-                    None,
-                    kind="absolute",
-                    reference="real network vs NQF simulation",
-                    reason="reported: after the first drops the weights are O(1) and the network's "
-                    "terms beyond second order shift its later escape rates; the shift in "
-                    "time grows with the plateau lengths ∝ ln(1/ε)",
-                )
-            )
-            errs[eps] = (float(np.nanmax(cr.time_errors)), float(np.nanmax(err_l[1:])))
-            for k in range(len(levels)):
-                rows.append(
-                    [
-                        name,
-                        eps,
-                        k,
-                        levels[k],
-                        pred_l[k],
-                        cn.levels_measured[k],
-                        cr.levels_measured[k],
-                        err_l[k],
-                        times[k - 1] if k else None,
-                        rules[k - 1] if k else "",
-                        cn.times_measured[k - 1] if k else None,
-                        cr.times_measured[k - 1] if k else None,
-                        cr.time_errors[k - 1] if k else None,
-                        cr.flatness[k],
-                        bool(cr.flat[k]),
-                    ]
-                )
-            L = math.log(1 / eps)
-            Lp = np.interp(t, t[::4], composite_loss(chain, levels, times, t[::4]))
-            (line,) = ax.plot(t / L, Lr, lw=2.0, label=f"real, ε = {eps:g}")
-            ax.plot(t / L, Ln, "--", lw=1.2, color=line.get_color(), label=f"NQF, ε = {eps:g}")
-            ax.plot(t / L, Lp, ":", lw=1.0, color=line.get_color(), label=f"predicted, ε = {eps:g}")
-            out.arrays.update(
-                {
-                    f"{key}_t": t,
-                    f"{key}_loss_real": Lr,
-                    f"{key}_loss_nqf": Ln,
-                    f"{key}_times_predicted": times,
-                    f"{key}_levels_predicted": pred_l,
-                    f"{key}_loss_predicted": Lp,
-                }
-            )
-            out.metrics[f"{key}_max_gap_to_second_drop"] = gap
-            out.metrics[f"{key}_max_gap_over_run"] = gap_all
-            out.metrics[f"{key}_flat_plateaus"] = int(cr.flat.sum())
-        e1, e2 = P.eps[0], P.eps[-1]
-        out.checks.append(
-            UpperBoundCheck(
-                f"{name}: largest time error at ε={e2:g} ≤ at ε={e1:g}",
-                errs[e1][0],
-                errs[e2][0],
-                0.0,
-                kind="absolute",
-                reference="real network's largest relative drop-time error",
-                tolerance_origin="one-sided: the theory's time error is O(1/ln(1/ε)), so it must not grow as ε falls",
+        flat = bool(cr.flat[k + 1])
+        checks.append(
+            Check(
+                f"{name} ε={eps:g}: L_{k + 1}" + ("" if flat else " (not flat)"),
+                float(pred_l[k + 1]),
+                float(cr.levels_measured[k + 1]),
+                tol_l if flat else None,
+                reference=f"real network: loss mid-plateau (last: end of run); predicted: "
+                f"saddle value {m['levels'][k + 1]:.4g} + orbit tails",
+                tolerance_origin=origin,
+                reason=""
+                if flat
+                else (
+                    f"not judged: the real network does not rest on this "
+                    f"plateau (flatness {cr.flatness[k + 1]:.2f} > 0.25 "
+                    "of the adjacent drop)"
+                ),
             )
         )
+    return checks + _gap_checks(name, eps, m, P)
+
+
+def _gap_checks(name: str, eps: float, m: dict, P: RealDataParams) -> list[Check]:
+    """The real network's relative gap to its NQF up to the second drop (judged on `gap_datasets`) and over the run."""
+    return [
+        Check(
+            f"{name} ε={eps:g}: max |L_real − L_NQF|/L_NQF up to t_2",
+            0.0,
+            m["gap"],
+            P.gap_tolerance if name in P.gap_datasets else None,
+            kind="absolute",
+            reference="real network vs NQF order-parameter simulation, same steps",
+            tolerance_origin="issue 11: within 0.13 % up to the second drop on digits; 1 % is its acceptance",
+        ),
+        Check(
+            f"{name} ε={eps:g}: max |L_real − L_NQF|/L_NQF over the run",
+            0.0,
+            m["gap_all"],
+            None,
+            kind="absolute",
+            reference="real network vs NQF simulation",
+            reason="reported: after the first drops the weights are O(1) and the network's "
+            "terms beyond second order shift its later escape rates; the shift in "
+            "time grows with the plateau lengths ∝ ln(1/ε)",
+        ),
+    ]
+
+
+def trend_checks(name: str, errs: dict, P: RealDataParams) -> list[Check]:
+    """Across ε: the largest time error must not grow as ε falls (one-sided); the level error is reported."""
+    e1, e2 = P.eps[0], P.eps[-1]
+    return [
+        UpperBoundCheck(
+            f"{name}: largest time error at ε={e2:g} ≤ at ε={e1:g}",
+            errs[e1][0],
+            errs[e2][0],
+            0.0,
+            kind="absolute",
+            reference="real network's largest relative drop-time error",
+            tolerance_origin="one-sided: the theory's time error is O(1/ln(1/ε)), so it must not grow as ε falls",
+        ),
         # levels: reported, not judged — on a plateau the weights are O(1), so the real network's deviation
         # from its NQF there (terms beyond second order) does not shrink with ε; only the crowding part does
-        out.checks.append(
-            Check(
-                f"{name}: largest level error at ε={e2:g} (vs {errs[e1][1]:.3g} at ε={e1:g})",
-                errs[e1][1],
-                errs[e2][1],
-                None,
-                kind="absolute",
-                reference="real network's largest relative plateau-level error",
-                reason="not judged: the level error has an ε-independent floor (the network's "
-                "terms beyond second order at O(1) weights)",
-            )
+        Check(
+            f"{name}: largest level error at ε={e2:g} (vs {errs[e1][1]:.3g} at ε={e1:g})",
+            errs[e1][1],
+            errs[e2][1],
+            None,
+            kind="absolute",
+            reference="real network's largest relative plateau-level error",
+            reason="not judged: the level error has an ε-independent floor (the network's "
+            "terms beyond second order at O(1) weights)",
+        ),
+    ]
+
+
+def _rows(name: str, eps: float, st, m: dict) -> list[list]:
+    """Table rows, one per plateau k: levels (saddle, predicted, NQF, real) and the drop into k."""
+    levels, times, rules, cr, cn = m["levels"], st.times, st.time_rules, m["cr"], m["cn"]
+    rows = []
+    for k in range(len(levels)):
+        rows.append(
+            [
+                name,
+                eps,
+                k,
+                levels[k],
+                m["pred_l"][k],
+                cn.levels_measured[k],
+                cr.levels_measured[k],
+                m["err_l"][k],
+                times[k - 1] if k else None,
+                rules[k - 1] if k else "",
+                cn.times_measured[k - 1] if k else None,
+                cr.times_measured[k - 1] if k else None,
+                cr.time_errors[k - 1] if k else None,
+                cr.flatness[k],
+                bool(cr.flat[k]),
+            ]
         )
-        for Lk in levels:
-            ax.axhline(Lk, color="0.75", lw=0.6, zorder=0)
-        for tk in seq.taus[1:]:
-            ax.axvline(tk, color="C3", ls=":", lw=0.8)
-        ax.set_xlabel("t / ln(1/ε)  (dotted: predicted τ_k)")
-        ax.set_ylabel("loss L")
-        ax.set_title(
-            f"{name}: N = {d.n_samples}, p = {p}, width {P.width}, {len(levels) - 1} predicted drops", fontsize=9
+    return rows
+
+
+def _record_eps(out: Outcome, key: str, st, m: dict) -> None:
+    """Arrays (the curves the figure draws) and metrics of one data set at one ε."""
+    out.arrays.update(
+        {
+            f"{key}_t": m["t"],
+            f"{key}_loss_real": m["Lr"],
+            f"{key}_loss_nqf": m["Ln"],
+            f"{key}_times_predicted": st.times,
+            f"{key}_levels_predicted": m["pred_l"],
+            f"{key}_loss_predicted": m["Lp"],
+        }
+    )
+    out.metrics[f"{key}_max_gap_to_second_drop"] = m["gap"]
+    out.metrics[f"{key}_max_gap_over_run"] = m["gap_all"]
+    out.metrics[f"{key}_flat_plateaus"] = int(m["cr"].flat.sum())
+
+
+def _record_dataset(out: Outcome, name: str, prob: dict, errs: dict) -> None:
+    """Arrays of the panel's frame (saddle levels, τ_k, sizes), metrics and the summary line of one data set."""
+    seq = prob["sequence"]
+    levels = seq.plateau_levels
+    out.arrays.update(
+        {
+            f"{name}_plateau_levels": np.asarray(levels, float),
+            f"{name}_taus": np.asarray(seq.taus, float),
+            f"{name}_n_samples": np.array(prob["n_samples"]),
+            f"{name}_p": np.array(prob["p"]),
+        }
+    )
+    out.metrics[f"{name}_drops"] = len(levels) - 1
+    out.metrics[f"{name}_global_minimum"] = float(levels[-1])
+    out.summary.append(
+        f"{name}: saddle sequence ({seq.rule} rule) predicts {len(levels) - 1} drops, "
+        f"L {levels[0]:.4g} → {levels[-1]:.4g}; largest real-network errors (time, level): "
+        + "; ".join(f"ε = {e:g}: {a:.1%}, {b:.1%}" for e, (a, b) in errs.items())
+    )
+
+
+def _figure(arrays: dict, P: RealDataParams):
+    """One panel per data set from the saved arrays: real, NQF and predicted losses against t/ln(1/ε)."""
+    fig, axes = new_figure(len(P.datasets), figsize=(6.2 * len(P.datasets), 4.4))
+    axes = np.atleast_1d(axes)
+    for ax, name in zip(axes, P.datasets, strict=True):
+        _panel(ax, name, arrays, P)
+    return fig
+
+
+def _panel(ax, name: str, arrays: dict, P: RealDataParams) -> None:
+    """One data set: per ε the real network (solid), its NQF (dashed) and the prediction (dotted)."""
+    for eps in P.eps:
+        key, L = f"{name}-{eps:g}", math.log(1 / eps)
+        t = arrays[f"{key}_t"]
+        (line,) = ax.plot(t / L, arrays[f"{key}_loss_real"], lw=2.0, label=f"real, ε = {eps:g}")
+        ax.plot(t / L, arrays[f"{key}_loss_nqf"], "--", lw=1.2, color=line.get_color(), label=f"NQF, ε = {eps:g}")
+        ax.plot(
+            t / L, arrays[f"{key}_loss_predicted"], ":", lw=1.0, color=line.get_color(), label=f"predicted, ε = {eps:g}"
         )
-        ax.legend(fontsize=7)
-        out.metrics[f"{name}_drops"] = len(levels) - 1
-        out.metrics[f"{name}_global_minimum"] = float(levels[-1])
-        out.summary.append(
-            f"{name}: saddle sequence ({seq.rule} rule) predicts {len(levels) - 1} drops, "
-            f"L {levels[0]:.4g} → {levels[-1]:.4g}; largest real-network errors (time, level): "
-            + "; ".join(f"ε = {e:g}: {a:.1%}, {b:.1%}" for e, (a, b) in errs.items())
-        )
+    levels = arrays[f"{name}_plateau_levels"]
+    for Lk in levels:
+        ax.axhline(Lk, color="0.75", lw=0.6, zorder=0)
+    for tk in arrays[f"{name}_taus"][1:]:
+        ax.axvline(tk, color="C3", ls=":", lw=0.8)
+    ax.set_xlabel("t / ln(1/ε)  (dotted: predicted τ_k)")
+    ax.set_ylabel("loss L")
+    n, p = int(arrays[f"{name}_n_samples"]), int(arrays[f"{name}_p"])
+    ax.set_title(f"{name}: N = {n}, p = {p}, width {P.width}, {len(levels) - 1} predicted drops", fontsize=9)
+    ax.legend(fontsize=7)

@@ -146,141 +146,28 @@ class Validity(Experiment):
         "`early_slope_tolerance` (next order O(ε) at the largest ε, and GD)",
     )
 
+    def plot(self, arrays: dict, params: ValidityParams) -> dict:
+        return {"validity": _figure(arrays, params)}
+
     def run(self, params: ValidityParams, ctx, out: Outcome) -> None:
-        from ..analysis.validity import validity_sweep
-
         P = params
-        gen = ctx.generator(7)
-        X, y, student, op = _student_teacher(P, gen)
-        f0 = op.offset[:, 0]
-        lam = float(torch.linalg.eigvalsh(op.adjoint(y - f0) / op.n_samples)[-1])
-        if lam <= 0:
-            raise InvalidParameterError(f"the teacher gives no growing direction (λ_max = {lam:.3g})")
-        rate = 4 * lam
-        lr = P.step_fraction / rate
-        W_dir = torch.randn(op.p, P.width, dtype=torch.float64, generator=gen) / math.sqrt(P.width)
-
-        def steps(e):
-            return max(int(P.horizon * math.log(1 / e) / rate / lr), 10)
-
-        early_time = 0.5 * math.log(1 / P.eps[0]) / rate
-        parts = []
-        for e in ctx.progress(P.eps, "ε (network and NQF runs)"):
-            parts.append(
-                ctx.checkpoint(
-                    f"eps_{e:g}",
-                    lambda e=e: validity_sweep(
-                        student,
-                        student.units,
-                        X,
-                        y,
-                        op,
-                        W_dir,
-                        [e],
-                        lr=lr,
-                        steps=steps,
-                        fraction=P.fraction,
-                        early_time=early_time,
-                        save_every=lambda e: max(steps(e) // P.save_points, 1),
-                    ),
-                )
-            )
-        sweep = _combine(parts, np.asarray(P.eps))
-        rows, reasons = [], []
-        fig, axs = new_figure(2, 2, figsize=(12, 8.4))
-        a1, a2, a3, a4 = axs.ravel()
+        prob = _problem(P, ctx.generator(7))  # problem and prediction (the separation slope 1/(4λ_max))
+        sweep = _combine(_runs(prob, P, ctx), np.asarray(P.eps))
+        sep, slope = _separation_slope(P.eps, sweep.separation_time)  # measurement
+        reasons = _unfinished_runs(P.eps, sweep.reports)
+        out.checks.extend(validity_checks(prob["rate"], sep, slope, sweep, prob["early_time"], reasons, P))
+        rows = []
         for e, rep in zip(P.eps, sweep.reports, strict=True):
-            t = rep.t.numpy()
-            Ln, Lq = rep.loss_network.numpy(), rep.loss_nqf.numpy()
-            if not (np.isfinite(Ln).all() and np.isfinite(Lq).all()):
-                reasons.append(f"ε = {e:g}: a run did not finish (non-finite loss)")
-            (line,) = a1.semilogy(t, Ln, lw=2, label=f"ε = {e:g}")
-            a1.semilogy(t, Lq, "--", color=line.get_color(), lw=1.2)
-            a2.semilogy(t, rep.remainder_ratio.numpy(), color=line.get_color(), label=f"ε = {e:g}")
-            if rep.separation_time is not None:
-                a1.axvline(rep.separation_time, color=line.get_color(), ls=":", lw=1.5)
             rows.append([e, rep.switch_time, rep.separation_time, rep.gap_at_switch, rep.normalised_gap_at_switch])
             key = f"eps_{e:g}"
             out.arrays.update(
                 {
-                    f"{key}_t": t,
-                    f"{key}_loss_network": Ln,
-                    f"{key}_loss_nqf": Lq,
+                    f"{key}_t": rep.t.numpy(),
+                    f"{key}_loss_network": rep.loss_network.numpy(),
+                    f"{key}_loss_nqf": rep.loss_nqf.numpy(),
                     f"{key}_remainder_ratio": rep.remainder_ratio.numpy(),
                 }
             )
-        a1.plot([], [], "k-", lw=2, label="network")
-        a1.plot([], [], "k--", lw=1.2, label="NQF")
-        a1.plot([], [], "k:", lw=1.5, label="separation time")
-        a1.set_xlabel("training time t = η·steps (dimensionless)")
-        a1.set_ylabel("loss L")
-        a1.set_title("loss: network vs NQF; dotted: separation time", fontsize=10)
-        a1.legend(fontsize=7, ncol=2)
-        a2.set_xlabel("training time t = η·steps (dimensionless)")
-        a2.set_ylabel("remainder ratio ‖f − f(0) − Tr[WWᵀA]‖ / ‖Tr[WWᵀA]‖", fontsize=8)
-        a2.set_title("remainder ratio along the network trajectory", fontsize=10)
-        a2.legend(fontsize=7)
-        eps = np.asarray(P.eps)
-        a3.loglog(eps, sweep.normalised_gap_at_switch, "o-", label="gap at first switch-on / loss drop")
-        if sweep.early_normalised_gap is not None:
-            a3.loglog(eps, sweep.early_normalised_gap, "s--", label=f"gap at t = {early_time:.3g} / its drop")
-            g0 = float(sweep.early_normalised_gap[0])
-            a3.loglog(eps, g0 * eps / eps[0], ":", color="k", lw=1, label="slope 1 (quartic remainder)")
-        a3.set_xlabel("initial scale ε")
-        a3.set_ylabel("normalised gap |L_net − L_NQF| / loss drop")
-        a3.set_title(f"log–log slopes: at switch-on {sweep.slope:.2f}, early {sweep.early_slope:.2f}", fontsize=10)
-        a3.legend(fontsize=7)
-        # separation time against ln(1/ε): predicted slope 1/(4λ_max), intercept fitted
-        logs = np.log(1 / eps)
-        sep = np.array([np.nan if v is None else v for v in sweep.separation_time], float)
-        have = np.isfinite(sep)
-        slope = float(np.polyfit(logs[have], sep[have], 1)[0]) if have.sum() >= 2 else None
-        check = Check(
-            "slope of the separation time vs ln(1/ε)",
-            1 / rate,
-            slope,
-            P.slope_tolerance,
-            reference="least-squares slope (with intercept) of the measured separation times",
-            tolerance_origin="GD vs flow O(η ζ) and the O(1/ln(1/ε)) drift of the O(1) term",
-        )
-        if have.sum() < len(eps):
-            check = check.unfinished(
-                f"the network never separated from its NQF within the run at ε = "
-                f"{', '.join(f'{e:g}' for e in eps[~have])} (raise `horizon`)"
-            )
-        out.checks.append(check)
-        early = sweep.early_slope if sweep.early_normalised_gap is not None else None
-        out.checks.append(
-            Check(
-                "log–log slope of the early gap vs ε",
-                1.0,
-                early,
-                P.early_slope_tolerance,
-                kind="absolute",
-                reference=f"network vs NQF run from the same W(0), gap at a fixed early time t = {early_time:.3g}",
-                tolerance_origin="next order O(ε) of the remainder at the largest ε, and GD",
-            )
-        )
-        if reasons:
-            mark_unfinished(out.checks, "; ".join(reasons))
-        a4.plot(logs[have], sep[have], "o", ms=7, label="measured separation time")
-        if have.any():
-            b0 = float(np.mean(sep[have] - logs[have] / rate))
-            grid = np.linspace(logs.min() * 0.9, logs.max() * 1.05, 20)
-            a4.plot(
-                grid,
-                grid / rate + b0,
-                "-",
-                color="C3",
-                label=f"predicted slope 1/(4λ_max) = {1 / rate:.3g}, fitted intercept {b0:.2g}",
-            )
-        a4.set_xlabel("ln(1/ε)")
-        a4.set_ylabel("separation time t = η·steps")
-        a4.set_title(
-            "separation time vs ln(1/ε)" + (f": fitted slope {slope:.3g}" if slope is not None else ""), fontsize=10
-        )
-        a4.legend(fontsize=7, loc="upper left")
-        out.figures["validity"] = fig
         out.tables.append(
             Table(
                 "Validity over ε",
@@ -290,29 +177,226 @@ class Validity(Experiment):
                 f"{P.fraction:g} × loss drop",
             )
         )
-        out.arrays.update({"eps": eps, "normalised_gap_at_switch": sweep.normalised_gap_at_switch})
-        if sweep.early_normalised_gap is not None:
-            out.arrays["early_normalised_gap"] = sweep.early_normalised_gap
-        out.metrics.update(
+        out.arrays.update(
             {
-                "slope_gap_at_switch_vs_eps": sweep.slope,
-                "slope_early_gap_vs_eps": sweep.early_slope,
-                "early_time": early_time,
-                "lr": lr,
-                "separation_slope_measured": slope,
-                "separation_slope_predicted": 1 / rate,
+                "eps": np.asarray(P.eps),
+                "normalised_gap_at_switch": sweep.normalised_gap_at_switch,
+                "separation_time": sep,
+                "rate": np.array(prob["rate"]),
+                "early_time": np.array(prob["early_time"]),
+                "slope_gap_at_switch": np.array(sweep.slope),
+                "slope_early_gap": np.array(sweep.early_slope),
+                "separation_slope": np.array(math.nan if slope is None else slope),
             }
         )
-        shrinks = sweep.slope > 0.1
-        out.summary.extend(
-            [
-                f"normalised gap at the first switch-on vs ε: log–log slope {sweep.slope:.3f} — "
-                + (
-                    "it shrinks as ε → 0: the NQF transfers to the network at the first switch-on"
-                    if shrinks
-                    else "it does not shrink as ε → 0: the network leaves its NQF during the first switch-on"
+        if sweep.early_normalised_gap is not None:
+            out.arrays["early_normalised_gap"] = sweep.early_normalised_gap
+        _record(out, sweep, slope, prob)
+
+
+def _problem(P: ValidityParams, gen: torch.Generator) -> dict:
+    """Student, teacher data, NQF operator, the predicted rate ``4λ_max``, the step and the early time."""
+    X, y, student, op = _student_teacher(P, gen)
+    f0 = op.offset[:, 0]
+    lam = float(torch.linalg.eigvalsh(op.adjoint(y - f0) / op.n_samples)[-1])
+    if lam <= 0:
+        raise InvalidParameterError(f"the teacher gives no growing direction (λ_max = {lam:.3g})")
+    rate = 4 * lam
+    W_dir = torch.randn(op.p, P.width, dtype=torch.float64, generator=gen) / math.sqrt(P.width)
+    early_time = 0.5 * math.log(1 / P.eps[0]) / rate
+    lr = P.step_fraction / rate
+    return {
+        "X": X,
+        "y": y,
+        "student": student,
+        "op": op,
+        "rate": rate,
+        "lr": lr,
+        "W_dir": W_dir,
+        "early_time": early_time,
+    }
+
+
+def _runs(prob: dict, P: ValidityParams, ctx) -> list:
+    """One checkpointed network-and-NQF sweep per ε (:func:`nqf.analysis.validity.validity_sweep`)."""
+    from ..analysis.validity import validity_sweep
+
+    rate, lr = prob["rate"], prob["lr"]
+
+    def steps(e):
+        return max(int(P.horizon * math.log(1 / e) / rate / lr), 10)
+
+    parts = []
+    for e in ctx.progress(P.eps, "ε (network and NQF runs)"):
+        parts.append(
+            ctx.checkpoint(
+                f"eps_{e:g}",
+                lambda e=e: validity_sweep(
+                    prob["student"],
+                    prob["student"].units,
+                    prob["X"],
+                    prob["y"],
+                    prob["op"],
+                    prob["W_dir"],
+                    [e],
+                    lr=lr,
+                    steps=steps,
+                    fraction=P.fraction,
+                    early_time=prob["early_time"],
+                    save_every=lambda e: max(steps(e) // P.save_points, 1),
                 ),
-                f"gap at the fixed early time t = {early_time:.3g}, normalised: slope {sweep.early_slope:.3f} "
-                "(expected ≈ 1 for tanh: quartic remainder ∝ ε relative to the quadratic term)",
-            ]
+            )
         )
+    return parts
+
+
+def _unfinished_runs(eps, reports) -> list[str]:
+    """Why a check rests on a run that did not finish (a non-finite loss), one line per ε."""
+    reasons = []
+    for e, rep in zip(eps, reports, strict=True):
+        if not (np.isfinite(rep.loss_network.numpy()).all() and np.isfinite(rep.loss_nqf.numpy()).all()):
+            reasons.append(f"ε = {e:g}: a run did not finish (non-finite loss)")
+    return reasons
+
+
+def _separation_slope(eps, separation_time) -> tuple[np.ndarray, float | None]:
+    """Separation times (NaN: never separated) and their least-squares slope (with intercept) against ln(1/ε)."""
+    logs = np.log(1 / np.asarray(eps))
+    sep = np.array([np.nan if v is None else v for v in separation_time], float)
+    have = np.isfinite(sep)
+    return sep, float(np.polyfit(logs[have], sep[have], 1)[0]) if have.sum() >= 2 else None
+
+
+def validity_checks(rate: float, sep, slope, sweep, early_time: float, reasons: list[str], P: ValidityParams):
+    """The two checks from pure data: separation-time slope vs ``1/(4λ_max)``, early-gap slope vs 1."""
+    eps = np.asarray(P.eps)
+    have = np.isfinite(sep)
+    check = Check(
+        "slope of the separation time vs ln(1/ε)",
+        1 / rate,
+        slope,
+        P.slope_tolerance,
+        reference="least-squares slope (with intercept) of the measured separation times",
+        tolerance_origin="GD vs flow O(η ζ) and the O(1/ln(1/ε)) drift of the O(1) term",
+    )
+    if have.sum() < len(eps):
+        check = check.unfinished(
+            f"the network never separated from its NQF within the run at ε = "
+            f"{', '.join(f'{e:g}' for e in eps[~have])} (raise `horizon`)"
+        )
+    checks = [check]
+    early = sweep.early_slope if sweep.early_normalised_gap is not None else None
+    checks.append(
+        Check(
+            "log–log slope of the early gap vs ε",
+            1.0,
+            early,
+            P.early_slope_tolerance,
+            kind="absolute",
+            reference=f"network vs NQF run from the same W(0), gap at a fixed early time t = {early_time:.3g}",
+            tolerance_origin="next order O(ε) of the remainder at the largest ε, and GD",
+        )
+    )
+    if reasons:
+        mark_unfinished(checks, "; ".join(reasons))
+    return checks
+
+
+def _record(out: Outcome, sweep, slope, prob: dict) -> None:
+    """Metrics and the summary lines."""
+    rate, early_time = prob["rate"], prob["early_time"]
+    out.metrics.update(
+        {
+            "slope_gap_at_switch_vs_eps": sweep.slope,
+            "slope_early_gap_vs_eps": sweep.early_slope,
+            "early_time": early_time,
+            "lr": prob["lr"],
+            "separation_slope_measured": slope,
+            "separation_slope_predicted": 1 / rate,
+        }
+    )
+    shrinks = sweep.slope > 0.1
+    out.summary.extend(
+        [
+            f"normalised gap at the first switch-on vs ε: log–log slope {sweep.slope:.3f} — "
+            + (
+                "it shrinks as ε → 0: the NQF transfers to the network at the first switch-on"
+                if shrinks
+                else "it does not shrink as ε → 0: the network leaves its NQF during the first switch-on"
+            ),
+            f"gap at the fixed early time t = {early_time:.3g}, normalised: slope {sweep.early_slope:.3f} "
+            "(expected ≈ 1 for tanh: quartic remainder ∝ ε relative to the quadratic term)",
+        ]
+    )
+
+
+def _figure(arrays: dict, P: ValidityParams):
+    """Four panels from the saved arrays: losses, remainder ratio, normalised gaps, separation times."""
+    fig, axs = new_figure(2, 2, figsize=(12, 8.4))
+    a1, a2, a3, a4 = axs.ravel()
+    _plot_runs(a1, a2, arrays, P)
+    _plot_gaps(a3, arrays)
+    _plot_separation(a4, arrays)
+    return fig
+
+
+def _plot_runs(a1, a2, arrays: dict, P: ValidityParams) -> None:
+    """Network and NQF losses (dotted: separation times) and the remainder ratio, one colour per ε."""
+    for e, t_sep in zip(P.eps, arrays["separation_time"], strict=True):
+        a = {k: arrays[f"eps_{e:g}_{k}"] for k in ("t", "loss_network", "loss_nqf", "remainder_ratio")}
+        (line,) = a1.semilogy(a["t"], a["loss_network"], lw=2, label=f"ε = {e:g}")
+        a1.semilogy(a["t"], a["loss_nqf"], "--", color=line.get_color(), lw=1.2)
+        a2.semilogy(a["t"], a["remainder_ratio"], color=line.get_color(), label=f"ε = {e:g}")
+        if np.isfinite(t_sep):
+            a1.axvline(float(t_sep), color=line.get_color(), ls=":", lw=1.5)
+    a1.plot([], [], "k-", lw=2, label="network")
+    a1.plot([], [], "k--", lw=1.2, label="NQF")
+    a1.plot([], [], "k:", lw=1.5, label="separation time")
+    a1.set_xlabel("training time t = η·steps (dimensionless)")
+    a1.set_ylabel("loss L")
+    a1.set_title("loss: network vs NQF; dotted: separation time", fontsize=10)
+    a1.legend(fontsize=7, ncol=2)
+    a2.set_xlabel("training time t = η·steps (dimensionless)")
+    a2.set_ylabel("remainder ratio ‖f − f(0) − Tr[WWᵀA]‖ / ‖Tr[WWᵀA]‖", fontsize=8)
+    a2.set_title("remainder ratio along the network trajectory", fontsize=10)
+    a2.legend(fontsize=7)
+
+
+def _plot_gaps(a3, arrays: dict) -> None:
+    """Normalised network–NQF gaps against ε (log–log), with the slope-1 guide of the quartic remainder."""
+    eps = arrays["eps"]
+    a3.loglog(eps, arrays["normalised_gap_at_switch"], "o-", label="gap at first switch-on / loss drop")
+    if "early_normalised_gap" in arrays:
+        early = arrays["early_normalised_gap"]
+        a3.loglog(eps, early, "s--", label=f"gap at t = {float(arrays['early_time']):.3g} / its drop")
+        g0 = float(early[0])
+        a3.loglog(eps, g0 * eps / eps[0], ":", color="k", lw=1, label="slope 1 (quartic remainder)")
+    a3.set_xlabel("initial scale ε")
+    a3.set_ylabel("normalised gap |L_net − L_NQF| / loss drop")
+    slopes = f"at switch-on {float(arrays['slope_gap_at_switch']):.2f}, early {float(arrays['slope_early_gap']):.2f}"
+    a3.set_title(f"log–log slopes: {slopes}", fontsize=10)
+    a3.legend(fontsize=7)
+
+
+def _plot_separation(a4, arrays: dict) -> None:
+    """Separation time against ln(1/ε): measured, and the predicted slope 1/(4λ_max) with a fitted intercept."""
+    logs, sep, rate = np.log(1 / arrays["eps"]), arrays["separation_time"], float(arrays["rate"])
+    slope = float(arrays["separation_slope"])
+    have = np.isfinite(sep)
+    a4.plot(logs[have], sep[have], "o", ms=7, label="measured separation time")
+    if have.any():
+        b0 = float(np.mean(sep[have] - logs[have] / rate))
+        grid = np.linspace(logs.min() * 0.9, logs.max() * 1.05, 20)
+        a4.plot(
+            grid,
+            grid / rate + b0,
+            "-",
+            color="C3",
+            label=f"predicted slope 1/(4λ_max) = {1 / rate:.3g}, fitted intercept {b0:.2g}",
+        )
+    a4.set_xlabel("ln(1/ε)")
+    a4.set_ylabel("separation time t = η·steps")
+    a4.set_title(
+        "separation time vs ln(1/ε)" + (f": fitted slope {slope:.3g}" if math.isfinite(slope) else ""), fontsize=10
+    )
+    a4.legend(fontsize=7, loc="upper left")
