@@ -13,7 +13,7 @@ from nqf.experiments.base import Experiment
 from nqf.experiments.runner import run_experiment
 
 #: Experiments whose figures are drawn by Experiment.plot from the saved arrays.
-REDRAWN = ["saddles"]
+REDRAWN = ["saddles", "demo", "lv-staircase", "interacting-modes", "modules-vs-nqf"]
 
 
 @pytest.mark.parametrize("name", REDRAWN)
