@@ -28,9 +28,9 @@ from ..errors import InvalidParameterError
 from ..report.figures import mark_times, new_figure
 from .base import Check, Experiment, Outcome, Params, Table, register
 from .catalog import CATALOG
-from .curves import crossing_time, initial_weights, mark_stop, mark_unfinished, stop_reason, to_cpu
+from .curves import crossing_time, initial_weights, mark_stop_at, mark_unfinished, stop_reason, to_cpu
 
-__all__ = ["Demo", "teacher_task"]
+__all__ = ["Demo", "teacher_task", "demo_checks"]
 
 
 class DemoParams(Params):
@@ -131,183 +131,253 @@ class Demo(Experiment):
         "weights, relative O(λ_k·E[x⁴]/D) ≲ 0.1)",
     )
 
+    def plot(self, arrays: dict, params: DemoParams) -> dict:
+        return {"staircase": _figure(arrays)}
+
     def run(self, params: DemoParams, ctx, out: Outcome) -> None:
-        from ..dynamics import simulate, train_network
-        from ..networks import TwoLayerMLP
-        from ..reductions.svd_modes import two_layer_modes
-        from ..structure import mlp
-
         P = params
-        dev = ctx.device
-        X, Y, _ = teacher_task(P.n_samples, P.in_features, P.singular_values, ctx.seed)
-        C, D = Y.shape[1], X.shape[1]
-        p = C + D
-        steps = int(round(P.t_max / P.lr))
-        modes = two_layer_modes(X, Y, "tanh", eps=P.eps, init="isotropic")
-        # W0 = √ε Q with orthonormal rows: M(0) = εI and every unit starts non-zero
-        W0 = initial_weights(p, P.width, P.eps, ctx.generator(1))
-        X, Y, W0 = X.to(dev), Y.to(dev), W0.to(dev)
-
-        net = TwoLayerMLP(D, P.width, C, "tanh").to(dev)
-        op = mlp(X, "tanh", n_outputs=C)
-        for part in ctx.progress(["real network", "NQF"], "GD runs"):
-            if part == "real network":
-                real = ctx.checkpoint(
-                    "real_network",
-                    lambda: to_cpu(
-                        train_network(
-                            net, net.units, X, Y, W0=W0, lr=P.lr, steps=steps, save_every=P.save_every, save_W=False
-                        )
-                    ),
-                )
-            else:
-                nqf_run = ctx.checkpoint(
-                    "nqf_order_parameter",
-                    lambda: to_cpu(simulate(op, Y, M0=W0 @ W0.T, lr=P.lr, steps=steps, save_every=P.save_every)),
-                )
-
-        t = real.t.numpy()
-        U, V = modes.left, modes.right
-        lam = modes.singular_values.numpy()
-        strength_real = torch.einsum("ck,tcd,dk->tk", U, real.M[:, :C, C:], V).numpy()  # σ'(0) = 1
-        strength_pred = modes.strength(t).numpy()
-        t_pred = modes.switch_times.numpy()
-        t_lead = modes.switch_times_leading.numpy()
-        t_meas = np.array([crossing_time(t, strength_real[:, k], lam[k] / 2) for k in range(len(lam))])
-        strength_nqf = torch.einsum("ck,tcd,dk->tk", U, nqf_run.M[:, :C, C:], V).numpy()
-        t_nqf = np.array([crossing_time(nqf_run.t.numpy(), strength_nqf[:, k], lam[k] / 2) for k in range(len(lam))])
-        loss_real = real.loss.numpy()
-        st = modes.staircase()  # the prediction; levels judged by the one judge of a staircase
-        L_pred, L_meas = st.levels, compare_staircase(t, loss_real, st).levels_measured
-        t_meas_plateau = level_read_times(float(t[-1]), st.times)
-        K = len(lam)
-        tol_t = P.time_tolerance / math.log(1 / P.eps)
-        for k in range(K):
-            out.checks.append(
-                Check(
-                    f"switch-on time t_{k + 1}",
-                    float(t_pred[k]),
-                    float(t_meas[k]),
-                    tol_t,
-                    reference="real tanh network: mode strength reaches λ_k/2",
-                    tolerance_origin=f"theory's O(1/ln(1/ε)) error: {P.time_tolerance:g}/ln(1/ε)",
-                )
-            )
-        for k in range(K + 1):
-            if L_pred[k] > 1e-3 * L_pred[0]:
-                out.checks.append(
-                    Check(
-                        f"plateau loss L_{k}",
-                        float(L_pred[k]),
-                        float(L_meas[k]),
-                        P.plateau_tolerance,
-                        reference="real tanh network's loss mid-plateau (nqf.analysis.compare.compare_staircase)",
-                        tolerance_origin="tanh's cubic term at the learned weights (relative ≲ 0.1)",
-                    )
-                )
-        mark_unfinished(out.checks, stop_reason(real_network=real, nqf=nqf_run))
-        n = min(len(loss_real), len(nqf_run.loss))
-        gap = float(np.max(np.abs(loss_real[:n] - nqf_run.loss.numpy()[:n])) / loss_real[0])
+        prob = _problem(P, ctx)  # problem and prediction (the SVD mode reduction)
+        real, nqf_run = _runs(prob, P, ctx)
+        meas = _measure(prob, real, nqf_run)
+        modes, st = prob["modes"], prob["staircase"]
+        reason = stop_reason(real_network=real, nqf=nqf_run)
+        out.checks.extend(demo_checks(modes.switch_times.numpy(), meas["t_meas"], st.levels, meas["L_meas"], P, reason))
+        t, loss_real, loss_nqf = meas["t"], meas["loss_real"], meas["loss_nqf"]
+        n = min(len(loss_real), len(loss_nqf))
+        gap = float(np.max(np.abs(loss_real[:n] - loss_nqf[:n])) / loss_real[0])
         out.metrics.update(
             {
                 "eps": P.eps,
                 "lr": P.lr,
-                "steps": steps,
+                "steps": prob["steps"],
                 "width": P.width,
                 "max_loss_gap_real_vs_nqf_over_L0": gap,
                 "whitening_error": modes.whitening_error,
             }
         )
-        out.tables.append(
-            Table(
-                "Switch-on times",
-                [
-                    "mode k",
-                    "λ_k",
-                    "ζ_k",
-                    "predicted t_k (exact flow)",
-                    "ln(1/ε)/ζ_k",
-                    "measured (NQF simulation)",
-                    "measured (real net)",
-                    "rel. error (real)",
-                ],
-                [
-                    [
-                        k + 1,
-                        lam[k],
-                        float(modes.rates[k]),
-                        t_pred[k],
-                        t_lead[k],
-                        t_nqf[k],
-                        t_meas[k],
-                        abs(t_meas[k] - t_pred[k]) / t_pred[k],
-                    ]
-                    for k in range(K)
-                ],
-                caption="half-saturation: mode strength u_kᵀ σ'(0) M_au v_k reaches λ_k/2",
-            )
-        )
-        out.tables.append(
-            Table(
-                "Plateau losses",
-                ["after k modes", "predicted L_k", "measured", "measured at t"],
-                [[k, L_pred[k], L_meas[k], t_meas_plateau[k]] for k in range(K + 1)],
-            )
-        )
+        out.tables.extend(_tables(modes, st, meas))
         out.arrays.update(
             {
                 "t": t,
                 "loss_real": loss_real,
-                "loss_nqf": nqf_run.loss.numpy(),
+                "loss_nqf": loss_nqf,
+                "t_nqf": meas["t_nqf"],
                 "loss_predicted": modes.loss(t).numpy(),
-                "strength_real": strength_real,
-                "strength_predicted": strength_pred,
-                "switch_times_predicted": t_pred,
-                "switch_times_measured": t_meas,
-                "plateau_predicted": L_pred,
-                "plateau_measured": L_meas,
+                "strength_real": meas["strength_real"],
+                "strength_predicted": modes.strength(t).numpy(),
+                "singular_values": modes.singular_values.numpy(),
+                "switch_times_predicted": modes.switch_times.numpy(),
+                "switch_times_measured": meas["t_meas"],
+                "plateau_predicted": st.levels,
+                "plateau_measured": meas["L_meas"],
+                "real_stopped": np.array(stop_reason(run=real) != ""),
+                "nqf_stopped": np.array(stop_reason(run=nqf_run) != ""),
             }
         )
+        lam = modes.singular_values.numpy()
+        C, D = prob["Y"].shape[1], prob["X"].shape[1]
         out.summary.extend(
             [
                 f"teacher singular values {', '.join(f'{v:g}' for v in lam)}; ε = {P.eps:g}, η = {P.lr:g}, "
-                f"{steps} steps, real tanh MLP of width {P.width} (C = {C}, D = {D})",
+                f"{prob['steps']} steps, real tanh MLP of width {P.width} (C = {C}, D = {D})",
                 f"max |L_net − L_NQF| / L(0) = {gap:.2e} (order-parameter simulation, same steps)",
             ]
         )
 
-        fig, (ax, ax2) = new_figure(2, figsize=(11, 4.2))
-        ax.semilogy(t, loss_real, lw=2.2, label="real tanh MLP")
-        ax.semilogy(nqf_run.t.numpy(), nqf_run.loss.numpy(), "--", lw=1.5, label="NQF (order parameter)")
-        ax.semilogy(t, modes.loss(t).numpy(), ":", lw=1.5, color="k", label="mode reduction (theory)")
-        mark_times(ax, t_pred, [f"t{k + 1}" for k in range(K)])
-        for Lk in L_pred[:-1]:
-            ax.axhline(Lk, color="0.7", lw=0.6, zorder=0)
-        for k in range(K):
-            ax.text(
-                1.005,
-                L_pred[k],
-                f"L{k}",
-                fontsize=7,
-                color="0.4",
-                va="center",
-                ha="left",
-                transform=ax.get_yaxis_transform(),
+
+def _problem(P: DemoParams, ctx) -> dict:
+    """Data, the mode reduction's prediction (and its staircase), the real network, its NQF, ``W0``."""
+    from ..networks import TwoLayerMLP
+    from ..reductions.svd_modes import two_layer_modes
+    from ..structure import mlp
+
+    dev = ctx.device
+    X, Y, _ = teacher_task(P.n_samples, P.in_features, P.singular_values, ctx.seed)
+    C, D = Y.shape[1], X.shape[1]
+    modes = two_layer_modes(X, Y, "tanh", eps=P.eps, init="isotropic")
+    # W0 = √ε Q with orthonormal rows: M(0) = εI and every unit starts non-zero
+    W0 = initial_weights(C + D, P.width, P.eps, ctx.generator(1))
+    X, Y, W0 = X.to(dev), Y.to(dev), W0.to(dev)
+    return {
+        "X": X,
+        "Y": Y,
+        "W0": W0,
+        "modes": modes,
+        "staircase": modes.staircase(),  # the prediction; levels judged by the one judge of a staircase
+        "net": TwoLayerMLP(D, P.width, C, "tanh").to(dev),
+        "op": mlp(X, "tanh", n_outputs=C),
+        "steps": int(round(P.t_max / P.lr)),
+    }
+
+
+def _runs(prob: dict, P: DemoParams, ctx):
+    """The real network's GD and the NQF's order-parameter GD from the same ``W0``, checkpointed."""
+    from ..dynamics import simulate, train_network
+
+    X, Y, W0, net, op, steps = (prob[k] for k in ("X", "Y", "W0", "net", "op", "steps"))
+    for part in ctx.progress(["real network", "NQF"], "GD runs"):
+        if part == "real network":
+            real = ctx.checkpoint(
+                "real_network",
+                lambda: to_cpu(
+                    train_network(
+                        net, net.units, X, Y, W0=W0, lr=P.lr, steps=steps, save_every=P.save_every, save_W=False
+                    )
+                ),
             )
-        mark_stop(ax, real, label="real network stopped")
-        mark_stop(ax, nqf_run, color="C1", label="NQF run stopped")
-        ax.set_ylim(bottom=max(float(loss_real.min()), 1e-5 * float(loss_real[0])) / 3)
-        ax.set_xlabel("training time t = η·steps (dimensionless)")
-        ax.set_ylabel("loss L (MSE, ½‖f − y‖²)")
-        ax.set_title("staircase (dashed: predicted t_k; grey: plateaus L_k)", fontsize=10, pad=14)
-        ax.legend(fontsize=8, loc="lower left")
-        for k in range(K):
-            (line,) = ax2.plot(t, strength_real[:, k] / lam[k], lw=2, label=f"mode {k + 1} (λ = {lam[k]:g}): network")
-            ax2.plot(t, strength_pred[:, k] / lam[k], ":", color=line.get_color(), label=f"mode {k + 1}: theory")
-        mark_times(ax2, t_pred, None)
-        ax2.axhline(0.5, color="0.6", lw=0.6)
-        ax2.set_xlabel("training time t = η·steps (dimensionless)")
-        ax2.set_ylabel("mode strength p_k / λ_k")
-        ax2.set_title("modes: real network (solid) vs theory (dotted)", fontsize=10, pad=14)
-        ax2.legend(fontsize=7, loc="center right")
-        out.figures["staircase"] = fig
+        else:
+            nqf_run = ctx.checkpoint(
+                "nqf_order_parameter",
+                lambda: to_cpu(simulate(op, Y, M0=W0 @ W0.T, lr=P.lr, steps=steps, save_every=P.save_every)),
+            )
+    return real, nqf_run
+
+
+def _strengths(modes, traj, C: int) -> np.ndarray:
+    """Mode strengths ``u_kᵀ σ'(0) M_au(t) v_k`` of a trajectory, shape ``(T, K)`` (tanh: σ'(0) = 1)."""
+    return torch.einsum("ck,tcd,dk->tk", modes.left, traj.M[:, :C, C:], modes.right).numpy()
+
+
+def _measure(prob: dict, real, nqf_run) -> dict:
+    """Switch-on times (half-saturation crossings of the mode strengths) and plateau levels (the one judge)."""
+    modes, C = prob["modes"], prob["Y"].shape[1]
+    lam = modes.singular_values.numpy()
+    t, t_nqf = real.t.numpy(), nqf_run.t.numpy()
+    strength_real, strength_nqf = _strengths(modes, real, C), _strengths(modes, nqf_run, C)
+    loss_real = real.loss.numpy()
+    return {
+        "t": t,
+        "t_nqf": t_nqf,
+        "loss_real": loss_real,
+        "loss_nqf": nqf_run.loss.numpy(),
+        "strength_real": strength_real,
+        "t_meas": np.array([crossing_time(t, strength_real[:, k], lam[k] / 2) for k in range(len(lam))]),
+        "t_nqf_meas": np.array([crossing_time(t_nqf, strength_nqf[:, k], lam[k] / 2) for k in range(len(lam))]),
+        "L_meas": compare_staircase(t, loss_real, prob["staircase"]).levels_measured,
+        "t_meas_plateau": level_read_times(float(t[-1]), prob["staircase"].times),
+    }
+
+
+def demo_checks(t_pred, t_meas, L_pred, L_meas, P: DemoParams, reason: str = "") -> list[Check]:
+    """Checks from pure data: predicted and measured switch-on times and plateau levels, the settings.
+
+    ``reason`` (non-empty when a run did not finish) fails every check with it.
+    """
+    tol_t = P.time_tolerance / math.log(1 / P.eps)
+    checks = [
+        Check(
+            f"switch-on time t_{k + 1}",
+            float(t_pred[k]),
+            float(t_meas[k]),
+            tol_t,
+            reference="real tanh network: mode strength reaches λ_k/2",
+            tolerance_origin=f"theory's O(1/ln(1/ε)) error: {P.time_tolerance:g}/ln(1/ε)",
+        )
+        for k in range(len(t_pred))
+    ]
+    checks += [
+        Check(
+            f"plateau loss L_{k}",
+            float(L_pred[k]),
+            float(L_meas[k]),
+            P.plateau_tolerance,
+            reference="real tanh network's loss mid-plateau (nqf.analysis.compare.compare_staircase)",
+            tolerance_origin="tanh's cubic term at the learned weights (relative ≲ 0.1)",
+        )
+        for k in range(len(L_pred))
+        if L_pred[k] > 1e-3 * L_pred[0]
+    ]
+    mark_unfinished(checks, reason)
+    return checks
+
+
+def _tables(modes, st, meas: dict) -> list[Table]:
+    """The switch-on times and plateau losses, predicted and measured."""
+    lam, t_pred, t_lead = (v.numpy() for v in (modes.singular_values, modes.switch_times, modes.switch_times_leading))
+    t_meas, t_nqf, L_meas = meas["t_meas"], meas["t_nqf_meas"], meas["L_meas"]
+    K = len(lam)
+    times = Table(
+        "Switch-on times",
+        [
+            "mode k",
+            "λ_k",
+            "ζ_k",
+            "predicted t_k (exact flow)",
+            "ln(1/ε)/ζ_k",
+            "measured (NQF simulation)",
+            "measured (real net)",
+            "rel. error (real)",
+        ],
+        [
+            [
+                k + 1,
+                lam[k],
+                float(modes.rates[k]),
+                t_pred[k],
+                t_lead[k],
+                t_nqf[k],
+                t_meas[k],
+                abs(t_meas[k] - t_pred[k]) / t_pred[k],
+            ]
+            for k in range(K)
+        ],
+        caption="half-saturation: mode strength u_kᵀ σ'(0) M_au v_k reaches λ_k/2",
+    )
+    plateaus = Table(
+        "Plateau losses",
+        ["after k modes", "predicted L_k", "measured", "measured at t"],
+        [[k, st.levels[k], L_meas[k], meas["t_meas_plateau"][k]] for k in range(K + 1)],
+    )
+    return [times, plateaus]
+
+
+def _figure(a: dict):
+    """The staircase (losses, predicted times and levels) and the mode strengths, from the saved arrays."""
+    fig, (ax, ax2) = new_figure(2, figsize=(11, 4.2))
+    _plot_losses(ax, a)
+    _plot_strengths(ax2, a)
+    return fig
+
+
+def _plot_losses(ax, a: dict) -> None:
+    """Real network, NQF and mode-reduction losses with the predicted switch-on times and plateaus."""
+    t, loss_real, L_pred, t_pred = a["t"], a["loss_real"], a["plateau_predicted"], a["switch_times_predicted"]
+    K = len(t_pred)
+    ax.semilogy(t, loss_real, lw=2.2, label="real tanh MLP")
+    ax.semilogy(a["t_nqf"], a["loss_nqf"], "--", lw=1.5, label="NQF (order parameter)")
+    ax.semilogy(t, a["loss_predicted"], ":", lw=1.5, color="k", label="mode reduction (theory)")
+    mark_times(ax, t_pred, [f"t{k + 1}" for k in range(K)])
+    for Lk in L_pred[:-1]:
+        ax.axhline(Lk, color="0.7", lw=0.6, zorder=0)
+    for k in range(K):
+        ax.text(
+            1.005,
+            L_pred[k],
+            f"L{k}",
+            fontsize=7,
+            color="0.4",
+            va="center",
+            ha="left",
+            transform=ax.get_yaxis_transform(),
+        )
+    mark_stop_at(ax, t[-1], loss_real, bool(a["real_stopped"]), label="real network stopped")
+    mark_stop_at(ax, a["t_nqf"][-1], a["loss_nqf"], bool(a["nqf_stopped"]), color="C1", label="NQF run stopped")
+    ax.set_ylim(bottom=max(float(loss_real.min()), 1e-5 * float(loss_real[0])) / 3)
+    ax.set_xlabel("training time t = η·steps (dimensionless)")
+    ax.set_ylabel("loss L (MSE, ½‖f − y‖²)")
+    ax.set_title("staircase (dashed: predicted t_k; grey: plateaus L_k)", fontsize=10, pad=14)
+    ax.legend(fontsize=8, loc="lower left")
+
+
+def _plot_strengths(ax, a: dict) -> None:
+    """Each mode's strength over λ_k: real network (solid) vs the mode reduction (dotted)."""
+    t, lam, s_real, s_pred = a["t"], a["singular_values"], a["strength_real"], a["strength_predicted"]
+    for k in range(len(lam)):
+        (line,) = ax.plot(t, s_real[:, k] / lam[k], lw=2, label=f"mode {k + 1} (λ = {lam[k]:g}): network")
+        ax.plot(t, s_pred[:, k] / lam[k], ":", color=line.get_color(), label=f"mode {k + 1}: theory")
+    mark_times(ax, a["switch_times_predicted"], None)
+    ax.axhline(0.5, color="0.6", lw=0.6)
+    ax.set_xlabel("training time t = η·steps (dimensionless)")
+    ax.set_ylabel("mode strength p_k / λ_k")
+    ax.set_title("modes: real network (solid) vs theory (dotted)", fontsize=10, pad=14)
+    ax.legend(fontsize=7, loc="center right")

@@ -26,9 +26,9 @@ from ..errors import InvalidParameterError
 from ..report.figures import new_figure
 from .base import Check, EpsList, Experiment, Outcome, Params, Table, register
 from .catalog import CATALOG
-from .curves import mark_stop, mark_unfinished, stop_reason
+from .curves import mark_stop_at, mark_unfinished, stop_reason
 
-__all__ = ["InteractingModes", "correlated_task"]
+__all__ = ["InteractingModes", "correlated_task", "interacting_checks", "offset_bounds"]
 
 
 def _flow(base, eps: float, t_end: float, n_points: int, levels: np.ndarray):
@@ -98,120 +98,43 @@ class InteractingModes(Experiment):
         "value, r: its growth rate d ln z/dt before the event, c = `offset_constant`)",
     )
 
-    def run(self, params: InteractingParams, ctx, out: Outcome) -> None:
-        from ..reductions import lv
-        from ..structure import matrix_sensing
+    def plot(self, arrays: dict, params: InteractingParams) -> dict:
+        return {"interacting_modes": _figure(arrays, params)}
 
+    def run(self, params: InteractingParams, ctx, out: Outcome) -> None:
         P = params
-        K = P.n_modes
-        X, y = correlated_task(K, P.n_samples, P.noise, ctx.seed + 1)
-        op = matrix_sensing(X)
-        base = lv.reduce(op, y, P.eps[0] * torch.eye(K, dtype=torch.float64))
-        res = lv.limit(base.beta, base.C, y2=base.y2)
+        base, res = _problem(P, ctx.seed + 1)  # problem and prediction: the ε → 0 active-set limit
         ons = [e for e in res.events if e.kind == "on"]
-        tau_end = float(res.path_tau[-1])
         never = np.flatnonzero(np.isinf(res.switch_on_times().numpy()))
-        n_pan = len(P.eps) + 1
-        ncols = min(3, n_pan)
-        nrows = math.ceil(n_pan / ncols)
-        fig, axes = new_figure(ncols, nrows, figsize=(4.6 * ncols, 3.9 * nrows))
-        axes = np.atleast_1d(axes).ravel()
-        colours = (
-            [f"C{k}" for k in range(base.K)]
-            if base.K <= 10
-            else [colormaps["turbo"](k / (base.K - 1)) for k in range(base.K)]
-        )
-        # O(1) offset of each switch-on (theory): growth rate r of the mode just before its event, from the
-        # limit's piecewise-linear path s(τ) (slope ds/dτ = d ln z / dt)
-        ptau, ps = res.path_tau.numpy(), res.path_s.numpy()
-        bound, acc = [], 0.0
-        for ev in ons:
-            i = int(np.argmin(np.abs(ptau - ev.tau)))
-            r = (ps[i, ev.mode] - ps[i - 1, ev.mode]) / max(ptau[i] - ptau[i - 1], 1e-300) if i > 0 else math.inf
-            acc += (abs(math.log(max(ev.value, 1e-300) / 2)) + P.offset_constant) / max(r, 1e-300)
-            bound.append(acc)
-        reasons = []
-        rows, diffs, logs = [], [], []
+        bound = offset_bounds(res, P.offset_constant)
         levels = np.full(base.K, np.inf)
         for ev in ons:
             levels[ev.mode] = ev.value / 2
-        for i, e in enumerate(ctx.progress(P.eps, "ε")):
+        reasons, rows, diffs, logs = [], [], [], []
+        for e in ctx.progress(P.eps, "ε"):
             L = math.log(1 / e)
             sol, crossing = ctx.checkpoint(
-                f"eps_{e:g}-flow", lambda e=e, L=L: _flow(base, e, tau_end * L, P.n_points, levels)
+                f"eps_{e:g}-flow",
+                lambda e=e, L=L: _flow(base, e, float(res.path_tau[-1]) * L, P.n_points, levels),
             )
             reasons.append(stop_reason(**{f"LV flow at ε = {e:g}": sol}))
-            t_on = crossing.numpy() / L
-            d = np.array([t_on[ev.mode] - ev.tau for ev in ons])
+            d = np.array([crossing.numpy()[ev.mode] / L - ev.tau for ev in ons])  # measured τ − limit τ
             diffs.append(d)
             logs.append(L)
-            for ev, dd in zip(ons, d, strict=True):
-                rows.append([e, ev.mode + 1, ev.tau, ev.tau + dd, dd, dd * L])
-            tau = sol.t.numpy() / L
-            s = sol.log_z.numpy() / L
-            ax = axes[i]
-            for k in range(base.K):
-                ax.plot(tau, s[:, k], lw=1.6, color=colours[k], label=f"mode {k + 1}")
-                ax.plot(ptau, ps[:, k], ":", color=colours[k], lw=1.2)
-            if reasons[-1]:
-                mark_stop(ax, sol, t=tau[-1], y=float(np.nanmax(s[-1])), label="flow stopped")
-            ax.set_ylim(-1.3, 0.15)
-            ax.set_title(f"ε = {e:g} (solid: flow, dotted: ε → 0 limit)", fontsize=9)
-            ax.set_xlabel("τ = t / ln(1/ε)")
-            ax.set_ylabel("s_k = ln z_k / ln(1/ε)")
-            if i == 0:
-                ax.legend(fontsize=7, ncol=2, loc="lower right")
-            out.arrays.update({f"eps_{e:g}_tau": tau, f"eps_{e:g}_s": s, f"eps_{e:g}_loss": sol.loss.numpy()})
-        axL = axes[len(P.eps)]
-        for ax in axes[len(P.eps) + 1 :]:
-            ax.axis("off")
-        for e in P.eps:
-            axL.plot(out.arrays[f"eps_{e:g}_tau"], out.arrays[f"eps_{e:g}_loss"], lw=1.5, label=f"ε = {e:g}")
-        tau_lim = np.concatenate([[0.0], res.taus.numpy(), [tau_end]])
-        L_lim = np.concatenate([[res.initial_loss], res.losses.numpy(), [res.losses.numpy()[-1]]])
-        axL.step(tau_lim, L_lim, where="post", color="k", ls=":", label="ε → 0 limit")
-        axL.set_xlabel("τ = t / ln(1/ε)")
-        axL.set_ylabel("loss L")
-        axL.set_title("loss in rescaled time", fontsize=9)
-        axL.legend(fontsize=7)
-        out.figures["interacting_modes"] = fig
-        diffs = np.array(diffs)
-        logs = np.array(logs)
-        scaled = np.abs(diffs) * logs[:, None]
-        for j, ev in enumerate(ons):
-            out.checks.append(
-                Check(
-                    f"τ of mode {ev.mode + 1} switching on (ε = {P.eps[-1]:g})",
-                    ev.tau,
-                    float(ev.tau + diffs[-1, j]),
-                    bound[j] / logs[-1],
-                    kind="absolute",
-                    reference="stiff log-coordinate integration of the LV flow (z_k reaches half its plateau value)",
-                    tolerance_origin=f"theory's O(1/ln(1/ε)) error: O(1) offset bound {bound[j]:.3g} / ln(1/ε)",
-                )
+            rows += [[e, ev.mode + 1, ev.tau, ev.tau + dd, dd, dd * L] for ev, dd in zip(ons, d, strict=True)]
+            out.arrays.update(
+                {
+                    f"eps_{e:g}_tau": sol.t.numpy() / L,
+                    f"eps_{e:g}_s": sol.log_z.numpy() / L,
+                    f"eps_{e:g}_loss": sol.loss.numpy(),
+                    f"eps_{e:g}_stopped": np.array(reasons[-1] != ""),
+                }
             )
-        mark_unfinished(out.checks, "; ".join(r for r in reasons if r))
+        diffs, logs = np.array(diffs), np.array(logs)
+        out.checks.extend(interacting_checks(ons, diffs, bound, logs, P, "; ".join(r for r in reasons if r)))
         out.metrics["offset_bounds"] = ", ".join(f"{b:.3g}" for b in bound)
-        out.tables.append(
-            Table(
-                "Switch-on times in τ = t / ln(1/ε)",
-                ["ε", "mode", "limit τ", "flow τ", "difference", "difference × ln(1/ε)"],
-                rows,
-                caption="difference × ln(1/ε) tending to a constant per event: convergence like 1/ln(1/ε)",
-            )
-        )
-        ev_rows = [
-            [ev.tau, ev.mode + 1, ev.kind, "{" + ", ".join(str(k + 1) for k in ev.active) + "}", ev.loss]
-            for ev in res.events
-        ]
-        out.tables.append(
-            Table(
-                "ε → 0 events",
-                ["τ", "mode", "kind", "active set after", "plateau loss"],
-                ev_rows,
-                caption=f"modes that never switch on: {[int(k) + 1 for k in never]}",
-            )
-        )
+        out.tables.extend(_tables(res, rows, never))
+        scaled = np.abs(diffs) * logs[:, None]
         out.metrics.update(
             {
                 "n_events": len(res.events),
@@ -220,9 +143,131 @@ class InteractingModes(Experiment):
                 "max_scaled_difference_smallest_eps": float(scaled[-1].max()) if len(ons) else None,
             }
         )
-        out.arrays.update({"eps": np.asarray(P.eps), "tau_differences": diffs})
+        out.arrays.update({"eps": np.asarray(P.eps), "tau_differences": diffs, **_limit_arrays(res)})
         out.summary.append(
             f"{base.K} modes: {len(ons)} switch-ons, {res.kinds.count('off')} switch-offs, "
             f"{len(never)} never on; max |Δτ| = {np.abs(diffs).max(axis=1).round(4).tolist()} "
             f"for ε = {', '.join(f'{e:g}' for e in P.eps)}"
         )
+
+
+def _problem(P: InteractingParams, seed: int):
+    """The LV system of the correlated task (from ``z(0) = ε_0``) and its ε → 0 active-set limit."""
+    from ..reductions import lv
+    from ..structure import matrix_sensing
+
+    K = P.n_modes
+    X, y = correlated_task(K, P.n_samples, P.noise, seed)
+    base = lv.reduce(matrix_sensing(X), y, P.eps[0] * torch.eye(K, dtype=torch.float64))
+    return base, lv.limit(base.beta, base.C, y2=base.y2)
+
+
+def offset_bounds(res, c: float) -> list[float]:
+    """Cumulative bound ``Σ_{events so far} (|ln(v/2)| + c)/r`` on the O(1) offset of each switch-on.
+
+    ``r``: the growth rate of the mode just before its event, from the limit's piecewise-linear path
+    ``s(τ)`` (slope ``ds/dτ = d ln z / dt``); ``v``: its plateau value.
+    """
+    ptau, ps = res.path_tau.numpy(), res.path_s.numpy()
+    bound, acc = [], 0.0
+    for ev in (e for e in res.events if e.kind == "on"):
+        i = int(np.argmin(np.abs(ptau - ev.tau)))
+        r = (ps[i, ev.mode] - ps[i - 1, ev.mode]) / max(ptau[i] - ptau[i - 1], 1e-300) if i > 0 else math.inf
+        acc += (abs(math.log(max(ev.value, 1e-300) / 2)) + c) / max(r, 1e-300)
+        bound.append(acc)
+    return bound
+
+
+def interacting_checks(ons, diffs: np.ndarray, bound, logs: np.ndarray, P: InteractingParams, reason: str = ""):
+    """Checks from pure data: each switch-on's limit τ vs the flow's at the smallest ε.
+
+    ``ons``: the limit's switch-on events; ``diffs[i, j]``: flow τ − limit τ of event ``j`` at ``P.eps[i]``;
+    ``logs[i] = ln(1/ε_i)``.  ``reason`` (non-empty when a flow did not finish) fails every check with it.
+    """
+    checks = [
+        Check(
+            f"τ of mode {ev.mode + 1} switching on (ε = {P.eps[-1]:g})",
+            ev.tau,
+            float(ev.tau + diffs[-1, j]),
+            bound[j] / logs[-1],
+            kind="absolute",
+            reference="stiff log-coordinate integration of the LV flow (z_k reaches half its plateau value)",
+            tolerance_origin=f"theory's O(1/ln(1/ε)) error: O(1) offset bound {bound[j]:.3g} / ln(1/ε)",
+        )
+        for j, ev in enumerate(ons)
+    ]
+    mark_unfinished(checks, reason)
+    return checks
+
+
+def _tables(res, rows: list, never: np.ndarray) -> list[Table]:
+    """Switch-on times (limit vs flow) and the limit's events."""
+    ev_rows = [
+        [ev.tau, ev.mode + 1, ev.kind, "{" + ", ".join(str(k + 1) for k in ev.active) + "}", ev.loss]
+        for ev in res.events
+    ]
+    return [
+        Table(
+            "Switch-on times in τ = t / ln(1/ε)",
+            ["ε", "mode", "limit τ", "flow τ", "difference", "difference × ln(1/ε)"],
+            rows,
+            caption="difference × ln(1/ε) tending to a constant per event: convergence like 1/ln(1/ε)",
+        ),
+        Table(
+            "ε → 0 events",
+            ["τ", "mode", "kind", "active set after", "plateau loss"],
+            ev_rows,
+            caption=f"modes that never switch on: {[int(k) + 1 for k in never]}",
+        ),
+    ]
+
+
+def _limit_arrays(res) -> dict:
+    """The ε → 0 limit as the figure draws it: its path ``s(τ)`` and its loss steps."""
+    tau_end = float(res.path_tau[-1])
+    return {
+        "limit_path_tau": res.path_tau.numpy(),
+        "limit_path_s": res.path_s.numpy(),
+        "limit_tau": np.concatenate([[0.0], res.taus.numpy(), [tau_end]]),
+        "limit_loss": np.concatenate([[res.initial_loss], res.losses.numpy(), [res.losses.numpy()[-1]]]),
+    }
+
+
+def _figure(a: dict, P: InteractingParams):
+    """One panel per ε (flow vs limit in log coordinates) and one of the loss in rescaled time."""
+    n_pan = len(P.eps) + 1
+    ncols = min(3, n_pan)
+    nrows = math.ceil(n_pan / ncols)
+    fig, axes = new_figure(ncols, nrows, figsize=(4.6 * ncols, 3.9 * nrows))
+    axes = np.atleast_1d(axes).ravel()
+    for i, e in enumerate(P.eps):
+        _plot_flow(axes[i], a, e, legend=i == 0)
+    axL = axes[len(P.eps)]
+    for ax in axes[len(P.eps) + 1 :]:
+        ax.axis("off")
+    for e in P.eps:
+        axL.plot(a[f"eps_{e:g}_tau"], a[f"eps_{e:g}_loss"], lw=1.5, label=f"ε = {e:g}")
+    axL.step(a["limit_tau"], a["limit_loss"], where="post", color="k", ls=":", label="ε → 0 limit")
+    axL.set_xlabel("τ = t / ln(1/ε)")
+    axL.set_ylabel("loss L")
+    axL.set_title("loss in rescaled time", fontsize=9)
+    axL.legend(fontsize=7)
+    return fig
+
+
+def _plot_flow(ax, a: dict, e: float, legend: bool) -> None:
+    """The flow's ``s_k(τ)`` at one ε (solid) and the ε → 0 limit's (dotted)."""
+    tau, s, ptau, ps = a[f"eps_{e:g}_tau"], a[f"eps_{e:g}_s"], a["limit_path_tau"], a["limit_path_s"]
+    K = s.shape[1]
+    colours = [f"C{k}" for k in range(K)] if K <= 10 else [colormaps["turbo"](k / (K - 1)) for k in range(K)]
+    for k in range(K):
+        ax.plot(tau, s[:, k], lw=1.6, color=colours[k], label=f"mode {k + 1}")
+        ax.plot(ptau, ps[:, k], ":", color=colours[k], lw=1.2)
+    if bool(a[f"eps_{e:g}_stopped"]):
+        mark_stop_at(ax, tau[-1], a[f"eps_{e:g}_loss"], True, y=float(np.nanmax(s[-1])), label="flow stopped")
+    ax.set_ylim(-1.3, 0.15)
+    ax.set_title(f"ε = {e:g} (solid: flow, dotted: ε → 0 limit)", fontsize=9)
+    ax.set_xlabel("τ = t / ln(1/ε)")
+    ax.set_ylabel("s_k = ln z_k / ln(1/ε)")
+    if legend:
+        ax.legend(fontsize=7, ncol=2, loc="lower right")

@@ -23,9 +23,9 @@ from ..errors import InvalidParameterError
 from ..report.figures import new_figure
 from .base import Check, Experiment, Outcome, Params, Table, register
 from .catalog import CATALOG
-from .curves import mark_stop, stop_reason, to_cpu
+from .curves import mark_stop_at, stop_reason, to_cpu
 
-__all__ = ["ModulesVsNQF", "build_family", "FAMILIES"]
+__all__ = ["ModulesVsNQF", "build_family", "modules_check", "FAMILIES"]
 
 FAMILIES = ("mlp", "cnn", "attention", "qk-attention", "moe", "factorization")
 Family = Literal["mlp", "cnn", "attention", "qk-attention", "moe", "factorization"]
@@ -115,11 +115,17 @@ def build_family(name: str, n: int, m: int, D: int, T: int, gen: torch.Generator
     raise InvalidParameterError(f"unknown family {name!r}; expected one of {FAMILIES}")
 
 
-def _run_family(fam, P: ModulesParams, ctx, j: int, signal: float, key: str):
+def _run_family(fam, P: ModulesParams, ctx, j: int, signal: float, key: str) -> dict:
     """Teacher, real network and NQF of one family; returns a dict of the curves and numbers."""
-    from ..dynamics import initial_weights, simulate, train_network
+    prob = _family_problem(fam, P, ctx.generator(100 + j), signal)
+    real, sim = _family_runs(prob, P, ctx, key)
+    return {"p": prob["op"].p, "t_escape": prob["t_escape"], **_gaps(real, sim)}
 
-    gen = ctx.generator(100 + j)
+
+def _family_problem(fam, P: ModulesParams, gen: torch.Generator, signal: float) -> dict:
+    """Inputs, operator, network, an NQF teacher of RMS signal ``signal``, the predicted first escape, the steps."""
+    from ..dynamics import initial_weights
+
     X, op, net = build_family(fam, P.n_samples, P.width, P.dim, P.tokens, gen)
     p = op.p
     Vs = torch.randn(p, P.teacher_rank, dtype=torch.float64, generator=gen)
@@ -135,6 +141,14 @@ def _run_family(fam, P: ModulesParams, ctx, j: int, signal: float, key: str):
     lr = P.step_fraction / (4 * lam)
     steps = max(int(P.horizon * t_escape / lr), 10)
     W0 = initial_weights(p, P.width, P.eps, gen, init="gaussian")
+    return {"X": X, "op": op, "net": net, "y": y, "W0": W0, "t_escape": t_escape, "lr": lr, "steps": steps}
+
+
+def _family_runs(prob: dict, P: ModulesParams, ctx, key: str):
+    """The real network's GD and its NQF's order-parameter GD from the same ``W0``, checkpointed."""
+    from ..dynamics import simulate, train_network
+
+    X, op, net, y, W0, lr, steps = (prob[k] for k in ("X", "op", "net", "y", "W0", "lr", "steps"))
     dev = ctx.device
     real = ctx.checkpoint(
         f"{key}-real",
@@ -167,25 +181,58 @@ def _run_family(fam, P: ModulesParams, ctx, j: int, signal: float, key: str):
             )
         ),
     )
+    return real, sim
+
+
+def _gaps(real, sim) -> dict:
+    """The two losses on their common steps and their gap relative to ``L(0)``: until the NQF loss halves, overall."""
     t, Lr, Ls = real.t.numpy(), real.loss.numpy(), sim.loss.numpy()
     n_ok = min(len(Lr), len(Ls))
     t, Lr, Ls = t[:n_ok], Lr[:n_ok], Ls[:n_ok]
     half = np.nonzero(Ls <= 0.5 * Ls[0])[0]
     i_half = int(half[0]) if half.size else n_ok - 1
+    finite = real.loss.numpy()[np.isfinite(real.loss.numpy())]
     return {
-        "p": p,
         "t": t,
         "Lr": Lr,
         "Ls": Ls,
-        "t_escape": t_escape,
         "i_half": i_half,
         "halved": bool(half.size),
         "early": float(np.max(np.abs(Lr[: i_half + 1] - Ls[: i_half + 1])) / Ls[0]),
         "whole": float(np.max(np.abs(Lr - Ls)) / Ls[0]),
-        "real": real,
-        "sim": sim,
+        "real_stopped": stop_reason(run=real) != "",
+        "real_t_end": float(real.t[-1]),
+        "real_loss_end": float(finite[-1]) if finite.size else math.nan,
         "reason": stop_reason(network=real, nqf=sim),
     }
+
+
+def modules_check(fam: str, r: dict, P: ModulesParams) -> Check:
+    """The check of one family from pure data: its gap until the NQF loss halves (``r["early"]``) vs 0.
+
+    ``r["reason"]`` (a run did not finish) or ``not r["halved"]`` makes it unfinished.
+    """
+    q = TRUNCATION_ORDER[fam]
+    tol = P.exact_tolerance if q is None else P.teacher_signal ** ((q - 2) / 2)
+    origin = (
+        "round-off over the steps (exactly quadratic)"
+        if q is None
+        else f"remainder O(‖W‖^{q - 2}) relative, ‖W‖² ∝ s: s^{(q - 2) / 2:g}"
+    )
+    check = Check(
+        f"{fam}: max |L_net − L_NQF|/L0 until L halves (ε = {P.eps:g}, s = {P.teacher_signal:g})",
+        0.0,
+        r["early"],
+        tol,
+        kind="absolute",
+        reference=f"real {fam} network trained by the same GD steps",
+        tolerance_origin=origin,
+    )
+    if r["reason"]:
+        return check.unfinished(r["reason"])
+    if not r["halved"]:
+        return check.unfinished("the NQF loss never halved within the run (raise `horizon`)")
+    return check
 
 
 @register
@@ -214,36 +261,16 @@ class ModulesVsNQF(Experiment):
         "quadratic factorization",
     )
 
+    def plot(self, arrays: dict, params: ModulesParams) -> dict:
+        return {"modules_vs_nqf": _figure(arrays, params)}
+
     def run(self, params: ModulesParams, ctx, out: Outcome) -> None:
         P = params
         rows = []
-        nrows = math.ceil(len(P.families) / 3)
-        ncols = min(3, len(P.families))
-        fig, axes = new_figure(ncols, nrows, figsize=(4.6 * ncols, 3.9 * nrows))
-        axes = np.atleast_1d(axes).ravel()
         for j, fam in enumerate(ctx.progress(P.families, "families")):
             r = _run_family(fam, P, ctx, j, P.teacher_signal, fam)
+            out.checks.append(modules_check(fam, r, P))
             q = TRUNCATION_ORDER[fam]
-            tol = P.exact_tolerance if q is None else P.teacher_signal ** ((q - 2) / 2)
-            origin = (
-                "round-off over the steps (exactly quadratic)"
-                if q is None
-                else f"remainder O(‖W‖^{q - 2}) relative, ‖W‖² ∝ s: s^{(q - 2) / 2:g}"
-            )
-            check = Check(
-                f"{fam}: max |L_net − L_NQF|/L0 until L halves (ε = {P.eps:g}, s = {P.teacher_signal:g})",
-                0.0,
-                r["early"],
-                tol,
-                kind="absolute",
-                reference=f"real {fam} network trained by the same GD steps",
-                tolerance_origin=origin,
-            )
-            if r["reason"]:
-                check = check.unfinished(r["reason"])
-            elif not r["halved"]:
-                check = check.unfinished("the NQF loss never halved within the run (raise `horizon`)")
-            out.checks.append(check)
             t, Lr, Ls = r["t"], r["Lr"], r["Ls"]
             rows.append(
                 [
@@ -262,38 +289,8 @@ class ModulesVsNQF(Experiment):
             out.metrics[f"{fam}_gap_until_half"] = r["early"]
             out.metrics[f"{fam}_gap_whole_run"] = r["whole"]
             out.arrays.update({f"{fam}_t": t, f"{fam}_loss_real": Lr, f"{fam}_loss_nqf": Ls})
-            ax = axes[j]
-            ax.semilogy(t, Lr, lw=2.2, label="real network")
-            ax.semilogy(t, Ls, "--", lw=1.5, label="NQF")
-            ax.axvline(r["t_escape"], color="C3", ls=":", lw=1, label="ln(1/ε)/4λ_max")
-            mark_stop(ax, r["real"], label="network stopped")
-            ax.set_title(f"{fam} (p = {r['p']}, m = {P.width}): gap {r['early']:.1e}", fontsize=9)
-            ax.set_xlabel("training time t = η·steps (dimensionless)")
-            ax.set_ylabel("loss L")
-            ax.legend(fontsize=7, loc="lower left")
-        for ax in axes[len(P.families) :]:
-            ax.axis("off")
-        out.figures["modules_vs_nqf"] = fig
-        out.tables.append(
-            Table(
-                "Real network vs NQF",
-                [
-                    "family",
-                    "p",
-                    "width m",
-                    "truncation order q",
-                    "predicted first escape",
-                    "t(L = L0/2)",
-                    "max |ΔL|/L0 until L0/2",
-                    "max |ΔL|/L0 whole run",
-                    "final L (net)",
-                    "final L (NQF)",
-                ],
-                rows,
-                caption=f"NQF teacher of rank {P.teacher_rank}, signal RMS {P.teacher_signal:g}, ε = {P.eps:g}; same "
-                "data, same M(0), same GD steps",
-            )
-        )
+            out.arrays.update({f"{fam}_{name}": np.array(r[key]) for name, key in _FIGURE_SCALARS.items()})
+        out.tables.append(_table(rows, P))
         out.summary.append(
             f"ε = {P.eps:g}, teacher signal {P.teacher_signal:g}: gap until the loss halves "
             f"({', '.join(f'{r[0]} {r[6]:.1e}' for r in rows)})"
@@ -329,3 +326,63 @@ class ModulesVsNQF(Experiment):
             if slope is not None
             else ""
         )
+
+
+#: Per-family numbers the figure needs besides the curves: array ``{family}_{name}`` (0-d) → key in the results.
+_FIGURE_SCALARS = {
+    "p": "p",
+    "t_escape": "t_escape",
+    "gap_until_half": "early",
+    "real_stopped": "real_stopped",
+    "real_t_end": "real_t_end",
+    "real_loss_end": "real_loss_end",
+}
+
+
+def _table(rows: list, P: ModulesParams) -> Table:
+    """Real network vs NQF, one row per family."""
+    return Table(
+        "Real network vs NQF",
+        [
+            "family",
+            "p",
+            "width m",
+            "truncation order q",
+            "predicted first escape",
+            "t(L = L0/2)",
+            "max |ΔL|/L0 until L0/2",
+            "max |ΔL|/L0 whole run",
+            "final L (net)",
+            "final L (NQF)",
+        ],
+        rows,
+        caption=f"NQF teacher of rank {P.teacher_rank}, signal RMS {P.teacher_signal:g}, ε = {P.eps:g}; same "
+        "data, same M(0), same GD steps",
+    )
+
+
+def _figure(arrays: dict, P: ModulesParams):
+    """One panel per family from the saved arrays: the real network's and its NQF's losses."""
+    nrows = math.ceil(len(P.families) / 3)
+    ncols = min(3, len(P.families))
+    fig, axes = new_figure(ncols, nrows, figsize=(4.6 * ncols, 3.9 * nrows))
+    axes = np.atleast_1d(axes).ravel()
+    for ax, fam in zip(axes, P.families, strict=False):
+        _plot(ax, fam, {k[len(fam) + 1 :]: v for k, v in arrays.items() if k.startswith(fam + "_")}, P)
+    for ax in axes[len(P.families) :]:
+        ax.axis("off")
+    return fig
+
+
+def _plot(ax, fam: str, a: dict, P: ModulesParams) -> None:
+    """One family's losses, the predicted first escape and where the network stopped."""
+    ax.semilogy(a["t"], a["loss_real"], lw=2.2, label="real network")
+    ax.semilogy(a["t"], a["loss_nqf"], "--", lw=1.5, label="NQF")
+    ax.axvline(float(a["t_escape"]), color="C3", ls=":", lw=1, label="ln(1/ε)/4λ_max")
+    mark_stop_at(
+        ax, float(a["real_t_end"]), [float(a["real_loss_end"])], bool(a["real_stopped"]), label="network stopped"
+    )
+    ax.set_title(f"{fam} (p = {int(a['p'])}, m = {P.width}): gap {float(a['gap_until_half']):.1e}", fontsize=9)
+    ax.set_xlabel("training time t = η·steps (dimensionless)")
+    ax.set_ylabel("loss L")
+    ax.legend(fontsize=7, loc="lower left")
