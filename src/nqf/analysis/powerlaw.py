@@ -387,6 +387,44 @@ def fit_power_law(
         L_inf = 0.0 if L_inf == "zero" else "fit"
     elif not np.isfinite(L_inf):
         raise InvalidParameterError(f"`L_inf` must be finite; found {L_inf!r}")
+    w = _fit_window(t, loss, window, L_inf, n_bins)
+    sel = (t >= w[0]) & (t <= w[1])
+    if sel.sum() < 3:
+        raise ShapeError(
+            f"`window` {w} is empty or too small: it holds {int(sel.sum())} points of the curve "
+            f"(need ≥ 3; the curve spans t ∈ [{t[0]:.3g}, {t[-1]:.3g}])"
+        )
+    lt, L = np.log(t[sel]), loss[sel]
+    if L_inf != "fit" and np.any(L <= L_inf):
+        raise InvalidParameterError(
+            f"`loss` must exceed `L_inf` = {L_inf:g} inside the window; found min {L.min():.3g}"
+        )
+    slope, icpt, res, sxx, linf, bx, by, cnt = _fit_once(lt, L, L_inf, n_bins)
+    dof = max(bx.size - 2, 1)
+    stderr = float(np.sqrt((res**2).sum() / dof / sxx))
+    boot = _bootstrap(bx, by, res, cnt, linf, L_inf, bootstrap=bootstrap, n_boot=int(n_boot), seed=seed, n_bins=n_bins)
+    lo, hi = np.quantile(boot, [(1 - ci) / 2, (1 + ci) / 2]) if n_boot > 0 else (np.nan, np.nan)
+    ss_tot = float(((by - by.mean()) ** 2).sum())
+    r2 = 1.0 - float((res**2).sum()) / ss_tot if ss_tot > 0 else 1.0
+    return PowerLawFit(
+        exponent=float(-slope),
+        prefactor=float(np.exp(icpt)),
+        L_inf=float(linf),
+        window=(float(w[0]), float(w[1])),
+        ci=(float(lo), float(hi)),
+        ci_level=float(ci),
+        stderr=stderr,
+        n_points=int(sel.sum()),
+        n_bins=int(bx.size),
+        boot=boot,
+        r_squared=r2,
+        rms_residual=float(np.sqrt((res**2).mean())),
+        window_source="automatic" if window is None else "given",
+    )
+
+
+def _fit_window(t: np.ndarray, loss: np.ndarray, window, L_inf, n_bins: int) -> tuple[float, float]:
+    """The window of :func:`fit_power_law`: ``window`` checked, or the automatic one (refined once for ``"fit"``)."""
     if window is None:
         w = auto_window(t, loss, 0.0 if L_inf == "fit" else float(L_inf))
         if L_inf == "fit":
@@ -405,20 +443,11 @@ def fit_power_law(
         if not (np.isfinite(t0) and np.isfinite(t1) and 0 < t0 < t1):
             raise InvalidParameterError(f"`window` must satisfy 0 < t0 < t1; found {window!r}")
         w = (t0, t1)
-    sel = (t >= w[0]) & (t <= w[1])
-    if sel.sum() < 3:
-        raise ShapeError(
-            f"`window` {w} is empty or too small: it holds {int(sel.sum())} points of the curve "
-            f"(need ≥ 3; the curve spans t ∈ [{t[0]:.3g}, {t[-1]:.3g}])"
-        )
-    lt, L = np.log(t[sel]), loss[sel]
-    if L_inf != "fit" and np.any(L <= L_inf):
-        raise InvalidParameterError(
-            f"`loss` must exceed `L_inf` = {L_inf:g} inside the window; found min {L.min():.3g}"
-        )
-    slope, icpt, res, sxx, linf, bx, by, cnt = _fit_once(lt, L, L_inf, n_bins)
-    dof = max(bx.size - 2, 1)
-    stderr = float(np.sqrt((res**2).sum() / dof / sxx))
+    return w
+
+
+def _bootstrap(bx, by, res, cnt, linf: float, L_inf, *, bootstrap: str, n_boot: int, seed, n_bins: int) -> np.ndarray:
+    """Bootstrap exponents of :func:`fit_power_law` from the cells ``(bx, by)`` and residuals ``res``."""
     rng = np.random.default_rng(seed)
     boot = np.empty(int(n_boot))
     fitted = by - res
@@ -441,21 +470,4 @@ def fit_power_law(
             boot[b] = -_fit_once(xb[np.argsort(xb)], yb_lin[np.argsort(xb)], "fit", n_bins + 1)[0]
         else:
             boot[b] = -_ols(xb, yb)[0]
-    lo, hi = np.quantile(boot, [(1 - ci) / 2, (1 + ci) / 2]) if n_boot > 0 else (np.nan, np.nan)
-    ss_tot = float(((by - by.mean()) ** 2).sum())
-    r2 = 1.0 - float((res**2).sum()) / ss_tot if ss_tot > 0 else 1.0
-    return PowerLawFit(
-        exponent=float(-slope),
-        prefactor=float(np.exp(icpt)),
-        L_inf=float(linf),
-        window=(float(w[0]), float(w[1])),
-        ci=(float(lo), float(hi)),
-        ci_level=float(ci),
-        stderr=stderr,
-        n_points=int(sel.sum()),
-        n_bins=int(bx.size),
-        boot=boot,
-        r_squared=r2,
-        rms_residual=float(np.sqrt((res**2).mean())),
-        window_source="automatic" if window is None else "given",
-    )
+    return boot

@@ -169,23 +169,40 @@ def detect_steps(
             rel_height=0.5,
             prominence_data=(prom, np.array([k[3] for k in keep]), np.array([k[4] for k in keep])),
         )
-        # parabolic refinement of the peak position
-        xs = []
-        for p in pk:
-            if 1 <= p <= n_grid and 0 < p < Dp.size - 1:
-                y0, y1, y2 = Dp[p - 1], Dp[p], Dp[p + 1]
-                den = y0 - 2 * y1 + y2
-                off = 0.5 * (y0 - y2) / den if den < 0 else 0.0
-            else:
-                off = 0.0
-            xs.append(x[0] + (p - 1 + np.clip(off, -0.5, 0.5)) * dx)
-        times = np.exp(np.array(xs))
+        times = np.exp(_refined_peaks(Dp, pk, x[0], dx, n_grid))
         xlo = x[0] + (lo - 1) * dx
         xhi = x[0] + (hi - 1) * dx
         log_drops = np.array([k[1] for k in keep])
     else:
         times = xlo = xhi = log_drops = np.zeros(0)
-    # plateau levels between step intervals
+    levels, intervals = _plateaus(x, ys, xlo, xhi, loss_floor)
+    return Steps(
+        times=times,
+        t_start=np.exp(xlo),
+        t_end=np.exp(xhi),
+        log_drops=log_drops,
+        plateau_levels=levels,
+        plateau_intervals=intervals,
+        drops=levels[:-1] / levels[1:],
+    )
+
+
+def _refined_peaks(Dp: np.ndarray, pk: np.ndarray, x0: float, dx: float, n_grid: int) -> np.ndarray:
+    """``ln t`` of the slope peaks ``pk`` of the padded slope ``Dp``, refined by a parabola through three cells."""
+    xs = []
+    for p in pk:
+        if 1 <= p <= n_grid and 0 < p < Dp.size - 1:
+            y0, y1, y2 = Dp[p - 1], Dp[p], Dp[p + 1]
+            den = y0 - 2 * y1 + y2
+            off = 0.5 * (y0 - y2) / den if den < 0 else 0.0
+        else:
+            off = 0.0
+        xs.append(x0 + (p - 1 + np.clip(off, -0.5, 0.5)) * dx)
+    return np.array(xs)
+
+
+def _plateaus(x, ys, xlo, xhi, loss_floor: float) -> tuple[np.ndarray, np.ndarray]:
+    """Plateau levels (median of the smoothed ``ln L`` between step intervals) and their ``(t_a, t_b)`` intervals."""
     seg_lo = np.concatenate([[x[0]], xhi])
     seg_hi = np.concatenate([xlo, [x[-1]]])
     levels, intervals = [], []
@@ -197,16 +214,7 @@ def detect_steps(
             lv = np.interp(0.5 * (a + b), x, ys)
         levels.append(np.exp(lv) + loss_floor)
         intervals.append((np.exp(a), np.exp(max(a, b))))
-    levels = np.array(levels)
-    return Steps(
-        times=times,
-        t_start=np.exp(xlo),
-        t_end=np.exp(xhi),
-        log_drops=log_drops,
-        plateau_levels=levels,
-        plateau_intervals=np.array(intervals).reshape(-1, 2),
-        drops=levels[:-1] / levels[1:],
-    )
+    return np.array(levels), np.array(intervals).reshape(-1, 2)
 
 
 def _drop_origin(t, loss):

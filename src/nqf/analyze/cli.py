@@ -10,6 +10,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import typer
 
@@ -54,10 +55,6 @@ def register(app: typer.Typer) -> None:
         from .output import AnalyzeExperiment, AnalyzeParams, load_data, print_analysis
         from .pipeline import prepare_analysis
 
-        def fail(msg: str, code: int = 2):
-            typer.echo(f"error: {msg}", err=True)
-            raise typer.Exit(code)
-
         torch.set_num_threads(threads)
         try:
             params = AnalyzeParams(
@@ -73,31 +70,17 @@ def register(app: typer.Typer) -> None:
             )
         except ValidationError as exc:  # one line naming the flag
             err = exc.errors()[0]
-            fail(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}")
+            _fail(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}")
         try:  # everything that can be wrong with the input fails here, before any run directory exists
             ds = load_data(params, seed)
             _, _, found, _ = prepare_analysis(model, ds, units=units, seed=seed)
         except NQFError as exc:
-            fail(str(exc))
+            _fail(str(exc))
         log = (lambda s: None) if as_json else (lambda s: typer.echo(s, err=True))
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         out = Path(out) if out else Path("runs") / f"analyze-{stamp}"
         exp = AnalyzeExperiment(log=log)
-        from ..experiments.runner import run_experiment
-
-        try:
-            results = run_experiment(
-                exp, params, out, seed=seed, force=force, show_progress=(not as_json) and sys.stderr.isatty()
-            )
-        except NQFError as exc:
-            fail(str(exc))
-        except KeyboardInterrupt:
-            typer.echo(f"\ninterrupted: partial results kept in {out}", err=True)
-            raise typer.Exit(130) from None
-        except Exception as exc:  # noqa: BLE001
-            if os.environ.get("NQF_TRACEBACK"):
-                raise
-            fail(f"analysis failed: {type(exc).__name__}: {exc} (set NQF_TRACEBACK=1 for the traceback)", code=1)
+        results = _run(exp, params, out, seed=seed, force=force, as_json=as_json)
         a = exp.analysis
         assert a is not None  # set by a complete run
         if as_json:
@@ -111,3 +94,29 @@ def register(app: typer.Typer) -> None:
         print_analysis(a, typer.echo)
         typer.echo("")
         typer.echo(f"run directory: {out}   report: {out / 'report.html'}   ({results['wall_seconds']} s)")
+
+
+def _fail(msg: str, code: int = 2) -> NoReturn:
+    """One line ``error: MSG`` on stderr, then exit with ``code`` (2: bad input, 1: the analysis failed)."""
+    typer.echo(f"error: {msg}", err=True)
+    raise typer.Exit(code)
+
+
+def _run(exp, params, out: Path, *, seed: int, force: bool, as_json: bool) -> dict:
+    """Run the analysis experiment into ``out``; failures become exit codes (1, 2; 130 when interrupted)."""
+    from ..errors import NQFError
+    from ..experiments.runner import run_experiment
+
+    try:
+        return run_experiment(
+            exp, params, out, seed=seed, force=force, show_progress=(not as_json) and sys.stderr.isatty()
+        )
+    except NQFError as exc:
+        _fail(str(exc))
+    except KeyboardInterrupt:
+        typer.echo(f"\ninterrupted: partial results kept in {out}", err=True)
+        raise typer.Exit(130) from None
+    except Exception as exc:  # noqa: BLE001
+        if os.environ.get("NQF_TRACEBACK"):
+            raise
+        _fail(f"analysis failed: {type(exc).__name__}: {exc} (set NQF_TRACEBACK=1 for the traceback)", code=1)

@@ -78,17 +78,15 @@ class AnalyzeExperiment(Experiment):
         fill_outcome(a, out)
 
 
-def fill_outcome(a: Analysis, out: Outcome) -> None:
-    """Tables, checks, metrics, arrays, figures and summary of an analysis."""
-    P = a.prediction
-    out.tables.append(
+def _tables(a: Analysis) -> list[Table]:
+    """The assumption checks, the plateaus and drops, and the validity tables of an analysis."""
+    v = a.validity
+    return [
         Table(
             "Assumption checks",
             ["check", "value", "criterion", "status", "note"],
             [[c.name, c.value, c.criterion, c.status, c.note] for c in a.checks],
-        )
-    )
-    out.tables.append(
+        ),
         Table(
             "Plateaus and drops",
             list(Analysis.TABLE_COLUMNS),
@@ -98,10 +96,7 @@ def fill_outcome(a: Analysis, out: Outcome) -> None:
                 "(L_{k−1}+L_k)/2; errors relative to the prediction; flatness = loss change across the middle "
                 f"third of the plateau / adjacent drop (flat ≤ {a.real.flat_threshold:g})"
             ),
-        )
-    )
-    v = a.validity
-    out.tables.append(
+        ),
         Table(
             "Validity",
             ["quantity", "value"],
@@ -114,8 +109,15 @@ def fill_outcome(a: Analysis, out: Outcome) -> None:
                 ["left the quadratic regime at step", v["left_step"]],
                 ["reason", v["reason"] or "stayed"],
             ],
-        )
-    )
+        ),
+    ]
+
+
+def fill_outcome(a: Analysis, out: Outcome) -> None:
+    """Tables, checks, metrics, arrays, figures and summary of an analysis."""
+    P = a.prediction
+    v = a.validity
+    out.tables.extend(_tables(a))
     for k in range(P.n_drops):
         out.checks.append(
             Check(f"drop {k + 1}: escape time (real network)", float(P.times[k]), float(a.real.times_measured[k]), None)

@@ -148,16 +148,10 @@ def analyze(
         Bad data or model (see :func:`prepare_analysis`), the zero-gradient condition failing,
         or a non-MSE loss.
     """
-    from .._validation import float_param
     from ..dynamics import simulate, train_network
-    from ..errors import InvalidParameterError
 
     say = log or (lambda s: None)
-    eps = float_param("eps", eps, positive=True)
-    if not eps < 1:
-        raise InvalidParameterError(f"`eps` must lie in (0, 1); found {eps}")
-    if loss != "mse":
-        raise InvalidParameterError(f"`loss` must be 'mse' (the staircase is predicted for MSE); found {loss!r}")
+    eps = _checked_options(eps, loss)
     timings = {}
     t0 = time.perf_counter()
     data, module, found, desc = prepare_analysis(model, X, Y, units=units, seed=seed, data_name=data_name)
@@ -166,13 +160,8 @@ def analyze(
     Yt = torch.as_tensor(data.Y, dtype=torch.float64)
     op, f0, how = structure_of(module, found, Xt)
     Ynqf = Yt - f0 if how == "analytic" else Yt
-    rows = [check_smooth(module)]
-    rows.append(check_symmetry(module, found.layout, Xt, seed=seed))
-    rows.append(check_zgz(op, f0, how, found.activation))
-    row, commuting = check_commutation(op)
-    rows.append(row)
+    rows, commuting = _assumption_checks(module, found, Xt, op, f0, how, seed=seed)
     p, m = found.p, found.n_units
-    rows.append(check_width(m, p))
     timings["setup"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -190,16 +179,9 @@ def analyze(
 
     # memory and time, before the long runs: sizes and three timed steps of each
     net = copy.deepcopy(module)
-    c_real = _timed_step_cost(
-        lambda: train_network(
-            copy.deepcopy(module), found.layout, Xt, Yt, W0=W0, lr=lr, steps=3, save_W=False, save_M=False
-        )
-    )
-    c_nqf = _timed_step_cost(lambda: simulate(op, Ynqf, W0=W0, lr=lr, steps=3, form=form, save_M=False, save_W=False))
-    n_saved = steps // save_every + 2
-    nbytes = 2 * n_saved * p * p * 8 + sum(v.numel() * 8 for v in module.parameters()) * 3
-    rows.append(estimate_row((c_real + c_nqf) * steps, nbytes))
-    say(f"estimate: {steps} steps (η = {lr:.4g}), ~{(c_real + c_nqf) * steps:.0f} s, {nbytes / 2**20:.0f} MiB")
+    seconds, nbytes = _cost(module, found, Xt, Yt, op, Ynqf, W0, lr=lr, steps=steps, form=form, save_every=save_every)
+    rows.append(estimate_row(seconds, nbytes))
+    say(f"estimate: {steps} steps (η = {lr:.4g}), ~{seconds:.0f} s, {nbytes / 2**20:.0f} MiB")
 
     t0 = time.perf_counter()
     sim = simulate(op, Ynqf, W0=W0, lr=lr, steps=steps, form=form, save_every=save_every, save_W=False)
@@ -218,13 +200,7 @@ def analyze(
     cmp_nqf = compare_staircase(t, Ln, pred, flat_threshold=flat_threshold)
     cmp_real = compare_staircase(t, Lr, pred, flat_threshold=flat_threshold)
     Q = torch.from_numpy(pred.directions.copy())
-    strength = {}
-    for key, tr in (("strength_real", real), ("strength_nqf", sim)):
-        strength[key] = (
-            torch.einsum("pk,tpq,qk->tk", Q, tr.M[:n], Q).numpy()
-            if tr.M is not None and Q.numel()
-            else np.zeros((n, 0))
-        )
+    strength = {key: _strengths(Q, tr, n) for key, tr in (("strength_real", real), ("strength_nqf", sim))}
     val = validity(t, Lr, Ln, torch.as_tensor(real.step)[:n].numpy(), pred, gap_tolerance)
     verdict = judge(pred, cmp_nqf, cmp_real, val, eps, found, m, p)
     curves = {"t": t, "loss_real": Lr, "loss_nqf": Ln, "loss_predicted": pred.loss_curve(t), **strength}
@@ -249,3 +225,48 @@ def analyze(
         curves=curves,
         timings={k: round(v, 3) for k, v in timings.items()},
     )
+
+
+def _checked_options(eps, loss: str) -> float:
+    """``eps`` as a float in (0, 1); ``loss`` must be ``"mse"`` (the only loss with a predicted staircase)."""
+    from .._validation import float_param
+    from ..errors import InvalidParameterError
+
+    eps = float_param("eps", eps, positive=True)
+    if not eps < 1:
+        raise InvalidParameterError(f"`eps` must lie in (0, 1); found {eps}")
+    if loss != "mse":
+        raise InvalidParameterError(f"`loss` must be 'mse' (the staircase is predicted for MSE); found {loss!r}")
+    return eps
+
+
+def _assumption_checks(module, found, Xt, op, f0, how: str, *, seed: int):
+    """The assumption rows (smoothness, symmetry, zero-gradient condition, commutation, width) and ``commuting``."""
+    rows = [check_smooth(module)]
+    rows.append(check_symmetry(module, found.layout, Xt, seed=seed))
+    rows.append(check_zgz(op, f0, how, found.activation))
+    row, commuting = check_commutation(op)
+    rows.append(row)
+    rows.append(check_width(found.n_units, found.p))
+    return rows, commuting
+
+
+def _cost(module, found, Xt, Yt, op, Ynqf, W0, *, lr: float, steps: int, form: str, save_every: int):
+    """Estimated seconds (three timed steps of each run, scaled) and bytes of the real and NQF runs."""
+    from ..dynamics import simulate, train_network
+
+    c_real = _timed_step_cost(
+        lambda: train_network(
+            copy.deepcopy(module), found.layout, Xt, Yt, W0=W0, lr=lr, steps=3, save_W=False, save_M=False
+        )
+    )
+    c_nqf = _timed_step_cost(lambda: simulate(op, Ynqf, W0=W0, lr=lr, steps=3, form=form, save_M=False, save_W=False))
+    n_saved = steps // save_every + 2
+    p = found.p
+    nbytes = 2 * n_saved * p * p * 8 + sum(v.numel() * 8 for v in module.parameters()) * 3
+    return (c_real + c_nqf) * steps, nbytes
+
+
+def _strengths(Q: torch.Tensor, tr, n: int) -> np.ndarray:
+    """Mode strengths ``qₖᵀ M(t) qₖ`` of the first ``n`` saved states of ``tr``, shape (n, K) (K = 0 without ``M``)."""
+    return torch.einsum("pk,tpq,qk->tk", Q, tr.M[:n], Q).numpy() if tr.M is not None and Q.numel() else np.zeros((n, 0))

@@ -177,50 +177,13 @@ def simulate_batched(
         raise InvalidParameterError("`lr` must be given (a number, or one per run), or `optimizer`=GD(lr)")
     divergence_threshold = divergence_threshold_value(divergence_threshold)
     dt, dev, p, N = op.dtype, op.device, op.p, op.n_samples
-    M = initial_state(p, M0=M0, dtype=dt, device=dev, batched=True).M
-    if M.ndim == 2:
-        M = M[None]
-    B = max(M.shape[0], torch.as_tensor(lr).numel(), torch.as_tensor(weight_decay).numel())
-    if M.shape[0] == 1:
-        M = M.expand(B, p, p)
-    elif M.shape[0] != B:
-        raise ShapeError(f"`M0` holds {M.shape[0]} runs but `lr`/`weight_decay` hold {B}")
-    eta = _batch_param("lr", lr, B, dt, dev)
-    lam = _batch_param("weight_decay", weight_decay, B, dt, dev)
-    if bool((eta <= 0).any()):
-        raise InvalidParameterError(f"`lr` must be positive; found {eta.tolist()}")
-    if bool((lam < 0).any()):
-        raise InvalidParameterError(f"`weight_decay` must be non-negative; found {lam.tolist()}")
+    M, B, eta, lam = _runs(M0, lr, weight_decay, p, dt, dev)
 
     y = loss.prepare(y, N, op.n_outputs, dt, dev)  # (N, C)
     A = operator_matrix(op)  # (N·C, s)
     d = (op.offset - y).reshape(-1)  # f(0) − y, (N·C,)
-    iu, ju = torch.triu_indices(p, p, device=dev)
-    s = iu.numel()
-    # c(M) = vec(M) @ Cm (picks M_ij, i ≤ j, times 1 or 2, exactly); vec(G) = g @ Pm (places g_ij at ij and ji)
-    Cm = torch.zeros(p * p, s, dtype=dt, device=dev)
-    Cm[iu * p + ju, torch.arange(s)] = torch.where(iu == ju, 1.0, 2.0).to(dt)
-    Pm = torch.zeros(s, p * p, dtype=dt, device=dev)
-    Pm[torch.arange(s), iu * p + ju] = 1.0
-    Pm[torch.arange(s), ju * p + iu] = 1.0
-    if loss.quadratic:  # L = ½‖f − y‖²/N: the data enter through A = Q R
-        Q, R = torch.linalg.qr(A)  # A = Q R, R (s, s) or (N·C, s)
-        d_par = Q.T @ d
-        d_perp2 = float(((d - Q @ d_par) ** 2).sum())
-        fwd = Cm @ R.T  # vec(M) ↦ R c(M), exact column scaling
-        back = R @ Pm  # ρ ↦ vec(Rᵀρ) placed symmetrically
-    else:
-        fwd = Cm @ A.T  # vec(M) ↦ 𝒜(M)
-        back = A @ Pm  # r ↦ vec(Aᵀ r) placed symmetrically
-    # the factor M_b = F_b F_bᵀ (as nqf.simulate): PSD by construction, small directions keep relative accuracy
-    factors = [factor_from_matrix(M[b]) for b in range(B)]
-    r_max = max(max(f.shape[1] for f in factors), 1)
-    F = torch.zeros(B, p, r_max, dtype=dt, device=dev)
-    for b, f in enumerate(factors):
-        F[b, :, : f.shape[1]] = f
-    if r_max <= POLISH_MAX_RANK:
-        F = orthogonalize_columns(F)
-    polish = r_max <= POLISH_MAX_RANK
+    fwd, back, d_par, d_perp2 = _linear_maps(A, d, p, dt, dev, quadratic=loss.quadratic)
+    F, polish = _initial_factors(M, B, p, dt, dev)
     ref_norm = F.norm(dim=1)  # (B, r)
     active = torch.ones(B, dtype=torch.bool, device=dev)
     recs = [Recorder() for _ in range(B)]
@@ -240,16 +203,7 @@ def simulate_batched(
         if not check.armed:
             check.arm(L)
         bad = active & (check.exceeded(L) | ~torch.isfinite(Mf).all(1))
-        for b in torch.nonzero(bad).flatten().tolist() if bool(bad.any()) else ():
-            status[b] = DIVERGED
-            message[b] = divergence_message(
-                step=k,
-                t=k * float(eta[b]),
-                loss=float(L[b]),
-                limit=float(check.limit[b]),
-                lr=float(eta[b]),
-                saved=len(recs[b]),
-            )
+        _mark_diverged(bad, k, L, eta, check, recs, status, message)
         active &= ~bad
         if keep.saves(k, steps):
             Lc = L.tolist()
@@ -264,16 +218,99 @@ def simulate_batched(
         Fn = F - eta[:, None, None] * g  # F ← T F,  T = I − η S
         F = torch.where(active[:, None, None], Fn, F)
         if polish:
-            # re-orthogonalise the columns (onto eigenvectors of M_b) when a column norm of some run has changed
-            # 2× — then of every run at once: each run is polished at least as often as nqf.simulate does
-            ratio = F.norm(dim=1) / torch.where(ref_norm > 0, ref_norm, 1.0)
-            due = (((ratio > 2.0) | (ratio < 0.5)) & (ref_norm > 0)).any(1) & active
-            if bool(due.any()):
-                idx = torch.nonzero(active).flatten()
-                F[idx] = orthogonalize_columns(F[idx])
-                ref_norm[idx] = F[idx].norm(dim=1)
+            _polish(F, ref_norm, active)
+    return _trajectories(recs, eta, lam, steps, loss, keep, divergence_threshold, status, message, dt, dev)
+
+
+def _runs(M0, lr, weight_decay, p: int, dt, dev):
+    """The batch: ``M(0)`` of shape (B, p, p) (one ``M0`` broadcast), ``B``, and the per-run ``η`` and ``λ``."""
+    M = initial_state(p, M0=M0, dtype=dt, device=dev, batched=True).M
+    if M.ndim == 2:
+        M = M[None]
+    B = max(M.shape[0], torch.as_tensor(lr).numel(), torch.as_tensor(weight_decay).numel())
+    if M.shape[0] == 1:
+        M = M.expand(B, p, p)
+    elif M.shape[0] != B:
+        raise ShapeError(f"`M0` holds {M.shape[0]} runs but `lr`/`weight_decay` hold {B}")
+    eta = _batch_param("lr", lr, B, dt, dev)
+    lam = _batch_param("weight_decay", weight_decay, B, dt, dev)
+    if bool((eta <= 0).any()):
+        raise InvalidParameterError(f"`lr` must be positive; found {eta.tolist()}")
+    if bool((lam < 0).any()):
+        raise InvalidParameterError(f"`weight_decay` must be non-negative; found {lam.tolist()}")
+    return M, B, eta, lam
+
+
+def _linear_maps(A, d, p: int, dt, dev, *, quadratic: bool):
+    """Exact linear maps of the step: ``vec(M) ↦`` outputs (``R c(M)`` or ``𝒜(M)``), residual ``↦ vec(G)``.
+
+    For the quadratic loss the data enter through ``A = Q R``: also ``Qᵀ(f(0) − y)`` and the
+    squared norm of the part of ``f(0) − y`` outside the range of ``Q`` (else empty and 0).
+    """
+    iu, ju = torch.triu_indices(p, p, device=dev)
+    s = iu.numel()
+    # c(M) = vec(M) @ Cm (picks M_ij, i ≤ j, times 1 or 2, exactly); vec(G) = g @ Pm (places g_ij at ij and ji)
+    Cm = torch.zeros(p * p, s, dtype=dt, device=dev)
+    Cm[iu * p + ju, torch.arange(s)] = torch.where(iu == ju, 1.0, 2.0).to(dt)
+    Pm = torch.zeros(s, p * p, dtype=dt, device=dev)
+    Pm[torch.arange(s), iu * p + ju] = 1.0
+    Pm[torch.arange(s), ju * p + iu] = 1.0
+    if quadratic:  # L = ½‖f − y‖²/N: the data enter through A = Q R
+        Q, R = torch.linalg.qr(A)  # A = Q R, R (s, s) or (N·C, s)
+        d_par = Q.T @ d
+        d_perp2 = float(((d - Q @ d_par) ** 2).sum())
+        fwd = Cm @ R.T  # vec(M) ↦ R c(M), exact column scaling
+        back = R @ Pm  # ρ ↦ vec(Rᵀρ) placed symmetrically
+        return fwd, back, d_par, d_perp2
+    fwd = Cm @ A.T  # vec(M) ↦ 𝒜(M)
+    back = A @ Pm  # r ↦ vec(Aᵀ r) placed symmetrically
+    return fwd, back, d.new_zeros(0), 0.0
+
+
+def _initial_factors(M, B: int, p: int, dt, dev):
+    """Factors ``F_b`` (B, p, r) with ``M_b = F_b F_bᵀ``, zero-padded to the widest rank, and whether to polish."""
+    # the factor M_b = F_b F_bᵀ (as nqf.simulate): PSD by construction, small directions keep relative accuracy
+    factors = [factor_from_matrix(M[b]) for b in range(B)]
+    r_max = max(max(f.shape[1] for f in factors), 1)
+    F = torch.zeros(B, p, r_max, dtype=dt, device=dev)
+    for b, f in enumerate(factors):
+        F[b, :, : f.shape[1]] = f
+    if r_max <= POLISH_MAX_RANK:
+        F = orthogonalize_columns(F)
+    polish = r_max <= POLISH_MAX_RANK
+    return F, polish
+
+
+def _mark_diverged(bad, k: int, L, eta, check: DivergenceCheck, recs, status: list, message: list) -> None:
+    """Record the runs ``bad`` as diverged at step ``k``, with the shared divergence message."""
+    for b in torch.nonzero(bad).flatten().tolist() if bool(bad.any()) else ():
+        status[b] = DIVERGED
+        message[b] = divergence_message(
+            step=k,
+            t=k * float(eta[b]),
+            loss=float(L[b]),
+            limit=float(check.limit[b]),
+            lr=float(eta[b]),
+            saved=len(recs[b]),
+        )
+
+
+def _polish(F, ref_norm, active) -> None:
+    """Re-orthogonalise, in place, the columns of the active factors ``F`` once a column norm drifted 2×."""
+    # re-orthogonalise the columns (onto eigenvectors of M_b) when a column norm of some run has changed
+    # 2× — then of every run at once: each run is polished at least as often as nqf.simulate does
+    ratio = F.norm(dim=1) / torch.where(ref_norm > 0, ref_norm, 1.0)
+    due = (((ratio > 2.0) | (ratio < 0.5)) & (ref_norm > 0)).any(1) & active
+    if bool(due.any()):
+        idx = torch.nonzero(active).flatten()
+        F[idx] = orthogonalize_columns(F[idx])
+        ref_norm[idx] = F[idx].norm(dim=1)
+
+
+def _trajectories(recs, eta, lam, steps: int, loss: Loss, keep, divergence_threshold, status, message, dt, dev):
+    """One :class:`Trajectory` per run from its recorder, with the ``info`` of a GD run of :func:`nqf.simulate`."""
     out = []
-    for b in range(B):
+    for b in range(len(recs)):
         info = {"form": "order_parameter", **GD(float(eta[b]), weight_decay=float(lam[b])).to_dict(), "steps": steps}
         info.update(loss.to_dict(), **keep.to_dict(), divergence_threshold=float(divergence_threshold))
         info.update(batched=True, batch_index=b)

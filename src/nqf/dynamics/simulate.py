@@ -289,23 +289,12 @@ def _run(op, y, M0, W0, s: RunSpec, track_transfer: bool = False) -> Trajectory:
     p, N, dt, dev = op.p, op.n_samples, op.dtype, op.device
     zgz = op.satisfies_zgz
     weights = s.form == "weights"
-    if W0 is None:
-        L, c = factor_from_matrix(M0), None
-    elif weights:
-        L, c = W0.clone(), (None if zgz else torch.ones(W0.shape[1], dtype=dt, device=dev))
-    else:
-        L, c = factor_from_weights(W0, with_ones=not zgz)
+    L, c = _initial_factor(M0, W0, weights=weights, zgz=zgz, dtype=dt, device=dev)
     # keep the columns of the factor along eigenvectors of M (relative accuracy of small directions)
     polish = not weights and zgz and L.shape[1] <= POLISH_MAX_RANK
     if polish:
         L = orthogonalize_columns(L)
-    st: dict[str, Any] = dict(
-        ref_norm=L.norm(dim=0),
-        Phi=torch.eye(p, dtype=dt, device=dev),
-        Psi=torch.zeros(p, p, dtype=dt, device=dev),
-        a=1.0,
-        b=0.0,
-    )
+    st = _loop_state(L, p, dt, dev)
     rec, transfer = Recorder(), dict(Phi=[], a=[])
 
     def mu_of(L):
@@ -331,25 +320,9 @@ def _run(op, y, M0, W0, s: RunSpec, track_transfer: bool = False) -> Trajectory:
     def after_step(k, params, descent, ctx):
         (L,) = params
         if polish and k % POLISH_EVERY == 0:
-            ratio = L.norm(dim=0) / st["ref_norm"]
-            if bool(((ratio > POLISH_FACTOR) | (ratio * POLISH_FACTOR < 1.0)).any()):
-                if descent.velocity is not None:
-                    LK = orthogonalize_columns(torch.cat([L, descent.velocity[0]], 0))
-                    L, descent.velocity[0] = LK[:p], LK[p:]
-                else:
-                    L = orthogonalize_columns(L)
-                st["ref_norm"] = L.norm(dim=0)
+            L = _polished(L, descent, st, p)
         if track_transfer:
-            Phi = st["Phi"]
-            SPhi = 2.0 * apply_G(ctx["ob"], ctx["r"], Phi, ctx["nb"]) + lam * Phi
-            if beta:
-                st["Psi"] = beta * st["Psi"] + SPhi
-                st["Phi"] = Phi - lr * st["Psi"]
-                st["b"] = beta * st["b"] + lam * st["a"]
-                st["a"] = st["a"] - lr * st["b"]
-            else:
-                st["Phi"] = Phi - lr * SPhi
-                st["a"] = st["a"] * (1.0 - lr * lam)
+            _transfer_step(st, ctx, lr, lam, beta)
         return [L]
 
     def save(k, params, loss):
@@ -384,13 +357,66 @@ def _run(op, y, M0, W0, s: RunSpec, track_transfer: bool = False) -> Trajectory:
             None if prev is None else divergence_curvature(op, prev[0], ctx["r"], lam, N, loss=loss.name)
         ),
     )
-    info = s.to_dict()
-    if not weights:
-        info["factor_rank"] = int(L.shape[1])
-    if track_transfer:
-        info["Phi"] = torch.stack(transfer["Phi"]) if transfer["Phi"] else None
-        info["a"] = torch.tensor(transfer["a"], dtype=dt)
+    info = _run_info(s, L, transfer if track_transfer else None, dt)
     return rec.trajectory(lr=lr, dtype=dt, device=dev, status=out.status, message=out.message, info=info)
+
+
+def _loop_state(L, p: int, dtype, device) -> dict[str, Any]:
+    """State carried across steps: column norms of the last polish, ``Φ = I``, its momentum ``Ψ``, ``a = 1``, ``b``."""
+    return dict(
+        ref_norm=L.norm(dim=0),
+        Phi=torch.eye(p, dtype=dtype, device=device),
+        Psi=torch.zeros(p, p, dtype=dtype, device=device),
+        a=1.0,
+        b=0.0,
+    )
+
+
+def _run_info(s: RunSpec, L, transfer: dict | None, dtype) -> dict[str, Any]:
+    """The trajectory's ``info``: the run spec, the factor rank (order-parameter form), ``Φ(t)`` and ``a(t)``."""
+    info = s.to_dict()
+    if s.form != "weights":
+        info["factor_rank"] = int(L.shape[1])
+    if transfer is not None:
+        info["Phi"] = torch.stack(transfer["Phi"]) if transfer["Phi"] else None
+        info["a"] = torch.tensor(transfer["a"], dtype=dtype)
+    return info
+
+
+def _initial_factor(M0, W0, *, weights: bool, zgz: bool, dtype, device):
+    """The propagated left factor ``L`` and the unit vector ``c`` (None under ZGZ) from ``W0``, else from ``M0``."""
+    if W0 is None:
+        return factor_from_matrix(M0), None
+    if weights:
+        return W0.clone(), (None if zgz else torch.ones(W0.shape[1], dtype=dtype, device=device))
+    return factor_from_weights(W0, with_ones=not zgz)
+
+
+def _polished(L, descent, st: dict, p: int):
+    """``L`` with re-orthogonalised columns (and momentum buffer) once a column norm drifted by ``POLISH_FACTOR``."""
+    ratio = L.norm(dim=0) / st["ref_norm"]
+    if bool(((ratio > POLISH_FACTOR) | (ratio * POLISH_FACTOR < 1.0)).any()):
+        if descent.velocity is not None:
+            LK = orthogonalize_columns(torch.cat([L, descent.velocity[0]], 0))
+            L, descent.velocity[0] = LK[:p], LK[p:]
+        else:
+            L = orthogonalize_columns(L)
+        st["ref_norm"] = L.norm(dim=0)
+    return L
+
+
+def _transfer_step(st: dict, ctx: dict, lr: float, lam: float, beta: float) -> None:
+    """One step of the transfer map ``Φ`` and of the scalar factor ``a`` in ``st`` (heavy-ball when ``beta``)."""
+    Phi = st["Phi"]
+    SPhi = 2.0 * apply_G(ctx["ob"], ctx["r"], Phi, ctx["nb"]) + lam * Phi
+    if beta:
+        st["Psi"] = beta * st["Psi"] + SPhi
+        st["Phi"] = Phi - lr * st["Psi"]
+        st["b"] = beta * st["b"] + lam * st["a"]
+        st["a"] = st["a"] - lr * st["b"]
+    else:
+        st["Phi"] = Phi - lr * SPhi
+        st["a"] = st["a"] * (1.0 - lr * lam)
 
 
 def _simulate_compressed(op, y, M0, W0, s: RunSpec) -> Trajectory:

@@ -2,11 +2,12 @@
 
 * :func:`reduce` — structure operator + targets + ``M(0)`` → :class:`LotkaVolterra`
   (commutation check, shared eigenbasis, ``β``, ``C``, ``z(0)``);
-* :class:`LotkaVolterra` (``system.py``) — the exact discrete GD map, the stiff
-  log-coordinate gradient flow (banded/sparse Jacobians), loss; exact logistic solutions
-  of diagonal ``C`` (``logistic.py``); the final state the flow ends in — for singular
-  ``C`` the one selected by the dynamics — and the plateaus (``final.py``); trajectories
-  and switch times (``solution.py``);
+* :class:`LotkaVolterra` (``system.py``) — the system and its loss; its solver methods
+  delegate to functions of the system: the exact discrete GD map and the stiff
+  log-coordinate gradient flow (banded/sparse Jacobians, ``solvers.py``), exact logistic
+  solutions of diagonal ``C`` (``logistic.py``), the final state the flow ends in — for
+  singular ``C`` the one selected by the dynamics — and the plateaus (``final.py``);
+  trajectories and switch times (``solution.py``);
 * :func:`limit` — the ε → 0 saddle-to-saddle limit for interacting modes.
 
 Conventions: ``L = (1/N) Σ_n ½‖f_n − y_n‖²``, GD ``W ← W − η∇_W L``, ``t = η · steps``.

@@ -229,23 +229,19 @@ class ActiveSetQP:
             self._free = g
         return self._free
 
-    def add(self, k: int) -> list[int]:
-        """Add mode ``k`` (which must have ``(β − Cz)_k > 0``) and re-optimise.
+    def _ray_steps(self, k: int, removed: list[int]):
+        """Ray steps along null directions of ``C_{P∪k}`` until mode ``k`` borders ``P`` with a positive pivot.
 
-        Returns
-        -------
-        list of int
-            Modes removed from the support on the way (their optimum hit zero).
+        Each step moves ``z`` along ``d`` (``d_k = 1``, ``d_P = −C_PP⁻¹ C_Pk``), on which the loss
+        falls linearly, until a mode of ``P`` hits zero; that mode is deleted and appended to
+        ``removed``.  Returns the border ``(C_Pk, u = C_PP⁻¹ C_Pk, ρ²)`` of :meth:`_border`.
         """
-        removed: list[int] = []
-        self._free = None
         guard = 0
-        self._optimal = self._optimal and not self.in_p[k]
         while True:
             c, _, u, piv = self._border(k)
             ckk = self._Cs[self._slot[k], self._slot[k]]
             if piv > self.rtol * max(ckk, 1e-300):
-                break
+                return c, u, piv
             guard += 1
             if guard > self.K + 1:
                 raise UnboundedError(
@@ -274,6 +270,19 @@ class ActiveSetQP:
             removed.append(int(P[j]))
             self._delete(j)
             self._optimal = False
+
+    def add(self, k: int) -> list[int]:
+        """Add mode ``k`` (which must have ``(β − Cz)_k > 0``) and re-optimise.
+
+        Returns
+        -------
+        list of int
+            Modes removed from the support on the way (their optimum hit zero).
+        """
+        removed: list[int] = []
+        self._free = None
+        self._optimal = self._optimal and not self.in_p[k]
+        c, u, piv = self._ray_steps(k, removed)
         # z_P was optimal on P ∖ {k}: x_k = (β_k − C_kP z_P)/s, x_P = z_P − x_k C_PP⁻¹C_Pk
         bordered = not removed and self._optimal
         if bordered:

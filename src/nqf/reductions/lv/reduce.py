@@ -203,37 +203,7 @@ def reduce(op: StructureOperator, y, M0, *, tol: float | None = None, seed: int 
     norms = np.linalg.norm(A, axis=(1, 2))
     if not (norms > 0).any():
         raise InvalidParameterError("`op`: every structure matrix is zero; nothing can be learned")
-    rng = np.random.default_rng(seed)
-    # joint basis with M0 included (picks the right basis inside degenerate eigenspaces)
-    m0n = float(np.linalg.norm(M0n))
-    stack = np.concatenate([A, M0n[None]], axis=0) if m0n > 0 else A
-    delta, U, _ = _shared_basis(stack, rng, 3, tol)
-    if delta > tol:
-        dA, UA, iA = _shared_basis(A, rng, 3, tol)
-        if dA > tol:
-            n, c = divmod(iA, Cout)
-            raise _noncommuting(
-                f"`op`: the structure matrices do not commute: relative off-diagonal norm in the best "
-                f"shared basis δ = {dA:.3e} > tol = {tol:.1e} (worst: sample {n}, output {c}); the "
-                f"Lotka–Volterra reduction needs commuting data — use the greedy saddle sequence "
-                f"(nqf.reductions.saddles.saddle_sequence) and the order-parameter dynamics (nqf.simulate) "
-                "instead",
-                dA,
-                iA,
-            )
-        comm = np.einsum("ij,mjk->mik", M0n, A)
-        comm = comm - comm.transpose(0, 2, 1)
-        rel = np.linalg.norm(comm, axis=(1, 2)) / (m0n * np.where(norms > 0, norms, 1.0))
-        i = int(np.argmax(rel))
-        if rel[i] > tol:
-            raise _noncommuting(
-                f"`M0` is not diagonal in the shared eigenbasis of the structure matrices: relative "
-                f"commutator max_m ‖[M0, A_m]‖/(‖M0‖‖A_m‖) = {rel[i]:.3e} > tol = {tol:.1e}; start "
-                f"from M0 = ε I or another matrix that commutes with the data",
-                float(rel[i]),
-                i,
-            )
-        U = UA  # M0 commutes to tolerance: the A-basis diagonalises it up to that tolerance
+    delta, U = _joint_basis(A, M0n, norms, seed=seed, tol=tol, n_outputs=Cout)
     a = np.einsum("ip,mij,jp->mp", U, A, U, optimize=True)  # (N·C, p)
     z0 = np.einsum("ip,ij,jp->p", U, M0n, U)
     if (z0 < -tol * max(m0scale, 1e-300)).any():
@@ -257,3 +227,45 @@ def reduce(op: StructureOperator, y, M0, *, tol: float | None = None, seed: int 
     )
     lv.commutation_defect = float(delta if delta <= tol else _offdiag_defect(U, A, norms)[0])
     return lv
+
+
+def _joint_basis(A: np.ndarray, M0n: np.ndarray, norms: np.ndarray, *, seed: int, tol: float, n_outputs: int):
+    """Shared eigenbasis ``U`` of the structure matrices ``A`` (and ``M0``), with its measured defect ``δ``.
+
+    The basis is sought for ``A`` and ``M0`` together (which picks the right basis inside
+    degenerate eigenspaces); when that fails, for ``A`` alone, which must commute, and then
+    ``M0`` must commute with every ``A_m`` to ``tol``.  Raises :class:`NonCommutingError`
+    naming the worst sample and output, or the commutator of ``M0``.
+    """
+    rng = np.random.default_rng(seed)
+    # joint basis with M0 included (picks the right basis inside degenerate eigenspaces)
+    m0n = float(np.linalg.norm(M0n))
+    stack = np.concatenate([A, M0n[None]], axis=0) if m0n > 0 else A
+    delta, U, _ = _shared_basis(stack, rng, 3, tol)
+    if delta > tol:
+        dA, UA, iA = _shared_basis(A, rng, 3, tol)
+        if dA > tol:
+            n, c = divmod(iA, n_outputs)
+            raise _noncommuting(
+                f"`op`: the structure matrices do not commute: relative off-diagonal norm in the best "
+                f"shared basis δ = {dA:.3e} > tol = {tol:.1e} (worst: sample {n}, output {c}); the "
+                f"Lotka–Volterra reduction needs commuting data — use the greedy saddle sequence "
+                f"(nqf.reductions.saddles.saddle_sequence) and the order-parameter dynamics (nqf.simulate) "
+                "instead",
+                dA,
+                iA,
+            )
+        comm = np.einsum("ij,mjk->mik", M0n, A)
+        comm = comm - comm.transpose(0, 2, 1)
+        rel = np.linalg.norm(comm, axis=(1, 2)) / (m0n * np.where(norms > 0, norms, 1.0))
+        i = int(np.argmax(rel))
+        if rel[i] > tol:
+            raise _noncommuting(
+                f"`M0` is not diagonal in the shared eigenbasis of the structure matrices: relative "
+                f"commutator max_m ‖[M0, A_m]‖/(‖M0‖‖A_m‖) = {rel[i]:.3e} > tol = {tol:.1e}; start "
+                f"from M0 = ε I or another matrix that commutes with the data",
+                float(rel[i]),
+                i,
+            )
+        U = UA  # M0 commutes to tolerance: the A-basis diagonalises it up to that tolerance
+    return delta, U
