@@ -222,30 +222,33 @@ class Saddles(Experiment):
                 f"{name}: {st.n_drops} escapes, ranks {st.ranks.tolist()}, "
                 f"plateaus {', '.join(f'{v:.4g}' for v in st.levels)}; {seq.message}"
             )
-        out.tables.append(
-            Table(
-                "Saddle sequence vs the real network",
-                [
-                    "problem",
-                    "plateau k",
-                    "rank",
-                    "predicted L_k",
-                    "real network",
-                    "NQF",
-                    "flat",
-                    "level ok",
-                    "predicted escape into k",
-                    "t rule",
-                    "real network escape",
-                    "time ok",
-                ],
-                rows,
-                caption="grey lines: predicted plateau levels; dashed: predicted escape times τ_k ln(1/ε) with their "
-                "O(1) offsets (the first exact; later ones from the small-part recursion where it applies, "
-                "else leading order only); levels below round-off shown as 0; flat: the real network's loss "
-                "changes across the middle third of the plateau by at most `flat_threshold` of the adjacent drop",
-            )
-        )
+        out.tables.append(_table(rows))
+
+
+def _table(rows: list) -> Table:
+    """The report's table of plateaus and escapes, one row per plateau and problem."""
+    return Table(
+        "Saddle sequence vs the real network",
+        [
+            "problem",
+            "plateau k",
+            "rank",
+            "predicted L_k",
+            "real network",
+            "NQF",
+            "flat",
+            "level ok",
+            "predicted escape into k",
+            "t rule",
+            "real network escape",
+            "time ok",
+        ],
+        rows,
+        caption="grey lines: predicted plateau levels; dashed: predicted escape times τ_k ln(1/ε) with their "
+        "O(1) offsets (the first exact; later ones from the small-part recursion where it applies, "
+        "else leading order only); levels below round-off shown as 0; flat: the real network's loss "
+        "changes across the middle third of the plateau by at most `flat_threshold` of the adjacent drop",
+    )
 
 
 def _figure(arrays: dict, P: SaddlesParams):

@@ -1,0 +1,74 @@
+"""The package layout: private modules stay behind their package's door (issue 19, step 5)."""
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).parents[1] / "src"
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(SRC).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _resolve(importer: str, is_package: bool, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    base = importer.split(".") if is_package else importer.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _private_owner(module: str) -> str | None:
+    """The package that owns the first private component of ``module`` (None: nothing private)."""
+    parts = module.split(".")
+    for i, p in enumerate(parts):
+        if p.startswith("_") and not p.startswith("__"):
+            return ".".join(parts[:i])
+    return None
+
+
+def _imports(path: Path):
+    name = _module_name(path)
+    is_pkg = path.name == "__init__.py"
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            target = _resolve(name, is_pkg, node)
+            yield node.lineno, target
+            for alias in node.names:  # `from pkg import _private_module` (a module, not a private name)
+                sub = SRC.joinpath(*f"{target}.{alias.name}".split("."))
+                if sub.with_suffix(".py").is_file() or (sub / "__init__.py").is_file():
+                    yield node.lineno, f"{target}.{alias.name}"
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+
+
+def test_no_module_imports_another_packages_private_modules():
+    """A private module (``_name.py``) is imported only from inside the package that holds it; every other
+    module goes through that package's ``__init__`` (its one door)."""
+    bad = []
+    for path in sorted((SRC / "nqf").rglob("*.py")):
+        importer = _module_name(path)
+        for line, target in _imports(path):
+            if not target.startswith("nqf"):
+                continue
+            owner = _private_owner(target)
+            if owner is None:
+                continue
+            if not (importer == owner or importer.startswith(owner + ".")):
+                bad.append(f"{importer}:{line} imports {target} (private to {owner})")
+    assert not bad, bad
+
+
+def test_the_rule_sees_a_violation():
+    """The check itself can fail: an import of another package's private module is reported."""
+    node = ast.parse("from ..reductions._predict import predict").body[0]
+    assert isinstance(node, ast.ImportFrom)
+    target = _resolve("nqf.study.pipeline", False, node)
+    assert target == "nqf.reductions._predict"
+    owner = _private_owner(target)
+    assert owner == "nqf.reductions" and not "nqf.study.pipeline".startswith(owner + ".")
