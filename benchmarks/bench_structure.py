@@ -22,7 +22,8 @@ import time
 import torch
 from torch import nn
 
-from nqf.structure import DenseStructure, from_module, mlp, mlp_units
+from nqf.modules import from_module, mlp_units
+from nqf.structure import DenseStructure, mlp
 
 
 def _time(fn, repeat=5):

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from nqf.analysis.powerlaw import auto_window, fit_power_law
+from nqf.curves.powerlaw import auto_window, fit_power_law
 from nqf.errors import NonFiniteError, ShapeError
 
 T = 0.1 * np.arange(1, 5001)  # GD-like sampling, uniform in t
@@ -111,7 +111,7 @@ def test_bad_input():
 
 def _modes48(t):
     """Exact loss of 48 logistic modes, β_k = 0.5/k, C = 1 (ζ = 2/k, ℓ = ½β²), z(0) = ε = 1e-6."""
-    from nqf.analysis import predicted_curve
+    from nqf.curves import predicted_curve
 
     k = np.arange(1, 49, dtype=float)
     beta = 0.5 / k
@@ -143,7 +143,7 @@ def test_auto_window_does_not_depend_on_how_far_the_tail_is_sampled(sampling):
 def test_no_power_law_range_is_reported():
     """A single logistic mode (plateau, then an exponential drop) and a flat curve have no power-law range:
     NoPowerLawError (a ValueError) instead of a number."""
-    from nqf.analysis import predicted_curve
+    from nqf.curves import predicted_curve
     from nqf.errors import NoPowerLawError
 
     t = np.geomspace(0.01, 100.0, 2000)

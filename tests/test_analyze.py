@@ -9,11 +9,11 @@ import torch
 from typer.testing import CliRunner
 
 import nqf
-from nqf.analysis.schedule import initial_weights, stable_learning_rate, step_count
-from nqf.analyze import find_unit_layers
 from nqf.cli import app
+from nqf.curves.schedule import initial_weights, stable_learning_rate, step_count
 from nqf.data import load_dataset
 from nqf.errors import InvalidParameterError, NormalFormError
+from nqf.study import find_unit_layers
 
 
 def test_initial_weights_full_and_rank_deficient():
@@ -72,8 +72,8 @@ def test_factory_sequential_equals_builtin_spec(tmp_path, wine):
     import matplotlib.pyplot as plt
 
     plt.close(a.plot())
-    from nqf.analyze.output import save_analysis
     from nqf.report.schema import validate_results
+    from nqf.study.output import save_analysis
 
     save_analysis(a, tmp_path / "saved")
     r = validate_results(tmp_path / "saved")
@@ -139,8 +139,8 @@ def test_cli_run_directory_and_rank_deficient_start(tmp_path):
 def test_predict_uses_lotka_volterra_on_commuting_data():
     """Diagonal structure matrices with orthogonal measurement columns commute: the prediction is the
     Lotka–Volterra reduction, whose plateaus are ½E y² − Σ_{learned} β_k²/(2 C_kk) in closed form."""
-    from nqf.analyze.checks import check_commutation
     from nqf.structure import DenseStructure
+    from nqf.study.checks import check_commutation
 
     N, p = 8, 3
     a = torch.zeros(N, p, dtype=torch.float64)

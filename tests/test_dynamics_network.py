@@ -7,10 +7,10 @@ import pytest
 import torch
 from torch import nn
 
-from nqf.analysis.validity import validity_sweep
+from nqf.curves.validity import validity_sweep
 from nqf.dynamics import simulate, train_network
+from nqf.modules.layouts import mlp_units
 from nqf.networks.mlp import TwoLayerMLP
-from nqf.structure.layouts import mlp_units
 from nqf.structure.mlp import mlp
 
 F64 = torch.float64

@@ -76,8 +76,8 @@ def _eps_squared_weights(module, monkeypatch):
 
 
 def _planted(name, monkeypatch):
-    import nqf.analysis
-    import nqf.analysis.validity
+    import nqf.curves
+    import nqf.curves.validity
     import nqf.dynamics
     from nqf.experiments import demo, saddles
     from nqf.reductions.lv import LotkaVolterra
@@ -101,18 +101,18 @@ def _planted(name, monkeypatch):
         monkeypatch.setattr(LotkaVolterra, "with_z0", lambda self, z0: orig(self, z0 * z0))
         return {}
     if name == "power-law":  # the wrong exponent a/b instead of (a − 1)/b
-        orig = nqf.analysis.predict_exponent
+        orig = nqf.curves.predict_exponent
 
         def wrong(ell, zeta, *a, **k):
             pred = orig(ell, zeta, *a, **k)
             return dataclasses.replace(pred, exponent=pred.a / pred.b)
 
-        monkeypatch.setattr(nqf.analysis, "predict_exponent", wrong)
+        monkeypatch.setattr(nqf.curves, "predict_exponent", wrong)
         return {}
     if name == "validity":  # networks and NQF started at ε² (W0 = ε W_dir)
-        orig = nqf.analysis.validity.validity_sweep
+        orig = nqf.curves.validity.validity_sweep
         monkeypatch.setattr(
-            nqf.analysis.validity,
+            nqf.curves.validity,
             "validity_sweep",
             lambda s, u, X, y, op, W, eps, **k: orig(s, u, X, y, op, W, [e * e for e in eps], **k),
         )

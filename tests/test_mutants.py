@@ -13,7 +13,7 @@ import torch
 from scipy import stats
 from scipy.integrate import solve_ivp
 
-from nqf.analysis import fit_power_law
+from nqf.curves import fit_power_law
 from nqf.dynamics import train_network
 from nqf.dynamics.simulate import minibatch_indices
 from nqf.experiments.base import Check

@@ -110,8 +110,7 @@ def test_every_exported_name_resolves(name):
     if name in nqf._LAZY_ATTRS:
         mod, attr = nqf._LAZY_ATTRS[name]
         assert callable(value) and value is not None
-        if name not in nqf._CALLABLE_SUBMODULES:
-            assert value is getattr(importlib.import_module(mod), attr)
+        assert value is getattr(importlib.import_module(mod), attr)
 
 
 def test_known_names():
@@ -127,29 +126,18 @@ def test_known_names():
         nqf.not_a_name  # noqa: B018
 
 
-def test_callable_subpackage_whichever_import_comes_first():
-    """``nqf.analyze`` is a subpackage and its function: calling it works in both import orders."""
+def test_analyze_is_the_function_whichever_import_comes_first():
+    """``nqf.analyze`` is the function and ``nqf.study`` its package (no module that is also callable)."""
     code = """
-import sys, types
+import types
+import nqf.study
 import nqf
-def make():
-    m = types.ModuleType("nqf.analyze")
-    m.analyze = lambda x: ("analyzed", x)
-    return m
-# 1. the import system binds the submodule on the package (``import nqf.analyze`` came first)
-nqf.analyze = make()
-assert nqf.analyze(1) == ("analyzed", 1), nqf.analyze
-assert isinstance(nqf.analyze, types.ModuleType)
-# 2. resolved through the package's __getattr__
-del nqf.analyze
-sys.modules["nqf.analyze"] = make()
-assert nqf.analyze(2) == ("analyzed", 2)
-# other names are untouched
-nqf.other = types.ModuleType("x")
-assert not callable(nqf.other)
+assert callable(nqf.analyze) and not isinstance(nqf.analyze, types.ModuleType), nqf.analyze
+assert nqf.analyze is nqf.study.analyze
+assert isinstance(nqf.study, types.ModuleType) and not callable(nqf.study)
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert out.returncode == 0, out.stderr
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stderr
 
 
 # --------------------------------------------------------------------------- a package that stands alone

@@ -102,8 +102,8 @@ def analysis():
 
 @cached
 def outcome():
-    from nqf.analyze.output import fill_outcome
     from nqf.experiments import Outcome
+    from nqf.study.output import fill_outcome
 
     out = Outcome()
     fill_outcome(analysis(), out)
@@ -138,7 +138,7 @@ def _sweep_state(tmp_path_factory):
 
 
 def _power_law_curve():
-    from nqf.analysis import predicted_curve
+    from nqf.curves import predicted_curve
 
     k = np.arange(1, P + 1, dtype=float)
     t = np.geomspace(1.0, 1e6, 400)
@@ -146,14 +146,14 @@ def _power_law_curve():
 
 
 def _fit():
-    from nqf.analysis import fit_power_law
+    from nqf.curves import fit_power_law
 
     t, L = _power_law_curve()
     return fit_power_law(t, L, window=(1e2, 1e5), L_inf=0.0, n_boot=50)
 
 
 def _steps():
-    from nqf.analysis import detect_steps
+    from nqf.curves import detect_steps
 
     sol = lv_solution()
     t = sol.t.numpy()[1:]
@@ -161,14 +161,14 @@ def _steps():
 
 
 def _comparison():
-    from nqf.analysis.compare import compare_staircase
+    from nqf.curves.compare import compare_staircase
 
     sol, pl = lv_solution(), lv_system().plateaus(1e-6)
     return compare_staircase(sol.t.numpy(), sol.loss.numpy(), pl.losses[:4].numpy(), pl.times[:3].numpy())
 
 
 def _validity_sweep():
-    from nqf.analysis.validity import validity_sweep
+    from nqf.curves.validity import validity_sweep
 
     X, y, op = mlp_problem()
     net, Wd, _, _ = network_runs()
@@ -238,28 +238,28 @@ FACTORIES = {
     ),
     "nqf.reductions.saddles.results.Saddle": (lambda f: _saddles().saddles[-1], ()),
     "nqf.reductions.saddles.results.SaddleSequence": (lambda f: _saddles(), ()),
-    "nqf.analysis.powerlaw.PowerLawFit": (lambda f: _fit(), ()),
-    "nqf.analysis.exponents.ExponentPrediction": (
-        lambda f: __import__("nqf.analysis", fromlist=["x"]).predict_exponent(
+    "nqf.curves.powerlaw.PowerLawFit": (lambda f: _fit(), ()),
+    "nqf.curves.exponents.ExponentPrediction": (
+        lambda f: __import__("nqf.curves", fromlist=["x"]).predict_exponent(
             np.arange(1, P + 1.0) ** -2.0, np.arange(1, P + 1.0) ** -1.0
         ),
         (),
     ),
-    "nqf.analysis.steps.Steps": (lambda f: _steps(), ()),
-    "nqf.analysis.compare.StaircaseComparison": (lambda f: _comparison(), ()),
-    "nqf.analysis.validity.ValidityReport": (lambda f: _validity_sweep().reports[0], ()),
-    "nqf.analysis.validity.ValiditySweep": (lambda f: _validity_sweep(), ()),
-    "nqf.analyze.result.Analysis": (lambda f: analysis(), ()),
+    "nqf.curves.steps.Steps": (lambda f: _steps(), ()),
+    "nqf.curves.compare.StaircaseComparison": (lambda f: _comparison(), ()),
+    "nqf.curves.validity.ValidityReport": (lambda f: _validity_sweep().reports[0], ()),
+    "nqf.curves.validity.ValiditySweep": (lambda f: _validity_sweep(), ()),
+    "nqf.study.result.Analysis": (lambda f: analysis(), ()),
     "nqf.reductions._staircase.Staircase": (lambda f: analysis().prediction, ()),
-    "nqf.analyze.result.CheckRow": (lambda f: analysis().checks[0], ()),
-    "nqf.analyze.discover.FoundUnits": (
-        lambda f: __import__("nqf.analyze.discover", fromlist=["x"]).find_unit_layers(
+    "nqf.study.result.CheckRow": (lambda f: analysis().checks[0], ()),
+    "nqf.study.discover.FoundUnits": (
+        lambda f: __import__("nqf.study.discover", fromlist=["x"]).find_unit_layers(
             torch.nn.Sequential(torch.nn.Linear(D, 8, bias=False), torch.nn.Tanh(), torch.nn.Linear(8, C, bias=False))
         )[0],
         (),
     ),
-    "nqf.structure.discover.UnitCandidate": (
-        lambda f: __import__("nqf.structure.discover", fromlist=["x"]).find_units(
+    "nqf.modules.discover.UnitCandidate": (
+        lambda f: __import__("nqf.modules.discover", fromlist=["x"]).find_units(
             torch.nn.Sequential(torch.nn.Linear(D, 8, bias=False), torch.nn.Tanh(), torch.nn.Linear(8, C, bias=False))
         )[0],
         (),
@@ -282,7 +282,7 @@ FACTORIES = {
 
 #: Public dataclasses that are not results of a computation (inputs, specifications, run contexts).
 NOT_RESULTS = {
-    "nqf.structure.units.UnitSlice": "an input: how a parameter is split into units",
+    "nqf.modules.units.UnitSlice": "an input: how a parameter is split into units",
     "nqf.structure.activations.Activation": "an input: an activation function with its derivatives at 0",
     "nqf.experiments.runner.RunContext": "what a running experiment may use (run directory, device, seed)",
     "nqf.experiments.catalog.CatalogEntry": "a catalogue entry: where an experiment is defined, its description",

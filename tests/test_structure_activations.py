@@ -16,10 +16,10 @@ import torch
 from torch import nn
 
 from nqf.errors import InvalidParameterError, NormalFormError
+from nqf.modules import find_units
+from nqf.modules.autodiff import NON_SMOOTH_MODULES, is_non_smooth_layer
+from nqf.modules.discover import ELEMENTWISE_MODULES
 from nqf.structure import activations as A
-from nqf.structure import find_units
-from nqf.structure.autodiff import NON_SMOOTH_MODULES, is_non_smooth_layer
-from nqf.structure.discover import ELEMENTWISE_MODULES
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "nqf"
 SMOOTH = [a for a in A.REGISTRY if a.smooth]
@@ -174,7 +174,7 @@ def test_activation_classes_and_names_live_only_in_the_registry():
 # --------------------------------------------------------------------------- unit kinds (class attribute)
 def test_unit_kind_is_declared_by_the_class_not_looked_up_by_its_name():
     from nqf import networks
-    from nqf.structure.units import UnitLayout, UnitSlice
+    from nqf.modules.units import UnitLayout, UnitSlice
 
     expect = {
         networks.TwoLayerMLP(3, 4, 2): "mlp-hidden",
@@ -211,9 +211,9 @@ def test_unit_kind_is_declared_by_the_class_not_looked_up_by_its_name():
 
 # --------------------------------------------------------------------------- analyze: act= and the smoothness check
 def test_analyze_act_choices_and_refusals_come_from_the_registry():
-    from nqf.analyze.checks import check_smooth
-    from nqf.analyze.models import build_model, parse_spec
     from nqf.errors import ModelSpecError
+    from nqf.study.checks import check_smooth
+    from nqf.study.models import build_model, parse_spec
 
     assert parse_spec("mlp:act=Softplus_Centred")[1]["act"] == "softplus-centred"
     assert parse_spec("mlp:act=leaky-relu")[1]["act"] == "leaky_relu"

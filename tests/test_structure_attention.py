@@ -14,6 +14,8 @@ from torch import nn
 
 from helpers import loglog_slope
 from nqf.errors import NonFiniteError, ShapeError
+from nqf.modules.attention_layouts import attention_units
+from nqf.modules.autodiff import from_module
 from nqf.networks.attention import MultiHeadAttention, QKAttention
 from nqf.structure.attention import (
     EyeKronKernel,
@@ -22,8 +24,6 @@ from nqf.structure.attention import (
     multi_head_attention,
     qk_attention,
 )
-from nqf.structure.attention_layouts import attention_units
-from nqf.structure.autodiff import from_module
 
 DT = torch.float64
 
@@ -156,7 +156,7 @@ def _dense_head0_hessian(net, layout, X):
     from torch.func import functional_call
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from nqf.structure.units import UnitScatter
+    from nqf.modules.units import UnitScatter
 
     net = net.eval()
     sc = UnitScatter(net, layout)
@@ -279,7 +279,7 @@ def test_transformer_encoder_stack_heads_of_each_layer():
 
     Layer 0's heads are read out through all of layer 1 (its attention included), layer 1's through the head.
     """
-    from nqf.structure import select_units
+    from nqf.modules import select_units
 
     class Net(nn.Module):
         def __init__(self):
@@ -304,7 +304,7 @@ def test_transformer_encoder_stack_heads_of_each_layer():
 def test_wrong_attention_layout_is_caught():
     """Heads without their value rows: each W_O^h meets a different fixed W_V^h, so the units differ."""
     from nqf.errors import NormalFormError
-    from nqf.structure import UnitLayout, UnitSlice
+    from nqf.modules import UnitLayout, UnitSlice
 
     net = _TorchMHA(6, 3, False, False)
     X = _x(4, 3, 6, 14)

@@ -7,8 +7,9 @@ import torch
 from torch import nn
 
 from nqf.errors import NonFiniteError, NormalFormError
+from nqf.modules import UnitLayout, UnitSlice, check_truncation_order, from_module, mlp_units
 from nqf.networks import TwoLayerMLP
-from nqf.structure import UnitLayout, UnitSlice, check_truncation_order, from_module, mlp, mlp_units
+from nqf.structure import mlp
 
 DT = torch.float64
 

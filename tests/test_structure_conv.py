@@ -17,11 +17,11 @@ import torch
 from torch import nn
 
 from nqf.errors import NonFiniteError, NormalFormError, ShapeError
+from nqf.modules.autodiff import from_module
+from nqf.modules.conv_layouts import conv_units
 from nqf.networks.conv import ConvNet1d, ConvNet2d
-from nqf.structure.autodiff import from_module
 from nqf.structure.bilinear import BilinearStructure, OneHotKronKernel
 from nqf.structure.conv import conv1d, conv2d, conv_output_size
-from nqf.structure.conv_layouts import conv_units
 
 DT = torch.float64
 

@@ -13,21 +13,19 @@ import torch
 from torch import nn
 
 from nqf.errors import NormalFormError, NoUnitsError
-from nqf.networks import TwoLayerMLP
-from nqf.networks.moe import MixtureOfExperts
-from nqf.structure import (
+from nqf.modules import (
     UnitCandidate,
     UnitLayout,
     UnitSlice,
-    conv1d,
     find_units,
     from_module,
     get_unit_weights,
-    mlp,
-    multi_head_attention,
     select_units,
     set_unit_weights,
 )
+from nqf.networks import TwoLayerMLP
+from nqf.networks.moe import MixtureOfExperts
+from nqf.structure import conv1d, mlp, multi_head_attention
 
 DT = torch.float64
 

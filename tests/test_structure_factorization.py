@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from nqf.errors import NonFiniteError, ShapeError
+from nqf.modules.autodiff import from_module
 from nqf.networks.factorization import Factorization, MatrixSensing
 from nqf.networks.mlp import TwoLayerMLP
-from nqf.structure.autodiff import from_module
 from nqf.structure.bilinear import BilinearStructure
 from nqf.structure.factorization import SensingStructure, factorization, linear_network, matrix_sensing
 

@@ -11,8 +11,9 @@ import torch
 
 from helpers import loglog_slope
 from nqf.errors import NormalFormError
+from nqf.modules import from_module, mlp_units
 from nqf.networks import TwoLayerMLP
-from nqf.structure import from_module, get_activation, mlp, mlp_units
+from nqf.structure import get_activation, mlp
 
 DT = torch.float64
 ACTS = ["tanh", "sin", "erf", "gelu", "softplus-centred", "sigmoid", "linear"]

@@ -11,7 +11,7 @@ import pytest
 import torch
 from scipy.integrate import solve_ivp
 
-from nqf.analysis.steps import detect_steps
+from nqf.curves.steps import detect_steps
 from nqf.errors import NormalFormError, ShapeError
 from nqf.networks.mlp import TwoLayerMLP
 from nqf.reductions.svd_modes import NotWhitenedError, NotWhitenedWarning, two_layer_modes, whiten, whitening_error

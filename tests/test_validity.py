@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from nqf.analysis.validity import ValidityReport, remainder_ratio, validity_report, validity_sweep
+from nqf.curves.validity import ValidityReport, remainder_ratio, validity_report, validity_sweep
 from nqf.dynamics import Trajectory, simulate, train_network
 from nqf.networks.mlp import TwoLayerMLP
 from nqf.structure.mlp import mlp

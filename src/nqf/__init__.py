@@ -16,19 +16,19 @@ name, add one entry to :data:`_LAZY_ATTRS` (or a subpackage to
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
 #: Subpackages and modules reachable as ``nqf.NAME`` without an explicit import.
 _LAZY_SUBMODULES: frozenset[str] = frozenset(
     {
-        "analysis",
+        "curves",
         "dynamics",
         "errors",
+        "modules",
         "networks",
         "reductions",
         "structure",
+        "study",
     }
 )
 
@@ -41,25 +41,19 @@ _LAZY_ATTRS: dict[str, tuple[str, str]] = {
     "two_layer_modes": ("nqf.reductions.svd_modes", "two_layer_modes"),
     "predict": ("nqf.reductions", "predict"),
     "Staircase": ("nqf.reductions", "Staircase"),
-    "analyze": ("nqf.analyze", "analyze"),
+    "analyze": ("nqf.study", "analyze"),
 }
-
-#: Names that are both a subpackage and the main function in it (``nqf.analyze``): the
-#: subpackage is made callable, so ``nqf.analyze(...)`` calls ``nqf.analyze.analyze(...)``
-#: whichever of ``import nqf.analyze`` or ``nqf.analyze`` happened first, and
-#: ``import nqf.analyze.x`` keeps working.
-_CALLABLE_SUBMODULES: frozenset[str] = frozenset(
-    name for name, (module, attr) in _LAZY_ATTRS.items() if module == f"{__name__}.{name}" and attr == name
-)
 
 __all__ = [  # kept equal to the two tables above by tests/test_package.py
     "__version__",
-    "analysis",
+    "curves",
     "dynamics",
     "errors",
+    "modules",
     "networks",
     "reductions",
     "structure",
+    "study",
     "simulate",
     "gradient_flow",
     "train_network",
@@ -72,13 +66,14 @@ __all__ = [  # kept equal to the two tables above by tests/test_package.py
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these are resolved lazily
     __version__: str
-    from . import analysis as analysis
+    from . import curves as curves
     from . import dynamics as dynamics
     from . import errors as errors
+    from . import modules as modules
     from . import networks as networks
     from . import reductions as reductions
     from . import structure as structure
-    from .analyze import analyze as analyze
+    from . import study as study
     from .dynamics import Trajectory as Trajectory
     from .dynamics import gradient_flow as gradient_flow
     from .dynamics import simulate as simulate
@@ -86,26 +81,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these are reso
     from .reductions import Staircase as Staircase
     from .reductions import predict as predict
     from .reductions.svd_modes import two_layer_modes as two_layer_modes
-
-
-class _CallableModule(types.ModuleType):
-    """A subpackage that forwards calls to its function of the same name."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return getattr(self, self.__name__.rpartition(".")[2])(*args, **kwargs)
-
-
-class _Package(types.ModuleType):
-    """The ``nqf`` package object: keeps a name in :data:`_CALLABLE_SUBMODULES` callable."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        # the import system binds a freshly imported submodule on its parent package
-        if name in _CALLABLE_SUBMODULES and type(value) is types.ModuleType:
-            value.__class__ = _CallableModule
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
+    from .study import analyze as analyze
 
 
 def _version() -> str:
@@ -122,10 +98,6 @@ def __getattr__(name: str) -> Any:
         value: Any = _version()
     elif name in _LAZY_SUBMODULES:
         value = importlib.import_module(f"{__name__}.{name}")
-    elif name in _CALLABLE_SUBMODULES:
-        value = importlib.import_module(f"{__name__}.{name}")
-        if type(value) is types.ModuleType:  # imported before this package object was set up
-            value.__class__ = _CallableModule
     elif name in _LAZY_ATTRS:
         module, attr = _LAZY_ATTRS[name]
         value = getattr(importlib.import_module(module), attr)

@@ -368,7 +368,7 @@ def report(rundir: Path = typer.Argument(..., help="A run directory (`nqf run`, 
 
 # Commands that live with their own package register themselves here: each module defines
 # ``register(app)`` and imports torch and friends only inside its commands (``nqf --version`` stays fast).
-_COMMAND_MODULES = ("nqf.sweep.cli", "nqf.analyze.cli")
+_COMMAND_MODULES = ("nqf.sweep.cli", "nqf.study.cli")
 
 
 def _register_commands() -> None:

@@ -234,7 +234,7 @@ class Experiment:
     :meth:`run` and :meth:`plot`.
 
     The phases of a run: problem → prediction (a :class:`nqf.Staircase` where there is
-    one) → runs (checkpointed) → measurement (through :mod:`nqf.analysis` only) →
+    one) → runs (checkpointed) → measurement (through :mod:`nqf.curves` only) →
     checks (pure data in, :class:`Check` out) → figures.  :meth:`run` fills
     ``out.arrays`` with everything the figures show; :meth:`plot` draws them from
     those arrays alone, so that ``nqf report RUN_DIR`` redraws every figure from

@@ -9,7 +9,7 @@ like ``(t/ln(1/ε))^{−(a−1)/b}``.  The asymptotic statement needs many modes
 ``dz_k/dt = 4 z_k (β_k − z_k)`` with ``β_k = k^{−γ}`` (so ``ζ_k = 4k^{−γ}``,
 ``ℓ_k = ½k^{−2γ}``: ``a = 2γ``, ``b = γ``), ``z_k(0) = ε``, solved by the library
 (:meth:`nqf.reductions.lv.LotkaVolterra.logistic`, :meth:`~nqf.reductions.lv.LotkaVolterra.loss`).
-Headline: ``(a−1)/b`` from the spectra (:func:`nqf.analysis.predict_exponent`).
+Headline: ``(a−1)/b`` from the spectra (:func:`nqf.curves.predict_exponent`).
 Reference, independent of the library: the exact mode sum
 ``L(t) − L∞ = Σ_k ℓ_k (1 − expit(ζ_k t − ln(β_k/ε − 1)))²`` written out with numpy
 and ``scipy.special.expit``, its exponent fitted by ordinary least squares of
@@ -199,7 +199,7 @@ class PowerLaw(Experiment):
         "first_mode": 5,
     }
     checks = (
-        "headline exponent (a−1)/b (nqf.analysis.predict_exponent on the spectra) vs the exponent fitted by "
+        "headline exponent (a−1)/b (nqf.curves.predict_exponent on the spectra) vs the exponent fitted by "
         "OLS on the exact mode sum written out with numpy/scipy.special.expit at K = `asymptotic_modes`, "
         "ε = `asymptotic_eps`; relative tolerance `headline_tolerance` (5%: discreteness of the sum and "
         "the theory's O(b ln k/ln(1/ε)) and O(k/K) corrections over the window, each ≲ 2%)",
@@ -231,7 +231,7 @@ class PowerLaw(Experiment):
 # ---------------------------------------------------------------------- asymptotic regime (LV flow)
 def _asymptotic(P: PowerLawParams, ctx) -> dict:
     """Headline (a−1)/b, the library's LV loss, the independent exact sum, and the finite-K, finite-ε grid."""
-    from ..analysis import predict_exponent
+    from ..curves import predict_exponent
     from ..reductions import lv
 
     K, e = P.asymptotic_modes, P.asymptotic_eps
@@ -444,7 +444,7 @@ def _network_runs(net: dict, P: PowerLawParams, ctx) -> dict:
 
 def _network_measurement(net: dict, runs: dict, P: PowerLawParams, ctx) -> dict:
     """Exact-sum exponent at this K and ε, and the power-law fits of the NQF (and real network) losses."""
-    from ..analysis import fit_power_law
+    from ..curves import fit_power_law
 
     sim, window = runs["nqf"], net["window"]
     t, L_sim = sim.t.numpy()[1:], sim.loss.numpy()[1:]

@@ -4,7 +4,7 @@ For each bundled data set (inputs standardised, one-hot targets centred, MSE
 ``L = (1/N) Σ ½‖f − y‖²``, see :mod:`nqf.data`) a real two-layer tanh MLP
 (:class:`nqf.networks.TwoLayerMLP`, width ``m ≥ p``) is trained by full-batch GD
 from ``M(0) = εI`` (``W(0) = √ε Qᵀ``) at two values of ``ε``, with
-``η = lr_fraction / largest escape rate`` (:mod:`nqf.analysis.schedule`).  The data
+``η = lr_fraction / largest escape rate`` (:mod:`nqf.curves.schedule`).  The data
 do not commute, so the prediction is the greedy saddle sequence
 (:func:`nqf.reductions.saddles.saddle_sequence`):
 
@@ -198,7 +198,7 @@ def _table(rows: list) -> Table:
 
 def _problem(name: str, P: RealDataParams, ctx) -> dict:
     """Data set, NQF operator, saddle sequence with its ε-independent heteroclinic chain, and the GD step."""
-    from ..analysis.schedule import stable_learning_rate
+    from ..curves.schedule import stable_learning_rate
     from ..data import load_dataset
     from ..reductions.saddles import saddle_sequence
     from ..reductions.saddles.clock import heteroclinic_chain
@@ -227,7 +227,7 @@ def _tolerances(eps: float, P: RealDataParams) -> tuple[float, float, float]:
 
 def _runs(prob: dict, st, eps: float, P: RealDataParams, ctx):
     """NQF simulation and real network from the same ``W(0)`` (the network's × `planted_init_factor`), checkpointed."""
-    from ..analysis.schedule import initial_weights, step_count
+    from ..curves.schedule import initial_weights, step_count
 
     lr = prob["lr"]
     steps = step_count(st.times, lr, margin=1.0 + _tolerances(eps, P)[1], extra=2.0)
@@ -242,9 +242,9 @@ def _runs(prob: dict, st, eps: float, P: RealDataParams, ctx):
 
 
 def _measure(prob: dict, st, sim, real) -> dict:
-    """Both runs against the staircase (:func:`nqf.analysis.compare_staircase`), the predicted loss curve
+    """Both runs against the staircase (:func:`nqf.curves.compare_staircase`), the predicted loss curve
     (saddle values + orbit tails, :func:`~nqf.reductions.saddles.clock.composite_loss`) and the gaps."""
-    from ..analysis.compare import compare_staircase, level_read_times
+    from ..curves.compare import compare_staircase, level_read_times
     from ..reductions.saddles.clock import composite_loss
 
     chain, levels, times = prob["chain"], prob["sequence"].plateau_levels, st.times

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from pydantic import Field, model_validator
 
-from ..analysis.compare import FLAT_THRESHOLD, compare_staircase
+from ..curves.compare import FLAT_THRESHOLD, compare_staircase
 from ..errors import InvalidParameterError
 from ..report.figures import mark_times, new_figure
 from .base import Check, Experiment, Outcome, Params, Table, register
@@ -63,7 +63,7 @@ class SaddlesParams(Params):
         FLAT_THRESHOLD,
         gt=0,
         description="a plateau is judged only if the network's loss changes across the middle third of "
-        "its predicted interval by at most this fraction of the adjacent drop (nqf.analysis.compare)",
+        "its predicted interval by at most this fraction of the adjacent drop (nqf.curves.compare)",
     )
     plateau_tolerance: float = Field(
         0.1, gt=0, description="tolerance on plateau levels, as a fraction of the adjacent drop"

@@ -1,5 +1,5 @@
 """Real PyTorch modules of each family, each exposing its unit axis as ``.units``
-(a :class:`nqf.structure.UnitLayout` in the order of the matching analytic constructor)."""
+(a :class:`nqf.modules.UnitLayout` in the order of the matching analytic constructor)."""
 
 from .attention import MultiHeadAttention, QKAttention
 from .conv import ConvNet1d, ConvNet2d

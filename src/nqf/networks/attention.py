@@ -9,8 +9,8 @@ from torch import nn
 
 from .._validation import positive_int
 from ..errors import InvalidParameterError, NonFiniteError, ShapeError
+from ..modules.units import UnitLayout, UnitSlice
 from ..structure.attention import READOUTS
-from ..structure.units import UnitLayout, UnitSlice
 
 __all__ = ["MultiHeadAttention", "QKAttention"]
 
@@ -64,7 +64,7 @@ class MultiHeadAttention(nn.Module):
     dtype : torch.dtype
     """
 
-    #: What :func:`nqf.structure.find_units` reports as the kind of :attr:`units`.
+    #: What :func:`nqf.modules.find_units` reports as the kind of :attr:`units`.
     unit_kind = "attention-heads"
 
     def __init__(
@@ -135,7 +135,7 @@ class QKAttention(nn.Module):
     dtype : torch.dtype
     """
 
-    #: What :func:`nqf.structure.find_units` reports as the kind of :attr:`units`.
+    #: What :func:`nqf.modules.find_units` reports as the kind of :attr:`units`.
     unit_kind = "attention-heads"
 
     V: torch.Tensor  # registered buffer

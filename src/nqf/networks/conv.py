@@ -10,9 +10,9 @@ from torch import nn
 
 from .._validation import int_tuple, positive_int
 from ..errors import InvalidParameterError
+from ..modules.units import UnitLayout, UnitSlice
 from ..structure.activations import Activation, get_activation
 from ..structure.conv import READOUTS, conv_output_size
-from ..structure.units import UnitLayout, UnitSlice
 
 __all__ = ["ConvNet1d", "ConvNet2d"]
 
@@ -20,7 +20,7 @@ __all__ = ["ConvNet1d", "ConvNet2d"]
 class _ConvNet(nn.Module):
     """Shared readout logic: ``h = σ(conv(x))`` of shape ``(B, m, Q)``, then the readout."""
 
-    #: What :func:`nqf.structure.find_units` reports as the kind of :attr:`units`.
+    #: What :func:`nqf.modules.find_units` reports as the kind of :attr:`units`.
     unit_kind = "conv-channels"
 
     conv: nn.Module

@@ -9,7 +9,7 @@ from torch import nn
 
 from .._validation import positive_int
 from ..errors import ShapeError
-from ..structure.units import UnitLayout, UnitSlice
+from ..modules.units import UnitLayout, UnitSlice
 
 __all__ = ["Factorization", "MatrixSensing"]
 
@@ -41,7 +41,7 @@ class Factorization(nn.Module):
     ``(B, C, d1, d2)`` → ``(B, C)`` for vector outputs.
     """
 
-    #: What :func:`nqf.structure.find_units` reports as the kind of :attr:`units`.
+    #: What :func:`nqf.modules.find_units` reports as the kind of :attr:`units`.
     unit_kind = "factor-columns"
 
     def __init__(self, d1: int, d2: int, width: int, *, init_scale: float = 1.0, dtype: torch.dtype = torch.float64):
@@ -84,7 +84,7 @@ class MatrixSensing(nn.Module):
     ``(B, C, d, d)`` → ``(B, C)``.
     """
 
-    #: What :func:`nqf.structure.find_units` reports as the kind of :attr:`units`.
+    #: What :func:`nqf.modules.find_units` reports as the kind of :attr:`units`.
     unit_kind = "factor-columns"
 
     def __init__(self, d: int, width: int, *, init_scale: float = 1.0, dtype: torch.dtype = torch.float64):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..modules.units import UnitLayout, UnitSlice
 from ..structure.activations import get_activation
-from ..structure.units import UnitLayout, UnitSlice
 
 __all__ = ["TwoLayerMLP"]
 
@@ -31,7 +31,7 @@ class TwoLayerMLP(nn.Module):
     dtype : torch.dtype
     """
 
-    #: What :func:`nqf.structure.find_units` reports as the kind of :attr:`units`.
+    #: What :func:`nqf.modules.find_units` reports as the kind of :attr:`units`.
     unit_kind = "mlp-hidden"
 
     def __init__(

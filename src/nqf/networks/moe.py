@@ -7,8 +7,8 @@ from torch import nn
 
 from .._validation import positive_int
 from ..errors import ShapeError
+from ..modules.units import UnitLayout, UnitSlice
 from ..structure.activations import get_activation
-from ..structure.units import UnitLayout, UnitSlice
 
 __all__ = ["MixtureOfExperts"]
 
@@ -34,7 +34,7 @@ class MixtureOfExperts(nn.Module):
     dtype : torch.dtype
     """
 
-    #: What :func:`nqf.structure.find_units` reports as the kind of :attr:`units`.
+    #: What :func:`nqf.modules.find_units` reports as the kind of :attr:`units`.
     unit_kind = "experts"
 
     def __init__(

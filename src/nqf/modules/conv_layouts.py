@@ -1,6 +1,6 @@
 """Unit layout of a user model made of a convolution followed by a readout.
 
-For :func:`nqf.structure.autodiff.from_module` on a model such as::
+For :func:`nqf.modules.autodiff.from_module` on a model such as::
 
     nn.Sequential(nn.Conv1d(3, m, 5, bias=False), nn.Tanh(), nn.Flatten(), nn.Linear(m * Q, C, bias=False))
     nn.Sequential(nn.Conv2d(3, m, 3, bias=False), nn.Tanh(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),

@@ -1,6 +1,6 @@
 """Which units of a model are analysed, and their structure operator.
 
-Discovery uses :func:`nqf.structure.find_units` / :func:`nqf.structure.select_units`
+Discovery uses :func:`nqf.modules.find_units` / :func:`nqf.modules.select_units`
 when the installed :mod:`nqf.structure` provides them; otherwise it finds hidden
 neurons between two ``nn.Linear`` layers with an elementwise activation inside any
 ``nn.Sequential`` (and the ``units`` layout of :mod:`nqf.networks` models).
@@ -8,7 +8,7 @@ neurons between two ``nn.Linear`` layers with an elementwise activation inside a
 Structure operator: for a model that *is* a two-layer MLP
 (``nn.Sequential(Linear, act, Linear)`` or :class:`nqf.networks.TwoLayerMLP`)
 with a known activation, the analytic operator :func:`nqf.structure.mlp`
-(memory ``O(N D)``), checked against :func:`nqf.structure.from_module` on a few
+(memory ``O(N D)``), checked against :func:`nqf.modules.from_module` on a few
 samples to 1e-10; any other model goes through ``from_module`` (dense
 ``N × C × p × p``, refused above the memory budget).
 """
@@ -21,14 +21,14 @@ import torch
 from torch import nn
 
 from ..errors import NormalFormError
+from ..modules.discover import ELEMENTWISE_MODULES
+from ..modules.units import UnitLayout, get_unit_weights, set_unit_weights
 from ..results import Result
-from ..structure.discover import ELEMENTWISE_MODULES
-from ..structure.units import UnitLayout, get_unit_weights, set_unit_weights
 
 __all__ = ["FoundUnits", "find_unit_layers", "choose_units", "structure_of", "output_at_zero", "ELEMENTWISE"]
 
 #: Elementwise activation modules (smooth and non-smooth: the smoothness check judges them): those that
-#: :func:`nqf.structure.find_units` accepts between two layers (derived from the activation registry).
+#: :func:`nqf.modules.find_units` accepts between two layers (derived from the activation registry).
 ELEMENTWISE: tuple[type[nn.Module], ...] = ELEMENTWISE_MODULES
 
 
@@ -41,7 +41,7 @@ class FoundUnits(Result):
     name : str
         Layer name (the first ``nn.Linear`` of an MLP block, e.g. ``"0"``).
     kind : str
-        ``"mlp-hidden"`` or what :func:`nqf.structure.find_units` reports.
+        ``"mlp-hidden"`` or what :func:`nqf.modules.find_units` reports.
     layout : UnitLayout
     n_units, p : int
     activation : nn.Module or None
@@ -101,10 +101,10 @@ def _mlp_details(module: nn.Module, cand) -> tuple[nn.Module | None, bool, bool]
 
 
 def find_unit_layers(module: nn.Module) -> list[FoundUnits]:
-    """Every layer of interchangeable units in ``module`` (possibly empty), as :func:`nqf.structure.find_units`
+    """Every layer of interchangeable units in ``module`` (possibly empty), as :func:`nqf.modules.find_units`
     finds them; hidden neurons of a Sequential also carry their activation (analytic operator when the model is
     exactly that two-layer MLP)."""
-    from ..structure import find_units
+    from ..modules import find_units
 
     params = dict(module.named_parameters())
     out = []
@@ -174,7 +174,8 @@ def structure_of(
     how : str
         ``"analytic"`` or ``"autodiff"``.
     """
-    from ..structure import from_module, mlp
+    from ..modules import from_module
+    from ..structure import mlp
 
     f0 = output_at_zero(module, found.layout, X)
     C = f0.shape[1]

@@ -1,6 +1,6 @@
 """``f(x)`` as a pure function of a few units' weights, all other units at zero (for :mod:`torch.func`).
 
-Internal to :mod:`nqf.structure` (used by :func:`~nqf.structure.from_module` and its checks).
+Internal to :mod:`nqf.structure` (used by :func:`~nqf.modules.from_module` and its checks).
 """
 
 from __future__ import annotations

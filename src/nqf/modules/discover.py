@@ -11,17 +11,17 @@ module's function unchanged.  It recognises, by structure (no forward pass):
   ``nn.Dropout`` and ``nn.Identity`` may sit in between; with no activation at
   all, the hidden units of a linear network) inside an ``nn.Sequential`` at any depth.
   Unit ``i`` = (column ``i`` of the second weight, row ``i`` of the first
-  [, its bias ``i``]), the layout of :func:`~nqf.structure.mlp_units`.
+  [, its bias ``i``]), the layout of :func:`~nqf.modules.mlp_units`.
 * ``"attention-heads"``: the heads of every ``nn.MultiheadAttention``,
   including the self-attention of ``nn.TransformerEncoderLayer`` /
-  ``nn.TransformerDecoderLayer`` (layout :func:`~nqf.structure.attention_units`).
+  ``nn.TransformerDecoderLayer`` (layout :func:`~nqf.modules.attention_units`).
   In a transformer layer only the heads are units: the residual stream, layer
   norms and feed-forward block are part of the fixed map that reads the heads
   out (their own hidden neurons are not offered, they are not in a Sequential).
 * ``"conv-channels"``: output channels of an ``nn.Conv1d``/``nn.Conv2d``
   (``groups = 1``) followed, in an ``nn.Sequential``, by an elementwise
   activation, optional average pooling / ``nn.Flatten``, and a convolution or
-  ``nn.Linear`` that reads the channels (layout :func:`~nqf.structure.conv_units`).
+  ``nn.Linear`` that reads the channels (layout :func:`~nqf.modules.conv_units`).
 * the modules of :mod:`nqf.networks` and any module with a ``units`` attribute
   holding a :class:`UnitLayout`; its kind is the module class's ``unit_kind``
   attribute (the networks declare ``"experts"`` for a mixture of experts,
@@ -29,9 +29,9 @@ module's function unchanged.  It recognises, by structure (no forward pass):
   ``"factor-columns"``), ``"custom"`` for a class without one.
 
 A candidate through a non-smooth activation (ReLU, max pooling, …) is still
-reported, flagged ``smooth=False``: :func:`~nqf.structure.from_module` refuses
+reported, flagged ``smooth=False``: :func:`~nqf.modules.from_module` refuses
 it with a message naming smooth replacements.  Finding a layer is structural;
-:func:`~nqf.structure.from_module` then *checks* the symmetry numerically.
+:func:`~nqf.modules.from_module` then *checks* the symmetry numerically.
 
 :func:`select_units` picks one candidate (the only one, or the one named by
 the CLI's ``--units LAYER_NAME``) and raises :class:`~nqf.errors.NoUnitsError`
@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from ..errors import InvalidTypeError, NoUnitsError
-from .activations import ActivationModule, module_classes, module_label, smooth_alternatives_text
+from ..structure.activations import ActivationModule, module_classes, module_label, smooth_alternatives_text
 from .attention_layouts import attention_units
 from .autodiff import is_non_smooth_layer
 from .conv_layouts import conv_units
@@ -97,7 +97,7 @@ _NOT_FEATUREWISE = _POOL + (
 def _custom_activation(mod: nn.Module) -> bool:
     """A leaf module with no parameters or buffers, not a known shape/mixing layer: taken as elementwise.
 
-    (E.g. a user's ``Sin`` module.)  Safe to assume: :func:`~nqf.structure.from_module` checks the
+    (E.g. a user's ``Sin`` module.)  Safe to assume: :func:`~nqf.modules.from_module` checks the
     permutation symmetry and the smoothness of the result numerically.
     """
     return (
@@ -135,7 +135,7 @@ class UnitCandidate:
     p : int
         Unit dimension.
     layout : UnitLayout
-        Pass to :func:`~nqf.structure.from_module`, :func:`~nqf.structure.get_unit_weights`, …
+        Pass to :func:`~nqf.modules.from_module`, :func:`~nqf.modules.get_unit_weights`, …
     description : str
         One line for people.
     smooth : bool
@@ -360,7 +360,7 @@ def select_units(module: nn.Module, name: str | None = None) -> UnitCandidate:
     if not found:
         raise NoUnitsError(
             f"no interchangeable units found in {type(module).__name__}: looked for {_LOOKED_FOR}. "
-            "Pass an explicit nqf.structure.UnitLayout instead."
+            "Pass an explicit nqf.modules.UnitLayout instead."
         )
     if name is not None:
         match = [c for c in found if name in c.names or (name == "(module)" and "" in c.names)]

@@ -7,13 +7,13 @@ initial state ``M(0) = εI``, compares per plateau, and returns an
 :class:`Analysis` with assumption checks and a verdict.
 
 Public helpers: :func:`initial_weights`, :func:`stable_learning_rate`,
-:func:`step_count` (from :mod:`nqf.analysis.schedule`),
+:func:`step_count` (from :mod:`nqf.curves.schedule`),
 :func:`find_unit_layers`, :func:`choose_units`, :func:`build_model`.  The
 prediction is :func:`nqf.predict` (a :class:`nqf.Staircase`); curve comparison
-lives in :mod:`nqf.analysis.compare`.
+lives in :mod:`nqf.curves.compare`.
 
 Names are imported on first use (PEP 562), so that ``nqf --version`` — whose
-command table imports :mod:`nqf.analyze.cli` — does not load torch.
+command table imports :mod:`nqf.study.cli` — does not load torch.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ _ATTRS: dict[str, str] = {
     "choose_units": "discover",
     "find_unit_layers": "discover",
     "build_model": "models",
-    "initial_weights": "..analysis.schedule",
-    "stable_learning_rate": "..analysis.schedule",
-    "step_count": "..analysis.schedule",
+    "initial_weights": "..curves.schedule",
+    "stable_learning_rate": "..curves.schedule",
+    "step_count": "..curves.schedule",
 }
 
 __all__ = [  # equal to the keys of _ATTRS
@@ -50,7 +50,7 @@ __all__ = [  # equal to the keys of _ATTRS
 ]
 
 if TYPE_CHECKING:
-    from ..analysis.schedule import initial_weights, stable_learning_rate, step_count
+    from ..curves.schedule import initial_weights, stable_learning_rate, step_count
     from .discover import FoundUnits, choose_units, find_unit_layers
     from .models import build_model
     from .pipeline import analyze, prepare_analysis

@@ -20,12 +20,12 @@ Calling the module under autodiff
 With ``need_weights=False`` PyTorch routes ``nn.MultiheadAttention`` (and
 ``nn.TransformerEncoderLayer``, which always calls it so) to the fused
 ``scaled_dot_product_attention`` kernel or to a native fast path, neither of
-which has a forward-mode derivative.  :func:`~nqf.structure.from_module`
+which has a forward-mode derivative.  :func:`~nqf.modules.from_module`
 therefore never differentiates PyTorch's attention module: it evaluates a
 reduced copy of the model in which each ``nn.MultiheadAttention`` is replaced
 by :class:`HeadSubsetAttention`, an explicit-softmax ("math") implementation
 of the same forward with only the kept heads, and checks that the copy
-reproduces the original module (see :func:`nqf.structure.reduce.reduced_copy`).
+reproduces the original module (see :func:`nqf.modules.narrowed.reduced_copy`).
 Any model can therefore call ``self.attn(x, x, x, need_weights=False)``::
 
     class Wrapped(nn.Module):
@@ -74,7 +74,7 @@ __all__ = ["attention_units", "HeadSubsetAttention"]
 
 
 def attention_units(mha: nn.MultiheadAttention, prefix: str = "") -> UnitLayout:
-    """Heads of ``nn.MultiheadAttention`` as units, for :func:`nqf.structure.autodiff.from_module`.
+    """Heads of ``nn.MultiheadAttention`` as units, for :func:`nqf.modules.autodiff.from_module`.
 
     Parameters
     ----------

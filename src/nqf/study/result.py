@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..analysis.compare import StaircaseComparison
+from ..curves.compare import StaircaseComparison
 from ..reductions import Staircase
 from ..results import Result, summarize
 from ..results import to_jsonable as _clean

@@ -17,7 +17,7 @@ which gives ``w_i = (a_i ∈ R^C, u_i ∈ R^D)``, ``p = C + D``.
 weights as ``W`` of shape ``(p, m)`` (e.g. ``W = √ε Q`` for ``M(0) = εI``), and
 :class:`UnitScatter` is the differentiable map ``W ↦ parameters`` used to train
 the units with :func:`torch.func.functional_call`; all three share one set of
-index maps.  Layouts are found automatically by :func:`nqf.structure.find_units`.
+index maps.  Layouts are found automatically by :func:`nqf.modules.find_units`.
 """
 
 from __future__ import annotations
@@ -264,7 +264,7 @@ def get_unit_weights(module: torch.nn.Module, layout: UnitLayout) -> torch.Tenso
     module : torch.nn.Module
     layout : UnitLayout
         Its unit axis (``module.units`` for :mod:`nqf.networks`, or from
-        :func:`nqf.structure.find_units`).
+        :func:`nqf.modules.find_units`).
 
     Returns
     -------

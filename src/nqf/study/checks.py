@@ -31,7 +31,7 @@ def check_smooth(module: nn.Module) -> CheckRow:
     NormalFormError
         Names the first non-smooth layer and smooth replacements.
     """
-    from ..structure.autodiff import is_non_smooth_layer
+    from ..modules.autodiff import is_non_smooth_layer
 
     for name, sub in module.named_modules():
         if is_non_smooth_layer(sub):
@@ -46,7 +46,7 @@ def check_smooth(module: nn.Module) -> CheckRow:
 
 def check_symmetry(module: nn.Module, layout, X: torch.Tensor, seed: int = 0) -> CheckRow:
     """``max |f(W) − f(Wπ)| / max |f|`` for random ``W`` and generating permutations ``π``."""
-    from ..structure import check_permutation_symmetry
+    from ..modules import check_permutation_symmetry
 
     dev = check_permutation_symmetry(module, layout, X[:16], seed=seed)
     return CheckRow("unit symmetry", f"{dev:.1e}", "f(W) = f(Wπ) to round-off", "ok")

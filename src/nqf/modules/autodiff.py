@@ -1,6 +1,6 @@
 r"""Structure matrices of any PyTorch module by automatic differentiation.
 
-For a module whose units (described by a :class:`~nqf.structure.units.UnitLayout`)
+For a module whose units (described by a :class:`~nqf.modules.units.UnitLayout`)
 are interchangeable, the normal form (docs/theory.md, section 1) is
 
 .. math::
@@ -16,7 +16,7 @@ How :func:`from_module` computes it
 * **On copies with one and two units.**  ``A``, ``b`` and ``B`` are taken with
   all other units at zero, so they are the same for the module and for a copy
   that keeps only unit 0 (for ``A``, ``b``) or units 0 and 1 (for ``B``)
-  (:func:`nqf.structure.reduce.reduced_copy`).  Each copy is checked against
+  (:func:`nqf.modules.narrowed.reduced_copy`).  Each copy is checked against
   the module before use: on a few samples, ``f(W) − f(0)`` with only the kept
   units non-zero must agree to round-off.  ``f(0)`` itself is taken from the
   copy when it agrees too, else from the module (one forward pass; e.g. heads
@@ -30,11 +30,11 @@ How :func:`from_module` computes it
   vectorised over samples in chunks sized to :data:`MEMORY_BUDGET` and written
   straight into the symmetrised ``A``.  Modules without forward-mode rules
   fall back to reverse-over-reverse (``jacrev(jacrev)``).  Everything runs
-  inside :func:`nqf.structure.reduce.evaluation_mode` (PyTorch's attention
+  inside :func:`nqf.modules.narrowed.evaluation_mode` (PyTorch's attention
   fast paths off, ``scaled_dot_product_attention`` on its math kernel) on an
   eval-mode copy (dropout off), and ``nn.MultiheadAttention`` layers of the
   reduced copies are replaced by the explicit-softmax
-  :class:`~nqf.structure.attention_layouts.HeadSubsetAttention`, so
+  :class:`~nqf.modules.attention_layouts.HeadSubsetAttention`, so
   ``nn.MultiheadAttention(need_weights=False)`` and
   ``nn.TransformerEncoderLayer`` work (their heads are the units; residual,
   layer norms and feed-forward are part of the fixed map that reads them out).
@@ -67,16 +67,16 @@ from torch.func import jacfwd, jacrev, jvp, vmap
 
 from .._validation import as_tensor, tolerance
 from ..errors import InvalidParameterError, InvalidTypeError, NormalFormError
-from .activations import (
+from ..structure.activations import (
     ActivationModule,
     activation_of_module,
     module_classes,
     module_label,
     smooth_alternatives_text,
 )
+from ..structure.operator import DenseStructure
 from .assumptions import check_permutation_symmetry, check_truncation_order
-from .operator import DenseStructure
-from .reduce import evaluation_mode, faithful_reduced_copy
+from .narrowed import evaluation_mode, faithful_reduced_copy
 from .unit_function import UnitFunction as _UnitFunction
 from .units import UnitLayout, UnitSlice
 
@@ -117,7 +117,7 @@ def _as_layout(units) -> UnitLayout:
         return UnitLayout(list(units))
     raise InvalidTypeError(
         "`units` must be a UnitLayout or a sequence of UnitSlice; found "
-        f"{type(units).__name__}. Helpers: nqf.structure.find_units, mlp_units, attention_units, "
+        f"{type(units).__name__}. Helpers: nqf.modules.find_units, mlp_units, attention_units, "
         "conv_units"
     )
 
@@ -256,8 +256,8 @@ def from_module(
         in eval mode (dropout off).  Parameters not in ``units`` are held at
         their current values; ``module`` itself is not modified.
     units : UnitLayout or sequence of UnitSlice
-        Which parameter slices form one unit (see :mod:`nqf.structure.units`,
-        :func:`nqf.structure.find_units` and the helpers :func:`mlp_units`,
+        Which parameter slices form one unit (see :mod:`nqf.modules.units`,
+        :func:`nqf.modules.find_units` and the helpers :func:`mlp_units`,
         :func:`attention_units`, :func:`conv_units`).  At least two units.
     inputs : array_like, shape (N, ...)
         Samples; each ``inputs[n]`` is one input of the module.

@@ -1,4 +1,4 @@
-"""Unit layouts of common PyTorch modules, for :func:`nqf.structure.from_module`."""
+"""Unit layouts of common PyTorch modules, for :func:`nqf.modules.from_module`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-r"""A copy of a module with fewer units: what :func:`~nqf.structure.from_module` differentiates.
+r"""A copy of a module with fewer units: what :func:`~nqf.modules.from_module` differentiates.
 
 The structure matrix ``A(x) = ½ ∇²_{w_1} f_x(0)`` is taken with every other
 unit at zero, and interchangeable units all have the same one, so it is a
@@ -6,7 +6,7 @@ property of *one* unit: a model with ``m`` units and the same model with two
 units (the second is needed for the cross-unit term ``B``) have the same
 ``A``, ``b``, ``B`` and ``f(0)`` — the zero units contribute nothing.
 Differentiating the two-unit copy makes the cost of
-:func:`~nqf.structure.from_module` independent of the width.
+:func:`~nqf.modules.from_module` independent of the width.
 
 :func:`reduced_copy` builds that copy from any module, without knowing its
 class: every parameter named in the unit layout is narrowed, along the unit
@@ -14,12 +14,12 @@ axis, to the entries that belong to no unit plus those of the first
 ``n_units`` units, and the slices' offsets are recomputed.  Layers whose
 forward reads sizes from attributes instead of from the weight shapes are
 rebuilt: ``nn.MultiheadAttention`` (also inside ``nn.TransformerEncoderLayer``)
-becomes a :class:`~nqf.structure.attention_layouts.HeadSubsetAttention`.
+becomes a :class:`~nqf.modules.attention_layouts.HeadSubsetAttention`.
 The copy is then **checked** against the original (:func:`check_reduced_copy`):
 on a few inputs, with the kept units at the module's own values and at random
 values and all other units at zero, both must give the same output to
 round-off.  A copy that fails (a buffer sized by the width, a forward that
-hard-codes ``m``, …) is not used; :func:`~nqf.structure.from_module` then
+hard-codes ``m``, …) is not used; :func:`~nqf.modules.from_module` then
 falls back to the full module (correct, but its cost grows with the width).
 """
 

@@ -6,7 +6,7 @@
   shrinks like ``s³`` for a C³ module (a kink at zero, e.g. ReLU, gives ``s²``).
 
 Both run on a float64 copy of the module in eval mode and are used by
-:func:`nqf.structure.from_module`.
+:func:`nqf.modules.from_module`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from torch.func import functional_call, jacrev, jvp, vmap
 
 from .._validation import tolerance
 from ..errors import NormalFormError
-from .reduce import evaluation_mode
+from .narrowed import evaluation_mode
 from .unit_function import UnitFunction as _UnitFunction
 from .units import UnitLayout, UnitScatter
 
