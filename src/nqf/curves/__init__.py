@@ -1,5 +1,7 @@
 """Analysis of loss curves and predictions from mode spectra (docs/theory.md §4–§5).
 
+* :func:`compare_staircase` — a measured curve against a predicted :class:`nqf.Staircase`
+  (levels, drop times, flatness): the one judge of a staircase;
 * :func:`detect_steps` — times of sudden drops and plateau levels of a loss curve;
 * :func:`fit_power_law` — power-law fit over a chosen or automatic window, with a bootstrap interval;
 * :func:`predict_exponent` — ``(a − 1)/b`` from per-mode losses ``ℓ_k`` and rates ``ζ_k``;
@@ -11,12 +13,17 @@ Conventions: ``L = (1/N) Σ_n ℓ(f_n, y_n)``, ``ℓ = ½(f − y)²``; time ``t
 Curves are taken as array_like or tensors; results are NumPy float64 arrays.
 """
 
+from .compare import FLAT_THRESHOLD, StaircaseComparison, compare_staircase, regime_exit
 from .exponents import ExponentPrediction, predict_exponent, predicted_curve, predicted_switch_times
 from .powerlaw import PowerLawFit, auto_window, fit_power_law
 from .steps import Steps, detect_steps
 from .validity import ValidityReport, ValiditySweep, remainder_ratio, validity_report, validity_sweep
 
 __all__ = [
+    "compare_staircase",
+    "StaircaseComparison",
+    "FLAT_THRESHOLD",
+    "regime_exit",
     "Steps",
     "detect_steps",
     "PowerLawFit",
