@@ -23,7 +23,7 @@ import time
 import torch
 
 from nqf.dynamics import data_subspace, simulate, train_network
-from nqf.networks.mlp import TwoLayerMLP
+from nqf.networks._mlp import TwoLayerMLP
 from nqf.structure.mlp import mlp
 
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from scipy.integrate import solve_ivp
 
-from nqf.curves.exponents import predict_exponent, predicted_curve, predicted_switch_times
-from nqf.curves.powerlaw import fit_power_law
+from nqf.curves._exponents import predict_exponent, predicted_curve, predicted_switch_times
+from nqf.curves._powerlaw import fit_power_law
 from nqf.errors import NonFiniteError, ShapeError
 
 K = 20_000

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from nqf.curves.powerlaw import auto_window, fit_power_law
+from nqf.curves._powerlaw import auto_window, fit_power_law
 from nqf.errors import NonFiniteError, ShapeError
 
 T = 0.1 * np.arange(1, 5001)  # GD-like sampling, uniform in t

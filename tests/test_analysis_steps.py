@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy.special import expit
 
-from nqf.curves.steps import detect_steps
+from nqf.curves._steps import detect_steps
 from nqf.errors import NonFiniteError, ShapeError
 
 TIMES = np.array([1.0, 3.0, 9.0, 20.0])

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 import nqf
 from nqf.cli import app
-from nqf.curves.schedule import initial_weights, stable_learning_rate, step_count
+from nqf.curves._schedule import initial_weights, stable_learning_rate, step_count
 from nqf.data import load_dataset
 from nqf.errors import InvalidParameterError, NormalFormError
 from nqf.study import find_unit_layers
@@ -72,8 +72,8 @@ def test_factory_sequential_equals_builtin_spec(tmp_path, wine):
     import matplotlib.pyplot as plt
 
     plt.close(a.plot())
-    from nqf.report.schema import validate_results
-    from nqf.study.output import save_analysis
+    from nqf.report._schema import validate_results
+    from nqf.study._output import save_analysis
 
     save_analysis(a, tmp_path / "saved")
     r = validate_results(tmp_path / "saved")
@@ -118,7 +118,7 @@ def test_cli_bad_input_one_line_exit_2(tmp_path, case):
 
 def test_cli_run_directory_and_rank_deficient_start(tmp_path):
     """A width below p (rank-deficient M(0) = εΠ) runs end to end and writes a valid run directory."""
-    from nqf.report.schema import validate_results
+    from nqf.report._schema import validate_results
 
     out = tmp_path / "run"
     res = CliRunner().invoke(
@@ -140,7 +140,7 @@ def test_predict_uses_lotka_volterra_on_commuting_data():
     """Diagonal structure matrices with orthogonal measurement columns commute: the prediction is the
     Lotka–Volterra reduction, whose plateaus are ½E y² − Σ_{learned} β_k²/(2 C_kk) in closed form."""
     from nqf.structure import DenseStructure
-    from nqf.study.checks import check_commutation
+    from nqf.study._checks import check_commutation
 
     N, p = 8, 3
     a = torch.zeros(N, p, dtype=torch.float64)

@@ -39,8 +39,8 @@ def test_orbit_tails_predict_the_loss_where_wine_plateau_1_is_read():
     import numpy as np
     import torch
 
-    from nqf.curves.compare import compare_staircase, level_read_times
-    from nqf.curves.schedule import initial_weights, stable_learning_rate, step_count
+    from nqf.curves._compare import compare_staircase, level_read_times
+    from nqf.curves._schedule import initial_weights, stable_learning_rate, step_count
     from nqf.data import load_dataset
     from nqf.dynamics import simulate
     from nqf.reductions.saddles import saddle_sequence

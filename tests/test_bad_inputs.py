@@ -223,10 +223,10 @@ def _api_cases():
     from nqf.dynamics import gradient_flow, simulate, train_network
     from nqf.experiments.config import parse_config
     from nqf.experiments.runner import run_experiment
-    from nqf.networks.mlp import TwoLayerMLP
+    from nqf.networks._mlp import TwoLayerMLP
     from nqf.reductions.lv import limit
     from nqf.report import validate_results
-    from nqf.report.codec import loads
+    from nqf.report._codec import loads
 
     X, y, op, W0 = _problem()
     M0 = W0 @ W0.T

@@ -18,8 +18,8 @@ from scipy.integrate import solve_ivp
 
 from nqf.experiments import get_experiment, run_experiment
 from nqf.reductions import lv
-from nqf.report import codec
-from nqf.report.codec import CheckpointError
+from nqf.report import _codec as codec
+from nqf.report._codec import CheckpointError
 
 
 def _dense_solution():

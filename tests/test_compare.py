@@ -1,10 +1,10 @@
-"""nqf.curves.compare: crossings, plateau levels, flatness against the adjacent drop; detect_steps from t = 0."""
+"""nqf.curves._compare: crossings, plateau levels, flatness against the adjacent drop; detect_steps from t = 0."""
 
 import numpy as np
 import pytest
 
-from nqf.curves.compare import compare_staircase, downward_crossings, plateau_flatness, regime_exit
-from nqf.curves.steps import detect_steps
+from nqf.curves._compare import compare_staircase, downward_crossings, plateau_flatness, regime_exit
+from nqf.curves._steps import detect_steps
 
 
 def _staircase(t, levels, times, width):

@@ -13,7 +13,7 @@ import torch
 from nqf.dynamics import initial_state, initial_weights, simulate, train_network
 from nqf.dynamics.loop import StepRule, training_loop
 from nqf.errors import InvalidParameterError, ShapeError
-from nqf.networks.mlp import TwoLayerMLP
+from nqf.networks._mlp import TwoLayerMLP
 from nqf.structure.mlp import mlp
 
 F64 = torch.float64

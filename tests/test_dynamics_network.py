@@ -7,10 +7,10 @@ import pytest
 import torch
 from torch import nn
 
-from nqf.curves.validity import validity_sweep
+from nqf.curves._validity import validity_sweep
 from nqf.dynamics import simulate, train_network
 from nqf.modules.layouts import mlp_units
-from nqf.networks.mlp import TwoLayerMLP
+from nqf.networks._mlp import TwoLayerMLP
 from nqf.structure.mlp import mlp
 
 F64 = torch.float64
@@ -108,7 +108,7 @@ def test_tanh_mlp_early_gap_shrinks_with_eps():
 
 def test_qk_attention_early_gap_shrinks_with_eps():
     """Same test for query–key-only attention (its truncation error is O(‖W‖⁴) as well: same bands)."""
-    attn = pytest.importorskip("nqf.networks.attention")
+    attn = pytest.importorskip("nqf.networks._attention")
     sattn = pytest.importorskip("nqf.structure.attention")
     if not hasattr(attn, "QKAttention") or not hasattr(sattn, "qk_attention"):
         pytest.skip("QKAttention / qk_attention not available yet")

@@ -29,7 +29,7 @@ from nqf.dynamics import (
     train_network,
 )
 from nqf.errors import InvalidParameterError, NotClosedError, NQFError
-from nqf.networks.mlp import TwoLayerMLP
+from nqf.networks._mlp import TwoLayerMLP
 from nqf.structure import mlp
 
 F64 = torch.float64

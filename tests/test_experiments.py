@@ -77,7 +77,6 @@ def _eps_squared_weights(module, monkeypatch):
 
 def _planted(name, monkeypatch):
     import nqf.curves
-    import nqf.curves.validity
     import nqf.dynamics
     from nqf.experiments import demo, saddles
     from nqf.reductions.lv import LotkaVolterra
@@ -110,9 +109,9 @@ def _planted(name, monkeypatch):
         monkeypatch.setattr(nqf.curves, "predict_exponent", wrong)
         return {}
     if name == "validity":  # networks and NQF started at ε² (W0 = ε W_dir)
-        orig = nqf.curves.validity.validity_sweep
+        orig = nqf.curves.validity_sweep
         monkeypatch.setattr(
-            nqf.curves.validity,
+            nqf.curves,
             "validity_sweep",
             lambda s, u, X, y, op, W, eps, **k: orig(s, u, X, y, op, W, [e * e for e in eps], **k),
         )

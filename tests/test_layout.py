@@ -68,7 +68,7 @@ def test_the_rule_sees_a_violation():
     """The check itself can fail: an import of another package's private module is reported."""
     node = ast.parse("from ..reductions._predict import predict").body[0]
     assert isinstance(node, ast.ImportFrom)
-    target = _resolve("nqf.study.pipeline", False, node)
+    target = _resolve("nqf.study._pipeline", False, node)
     assert target == "nqf.reductions._predict"
     owner = _private_owner(target)
-    assert owner == "nqf.reductions" and not "nqf.study.pipeline".startswith(owner + ".")
+    assert owner == "nqf.reductions" and not "nqf.study._pipeline".startswith(owner + ".")

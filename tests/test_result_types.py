@@ -77,7 +77,7 @@ def lv_limit():
 def network_runs():
     """The same W(0) through the NQF (order parameter) and a real tanh MLP of width 4 with p = 1000."""
     from nqf.dynamics import simulate, train_network
-    from nqf.networks.mlp import TwoLayerMLP
+    from nqf.networks._mlp import TwoLayerMLP
 
     X, y, op = mlp_problem()
     g = torch.Generator().manual_seed(1)
@@ -103,7 +103,7 @@ def analysis():
 @cached
 def outcome():
     from nqf.experiments import Outcome
-    from nqf.study.output import fill_outcome
+    from nqf.study._output import fill_outcome
 
     out = Outcome()
     fill_outcome(analysis(), out)
@@ -119,8 +119,8 @@ def _points():
 
 
 def _sweep_state(tmp_path_factory):
-    from nqf.sweep.execute import execute
-    from nqf.sweep.points import Point
+    from nqf.sweep._execute import execute
+    from nqf.sweep._points import Point
 
     bad = [
         Point(
@@ -161,14 +161,14 @@ def _steps():
 
 
 def _comparison():
-    from nqf.curves.compare import compare_staircase
+    from nqf.curves._compare import compare_staircase
 
     sol, pl = lv_solution(), lv_system().plateaus(1e-6)
     return compare_staircase(sol.t.numpy(), sol.loss.numpy(), pl.losses[:4].numpy(), pl.times[:3].numpy())
 
 
 def _validity_sweep():
-    from nqf.curves.validity import validity_sweep
+    from nqf.curves._validity import validity_sweep
 
     X, y, op = mlp_problem()
     net, Wd, _, _ = network_runs()
@@ -238,22 +238,22 @@ FACTORIES = {
     ),
     "nqf.reductions.saddles.results.Saddle": (lambda f: _saddles().saddles[-1], ()),
     "nqf.reductions.saddles.results.SaddleSequence": (lambda f: _saddles(), ()),
-    "nqf.curves.powerlaw.PowerLawFit": (lambda f: _fit(), ()),
-    "nqf.curves.exponents.ExponentPrediction": (
+    "nqf.curves._powerlaw.PowerLawFit": (lambda f: _fit(), ()),
+    "nqf.curves._exponents.ExponentPrediction": (
         lambda f: __import__("nqf.curves", fromlist=["x"]).predict_exponent(
             np.arange(1, P + 1.0) ** -2.0, np.arange(1, P + 1.0) ** -1.0
         ),
         (),
     ),
-    "nqf.curves.steps.Steps": (lambda f: _steps(), ()),
-    "nqf.curves.compare.StaircaseComparison": (lambda f: _comparison(), ()),
-    "nqf.curves.validity.ValidityReport": (lambda f: _validity_sweep().reports[0], ()),
-    "nqf.curves.validity.ValiditySweep": (lambda f: _validity_sweep(), ()),
-    "nqf.study.result.Analysis": (lambda f: analysis(), ()),
+    "nqf.curves._steps.Steps": (lambda f: _steps(), ()),
+    "nqf.curves._compare.StaircaseComparison": (lambda f: _comparison(), ()),
+    "nqf.curves._validity.ValidityReport": (lambda f: _validity_sweep().reports[0], ()),
+    "nqf.curves._validity.ValiditySweep": (lambda f: _validity_sweep(), ()),
+    "nqf.study._result.Analysis": (lambda f: analysis(), ()),
     "nqf.reductions._staircase.Staircase": (lambda f: analysis().prediction, ()),
-    "nqf.study.result.CheckRow": (lambda f: analysis().checks[0], ()),
-    "nqf.study.discover.FoundUnits": (
-        lambda f: __import__("nqf.study.discover", fromlist=["x"]).find_unit_layers(
+    "nqf.study._result.CheckRow": (lambda f: analysis().checks[0], ()),
+    "nqf.study._discover.FoundUnits": (
+        lambda f: __import__("nqf.study._discover", fromlist=["x"]).find_unit_layers(
             torch.nn.Sequential(torch.nn.Linear(D, 8, bias=False), torch.nn.Tanh(), torch.nn.Linear(8, C, bias=False))
         )[0],
         (),
@@ -264,18 +264,18 @@ FACTORIES = {
         )[0],
         (),
     ),
-    "nqf.data.datasets.Dataset": (lambda f: __import__("nqf.data", fromlist=["x"]).load_dataset("digits"), ()),
+    "nqf.data._datasets.Dataset": (lambda f: __import__("nqf.data", fromlist=["x"]).load_dataset("digits"), ()),
     "nqf.experiments.base.Outcome": (lambda f: outcome(), ()),
     "nqf.experiments.base.Check": (lambda f: outcome().checks[0], ()),
     "nqf.experiments.base.Table": (lambda f: outcome().tables[0], ()),
-    "nqf.sweep.points.Point": (lambda f: _points()[-1], ()),
-    "nqf.sweep.grid.SweepSpec": (
+    "nqf.sweep._points.Point": (lambda f: _points()[-1], ()),
+    "nqf.sweep._grid.SweepSpec": (
         lambda f: __import__("nqf.sweep", fromlist=["x"]).SweepSpec(
             grid={"eps": list(np.geomspace(1e-9, 1e-2, P))}, seeds=list(range(3))
         ),
         (),
     ),
-    "nqf.sweep.execute.SweepState": (_sweep_state, ()),
+    "nqf.sweep._execute.SweepState": (_sweep_state, ()),
     "nqf.dynamics.loop.LoopOutcome": (lambda f: _loop(), ()),
     "nqf.experiments.real_data.UpperBoundCheck": (lambda f: _upper_bound_check(), ()),
 }
@@ -301,7 +301,7 @@ NOT_RESULTS = {
 }
 
 #: Results that are updated while the computation that returns them runs (not frozen; repr/to_dict/pickle hold).
-LIVE = {"nqf.sweep.execute.SweepState": "execute() counts finished points into it while the sweep runs"}
+LIVE = {"nqf.sweep._execute.SweepState": "execute() counts finished points into it while the sweep runs"}
 
 
 def _public_dataclasses() -> set[str]:
@@ -399,7 +399,7 @@ def test_results_json_is_the_outcome_to_dict(tmp_path):
     from nqf.experiments import REGISTRY
     from nqf.experiments.base import Outcome
     from nqf.experiments.runner import run_experiment
-    from nqf.report.schema import CheckModel, TableModel, validate_results
+    from nqf.report._schema import CheckModel, TableModel, validate_results
 
     exp = REGISTRY["lv-staircase"]
     captured = {}

@@ -25,11 +25,11 @@ from nqf.report import (
     ResumeMismatchError,
     RunDirectory,
     RunDirectoryLockedError,
-    codec,
+    new_figure,
     validate_results,
     verify_run,
 )
-from nqf.report.figures import new_figure
+from nqf.report import _codec as codec
 
 get_experiment("demo")
 runner = CliRunner()
@@ -231,7 +231,7 @@ def test_interrupt_then_resume_is_bit_identical(tmp_path):
 
 # --------------------------------------------------------------------------- 3. all or nothing
 def _ids(path):
-    from nqf.report.rundir import read_run_ids
+    from nqf.report._rundir import read_run_ids
 
     return read_run_ids(path)
 
@@ -380,7 +380,7 @@ def _killed_at(out, where: str, **kw):
     if pid:
         os.waitpid(pid, 0)
         return
-    from nqf.report import rundir
+    from nqf.report import _rundir as rundir
 
     def die():
         os.kill(os.getpid(), signal.SIGKILL)

@@ -6,7 +6,7 @@ import pytest
 
 from nqf.experiments import Check, Experiment, Outcome, Params, Table, run_experiment
 from nqf.report import RunDirectory, RunDirectoryExistsError, validate_results
-from nqf.report.figures import new_figure
+from nqf.report._figures import new_figure
 
 
 class _P(Params):

@@ -16,7 +16,7 @@ import torch
 
 import nqf
 from helpers import interacting_commuting_modes
-from nqf.curves.compare import compare_staircase
+from nqf.curves._compare import compare_staircase
 from nqf.errors import InvalidParameterError, NQFError, ShapeError
 from nqf.reductions import Staircase
 from nqf.reductions.timing import staircase as timing_staircase
@@ -184,12 +184,12 @@ def test_predict_refuses_bad_input_with_the_parameter_named():
 
 
 #: Where a staircase is judged (flatness, plateau read points, midpoint crossings of a loss) or predicted.
-_JUDGE = {"curves/compare.py"}
+_JUDGE = {"curves/_compare.py"}
 _RULE_NAMES = {"plateau_flatness", "downward_crossings", "midpoint_levels"}
 
 
 def test_no_other_flatness_or_crossing_rule_in_src():
-    """compare_staircase is the one judge: outside curves/compare.py no module computes flatness of its own
+    """compare_staircase is the one judge: outside curves/_compare.py no module computes flatness of its own
     (a name `flat`/`flatness` bound to a comparison or an arithmetic expression) or calls the judge's parts
     (midpoint levels, downward crossings) — only the reductions use the midpoint level to place a drop."""
     bad = []

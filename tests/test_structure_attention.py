@@ -16,7 +16,7 @@ from helpers import loglog_slope
 from nqf.errors import NonFiniteError, ShapeError
 from nqf.modules.attention_layouts import attention_units
 from nqf.modules.autodiff import from_module
-from nqf.networks.attention import MultiHeadAttention, QKAttention
+from nqf.networks._attention import MultiHeadAttention, QKAttention
 from nqf.structure.attention import (
     EyeKronKernel,
     HeadValueKernel,

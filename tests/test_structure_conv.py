@@ -19,7 +19,7 @@ from torch import nn
 from nqf.errors import NonFiniteError, NormalFormError, ShapeError
 from nqf.modules.autodiff import from_module
 from nqf.modules.conv_layouts import conv_units
-from nqf.networks.conv import ConvNet1d, ConvNet2d
+from nqf.networks._conv import ConvNet1d, ConvNet2d
 from nqf.structure.bilinear import BilinearStructure, OneHotKronKernel
 from nqf.structure.conv import conv1d, conv2d, conv_output_size
 

@@ -24,7 +24,7 @@ from nqf.modules import (
     set_unit_weights,
 )
 from nqf.networks import TwoLayerMLP
-from nqf.networks.moe import MixtureOfExperts
+from nqf.networks._moe import MixtureOfExperts
 from nqf.structure import conv1d, mlp, multi_head_attention
 
 DT = torch.float64

@@ -13,8 +13,8 @@ import torch
 
 from nqf.errors import NonFiniteError, ShapeError
 from nqf.modules.autodiff import from_module
-from nqf.networks.factorization import Factorization, MatrixSensing
-from nqf.networks.mlp import TwoLayerMLP
+from nqf.networks._factorization import Factorization, MatrixSensing
+from nqf.networks._mlp import TwoLayerMLP
 from nqf.structure.bilinear import BilinearStructure
 from nqf.structure.factorization import SensingStructure, factorization, linear_network, matrix_sensing
 

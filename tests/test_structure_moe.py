@@ -14,7 +14,7 @@ from torch.func import functional_call, hessian
 from helpers import loglog_slope
 from nqf.errors import NonFiniteError, NormalFormError, ShapeError
 from nqf.modules.autodiff import from_module
-from nqf.networks.moe import MixtureOfExperts
+from nqf.networks._moe import MixtureOfExperts
 from nqf.structure.mlp import mlp
 from nqf.structure.moe import mixture_of_experts
 

@@ -11,9 +11,9 @@ import pytest
 import torch
 from scipy.integrate import solve_ivp
 
-from nqf.curves.steps import detect_steps
+from nqf.curves._steps import detect_steps
 from nqf.errors import NormalFormError, ShapeError
-from nqf.networks.mlp import TwoLayerMLP
+from nqf.networks._mlp import TwoLayerMLP
 from nqf.reductions.svd_modes import NotWhitenedError, NotWhitenedWarning, two_layer_modes, whiten, whitening_error
 from nqf.structure.mlp import mlp
 

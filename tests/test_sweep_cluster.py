@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 from helpers import toml_value
 from nqf.cli import app
 from nqf.experiments import REGISTRY, get_experiment
-from nqf.sweep.execute import execute
-from nqf.sweep.grid import SweepSpec
-from nqf.sweep.points import build_points, is_finished, point_dir
+from nqf.sweep._execute import execute
+from nqf.sweep._grid import SweepSpec
+from nqf.sweep._points import build_points, is_finished, point_dir
 
 distributed = pytest.importorskip("distributed")
 get_experiment("demo")

@@ -14,9 +14,9 @@ from nqf.cli import app
 from nqf.errors import SweepError
 from nqf.experiments import REGISTRY, get_experiment
 from nqf.experiments.config import ConfigError, apply_overrides, config_hash, load_config, parse_set
-from nqf.sweep.grid import SweepSpec, combine, parse_assignments, parse_seeds, parse_values, sweep_from_table
-from nqf.sweep.points import build_points, point_dir
-from nqf.sweep.table import quantity_name
+from nqf.sweep._grid import SweepSpec, combine, parse_assignments, parse_seeds, parse_values, sweep_from_table
+from nqf.sweep._points import build_points, point_dir
+from nqf.sweep._table import quantity_name
 
 get_experiment("demo")
 runner = CliRunner()
@@ -178,7 +178,7 @@ def test_set_on_the_command_line(tmp_path):
 
 def test_version_and_sweep_module_import_no_dask():
     code = (
-        "import sys; import nqf.sweep.cli, nqf.sweep.execute, nqf.sweep.report; "
+        "import sys; import nqf.sweep._cli, nqf.sweep._execute, nqf.sweep._report; "
         "assert 'dask' not in sys.modules and 'distributed' not in sys.modules and 'torch' not in sys.modules; "
         "from nqf.cli import app; from typer.testing import CliRunner; "
         "r = CliRunner().invoke(app, ['--version']); assert r.exit_code == 0; "
@@ -202,8 +202,8 @@ def test_sweep_without_dask_is_one_clear_line(tmp_path, monkeypatch):
 
 # ----------------------------------------------------------------------------- report (planted data)
 def test_report_recovers_a_planted_slope_and_band(tmp_path):
-    from nqf.sweep.report import write_sweep_report
-    from nqf.sweep.table import build_table, read_table, write_table
+    from nqf.sweep._report import write_sweep_report
+    from nqf.sweep._table import build_table, read_table, write_table
 
     spec = SweepSpec(grid={"eps": [1e-4, 1e-6, 1e-8, 2.0]}, seeds=[0, 1, 2])
     pts = build_points(LV, spec)
@@ -240,7 +240,7 @@ def test_report_recovers_a_planted_slope_and_band(tmp_path):
     write_sweep_report(tmp_path)
     html = (tmp_path / "report.html").read_text()
     assert "<img" in html and "t_k_vs_eps" in html
-    from nqf.sweep.report import sweep_figures
+    from nqf.sweep._report import sweep_figures
 
     (fig,) = sweep_figures(read_table(tmp_path), tmp_path)
     logs = np.log(1 / np.array([1e-4, 1e-6, 1e-8]))

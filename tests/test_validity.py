@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-from nqf.curves.validity import ValidityReport, remainder_ratio, validity_report, validity_sweep
+from nqf.curves._validity import ValidityReport, remainder_ratio, validity_report, validity_sweep
 from nqf.dynamics import Trajectory, simulate, train_network
-from nqf.networks.mlp import TwoLayerMLP
+from nqf.networks._mlp import TwoLayerMLP
 from nqf.structure.mlp import mlp
 
 F64 = torch.float64

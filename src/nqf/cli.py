@@ -347,10 +347,10 @@ def list_cmd(as_json: bool = _JSON):
 def report(rundir: Path = typer.Argument(..., help="A run directory (`nqf run`, `nqf demo`) or sweep directory.")):
     """Redraw the figures from arrays.npz and rebuild report.html from a run directory's (or a sweep
     directory's) saved results."""
-    from .report.html import rebuild_report
+    from .report import rebuild_report
 
     if (rundir / "sweep.json").is_file():  # a sweep directory (`nqf sweep`)
-        from .sweep.report import rebuild_sweep_report
+        from .sweep import rebuild_sweep_report
 
         try:
             typer.echo(f"report: {rebuild_sweep_report(rundir)}")
@@ -368,7 +368,7 @@ def report(rundir: Path = typer.Argument(..., help="A run directory (`nqf run`, 
 
 # Commands that live with their own package register themselves here: each module defines
 # ``register(app)`` and imports torch and friends only inside its commands (``nqf --version`` stays fast).
-_COMMAND_MODULES = ("nqf.sweep.cli", "nqf.study.cli")
+_COMMAND_MODULES = ("nqf.sweep._cli", "nqf.study._cli")
 
 
 def _register_commands() -> None:

@@ -10,7 +10,7 @@ analysis, a check, …) is a frozen dataclass deriving from :class:`Result`:
   ``json.loads(json.dumps(d)) == d``;
 * ``pickle`` round-trips (instances hold only data: tensors, arrays, numbers, strings).
 
-The JSON conventions are those of ``results.json`` (:mod:`nqf.report.schema`): a NaN or
+The JSON conventions are those of ``results.json`` (:mod:`nqf.report._schema`): a NaN or
 ±inf float is ``null``, arrays and tensors are nested lists, tuples are lists, mapping keys
 are strings.  Units and conventions of the quantities are those of docs/theory.md.
 """

@@ -13,17 +13,22 @@ Conventions: ``L = (1/N) Σ_n ℓ(f_n, y_n)``, ``ℓ = ½(f − y)²``; time ``t
 Curves are taken as array_like or tensors; results are NumPy float64 arrays.
 """
 
-from .compare import FLAT_THRESHOLD, StaircaseComparison, compare_staircase, regime_exit
-from .exponents import ExponentPrediction, predict_exponent, predicted_curve, predicted_switch_times
-from .powerlaw import PowerLawFit, auto_window, fit_power_law
-from .steps import Steps, detect_steps
-from .validity import ValidityReport, ValiditySweep, remainder_ratio, validity_report, validity_sweep
+from ._compare import FLAT_THRESHOLD, StaircaseComparison, compare_staircase, level_read_times, regime_exit
+from ._exponents import ExponentPrediction, predict_exponent, predicted_curve, predicted_switch_times
+from ._powerlaw import PowerLawFit, auto_window, fit_power_law
+from ._schedule import initial_weights, stable_learning_rate, step_count
+from ._steps import Steps, detect_steps
+from ._validity import ValidityReport, ValiditySweep, remainder_ratio, validity_report, validity_sweep
 
 __all__ = [
     "compare_staircase",
     "StaircaseComparison",
     "FLAT_THRESHOLD",
     "regime_exit",
+    "level_read_times",
+    "initial_weights",
+    "stable_learning_rate",
+    "step_count",
     "Steps",
     "detect_steps",
     "PowerLawFit",

@@ -35,6 +35,6 @@ The task is ``"classification"`` when the targets are one column of integers
 
 from __future__ import annotations
 
-from .datasets import BUILTIN, MAX_CLASSES, Dataset, load_dataset, prepare
+from ._datasets import BUILTIN, MAX_CLASSES, Dataset, load_dataset, prepare
 
 __all__ = ["Dataset", "load_dataset", "prepare", "BUILTIN", "MAX_CLASSES"]

@@ -12,7 +12,7 @@ import numpy as np
 from pydantic import AfterValidator, BaseModel, ConfigDict, field_validator
 
 from ..errors import InvalidParameterError
-from ..report.schema import CheckModel, TableModel
+from ..report import CheckModel, TableModel
 from ..results import Result, compact_repr, to_jsonable
 from .catalog import REGISTRY, register  # re-exported: the registry lives with the (torch-free) catalogue
 
@@ -84,7 +84,7 @@ class Table(Result):
         return f"Table({self.name!r}, columns={len(self.columns)}, rows={len(self.rows)})"
 
     def to_dict(self) -> dict:
-        """The table's entry of ``results.json``, built through the schema's :class:`~nqf.report.schema.TableModel`."""
+        """The table's entry of ``results.json``, built through the schema's :class:`~nqf.report.TableModel`."""
         return TableModel(
             name=self.name, caption=self.caption, columns=list(self.columns), rows=to_jsonable(self.rows, "rows")
         ).model_dump()
@@ -166,7 +166,7 @@ class Check(Result):
         return compact_repr(self, ("name", "predicted", "measured", "tolerance", "kind", "passed"))
 
     def to_dict(self) -> dict:
-        """The check's entry of ``results.json``, built through the schema's :class:`~nqf.report.schema.CheckModel`."""
+        """The check's entry of ``results.json``, built through the schema's :class:`~nqf.report.CheckModel`."""
         return CheckModel(
             **to_jsonable(
                 {

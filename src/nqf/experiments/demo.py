@@ -23,9 +23,9 @@ import numpy as np
 import torch
 from pydantic import Field, field_validator, model_validator
 
-from ..curves.compare import compare_staircase, level_read_times
+from ..curves import compare_staircase, level_read_times
 from ..errors import InvalidParameterError
-from ..report.figures import mark_times, new_figure
+from ..report import mark_times, new_figure
 from .base import Check, Experiment, Outcome, Params, Table, register
 from .catalog import CATALOG
 from .curves import crossing_time, initial_weights, mark_stop_at, mark_unfinished, stop_reason, to_cpu
@@ -281,7 +281,7 @@ def demo_checks(t_pred, t_meas, L_pred, L_meas, P: DemoParams, reason: str = "")
             float(L_pred[k]),
             float(L_meas[k]),
             P.plateau_tolerance,
-            reference="real tanh network's loss mid-plateau (nqf.curves.compare.compare_staircase)",
+            reference="real tanh network's loss mid-plateau (nqf.curves.compare_staircase)",
             tolerance_origin="tanh's cubic term at the learned weights (relative ≲ 0.1)",
         )
         for k in range(len(L_pred))

@@ -23,7 +23,7 @@ from matplotlib import colormaps
 from pydantic import Field, model_validator
 
 from ..errors import InvalidParameterError
-from ..report.figures import new_figure
+from ..report import new_figure
 from .base import Check, EpsList, Experiment, Outcome, Params, Table, register
 from .catalog import CATALOG
 from .curves import mark_stop_at, mark_unfinished, stop_reason

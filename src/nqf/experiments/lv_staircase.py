@@ -21,7 +21,7 @@ import torch
 from pydantic import Field, model_validator
 
 from ..errors import InvalidParameterError
-from ..report.figures import mark_times, new_figure
+from ..report import mark_times, new_figure
 from .base import Check, EpsList, Experiment, Outcome, Params, Table, register
 from .catalog import CATALOG
 from .curves import crossing_time, mark_stop_at, mark_unfinished, stop_reason, to_cpu

@@ -20,7 +20,7 @@ import torch
 from pydantic import Field, model_validator
 
 from ..errors import InvalidParameterError
-from ..report.figures import new_figure
+from ..report import new_figure
 from .base import Check, Experiment, Outcome, Params, Table, register
 from .catalog import CATALOG
 from .curves import mark_stop_at, stop_reason, to_cpu

@@ -36,7 +36,7 @@ from pydantic import Field, model_validator
 from scipy.special import expit
 
 from ..errors import InvalidParameterError
-from ..report.figures import new_figure
+from ..report import new_figure
 from .base import Check, Experiment, Outcome, Params, Table, register
 from .catalog import CATALOG
 from .curves import initial_weights, mark_stop_at, mark_unfinished, stop_reason, to_cpu

@@ -4,7 +4,7 @@ For each bundled data set (inputs standardised, one-hot targets centred, MSE
 ``L = (1/N) Σ ½‖f − y‖²``, see :mod:`nqf.data`) a real two-layer tanh MLP
 (:class:`nqf.networks.TwoLayerMLP`, width ``m ≥ p``) is trained by full-batch GD
 from ``M(0) = εI`` (``W(0) = √ε Qᵀ``) at two values of ``ε``, with
-``η = lr_fraction / largest escape rate`` (:mod:`nqf.curves.schedule`).  The data
+``η = lr_fraction / largest escape rate`` (:mod:`nqf.curves._schedule`).  The data
 do not commute, so the prediction is the greedy saddle sequence
 (:func:`nqf.reductions.saddles.saddle_sequence`):
 
@@ -64,7 +64,7 @@ import torch
 from pydantic import Field
 
 from ..errors import InvalidParameterError
-from ..report.figures import new_figure
+from ..report import new_figure
 from .base import Check, EpsList, Experiment, Outcome, Params, Table, register
 from .catalog import CATALOG
 from .curves import to_cpu
@@ -198,7 +198,7 @@ def _table(rows: list) -> Table:
 
 def _problem(name: str, P: RealDataParams, ctx) -> dict:
     """Data set, NQF operator, saddle sequence with its ε-independent heteroclinic chain, and the GD step."""
-    from ..curves.schedule import stable_learning_rate
+    from ..curves import stable_learning_rate
     from ..data import load_dataset
     from ..reductions.saddles import saddle_sequence
     from ..reductions.saddles.clock import heteroclinic_chain
@@ -227,7 +227,7 @@ def _tolerances(eps: float, P: RealDataParams) -> tuple[float, float, float]:
 
 def _runs(prob: dict, st, eps: float, P: RealDataParams, ctx):
     """NQF simulation and real network from the same ``W(0)`` (the network's × `planted_init_factor`), checkpointed."""
-    from ..curves.schedule import initial_weights, step_count
+    from ..curves import initial_weights, step_count
 
     lr = prob["lr"]
     steps = step_count(st.times, lr, margin=1.0 + _tolerances(eps, P)[1], extra=2.0)
@@ -244,7 +244,7 @@ def _runs(prob: dict, st, eps: float, P: RealDataParams, ctx):
 def _measure(prob: dict, st, sim, real) -> dict:
     """Both runs against the staircase (:func:`nqf.curves.compare_staircase`), the predicted loss curve
     (saddle values + orbit tails, :func:`~nqf.reductions.saddles.clock.composite_loss`) and the gaps."""
-    from ..curves.compare import compare_staircase, level_read_times
+    from ..curves import compare_staircase, level_read_times
     from ..reductions.saddles.clock import composite_loss
 
     chain, levels, times = prob["chain"], prob["sequence"].plateau_levels, st.times

@@ -1,6 +1,6 @@
 """Run an experiment into a run directory: seeding, progress, interruption, all-or-nothing outputs.
 
-The run directory is written by :class:`~nqf.report.rundir.RunDirectory`: into a
+The run directory is written by :class:`~nqf.report.RunDirectory`: into a
 staging sibling, committed atomically at the end (also after Ctrl-C or a
 failure, with status ``"interrupted"``/``"failed"``), under a lock.  Every run
 records its identity — the full resolved config and its hash, the seed and the
@@ -27,9 +27,7 @@ import numpy as np
 import torch
 
 from .._validation import ParameterError, seed_value
-from ..report.html import write_report
-from ..report.rundir import RunDirectory
-from ..report.schema import SCHEMA_VERSION
+from ..report import SCHEMA_VERSION, RunDirectory, write_report
 from .base import Experiment, Outcome, Params
 
 __all__ = ["RunContext", "run_experiment", "resolve_device", "versions", "run_identity"]
@@ -155,7 +153,7 @@ def run_experiment(
     """Run ``exp`` and write its run directory; returns the results dictionary.
 
     The run directory appears all at once when the run ends (see
-    :mod:`nqf.report.rundir`).  A ``KeyboardInterrupt`` stops the experiment, keeps
+    :mod:`nqf.report._rundir`).  A ``KeyboardInterrupt`` stops the experiment, keeps
     everything it had finished (status ``"interrupted"``, checkpoints included, so
     ``resume=True`` continues it) and is re-raised; any other exception is recorded
     as status ``"failed"`` and re-raised (with ``.run_directory`` set to the path).
@@ -165,7 +163,7 @@ def run_experiment(
     ParameterError
         ``seed`` not an int in ``[0, 2**32)``, an unknown or unavailable ``device``.
     RunDirectoryExistsError, RunDirectoryLockedError, ResumeMismatchError
-        See :class:`~nqf.report.rundir.RunDirectory`.
+        See :class:`~nqf.report.RunDirectory`.
     """
     seed = seed_value(seed)
     dev = resolve_device(device)
@@ -288,8 +286,15 @@ def redraw(path) -> dict[str, dict[str, str]]:
 
     import matplotlib.pyplot as plt
 
-    from ..report.rundir import acquire_lock, atomic_write_bytes, atomic_write_text, figure_files, read_arrays
-    from ..report.schema import read_results_json, validate_results
+    from ..report import (
+        acquire_lock,
+        atomic_write_bytes,
+        atomic_write_text,
+        figure_files,
+        read_arrays,
+        read_results_json,
+        validate_results,
+    )
     from .catalog import all_experiments
 
     path = Path(path)

@@ -30,9 +30,9 @@ import numpy as np
 import torch
 from pydantic import Field, model_validator
 
-from ..curves.compare import FLAT_THRESHOLD, compare_staircase
+from ..curves import FLAT_THRESHOLD, compare_staircase
 from ..errors import InvalidParameterError
-from ..report.figures import mark_times, new_figure
+from ..report import mark_times, new_figure
 from .base import Check, Experiment, Outcome, Params, Table, register
 from .catalog import CATALOG
 from .curves import clean_roundoff, initial_weights, mark_stop_at, mark_unfinished, stop_reason, to_cpu
@@ -63,7 +63,7 @@ class SaddlesParams(Params):
         FLAT_THRESHOLD,
         gt=0,
         description="a plateau is judged only if the network's loss changes across the middle third of "
-        "its predicted interval by at most this fraction of the adjacent drop (nqf.curves.compare)",
+        "its predicted interval by at most this fraction of the adjacent drop (nqf.curves._compare)",
     )
     plateau_tolerance: float = Field(
         0.1, gt=0, description="tolerance on plateau levels, as a fraction of the adjacent drop"

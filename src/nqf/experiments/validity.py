@@ -3,7 +3,7 @@
 A student (tanh MLP, or QK-only attention) learns a teacher of the same family
 with ``O(1)`` weights, from ``W(0) = √ε W_dir`` for several ε. For each ε the
 NQF run from the same ``W(0)`` is compared with the real network along the
-trajectory (:func:`nqf.curves.validity.validity_sweep`): the remainder ratio
+trajectory (:func:`nqf.curves.validity_sweep`): the remainder ratio
 ``‖f_net − f(0) − Tr[WWᵀA]‖/‖Tr[WWᵀA]‖`` over time, the loss gap, the
 separation time (gap above ``fraction`` of the total loss drop) and the gap at
 the first switch-on normalised by the loss drop. The reviewers' question —
@@ -23,7 +23,7 @@ import torch
 from pydantic import Field, model_validator
 
 from ..errors import InvalidParameterError
-from ..report.figures import new_figure
+from ..report import new_figure
 from .base import Check, EpsList, Experiment, Outcome, Params, Table, register
 from .catalog import CATALOG
 from .curves import mark_unfinished
@@ -218,8 +218,8 @@ def _problem(P: ValidityParams, gen: torch.Generator) -> dict:
 
 
 def _runs(prob: dict, P: ValidityParams, ctx) -> list:
-    """One checkpointed network-and-NQF sweep per ε (:func:`nqf.curves.validity.validity_sweep`)."""
-    from ..curves.validity import validity_sweep
+    """One checkpointed network-and-NQF sweep per ε (:func:`nqf.curves.validity_sweep`)."""
+    from ..curves import validity_sweep
 
     rate, lr = prob["rate"], prob["lr"]
 

@@ -46,7 +46,7 @@ def conv_units(module: nn.Module, conv: str, readout: str, *, channel_axis: int 
     channel_axis : int
         Axis of the readout weight along which the channels are laid out
         (1 for ``nn.Linear.weight`` and for the ``(C, m, …)`` parameters of
-        :class:`nqf.networks.conv.ConvNet1d`).  Its length must be ``m·Q`` for
+        :class:`nqf.networks.ConvNet1d`).  Its length must be ``m·Q`` for
         some integer ``Q ≥ 1`` (channel-major blocks of ``Q`` positions).
 
     Returns

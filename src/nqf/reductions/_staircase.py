@@ -8,7 +8,7 @@ Every reduction returns one (:meth:`nqf.reductions.lv.LotkaVolterra.staircase`,
 is a list of plateau levels ``L_0 > L_1 > … > L_K`` and drop times
 ``t_1 ≤ … ≤ t_K`` (drop ``k`` goes from ``L_{k−1}`` to ``L_k``), each time with the
 rule that produced it; it is judged against a measured curve by
-:func:`nqf.curves.compare.compare_staircase` (the one judge of levels, times and
+:func:`nqf.curves.compare_staircase` (the one judge of levels, times and
 flatness).
 
 Conventions: ``L = (1/N) Σ_n ½‖f_n − y_n‖²``, training time ``t = η · steps``,

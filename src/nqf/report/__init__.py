@@ -1,18 +1,37 @@
-"""Run directories, the results schema and the HTML report."""
+"""Run directories, the results schema and the HTML report; figure helpers (matplotlib, loaded on first use)."""
 
-from .codec import CheckpointError
-from .html import rebuild_report, render_report, safe_figure_path, write_report
-from .rundir import (
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from ._codec import CheckpointError
+from ._html import format_cell, rebuild_report, render_report, safe_figure_path, write_report
+from ._rundir import (
     ResumeMismatchError,
     RunDirectory,
     RunDirectoryError,
     RunDirectoryExistsError,
     RunDirectoryLockedError,
+    acquire_lock,
     atomic_write_bytes,
     atomic_write_text,
+    figure_files,
+    read_arrays,
     verify_run,
 )
-from .schema import SCHEMA_VERSION, ResultsFile, ResultsFileError, validate_results
+from ._schema import (
+    SCHEMA_VERSION,
+    CheckModel,
+    ResultsFile,
+    ResultsFileError,
+    TableModel,
+    read_results_json,
+    validate_results,
+)
+
+if TYPE_CHECKING:
+    from ._figures import mark_times, new_figure
 
 __all__ = [
     "RunDirectory",
@@ -32,4 +51,24 @@ __all__ = [
     "write_report",
     "rebuild_report",
     "safe_figure_path",
+    "format_cell",
+    "acquire_lock",
+    "figure_files",
+    "read_arrays",
+    "CheckModel",
+    "TableModel",
+    "read_results_json",
+    "new_figure",
+    "mark_times",
 ]
+
+#: Names loaded on first use (matplotlib is imported only by a command that draws).
+_LAZY = {"new_figure": "._figures", "mark_times": "._figures"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -107,7 +107,7 @@ def conv1d(
     ``f_c(x) = Σ_ch Σ_q a_{ch,c,q} σ(u_ch · patch_q(x))`` (``readout="position"``)
     or ``f_c(x) = Σ_ch a_{ch,c} mean_q σ(u_ch · patch_q(x))`` (``readout="mean"``);
     ``A_c(x) = σ'(0)/2 [[0, e_c ⊗ P], [(e_c ⊗ P)ᵀ, 0]]`` (module docstring).
-    The real module is :class:`nqf.networks.conv.ConvNet1d`
+    The real module is :class:`nqf.networks.ConvNet1d`
     (``nn.Conv1d(in_channels, m, kernel_size, stride, padding, bias=False)``,
     zero padding).
 
@@ -171,7 +171,7 @@ def conv2d(
     Same module and ``A`` as :func:`conv1d`, with patches of ``kh × kw``
     pixels over ``in_channels`` (flattened as ``nn.Conv2d.weight[ch]``,
     ``(in_channels, kh, kw)``) at ``Q = H_out · W_out`` positions in row-major
-    order.  The real module is :class:`nqf.networks.conv.ConvNet2d`.
+    order.  The real module is :class:`nqf.networks.ConvNet2d`.
 
     Parameters
     ----------

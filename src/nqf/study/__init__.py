@@ -7,13 +7,13 @@ initial state ``M(0) = εI``, compares per plateau, and returns an
 :class:`Analysis` with assumption checks and a verdict.
 
 Public helpers: :func:`initial_weights`, :func:`stable_learning_rate`,
-:func:`step_count` (from :mod:`nqf.curves.schedule`),
+:func:`step_count` (from :mod:`nqf.curves._schedule`),
 :func:`find_unit_layers`, :func:`choose_units`, :func:`build_model`.  The
 prediction is :func:`nqf.predict` (a :class:`nqf.Staircase`); curve comparison
-lives in :mod:`nqf.curves.compare`.
+lives in :mod:`nqf.curves._compare`.
 
 Names are imported on first use (PEP 562), so that ``nqf --version`` — whose
-command table imports :mod:`nqf.study.cli` — does not load torch.
+command table imports :mod:`nqf.study._cli` — does not load torch.
 """
 
 from __future__ import annotations
@@ -22,17 +22,17 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _ATTRS: dict[str, str] = {
-    "analyze": "pipeline",
-    "prepare_analysis": "pipeline",
-    "Analysis": "result",
-    "CheckRow": "result",
-    "FoundUnits": "discover",
-    "choose_units": "discover",
-    "find_unit_layers": "discover",
-    "build_model": "models",
-    "initial_weights": "..curves.schedule",
-    "stable_learning_rate": "..curves.schedule",
-    "step_count": "..curves.schedule",
+    "analyze": "_pipeline",
+    "prepare_analysis": "_pipeline",
+    "Analysis": "_result",
+    "CheckRow": "_result",
+    "FoundUnits": "_discover",
+    "choose_units": "_discover",
+    "find_unit_layers": "_discover",
+    "build_model": "_models",
+    "initial_weights": "..curves",
+    "stable_learning_rate": "..curves",
+    "step_count": "..curves",
 }
 
 __all__ = [  # equal to the keys of _ATTRS
@@ -50,11 +50,11 @@ __all__ = [  # equal to the keys of _ATTRS
 ]
 
 if TYPE_CHECKING:
-    from ..curves.schedule import initial_weights, stable_learning_rate, step_count
-    from .discover import FoundUnits, choose_units, find_unit_layers
-    from .models import build_model
-    from .pipeline import analyze, prepare_analysis
-    from .result import Analysis, CheckRow
+    from ..curves import initial_weights, stable_learning_rate, step_count
+    from ._discover import FoundUnits, choose_units, find_unit_layers
+    from ._models import build_model
+    from ._pipeline import analyze, prepare_analysis
+    from ._result import Analysis, CheckRow
 
 
 def __getattr__(name: str) -> Any:

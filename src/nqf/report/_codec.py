@@ -47,8 +47,8 @@ _HEADER = "__nqf__"
 #: ever instantiated by :func:`decode`; the tags, not the classes' own modules, are what files record.
 ALLOWED_TYPES: dict[str, tuple[str, str]] = {
     "Trajectory": ("nqf.dynamics", "Trajectory"),
-    "ValidityReport": ("nqf.curves.validity", "ValidityReport"),
-    "ValiditySweep": ("nqf.curves.validity", "ValiditySweep"),
+    "ValidityReport": ("nqf.curves", "ValidityReport"),
+    "ValiditySweep": ("nqf.curves", "ValiditySweep"),
     "LVSolution": ("nqf.reductions.lv", "LVSolution"),
     "LotkaVolterra": ("nqf.reductions.lv", "LotkaVolterra"),
     "Plateaus": ("nqf.reductions.lv", "Plateaus"),

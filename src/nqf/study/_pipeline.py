@@ -5,7 +5,7 @@ Pipeline (docs/analyze.md):
 1. data and model are validated; non-smooth layers are refused before any work;
 2. the units are found (or named) and rescaled to ``M(0) = εI`` (``W(0) = √ε Qᵀ``;
    rank-deficient ``M(0) = εΠ`` when the width is below ``p``, see
-   :mod:`nqf.curves.schedule`); every other parameter stays as the user built it;
+   :mod:`nqf.curves._schedule`); every other parameter stays as the user built it;
 3. structure operator (analytic for a plain two-layer MLP, autodiff otherwise) and
    assumption checks: symmetry, zero-gradient condition, commutation (two random
    adjoints; nothing dense), memory/time estimate;
@@ -15,7 +15,7 @@ Pipeline (docs/analyze.md):
 6. the NQF simulation (:func:`nqf.simulate`; weight form for ``ε ≤ 1e-13`` or
    width ``< p``) and the real module trained with full-batch GD from the same
    ``W(0)`` (:func:`nqf.train_network`);
-7. comparison per plateau (:func:`nqf.curves.compare.compare_staircase`), the
+7. comparison per plateau (:func:`nqf.curves.compare_staircase`), the
    validity of the quadratic regime, and a verdict.
 
 Loss and time conventions: ``L = (1/N) Σ_n ½‖f_n − y_n‖²``, ``t = η · steps``.
@@ -29,15 +29,14 @@ import time
 import numpy as np
 import torch
 
-from ..curves.compare import FLAT_THRESHOLD, compare_staircase
-from ..curves.schedule import initial_weights, stable_learning_rate, step_count
+from ..curves import FLAT_THRESHOLD, compare_staircase, initial_weights, stable_learning_rate, step_count
 from ..data import Dataset, prepare
 from ..reductions import predict
-from .checks import check_commutation, check_smooth, check_symmetry, check_width, check_zgz, estimate_row
-from .discover import choose_units, structure_of
-from .models import build_model
-from .result import Analysis
-from .verdict import judge, validity
+from ._checks import check_commutation, check_smooth, check_symmetry, check_width, check_zgz, estimate_row
+from ._discover import choose_units, structure_of
+from ._models import build_model
+from ._result import Analysis
+from ._verdict import judge, validity
 
 __all__ = ["analyze", "prepare_analysis"]
 

@@ -1,4 +1,4 @@
-"""Atomic file and directory operations of the run directory (:mod:`nqf.report.rundir`).
+"""Atomic file and directory operations of the run directory (:mod:`nqf.report._rundir`).
 
 * :func:`atomic_write_bytes` / :func:`atomic_write_text`: a file is written to a
   temporary sibling, flushed to disk and renamed over the target, so a reader (or a

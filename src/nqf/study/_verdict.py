@@ -30,7 +30,7 @@ import math
 
 import numpy as np
 
-from ..curves.compare import regime_exit
+from ..curves import regime_exit
 
 __all__ = ["validity", "judge", "MIN_MARGIN"]
 
@@ -39,7 +39,7 @@ MIN_MARGIN = 0.01
 
 
 def validity(t, loss_real, loss_nqf, steps, prediction, gap_tolerance: float = 0.05) -> dict:
-    """Where the real network leaves the NQF: :func:`nqf.curves.compare.regime_exit` with the
+    """Where the real network leaves the NQF: :func:`nqf.curves.regime_exit` with the
     prediction's certified global minimum."""
     Lmin = float(prediction.levels[-1]) if prediction.global_minimum else None
     return regime_exit(t, loss_real, loss_nqf, steps, Lmin, gap_tolerance=gap_tolerance, min_margin=MIN_MARGIN)

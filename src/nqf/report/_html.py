@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 import jinja2
 from markupsafe import Markup
 
-from .rundir import RUN_ID_KEY, atomic_write_text
+from ._rundir import RUN_ID_KEY, atomic_write_text
 
 __all__ = ["render_report", "write_report", "rebuild_report", "safe_figure_path", "format_cell"]
 
@@ -166,12 +166,12 @@ def write_report(rundir, results: dict) -> Path:
 def rebuild_report(rundir) -> Path:
     """Rebuild ``report.html`` from a run directory's saved ``results.json`` and figures.
 
-    Raises :class:`~nqf.report.schema.ResultsFileError` (one line) when ``results.json``
+    Raises :class:`~nqf.report.ResultsFileError` (one line) when ``results.json``
     is missing, malformed or of another schema version, and
-    :class:`~nqf.report.rundir.RunDirectoryLockedError` while a run is writing the directory.
+    :class:`~nqf.report.RunDirectoryLockedError` while a run is writing the directory.
     """
-    from .rundir import acquire_lock
-    from .schema import read_results_json, validate_results
+    from ._rundir import acquire_lock
+    from ._schema import read_results_json, validate_results
 
     rundir = Path(rundir)
     validate_results(rundir)  # before taking the lock: no lock file beside a directory that is not a run

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..curves.compare import StaircaseComparison
+from ..curves import StaircaseComparison
 from ..reductions import Staircase
 from ..results import Result, summarize
 from ..results import to_jsonable as _clean
@@ -168,6 +168,6 @@ class Analysis(Result):
 
     def plot(self):
         """Figure: loss curves (real, NQF, prediction; predicted times marked) and per-mode strengths."""
-        from .figures import analysis_figure
+        from ._figures import analysis_figure
 
         return analysis_figure(self)

@@ -10,7 +10,7 @@ __all__ = ["analysis_figure"]
 def analysis_figure(a):
     """Two panels: losses of the real network, the NQF and the prediction (predicted times marked),
     and the strength ``q_kᵀ M(t) q_k`` of each escaping direction (real solid, NQF dashed)."""
-    from ..report.figures import mark_times, new_figure
+    from ..report import mark_times, new_figure
 
     c, P = a.curves, a.prediction
     t = c["t"]

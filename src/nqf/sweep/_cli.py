@@ -31,7 +31,7 @@ def _swept_text(point) -> str:
 def _point_line(point, row) -> str:
     if row["status"] == "complete":
         checks = [c for c in row["checks"] if c.get("measured") is not None][:3]
-        from .table import quantity_name
+        from ._table import quantity_name
 
         vals = "  ".join(f"{quantity_name(c['name'])}={c['measured']:.4g}" for c in checks)
         how = "reused" if row.get("reused") else f"{row['wall_seconds']} s"
@@ -63,9 +63,9 @@ def sweep(
     """
     from ..errors import SweepError
     from ..experiments.config import ConfigError, apply_overrides, parse_config, parse_set, read_config_data
-    from .execute import DaskMissingError, require_dask
-    from .grid import combine, parse_assignments, sweep_from_table
-    from .points import build_points
+    from ._execute import DaskMissingError, require_dask
+    from ._grid import combine, parse_assignments, sweep_from_table
+    from ._points import build_points
 
     if not dry_run:
         try:
@@ -102,10 +102,10 @@ def _run(points, spec, base, root: Path, *, scheduler, workers, retries, as_json
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from ..errors import SweepError
-    from .execute import execute, open_client
-    from .points import is_finished
-    from .report import write_sweep_report
-    from .table import build_table, write_table
+    from ._execute import execute, open_client
+    from ._points import is_finished
+    from ._report import write_sweep_report
+    from ._table import build_table, write_table
 
     if root.exists() and not root.is_dir():
         _fail(f"`--out` {root} exists and is not a directory")

@@ -1,6 +1,6 @@
 """The run id: how a run directory's files carry it, and the check that they all agree.
 
-Every run gets a fresh id (:attr:`nqf.report.rundir.RunDirectory.run_id`), recorded in
+Every run gets a fresh id (:attr:`nqf.report.RunDirectory.run_id`), recorded in
 ``results.json`` (``run_id``), in the zip comment of ``arrays.npz``
 (``nqf-run-id=ID``, :func:`archive_comment`), in a PNG text chunk (``nqf-run-id``) and
 the SVG ``dc:identifier`` (``nqf-run-id:ID``) of every figure (:func:`figure_metadata`),
@@ -59,7 +59,7 @@ def read_run_ids(path) -> dict[str, str | None]:
     """The run id recorded in each file of a run directory (``None`` where a file has none)."""
     root = Path(path)
     ids: dict[str, str | None] = {}
-    from .schema import read_results_json
+    from ._schema import read_results_json
 
     data = read_results_json(root / "results.json")
     ids["results.json"] = data.get("run_id")
@@ -98,7 +98,7 @@ def verify_run(path) -> list[str]:
     Checks that ``results.json`` is valid and that every figure, ``arrays.npz`` and
     ``report.html`` exist and carry its run id.
     """
-    from .schema import ResultsFileError, validate_results
+    from ._schema import ResultsFileError, validate_results
 
     try:
         validate_results(path)

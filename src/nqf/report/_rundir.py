@@ -2,15 +2,15 @@
 
 Layout of a run directory ``NAME/``::
 
-    results.json              versioned summary (schema ``nqf.results/2``, see :mod:`nqf.report.schema`)
+    results.json              versioned summary (schema ``nqf.results/2``, see :mod:`nqf.report._schema`)
     arrays.npz                every array the experiment produced
     figures/FIG.png, FIG.svg  the figures
     report.html               self-contained report (figures embedded)
     checkpoints/KEY.ckpt.npz  finished parts, reused by ``--resume`` (JSON + arrays, no pickle:
-                              see :mod:`nqf.report.codec`)
+                              see :mod:`nqf.report._codec`)
 
 **Run id.**  Every run gets a fresh id (:attr:`RunDirectory.run_id`), recorded in every
-file of the run; :mod:`nqf.report.runid` says where, and :func:`verify_run` checks that
+file of the run; :mod:`nqf.report._runid` says where, and :func:`verify_run` checks that
 they all agree.
 
 **All or nothing.**  A run never writes into ``NAME/`` itself.  It writes into a
@@ -51,7 +51,7 @@ the config itself, the seed, the nqf version and the format version.  With
 raises :class:`ResumeMismatchError` naming what differs.  A pickle found in
 ``checkpoints/`` is refused, never loaded.
 
-**Permissions** and the atomic file operations: :mod:`nqf.report.atomic`.
+**Permissions** and the atomic file operations: :mod:`nqf.report._atomic`.
 """
 
 from __future__ import annotations
@@ -71,12 +71,12 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidParameterError, InvalidTypeError, NQFError
-from . import codec
-from .atomic import atomic_write_bytes, atomic_write_text
-from .atomic import carry_entry as _carry
-from .atomic import exchange_paths as _exchange  # a module global: tests patch it to kill a run mid-commit
-from .atomic import remove_tree as _rmtree
-from .runid import RUN_ID_KEY, archive_comment, figure_metadata, read_run_ids, verify_run
+from . import _codec as codec
+from ._atomic import atomic_write_bytes, atomic_write_text
+from ._atomic import carry_entry as _carry
+from ._atomic import exchange_paths as _exchange  # a module global: tests patch it to kill a run mid-commit
+from ._atomic import remove_tree as _rmtree
+from ._runid import RUN_ID_KEY, archive_comment, figure_metadata, read_run_ids, verify_run
 
 __all__ = [
     "RunDirectory",
@@ -322,7 +322,7 @@ class RunDirectory:
     def _check_previous_results(self) -> None:
         if self.previous is None or not (self.previous / "results.json").exists():
             return
-        from .schema import SCHEMA_VERSION, ResultsFileError, read_results_json
+        from ._schema import SCHEMA_VERSION, ResultsFileError, read_results_json
 
         try:
             data = read_results_json(self.previous / "results.json")

@@ -6,7 +6,7 @@ empty, truncated, not UTF-8, not JSON, another schema version, fields that do
 not match — raises :class:`ResultsFileError` with a one-line message.
 
 Version 2 adds ``run_id`` (shared by every file of the run, see
-:mod:`nqf.report.rundir`) and ``config_hash`` (of the full resolved config).
+:mod:`nqf.report._rundir`) and ``config_hash`` (of the full resolved config).
 """
 
 from __future__ import annotations

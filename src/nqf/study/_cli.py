@@ -52,8 +52,8 @@ def register(app: typer.Typer) -> None:
         from pydantic import ValidationError
 
         from ..errors import NQFError
-        from .output import AnalyzeExperiment, AnalyzeParams, load_data, print_analysis
-        from .pipeline import prepare_analysis
+        from ._output import AnalyzeExperiment, AnalyzeParams, load_data, print_analysis
+        from ._pipeline import prepare_analysis
 
         torch.set_num_threads(threads)
         try:

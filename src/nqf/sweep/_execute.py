@@ -35,7 +35,7 @@ from typing import Any
 
 from ..errors import SweepError
 from ..results import Result
-from .points import Point, is_finished, point_dir, read_results
+from ._points import Point, is_finished, point_dir, read_results
 
 __all__ = ["DaskMissingError", "require_dask", "open_client", "run_point", "execute", "row_from_results", "SweepState"]
 
@@ -173,7 +173,7 @@ def execute(
 ) -> SweepState:
     """Run every unfinished point on ``client``; returns the state with one row per point (by short hash).
 
-    Finished points (see :func:`nqf.sweep.points.is_finished`) are read, not rerun, and their files
+    Finished points (see :func:`nqf.sweep.is_finished`) are read, not rerun, and their files
     are not touched.  Invalid points are recorded as failed without running.  ``on_point(point, row)``
     is called once per point as it finishes; ``on_tick(state)`` every ``poll`` seconds.
     """

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..errors import SweepError
 from ..results import Result, clip, summarize, to_jsonable
-from .grid import SweepSpec, coerce_for_param
+from ._grid import SweepSpec, coerce_for_param
 
 __all__ = ["Point", "build_points", "is_finished", "point_dir", "SHORT"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from ..experiments.base import Check, Experiment, Outcome, Params, Table
-from .result import Analysis
+from ._result import Analysis
 
 __all__ = ["AnalyzeParams", "AnalyzeExperiment", "fill_outcome", "save_analysis", "print_analysis"]
 
@@ -59,7 +59,7 @@ class AnalyzeExperiment(Experiment):
         self.analysis: Analysis | None = None
 
     def run(self, params: AnalyzeParams, ctx, out: Outcome) -> None:
-        from .pipeline import analyze
+        from ._pipeline import analyze
 
         data = load_data(params, ctx.seed)
         a = analyze(
@@ -181,7 +181,7 @@ def save_analysis(a: Analysis, out_dir, *, force: bool = False) -> dict:
 
 def print_analysis(a: Analysis, echo=print) -> None:
     """The checks table, the per-plateau table and the verdict, as text."""
-    from ..report.html import format_cell
+    from ..report import format_cell
 
     echo("assumption checks:")
     for c in a.checks:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .table import read_table
+from ._table import read_table
 
 __all__ = ["write_sweep_report", "rebuild_sweep_report", "sweep_figures", "is_sweep_dir"]
 
@@ -108,7 +108,7 @@ def sweep_figures(doc: dict, root) -> list[dict]:
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
 
-    from ..report.rundir import atomic_write_bytes
+    from ..report import atomic_write_bytes
 
     rows = [r for r in doc["rows"] if r["status"] == "complete"]
     quantities = list(dict.fromkeys(q for r in rows for q, v in r["measured"].items() if v is not None))
@@ -225,7 +225,7 @@ def write_sweep_report(root, doc: dict | None = None) -> Path:
 
     from jinja2 import Environment
 
-    from ..report.rundir import atomic_write_text
+    from ..report import atomic_write_text
 
     root = Path(root)
     doc = doc if doc is not None else read_table(root)

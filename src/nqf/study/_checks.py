@@ -18,7 +18,7 @@ from torch import nn
 from ..errors import NormalFormError
 from ..reductions import COMMUTING_RTOL, commutation_test
 from ..structure.activations import module_label, smooth_alternatives_text
-from .result import CheckRow
+from ._result import CheckRow
 
 __all__ = ["check_smooth", "check_symmetry", "check_zgz", "check_commutation", "check_width", "estimate_row"]
 

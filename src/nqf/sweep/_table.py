@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SweepError
-from .points import Point
+from ._points import Point
 
 __all__ = ["SCHEMA", "quantity_name", "build_table", "write_table", "read_table"]
 
@@ -148,7 +148,7 @@ def to_csv(doc: dict) -> str:
 
 def write_table(root, doc: dict) -> tuple[Path, Path]:
     """Write ``sweep.json`` and ``sweep.csv`` atomically; returns their paths."""
-    from ..report.rundir import atomic_write_text
+    from ..report import atomic_write_text
 
     root = Path(root)
     pj, pc = root / "sweep.json", root / "sweep.csv"
