@@ -38,7 +38,7 @@ MOVED = {"nqf.dynamics.subspace": "nqf.structure"}
 def load_previous(ref: str):
     """The `simulate` module of git revision ``ref``, imported inside the ``nqf.dynamics`` package."""
     src = subprocess.run(
-        ["git", "-C", str(ROOT), "show", f"{ref}:src/nqf/dynamics/simulate.py"],
+        ["git", "-C", str(ROOT), "show", f"{ref}:src/nqf/dynamics/_simulate.py"],
         check=True,
         capture_output=True,
         text=True,

@@ -1,4 +1,4 @@
-"""The one training loop (nqf.dynamics.loop) and the one initial-state parser (nqf.dynamics.initial).
+"""The one training loop (nqf.dynamics._loop) and the one initial-state parser (nqf.dynamics._initial).
 
 References are independent of the library: ``torch.optim.SGD``/``torch.optim.Adam`` and hand-written
 plain-torch updates on a least-squares problem, a hand-written minibatch sampler, closed forms of
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from nqf.dynamics import initial_state, initial_weights, simulate, train_network
-from nqf.dynamics.loop import StepRule, training_loop
+from nqf.dynamics._loop import StepRule, training_loop
 from nqf.errors import InvalidParameterError, ShapeError
 from nqf.networks._mlp import TwoLayerMLP
 from nqf.structure.mlp import mlp

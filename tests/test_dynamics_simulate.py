@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from nqf.dynamics import data_subspace, minibatch_indices, simulate
-from nqf.dynamics.losses import loss_value, prepare_targets, residual
+from nqf.dynamics._losses import loss_value, prepare_targets, residual
 from nqf.errors import DivergenceError, NonFiniteError, NotClosedError, ShapeError
 from nqf.structure.mlp import mlp
 from nqf.structure.operator import DenseStructure

@@ -178,7 +178,7 @@ def _validity_sweep():
 def _loop():
     """Plain gradient descent on ``½‖W‖²`` with W of shape (p, 2) through the one training loop."""
     from nqf.dynamics import training_loop
-    from nqf.dynamics.loop import StepRule
+    from nqf.dynamics._loop import StepRule
 
     W = torch.ones(P, 2, dtype=F64)
     saved = []
@@ -221,7 +221,7 @@ def _saddles():
 
 # name -> (factory taking the pytest tmp_path_factory, marks)
 FACTORIES = {
-    "nqf.dynamics.trajectory.Trajectory": (lambda f: network_runs()[2], ()),
+    "nqf.dynamics._trajectory.Trajectory": (lambda f: network_runs()[2], ()),
     "nqf.reductions.lv.solution.LVSolution": (lambda f: lv_solution(), ()),
     "nqf.reductions.lv.final.Plateaus": (lambda f: lv_system().plateaus(1e-6), ()),
     "nqf.reductions.lv.limit.LimitResult": (lambda f: lv_limit(), ()),
@@ -276,7 +276,7 @@ FACTORIES = {
         (),
     ),
     "nqf.sweep._execute.SweepState": (_sweep_state, ()),
-    "nqf.dynamics.loop.LoopOutcome": (lambda f: _loop(), ()),
+    "nqf.dynamics._loop.LoopOutcome": (lambda f: _loop(), ()),
     "nqf.experiments.real_data.UpperBoundCheck": (lambda f: _upper_bound_check(), ()),
 }
 
@@ -286,8 +286,8 @@ NOT_RESULTS = {
     "nqf.structure.activations.Activation": "an input: an activation function with its derivatives at 0",
     "nqf.experiments.runner.RunContext": "what a running experiment may use (run directory, device, seed)",
     "nqf.experiments.catalog.CatalogEntry": "a catalogue entry: where an experiment is defined, its description",
-    "nqf.dynamics.loop.StepRule": "an input: the update rule of a training step",
-    "nqf.dynamics.initial.InitialState": "an input: the validated M(0) or W(0) of a run",
+    "nqf.dynamics._loop.StepRule": "an input: the update rule of a training step",
+    "nqf.dynamics._initial.InitialState": "an input: the validated M(0) or W(0) of a run",
     "nqf.dynamics._loss.Loss": "an input: the loss of a run (base class)",
     "nqf.dynamics._loss.MSE": "an input: the mean-squared-error loss",
     "nqf.dynamics._loss.Logistic": "an input: the binary logistic loss",

@@ -1,6 +1,6 @@
 r"""Initial state, learning rate and run length for an analysis (docs/theory.md §0).
 
-* :func:`initial_weights` (:mod:`nqf.dynamics.initial`) — ``W(0)`` of shape ``(p, m)`` at scale ``ε``:
+* :func:`initial_weights` (:mod:`nqf.dynamics._initial`) — ``W(0)`` of shape ``(p, m)`` at scale ``ε``:
   ``W(0) = √ε Qᵀ`` with ``Q`` (``m × p`` when ``m ≥ p``) having orthonormal
   columns, so ``M(0) = W Wᵀ = ε I`` and every unit starts non-zero.  **Width
   below p** (``m < p``): ``W(0) = √ε B`` with ``B`` (``p × m``) orthonormal columns
@@ -26,7 +26,7 @@ import math
 import numpy as np
 
 from .._validation import float_param
-from ..dynamics.initial import initial_weights  # re-exported: the one builder of W(0)
+from ..dynamics import initial_weights  # re-exported: the one builder of W(0)
 
 __all__ = ["initial_weights", "stable_learning_rate", "step_count"]
 

@@ -34,10 +34,9 @@ import torch
 from torch.func import functional_call
 
 from .._validation import as_tensor
-from ..dynamics.network import UnitScatter, train_network
-from ..dynamics.simulate import simulate
-from ..dynamics.trajectory import Trajectory
+from ..dynamics import Trajectory, simulate, train_network
 from ..errors import InvalidParameterError, ShapeError
+from ..modules import UnitScatter
 from ..results import Result
 from ..structure.operator import StructureOperator
 

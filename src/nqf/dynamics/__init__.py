@@ -22,19 +22,20 @@ MSE, ``r = ∂ℓ/∂f``, ``G = (1/N) 𝒜*(r)``, ``W ← W − η ∇_W L``, tr
 """
 
 from ..structure import data_subspace, project_operator
+from ._batched import simulate_batched
+from ._flow import gradient_flow, integrate_factor
+from ._initial import initial_state, initial_weights
+from ._loop import training_loop
 from ._loss import MSE, CrossEntropy, Logistic, Loss, as_loss
+from ._losses import LOSSES
+from ._network import train_network
 from ._optim import GD, SGD, Adam, Optimizer, as_optimizer
 from ._save import Save, as_save
-from .batched import simulate_batched
-from .flow import gradient_flow
-from .initial import initial_state, initial_weights
-from .loop import training_loop
-from .losses import LOSSES
-from .network import train_network
-from .simulate import FORMS, OPTIMIZERS, minibatch_indices, simulate
-from .trajectory import Trajectory
+from ._simulate import FORMS, OPTIMIZERS, minibatch_indices, simulate
+from ._trajectory import Trajectory
 
 __all__ = [
+    "integrate_factor",
     "simulate",
     "simulate_batched",
     "gradient_flow",

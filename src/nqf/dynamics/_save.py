@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from .._validation import ParameterError, int_param
-from .trajectory import Trajectory
+from ._trajectory import Trajectory
 
 __all__ = ["Save", "as_save", "Recorder"]
 

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import torch
 
-from ..dynamics.initial import initial_weights  # re-exported: the one builder of W(0) = √ε Q
+from ..dynamics import initial_weights  # re-exported: the one builder of W(0) = √ε Q
 from ..reductions.timing import crossing_time  # re-exported: the one level-crossing time
 
 __all__ = [

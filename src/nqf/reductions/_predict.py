@@ -128,7 +128,7 @@ def predict(
         commuting = commutation_test(op)[1]
     dense_entries = op.n_samples * op.n_outputs * op.p**2
     if method in ("lotka-volterra", "limit") or (method == "auto" and commuting and dense_entries <= LV_MAX_ENTRIES):
-        from ..dynamics.initial import initial_state
+        from ..dynamics import initial_state
         from .lv import reduce
 
         M = initial_state(op.p, eps=e).M0 if M0 is None else M0

@@ -110,7 +110,7 @@ Modules: :mod:`~nqf.reductions.saddles.problem` (the loss and the factored
 descent), :mod:`~nqf.reductions.saddles.search` (:func:`saddle_sequence`),
 :mod:`~nqf.reductions.saddles.results` (:class:`Saddle`, :class:`SaddleSequence`),
 :mod:`~nqf.reductions.saddles.orbit` (heteroclinic orbits, integrated with
-:func:`nqf.dynamics.flow.integrate_factor`), :mod:`~nqf.reductions.saddles.clock`
+:func:`nqf.dynamics._flow.integrate_factor`), :mod:`~nqf.reductions.saddles.clock`
 (escape times beyond leading order).
 
 Numerics: each descent is a trust-region Newton–CG on ``V`` (Hessian-vector

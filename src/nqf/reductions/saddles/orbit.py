@@ -4,7 +4,7 @@ From a stationary point ``M_k = V Vᵀ`` the flow leaves along the escape
 directions ``Q`` (``p × m``) at rate ``4h``.  The orbit ``Φ(s)`` is normalised so
 that ``qᵀ(Φ(s) − M_k) q ≈ e^{4 h s}`` as ``s → −∞``: it is seeded at
 ``V_0 = [V, √δ Q]`` at ``s_lo = −ln(1/δ)/(4h)`` (relative error ``O(δ)``) and
-integrated with the factored gradient flow of :func:`nqf.dynamics.flow.integrate_factor`
+integrated with the factored gradient flow of :func:`nqf.dynamics._flow.integrate_factor`
 (DOP853, dense output) until the loss has fallen to ``floor``.  A level crossing
 on ``Φ`` is bracketed on a grid and bisected on the dense output
 (:func:`nqf.reductions.timing.crossing_time`).
@@ -17,7 +17,7 @@ import math
 import numpy as np
 import torch
 
-from ...dynamics.flow import integrate_factor
+from ...dynamics import integrate_factor
 from ..timing import crossing_time, leading_switch_time
 
 __all__ = ["Heteroclinic"]

@@ -2,7 +2,7 @@ r"""Training the real network beside the NQF run (docs/theory.md §6).
 
 Same conventions as :func:`~nqf.dynamics.simulate`: ``L = (1/N) Σ_n ℓ(f_n, y_n)``
 (MSE: ``ℓ = ½ Σ_c (f_c − y_c)²``), ``W ← W − η ∇_W L``, time ``t = η · step``,
-the same minibatches for the same seed (:func:`~nqf.dynamics.loop.minibatch_indices`),
+the same minibatches for the same seed (:func:`~nqf.dynamics._loop.minibatch_indices`),
 weight decay ``(λ/2)‖W‖²`` and heavy-ball momentum in the ``torch.optim.SGD``
 convention.
 
@@ -12,7 +12,7 @@ maps and the forward pass runs through :func:`torch.func.functional_call`,
 so every parameter entry that is not part of a unit (other layers, biases
 outside the unit layout, fixed attention values) stays at its value in
 ``module``.  Gradients come from plain ``torch.autograd``; the update is
-the one of :func:`~nqf.dynamics.loop.training_loop` (shared with
+the one of :func:`~nqf.dynamics._loop.training_loop` (shared with
 :func:`~nqf.dynamics.simulate`).  After the run the final ``W`` is written into ``module``.
 """
 
@@ -24,12 +24,12 @@ from torch.func import functional_call
 from .._validation import check_inputs, check_saved_memory, divergence_threshold_value, steps_value
 from ..errors import InvalidTypeError
 from ..modules.units import UnitLayout, UnitScatter  # noqa: F401  (re-exported; one implementation)
+from ._initial import initial_state
+from ._loop import training_loop
 from ._loss import Loss, as_loss
 from ._optim import Optimizer, as_optimizer
 from ._save import Recorder, Save, as_save
-from .initial import initial_state
-from .loop import training_loop
-from .trajectory import Trajectory
+from ._trajectory import Trajectory
 
 __all__ = ["train_network", "UnitScatter"]
 

@@ -35,7 +35,7 @@ directions where ``M`` is small.
 
 Implementation and accuracy: the order-parameter form propagates a factor
 ``M = L Lᵀ`` (``L`` of shape ``p × r``, ``r ≤ p``; ``p + 1`` without ZGZ) by the
-same linear maps, ``L ← T L − η h cᵀ`` (:mod:`nqf.dynamics.factored`), and the
+same linear maps, ``L ← T L − η h cᵀ`` (:mod:`nqf.dynamics._factored`), and the
 saved states are ``L Lᵀ``.  ``M`` is positive semidefinite by construction and
 its rank cannot grow.  For ``r ≤ 256`` the columns of ``L`` are rotated
 (``L ← L O``, one-sided Jacobi) onto the eigenvectors of ``M`` whenever a column
@@ -64,10 +64,7 @@ from .._validation import check_saved_memory, divergence_curvature, divergence_t
 from ..errors import InvalidParameterError, InvalidTypeError, NotClosedError
 from ..structure import data_subspace, project_operator
 from ..structure.operator import StructureOperator
-from ._loss import Loss, as_loss
-from ._optim import Optimizer, as_optimizer
-from ._save import Recorder, Save, as_save
-from .factored import (
+from ._factored import (
     apply_G,
     factor_from_matrix,
     factor_from_weights,
@@ -75,9 +72,12 @@ from .factored import (
     orthogonalize_columns,
     predictions,
 )
-from .initial import check_psd, initial_state
-from .loop import OPTIMIZERS, check_run_args, minibatch_indices, training_loop
-from .trajectory import Trajectory
+from ._initial import check_psd, initial_state
+from ._loop import OPTIMIZERS, check_run_args, minibatch_indices, training_loop
+from ._loss import Loss, as_loss
+from ._optim import Optimizer, as_optimizer
+from ._save import Recorder, Save, as_save
+from ._trajectory import Trajectory
 
 __all__ = ["simulate", "minibatch_indices", "FORMS", "OPTIMIZERS", "check_psd", "check_run_args"]
 
@@ -153,7 +153,7 @@ def simulate(
     op : StructureOperator
         The structure operator (``p``, ``N`` samples, ``C`` outputs).
     y : array_like, shape (N,) or (N, C)
-        Targets (see :mod:`nqf.dynamics.losses` for the label conventions).
+        Targets (see :mod:`nqf.dynamics._losses` for the label conventions).
     M0 : array_like, shape (p, p), optional
         Initial order parameter (symmetric PSD).  Order-parameter form only,
         and only with ZGZ (otherwise ``μ`` and the width are needed: pass ``W0``).
@@ -277,10 +277,10 @@ def simulate(
 
 # --------------------------------------------------------------------------- the run
 def _run(op, y, M0, W0, s: RunSpec, track_transfer: bool = False) -> Trajectory:
-    """Run :func:`~nqf.dynamics.loop.training_loop`; with ``track_transfer`` also propagate the linear transfer
+    """Run :func:`~nqf.dynamics._loop.training_loop`; with ``track_transfer`` also propagate the linear transfer
     map ``Φ`` (Φ(0) = I) and the scalar factor ``a`` of directions with ``S = λ I`` (used by compression).
 
-    Both forms propagate a left factor of the units (:mod:`nqf.dynamics.factored`): the weight
+    Both forms propagate a left factor of the units (:mod:`nqf.dynamics._factored`): the weight
     form ``W`` itself (``c = 1``), the order-parameter form ``L`` with ``M = L Lᵀ`` (``r ≤ p``
     columns, ``p + 1`` without ZGZ), the momentum buffer ``K`` with ``V = K Qᵀ``; the gradient
     of the units is ``S L + h cᵀ`` (module docstring)."""

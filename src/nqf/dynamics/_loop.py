@@ -37,7 +37,7 @@ from .._validation import divergence_message, steps_value
 from ..results import Result, summarize
 from ._optim import OPTIMIZERS, Optimizer, as_optimizer
 from ._save import Save
-from .trajectory import DIVERGED, FINISHED
+from ._trajectory import DIVERGED, FINISHED
 
 __all__ = [
     "StepRule",

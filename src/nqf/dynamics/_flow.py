@@ -11,7 +11,7 @@ without weight decay ``dM/dt = −2 (G M + M G)``.  Without ZGZ the flow of
 
 Coordinates and accuracy: the flow is integrated on a factor ``M = L Lᵀ``
 (``L`` of shape ``p × r``, the same factor as the order-parameter form of
-:func:`~nqf.dynamics.simulate`, :mod:`nqf.dynamics.factored`):
+:func:`~nqf.dynamics.simulate`, :mod:`nqf.dynamics._factored`):
 
     dL/dt = −S L − h cᵀ,   μ = L c,
 
@@ -38,11 +38,11 @@ from scipy.integrate import solve_ivp
 from .._validation import as_tensor, check_flow_scalars
 from ..errors import InvalidParameterError, InvalidTypeError
 from ..structure.operator import StructureOperator
+from ._factored import factor_from_matrix, factor_from_weights, gradient_terms, orthogonalize_columns, predictions
+from ._initial import initial_state
 from ._loss import Loss, as_loss
-from .factored import factor_from_matrix, factor_from_weights, gradient_terms, orthogonalize_columns, predictions
-from .initial import initial_state
-from .simulate import POLISH_MAX_RANK
-from .trajectory import DIVERGED, FINISHED, Trajectory
+from ._simulate import POLISH_MAX_RANK
+from ._trajectory import DIVERGED, FINISHED, Trajectory
 
 __all__ = ["gradient_flow", "integrate_factor"]
 
@@ -251,7 +251,7 @@ def integrate_factor(
     ----------
     op : StructureOperator
     y : torch.Tensor, shape (N, C)
-        Prepared targets (:func:`nqf.dynamics.losses.prepare_targets`).
+        Prepared targets (:func:`nqf.dynamics._losses.prepare_targets`).
     L0 : torch.Tensor, shape (p, r)
     t_span : (float, float)
     rtol, atol

@@ -31,7 +31,7 @@ products and a few batched ``p × p`` products instead of ``B`` passes over the
 data.  Other losses use ``f_b = f(0) + A c(M_b)`` directly.
 
 As :func:`nqf.dynamics.simulate`, each run propagates a factor ``M_b = F_b F_bᵀ``
-(``F ← T F``, see :mod:`nqf.dynamics.factored`) whose columns are re-rotated onto
+(``F ← T F``, see :mod:`nqf.dynamics._factored`) whose columns are re-rotated onto
 eigenvectors of ``M_b`` whenever a column norm has changed by a factor 2, so a
 direction in which ``M_b`` is ε-small keeps its relative accuracy — propagating
 ``T M Tᵀ`` instead puts an absolute round-off ``10⁻¹⁶ ‖M‖`` into it, which at
@@ -51,13 +51,13 @@ import torch
 from .._validation import divergence_message, divergence_threshold_value, steps_value
 from ..errors import InvalidParameterError, InvalidTypeError, NotClosedError, ShapeError
 from ..structure.operator import StructureOperator
+from ._factored import factor_from_matrix, orthogonalize_columns
+from ._initial import initial_state
+from ._loop import DivergenceCheck
 from ._loss import Loss, as_loss
 from ._optim import GD
 from ._save import Recorder, Save, as_save
-from .factored import factor_from_matrix, orthogonalize_columns
-from .initial import initial_state
-from .loop import DivergenceCheck
-from .trajectory import DIVERGED, FINISHED, Trajectory
+from ._trajectory import DIVERGED, FINISHED, Trajectory
 
 __all__ = ["simulate_batched", "operator_matrix"]
 
