@@ -42,8 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from lv_limit_reference import reference_limit
 
-from nqf.reductions.lv.limit import limit
-from nqf.reductions.lv.system import LotkaVolterra
+from nqf.reductions.lv._limit import limit
+from nqf.reductions.lv._system import LotkaVolterra
 
 
 def bench_diagonal(K: int, eps: float, rng) -> None:

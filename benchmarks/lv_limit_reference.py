@@ -1,6 +1,6 @@
 """Reference copy of the ε → 0 limit before the incremental inverse-Cholesky update (benchmark only).
 
-The algorithm of ``nqf.reductions.lv.limit`` / ``nqf.reductions.lv.qp.ActiveSetQP`` as of commit
+The algorithm of ``nqf.reductions.lv.limit`` / ``nqf.reductions.lv._qp.ActiveSetQP`` as of commit
 3d0bf0f (explicit inverse of ``C_PP`` updated by bordering, full ``β − Cz`` recomputed after every
 event), kept verbatim so that ``bench_lv.py`` measures old and new in one run and compares their
 events.  Not part of the package; do not import it from ``src``.
@@ -13,8 +13,8 @@ import torch
 
 from nqf._validation import as_tensor
 from nqf.errors import InvalidParameterError, ShapeError
-from nqf.reductions.lv.limit import LimitEvent, LimitResult
-from nqf.reductions.lv.qp import UnboundedError
+from nqf.reductions.lv._limit import LimitEvent, LimitResult
+from nqf.reductions.lv._qp import UnboundedError
 
 
 class ReferenceActiveSetQP:

@@ -44,7 +44,7 @@ def test_orbit_tails_predict_the_loss_where_wine_plateau_1_is_read():
     from nqf.data import load_dataset
     from nqf.dynamics import simulate
     from nqf.reductions.saddles import saddle_sequence
-    from nqf.reductions.saddles.clock import composite_loss, heteroclinic_chain, predicted_escape_times
+    from nqf.reductions.saddles._clock import composite_loss, heteroclinic_chain, predicted_escape_times
     from nqf.structure import mlp
 
     d = load_dataset("wine")

@@ -6,8 +6,8 @@ import torch
 from scipy.optimize import nnls
 
 from nqf.errors import NonFiniteError, ShapeError
-from nqf.reductions.lv.limit import limit
-from nqf.reductions.lv.system import LotkaVolterra
+from nqf.reductions.lv._limit import limit
+from nqf.reductions.lv._system import LotkaVolterra
 
 
 def correlated_example(seed=1, N=200, K=6):

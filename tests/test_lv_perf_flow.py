@@ -10,7 +10,7 @@ must scale with the tolerance (docs/theory.md §4.1).
 import numpy as np
 import scipy.sparse as sp
 
-from nqf.reductions.lv.system import LotkaVolterra
+from nqf.reductions.lv._system import LotkaVolterra
 
 
 def tridiagonal(K=200, seed=0):

@@ -20,9 +20,9 @@ import pytest
 import scipy.sparse as sp
 from scipy.optimize import nnls
 
-from nqf.reductions.lv.limit import limit
-from nqf.reductions.lv.qp import ActiveSetQP
-from nqf.reductions.lv.system import LotkaVolterra
+from nqf.reductions.lv._limit import limit
+from nqf.reductions.lv._qp import ActiveSetQP
+from nqf.reductions.lv._system import LotkaVolterra
 
 # round-off of the restricted solves: the solver refreshes its factor when the optimality
 # residual exceeds 1e-10 relative (checked every 16 warm-started solves), so plateaus are

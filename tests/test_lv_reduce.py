@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from nqf.errors import InvalidParameterError, NonCommutingError, NotClosedError, ShapeError
-from nqf.reductions.lv.reduce import commutation_defect, reduce, relative_commutator
+from nqf.reductions.lv._reduce import commutation_defect, reduce, relative_commutator
 from nqf.structure.operator import DenseStructure
 
 

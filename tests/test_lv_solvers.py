@@ -6,8 +6,8 @@ import scipy.sparse as sp
 from scipy.optimize import nnls
 
 from nqf.errors import NonFiniteError, ShapeError
-from nqf.reductions.lv.qp import ActiveSetQP
-from nqf.reductions.lv.system import LotkaVolterra, switch_times
+from nqf.reductions.lv._qp import ActiveSetQP
+from nqf.reductions.lv._system import LotkaVolterra, switch_times
 
 
 def diag_system(eps):

@@ -222,10 +222,10 @@ def _saddles():
 # name -> (factory taking the pytest tmp_path_factory, marks)
 FACTORIES = {
     "nqf.dynamics._trajectory.Trajectory": (lambda f: network_runs()[2], ()),
-    "nqf.reductions.lv.solution.LVSolution": (lambda f: lv_solution(), ()),
-    "nqf.reductions.lv.final.Plateaus": (lambda f: lv_system().plateaus(1e-6), ()),
-    "nqf.reductions.lv.limit.LimitResult": (lambda f: lv_limit(), ()),
-    "nqf.reductions.lv.limit.LimitEvent": (lambda f: lv_limit().events[-1], ()),
+    "nqf.reductions.lv._solution.LVSolution": (lambda f: lv_solution(), ()),
+    "nqf.reductions.lv._final.Plateaus": (lambda f: lv_system().plateaus(1e-6), ()),
+    "nqf.reductions.lv._limit.LimitResult": (lambda f: lv_limit(), ()),
+    "nqf.reductions.lv._limit.LimitEvent": (lambda f: lv_limit().events[-1], ()),
     "nqf.reductions.svd_modes.TwoLayerModes": (
         lambda f: __import__("nqf.reductions.svd_modes", fromlist=["x"]).two_layer_modes(
             __import__("nqf.reductions.svd_modes", fromlist=["x"]).whiten(
@@ -236,8 +236,8 @@ FACTORIES = {
         ),
         (),
     ),
-    "nqf.reductions.saddles.results.Saddle": (lambda f: _saddles().saddles[-1], ()),
-    "nqf.reductions.saddles.results.SaddleSequence": (lambda f: _saddles(), ()),
+    "nqf.reductions.saddles._results.Saddle": (lambda f: _saddles().saddles[-1], ()),
+    "nqf.reductions.saddles._results.SaddleSequence": (lambda f: _saddles(), ()),
     "nqf.curves._powerlaw.PowerLawFit": (lambda f: _fit(), ()),
     "nqf.curves._exponents.ExponentPrediction": (
         lambda f: __import__("nqf.curves", fromlist=["x"]).predict_exponent(

@@ -298,7 +298,7 @@ def test_commuting_sequence_is_the_lv_limit(commuting_case):
 
 
 def test_commuting_sequence_matches_nqf_lv_limit(commuting_case):
-    lvlim = pytest.importorskip("nqf.reductions.lv.limit")
+    lvlim = pytest.importorskip("nqf.reductions.lv")
     op, a, y, seq = commuting_case
     N = a.shape[0]
     res = lvlim.limit(a.T @ y / N, a.T @ a / N, y2=float(y @ y) / N)
@@ -504,7 +504,7 @@ def test_digits_nqf_at_eps_1e30_lands_within_3_percent_of_predicted_times():
     from nqf.curves._schedule import initial_weights, stable_learning_rate, step_count
     from nqf.data import load_dataset
     from nqf.dynamics import simulate
-    from nqf.reductions.saddles.clock import predicted_escape_times
+    from nqf.reductions.saddles._clock import predicted_escape_times
     from nqf.structure import mlp
 
     d = load_dataset("digits")
@@ -537,7 +537,7 @@ def test_digits_nqf_at_eps_1e30_lands_within_3_percent_of_predicted_times():
 
 @pytest.mark.slow
 def test_escape_times_beyond_leading_order(mlp_case):
-    """The small-part recursion of nqf.reductions.saddles.clock captures the O(1) offsets of the later drops:
+    """The small-part recursion of nqf.reductions.saddles._clock captures the O(1) offsets of the later drops:
     against the independent DOP853 flow the leading order is off by 0.15 (drop 2) and 0.11 (drop 3) at
     ε = 1e-16 and 1e-24; the recursion by at most 0.006 (measured 0.0008–0.0053).  Tolerance 0.02: a tenth of
     the leading-order error, above the flow's crossing-time resolution."""

@@ -122,7 +122,7 @@ def test_whitened_two_layer_network_is_svd_modes():
 def test_non_commuting_digits_is_the_saddle_sequence_with_its_time_rules():
     from nqf.data import load_dataset
     from nqf.reductions.saddles import saddle_sequence
-    from nqf.reductions.saddles.clock import predicted_escape_times
+    from nqf.reductions.saddles._clock import predicted_escape_times
 
     d = load_dataset("digits", subset=120, seed=0)
     X, Y = torch.as_tensor(d.X), torch.as_tensor(d.Y)

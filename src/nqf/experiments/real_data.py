@@ -9,12 +9,12 @@ do not commute, so the prediction is the greedy saddle sequence
 (:func:`nqf.reductions.saddles.saddle_sequence`):
 
 * **drop times** ``t_k`` (midpoint crossings), each labelled with its rule
-  (:func:`nqf.reductions.saddles.clock.predicted_escape_times`): the first with its
+  (:func:`nqf.reductions.saddles._clock.predicted_escape_times`): the first with its
   exact ``O(1)`` offset, later ones with the ``O(1)`` correction of the small-part
   recursion where it applies, else leading order ``τ_k ln(1/ε)``;
 * **plateau levels** at the point where they are read (middle of the predicted
   plateau, the last at the end of the run): the saddle value ``L_k`` plus the tails of
-  the two adjacent heteroclinic orbits (:func:`nqf.reductions.saddles.clock.composite_loss`).
+  the two adjacent heteroclinic orbits (:func:`nqf.reductions.saddles._clock.composite_loss`).
   The bare ``L_k`` is the ``ε → 0`` limit; where the relaxation into a saddle is slow
   it is not reached at any practical ``ε`` (wine's first plateau relaxes at rate ≈ 0.08
   against an escape rate of 2.0: at ε = 1e-10 its middle is still 13 % of the drop
@@ -200,8 +200,7 @@ def _problem(name: str, P: RealDataParams, ctx) -> dict:
     """Data set, NQF operator, saddle sequence with its ε-independent heteroclinic chain, and the GD step."""
     from ..curves import stable_learning_rate
     from ..data import load_dataset
-    from ..reductions.saddles import saddle_sequence
-    from ..reductions.saddles.clock import heteroclinic_chain
+    from ..reductions.saddles import heteroclinic_chain, saddle_sequence
     from ..structure import mlp
 
     d = load_dataset(name, subset=P.subset, seed=ctx.seed)
@@ -243,9 +242,9 @@ def _runs(prob: dict, st, eps: float, P: RealDataParams, ctx):
 
 def _measure(prob: dict, st, sim, real) -> dict:
     """Both runs against the staircase (:func:`nqf.curves.compare_staircase`), the predicted loss curve
-    (saddle values + orbit tails, :func:`~nqf.reductions.saddles.clock.composite_loss`) and the gaps."""
+    (saddle values + orbit tails, :func:`~nqf.reductions.saddles._clock.composite_loss`) and the gaps."""
     from ..curves import compare_staircase, level_read_times
-    from ..reductions.saddles.clock import composite_loss
+    from ..reductions.saddles import composite_loss
 
     chain, levels, times = prob["chain"], prob["sequence"].plateau_levels, st.times
     n = min(len(sim), len(real))

@@ -13,10 +13,10 @@
 Conventions: ``L = (1/N) Σ_n ½‖f_n − y_n‖²``, GD ``W ← W − η∇_W L``, ``t = η · steps``.
 """
 
-from .limit import LimitEvent, LimitResult, limit
-from .qp import ActiveSetQP, UnboundedError
-from .reduce import commutation_defect, reduce, relative_commutator
-from .system import LotkaVolterra, LVSolution, Plateaus, switch_times
+from ._limit import LimitEvent, LimitResult, limit
+from ._qp import ActiveSetQP, UnboundedError
+from ._reduce import commutation_defect, reduce, relative_commutator
+from ._system import LotkaVolterra, LVSolution, Plateaus, switch_times
 
 __all__ = [
     "reduce",

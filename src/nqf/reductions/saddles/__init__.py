@@ -86,7 +86,7 @@ commuting data the sequence equals the Lotka–Volterra limit to round-off.
 
 Only the leading order ``τ_k ln(1/ε)`` is predicted for the later escapes
 (``k ≥ 2``): their ``O(1)`` offsets depend on the overlaps produced by the
-jumps, which no closed rule gives.  :mod:`nqf.reductions.saddles.clock` computes them
+jumps, which no closed rule gives.  :mod:`nqf.reductions.saddles._clock` computes them
 from the exact identity ``M(t) = ε U Uᵀ`` (``U̇ = −2 G U``) by carrying the
 small part of ``U`` along the chain of heteroclinic orbits
 (:meth:`SaddleSequence.corrected_escape_times`): against the exact flow of the
@@ -106,11 +106,11 @@ ill-conditioned inputs (slow directions of ``Σ_xx``) or overlapping CNN
 patches can make that time so long that no plateau forms at any ε reachable
 in float64, although the saddle itself is correct.
 
-Modules: :mod:`~nqf.reductions.saddles.problem` (the loss and the factored
-descent), :mod:`~nqf.reductions.saddles.search` (:func:`saddle_sequence`),
-:mod:`~nqf.reductions.saddles.results` (:class:`Saddle`, :class:`SaddleSequence`),
-:mod:`~nqf.reductions.saddles.orbit` (heteroclinic orbits, integrated with
-:func:`nqf.dynamics._flow.integrate_factor`), :mod:`~nqf.reductions.saddles.clock`
+Modules: :mod:`~nqf.reductions.saddles._problem` (the loss and the factored
+descent), :mod:`~nqf.reductions.saddles._search` (:func:`saddle_sequence`),
+:mod:`~nqf.reductions.saddles._results` (:class:`Saddle`, :class:`SaddleSequence`),
+:mod:`~nqf.reductions.saddles._orbit` (heteroclinic orbits, integrated with
+:func:`nqf.dynamics._flow.integrate_factor`), :mod:`~nqf.reductions.saddles._clock`
 (escape times beyond leading order).
 
 Numerics: each descent is a trust-region Newton–CG on ``V`` (Hessian-vector
@@ -123,7 +123,18 @@ another device are copied to float64 on the CPU.
 from __future__ import annotations
 
 from ...structure.commute import commutes
-from .results import Saddle, SaddleSequence
-from .search import saddle_sequence
+from ._clock import TIME_RULES, composite_loss, corrected_escape_times, heteroclinic_chain, predicted_escape_times
+from ._results import Saddle, SaddleSequence
+from ._search import saddle_sequence
 
-__all__ = ["Saddle", "SaddleSequence", "saddle_sequence", "commutes"]
+__all__ = [
+    "Saddle",
+    "SaddleSequence",
+    "saddle_sequence",
+    "commutes",
+    "predicted_escape_times",
+    "corrected_escape_times",
+    "heteroclinic_chain",
+    "composite_loss",
+    "TIME_RULES",
+]

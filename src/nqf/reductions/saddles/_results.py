@@ -205,7 +205,7 @@ class SaddleSequence(Result):
         return t
 
     def corrected_escape_times(self, eps: float) -> np.ndarray:
-        """Drop times with their ``O(1)`` offsets (small-part recursion, :mod:`nqf.reductions.saddles.clock`).
+        """Drop times with their ``O(1)`` offsets (small-part recursion, :mod:`nqf.reductions.saddles._clock`).
 
         Time at which the loss crosses ``(L_{k−1} + L_k)/2`` for ``M(0) = ε I``,
         ``k = 1..K``; NaN from the first plateau that is shorter than the
@@ -218,7 +218,7 @@ class SaddleSequence(Result):
         -------
         numpy.ndarray, shape (K,)
         """
-        from .clock import corrected_escape_times
+        from ._clock import corrected_escape_times
 
         eps = _check_eps(eps)
         return np.asarray(corrected_escape_times(self._problem, self.saddles, eps), dtype=float)
@@ -261,7 +261,7 @@ class SaddleSequence(Result):
         """The predicted staircase at ``ε`` (:class:`nqf.reductions.Staircase`, method ``"saddle-sequence"``).
 
         Drop times by the best rule available for each
-        (:func:`nqf.reductions.saddles.clock.predicted_escape_times`: the first with its exact
+        (:func:`nqf.reductions.saddles._clock.predicted_escape_times`: the first with its exact
         ``O(1)`` offset, later ones with the small-part recursion where it applies, else leading
         order), or with ``leading`` the first with its offset and the others at leading order
         only (no heteroclinic integration).
@@ -271,11 +271,11 @@ class SaddleSequence(Result):
         eps : float in (0, 1)
             ``M(0) = εI``.
         chain : list, optional
-            :func:`nqf.reductions.saddles.clock.heteroclinic_chain` of this sequence (reused).
+            :func:`nqf.reductions.saddles._clock.heteroclinic_chain` of this sequence (reused).
         leading : bool
             Skip the small-part recursion.
         """
-        from .clock import TIME_RULES, predicted_escape_times
+        from ._clock import TIME_RULES, predicted_escape_times
 
         eps = _check_eps(eps)
         K = len(self.saddles) - 1

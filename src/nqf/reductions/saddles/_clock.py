@@ -52,7 +52,7 @@ import torch
 from scipy.integrate import solve_ivp
 
 from ..timing import leading_switch_time, midpoint_levels
-from .orbit import Heteroclinic
+from ._orbit import Heteroclinic
 
 __all__ = ["corrected_escape_times", "heteroclinic_chain", "composite_loss", "predicted_escape_times", "TIME_RULES"]
 

@@ -39,9 +39,11 @@ import torch
 from ..._validation import as_tensor
 from ...errors import InvalidParameterError, NonFiniteError, ShapeError
 from .._staircase import Staircase
-from . import final, logistic, solvers
-from .final import Plateaus
-from .solution import LVSolution, _np, _t, switch_times
+from . import _final as final
+from . import _logistic as logistic
+from . import _solvers as solvers
+from ._final import Plateaus
+from ._solution import LVSolution, _np, _t, switch_times
 
 __all__ = ["LotkaVolterra", "LVSolution", "switch_times", "Plateaus"]
 
@@ -472,7 +474,7 @@ class LotkaVolterra:
         Diagonal ``C``: ``z∞_k = max(β_k, 0)/C_kk``.  With the least-squares factor of
         :func:`reduce` (``L = ½‖Az − b‖²``): :func:`scipy.optimize.nnls` on ``(A, b)``,
         which never forms ``C`` and is exact for singular ``C``.  Dense ``C`` without a
-        factor: the finite active-set method of :class:`nqf.reductions.lv.qp.ActiveSetQP`
+        factor: the finite active-set method of :class:`nqf.reductions.lv._qp.ActiveSetQP`
         (Lawson–Hanson on the quadratic form, with ray steps along null directions of
         singular ``C``).  Sparse non-diagonal ``C``: L-BFGS-B with bounds (iterative,
         converged to a projected-gradient tolerance ``1e-12``).
@@ -538,7 +540,7 @@ class LotkaVolterra:
         eps : float in (0, 1), optional
             Reference scale; default ``max z(0)`` (so ``s(0) = −1`` when ``z(0) = ε``).
         """
-        from .limit import limit
+        from ._limit import limit
 
         if self._dense is None and not self.is_diagonal:
             raise InvalidParameterError("`limit` needs a dense `C`; convert with `C.toarray()`")

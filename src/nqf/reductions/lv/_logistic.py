@@ -15,10 +15,10 @@ import torch
 
 from ...errors import InvalidParameterError
 from ..timing import logistic_switch_time
-from .solution import LVSolution, _np, _t
+from ._solution import LVSolution, _np, _t
 
 if TYPE_CHECKING:
-    from .system import LotkaVolterra
+    from ._system import LotkaVolterra
 
 __all__ = ["require_diagonal", "logistic", "logistic_switch_times", "switch_times"]
 

@@ -47,7 +47,7 @@ class Heteroclinic:
         Grid on which crossings are bracketed.
     mid_level : float, optional
         A loss level whose crossing is stored as ``s_mid`` (NaN without it), e.g.
-        ``(L_k + L_{k+1})/2`` for the clock of :mod:`nqf.reductions.saddles.clock`.
+        ``(L_k + L_{k+1})/2`` for the clock of :mod:`nqf.reductions.saddles._clock`.
     """
 
     def __init__(

@@ -22,11 +22,11 @@ from ...errors import InvalidParameterError
 from ...results import Result
 from .._staircase import Staircase
 from ..timing import leading_switch_time
-from .qp import ActiveSetQP, UnboundedError
-from .solution import _t
+from ._qp import ActiveSetQP, UnboundedError
+from ._solution import _t
 
 if TYPE_CHECKING:
-    from .system import LotkaVolterra
+    from ._system import LotkaVolterra
 
 __all__ = ["Plateaus", "final_state", "compute_final", "selected_final", "is_singular", "plateaus", "staircase"]
 

@@ -17,10 +17,10 @@ import scipy.sparse as sp
 from scipy.integrate import solve_ivp
 
 from ...errors import DivergenceError, InvalidParameterError
-from .solution import LVSolution, _np, _t
+from ._solution import LVSolution, _np, _t
 
 if TYPE_CHECKING:
-    from .system import LotkaVolterra
+    from ._system import LotkaVolterra
 
 __all__ = ["gd", "flow", "BAND_MAX"]
 

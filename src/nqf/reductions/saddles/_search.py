@@ -15,10 +15,10 @@ from ..._validation import as_tensor
 from ...errors import InvalidParameterError, InvalidTypeError, NonCommutingError, NotClosedError
 from ...structure.commute import commutator_defect
 from ...structure.operator import StructureOperator
-from ..lv.limit import limit
-from .orbit import Heteroclinic
-from .problem import LossProblem, complement, compress, descend, orth
-from .results import Saddle, SaddleSequence
+from ..lv import limit
+from ._orbit import Heteroclinic
+from ._problem import LossProblem, complement, compress, descend, orth
+from ._results import Saddle, SaddleSequence
 
 __all__ = ["saddle_sequence"]
 

@@ -4,7 +4,7 @@ If all structure matrices ``A_m`` (one per measurement ``m = (n, c)``: sample ``
 output coordinate ``c``) commute, they share an orthonormal eigenbasis ``U``,
 ``A_m = U diag(a_m) Uᵀ``; if also ``M(0) = U diag(z(0)) Uᵀ``, MSE gradient descent keeps
 ``M`` diagonal in ``U`` and ``z = diag(UᵀMU)`` follows the Lotka–Volterra system of
-:class:`~nqf.reductions.lv.system.LotkaVolterra` with
+:class:`~nqf.reductions.lv._system.LotkaVolterra` with
 
 .. math::
 
@@ -50,7 +50,7 @@ from ..._validation import as_tensor, positive_int
 from ...errors import InvalidParameterError, InvalidTypeError, NonCommutingError, NotClosedError, ShapeError
 from ...structure.commute import commutator_defect, commutator_ratio
 from ...structure.operator import StructureOperator
-from .system import LotkaVolterra
+from ._system import LotkaVolterra
 
 __all__ = ["reduce", "commutation_defect", "relative_commutator"]
 

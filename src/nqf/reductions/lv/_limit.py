@@ -17,7 +17,7 @@ in ``O(1)`` time ``t`` — zero time ``τ`` — to the minimiser ``z_S`` of the 
 
 Each join strictly decreases the loss, so no support repeats and the algorithm ends
 after finitely many events.  The restricted optimum is maintained by the incremental
-active-set solver :class:`nqf.reductions.lv.qp.ActiveSetQP` (an inverse Cholesky factor of
+active-set solver :class:`nqf.reductions.lv._qp.ActiveSetQP` (an inverse Cholesky factor of
 ``C_SS`` updated in ``O(|S|²)`` per event, plus the exact velocities of the inactive modes from
 the block ``C_{IS}``, ``O((K − |S|)·|S|)``), which makes ``K`` in the thousands cheap.
 """
@@ -34,7 +34,7 @@ from ...errors import InvalidParameterError, ShapeError
 from ...results import Result
 from .._staircase import Staircase
 from ..timing import leading_switch_time
-from .qp import ActiveSetQP, UnboundedError
+from ._qp import ActiveSetQP, UnboundedError
 
 __all__ = ["limit", "LimitResult", "LimitEvent"]
 
