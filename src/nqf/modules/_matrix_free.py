@@ -115,17 +115,20 @@ class MatrixFreeStructure(StructureOperator):
         return jvp(lambda u: jvp(lambda v: self._h(u, v, x), (zero,), (d,))[1], (zero,), (d,))[1]
 
     def _pulled(self, xs: torch.Tensor, R: torch.Tensor, d: torch.Tensor, swap: bool) -> torch.Tensor:
-        """``Σ_{n,c} R_{n,c} H_c(x_n) d`` (``Hᵀ`` when ``swap``): the gradient of a jvp, shape ``(p,)``."""
+        """``Σ_{n,c} R_{n,c} H_c(x_n) d`` (``Hᵀ`` when ``swap``), shape ``(p,)``.
+
+        Forward over reverse: the jvp along ``d`` (in ``v``) of the gradient in ``u`` of ``Σ R h``
+        (a vjp with cotangent ``R``), i.e. ``∂_v ∇_u ⟨R, h(u, v)⟩ · d = H d``.
+        """
         zero = torch.zeros_like(d)
 
         def h(a, b, x):
             return self._h(b, a, x) if swap else self._h(a, b, x)
 
-        def pulled(u):
-            out = vmap(lambda x: jvp(lambda v: h(u, v, x), (zero,), (d,))[1])(xs)
-            return (out * R).sum()
+        def pulled(v):
+            return grad(lambda u: (vmap(lambda x: h(u, v, x))(xs) * R).sum())(zero)
 
-        return grad(pulled)(zero)
+        return jvp(pulled, (zero,), (d,))[1]
 
     # -------------------------------------------------------------------- chunking
     def _chunks(self, n_columns: int):
