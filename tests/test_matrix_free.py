@@ -287,3 +287,42 @@ def test_digits_cnn_without_n_p_squared_memory():
     few = op.take([0, 900, 1796])
     A = few.dense()
     torch.testing.assert_close(few.forward_factor(L), torch.einsum("ncij,ik,jk->nc", A, L, L), rtol=0, atol=ATOL)
+
+
+# ------------------------------------------------------------------------------ no forward-mode rules
+class _TanhWithoutJvp(torch.autograd.Function):
+    """tanh with a backward rule only: forward-mode AD raises NotImplementedError."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x):
+        return torch.tanh(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(output)
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return g * (1 - y * y)
+
+
+class _NoJvp(nn.Module):
+    def forward(self, x):
+        return _TanhWithoutJvp.apply(x)
+
+
+def test_layer_without_forward_mode_falls_back_to_reverse_over_reverse():
+    torch.manual_seed(6)
+    net = nn.Sequential(nn.Linear(3, 4, dtype=DT), _NoJvp(), nn.Linear(4, 4, dtype=DT), _NoJvp(), nn.Linear(4, 2))
+    net = net.to(DT)
+    units = UnitLayout([UnitSlice("0.weight", axis=0), UnitSlice("0.bias", axis=0), UnitSlice("2.weight", axis=1)])
+    X = torch.randn(5, 3, dtype=DT)
+    with pytest.raises(NotImplementedError):
+        torch.func.jvp(_TanhWithoutJvp.apply, (X,), (X,))
+    dense = from_module(net, units, X, matrix_free=False)
+    mf = from_module(net, units, X, matrix_free=True)
+    assert isinstance(mf, MatrixFreeStructure) and mf.reverse
+    _compare(dense, mf)

@@ -30,10 +30,12 @@ column adds a direction with probability one.  Batches are added until one adds 
 from __future__ import annotations
 
 import copy
+import functools
 import math
+from collections.abc import Callable
 
 import torch
-from torch.func import grad, jvp, vmap
+from torch.func import grad, jacrev, jvp, vmap
 
 from .._validation import tolerance
 from ..errors import InvalidParameterError
@@ -46,6 +48,27 @@ __all__ = ["MatrixFreeStructure", "COLUMN_BLOCK"]
 
 #: Columns (directions) differentiated together in one vectorised pass.
 COLUMN_BLOCK = 32
+
+
+def _forward_mode_missing(exc: NotImplementedError) -> bool:
+    """A kernel or ``autograd.Function`` without a forward-mode (jvp) rule."""
+    return "forward" in str(exc).lower() or "jvp" in str(exc).lower()
+
+
+def _with_fallback(method: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """Run ``method``; when a layer has no forward-mode rule, switch the operator to reverse over reverse."""
+
+    @functools.wraps(method)
+    def run(self: MatrixFreeStructure, *args, **kwargs) -> torch.Tensor:
+        try:
+            return method(self, *args, **kwargs)
+        except NotImplementedError as exc:
+            if self.reverse or not _forward_mode_missing(exc):
+                raise
+            self.reverse = True
+            return method(self, *args, **kwargs)
+
+    return run
 
 
 def _saved_bytes(fn: UnitFunction, x: torch.Tensor) -> int:
@@ -104,6 +127,8 @@ class MatrixFreeStructure(StructureOperator):
         self.fn, self.X, self.pair = fn, X, bool(pair)
         self.budget, self.chunk_size = int(budget), chunk_size
         self._per_column: int | None = None
+        #: Reverse over reverse instead of forward over reverse (set once a layer lacks forward-mode rules).
+        self.reverse = False
 
     # ------------------------------------------------------------ derivatives of one sample
     def _h(self, u: torch.Tensor, v: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -112,6 +137,12 @@ class MatrixFreeStructure(StructureOperator):
     def _curvature(self, x: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
         """``dᵀ H_c(x) d`` for every output ``c`` (shape ``(C,)``): a jvp in ``u`` of a jvp in ``v``."""
         zero = torch.zeros_like(d)
+        if self.reverse:  # the same contraction by two reverse passes (C cotangents each)
+
+            def inner(u):
+                return jacrev(lambda v: self._h(u, v, x))(zero) @ d
+
+            return jacrev(inner)(zero) @ d
         return jvp(lambda u: jvp(lambda v: self._h(u, v, x), (zero,), (d,))[1], (zero,), (d,))[1]
 
     def _pulled(self, xs: torch.Tensor, R: torch.Tensor, d: torch.Tensor, swap: bool) -> torch.Tensor:
@@ -128,6 +159,8 @@ class MatrixFreeStructure(StructureOperator):
         def pulled(v):
             return grad(lambda u: (vmap(lambda x: h(u, v, x))(xs) * R).sum())(zero)
 
+        if self.reverse:  # ∇_u ⟨∇_v ⟨R, h⟩, d⟩
+            return grad(lambda u: grad(lambda v: (vmap(lambda x: h(u, v, x))(xs) * R).sum())(zero) @ d)(zero)
         return jvp(pulled, (zero,), (d,))[1]
 
     # -------------------------------------------------------------------- chunking
@@ -146,6 +179,7 @@ class MatrixFreeStructure(StructureOperator):
         return [slice(s, min(s + COLUMN_BLOCK, r)) for s in range(0, r, COLUMN_BLOCK)]
 
     # ----------------------------------------------------------------- the products
+    @_with_fallback
     def _weighted_forward(self, V: torch.Tensor, lam: torch.Tensor | None) -> torch.Tensor:
         """``Σ_k λ_k v_kᵀ S_c(x_n) v_k``, shape ``(N, C)`` (``λ = 1`` when ``lam`` is None)."""
         out = torch.zeros(self.n_samples, self.n_outputs, dtype=self.dtype, device=self.device)
@@ -161,6 +195,7 @@ class MatrixFreeStructure(StructureOperator):
                     out[sl] += q.sum(1) if w is None else torch.einsum("nrc,r->nc", q, w)
         return 0.5 * out
 
+    @_with_fallback
     def _adjoint_columns(self, R: torch.Tensor, L: torch.Tensor, per_column: bool = False) -> torch.Tensor:
         """Column ``k``: ``Σ_{n,c} R_{n,c} S_c(x_n) l_k`` (``R[k]`` when ``per_column``), shape ``(p, r)``."""
         out = torch.zeros(self.p, L.shape[1], dtype=self.dtype, device=self.device)
@@ -205,11 +240,15 @@ class MatrixFreeStructure(StructureOperator):
         zero = torch.zeros(self.p, dtype=self.dtype, device=self.device)
 
         def column(d):  # H d for every output: (C, p)
-            return torch.func.jacrev(lambda u: jvp(lambda v: self._h(u, v, x), (zero,), (d,))[1])(zero)
+            return jacrev(lambda u: jvp(lambda v: self._h(u, v, x), (zero,), (d,))[1])(zero)
 
-        H = vmap(column, in_dims=1, out_dims=2)(eye)  # (C, p, p): [c, i, k] = ∂²h/∂u_i∂v_k
+        if self.reverse:
+            H = jacrev(lambda u: jacrev(lambda v: self._h(u, v, x))(zero))(zero)  # (C, p, p)
+        else:
+            H = vmap(column, in_dims=1, out_dims=2)(eye)  # (C, p, p): [c, i, k] = ∂²h/∂u_i∂v_k
         return 0.25 * (H + H.transpose(-1, -2))
 
+    @_with_fallback
     def _dense(self) -> torch.Tensor:
         """All structure matrices ``(N, C, p, p)`` — memory ``N·C·p²``; for checks on small cases only."""
         eye = torch.eye(self.p, dtype=self.dtype, device=self.device)
@@ -218,7 +257,7 @@ class MatrixFreeStructure(StructureOperator):
         return torch.cat(parts, 0)
 
     def _take(self, index):
-        return MatrixFreeStructure(
+        sub = MatrixFreeStructure(
             self.fn,
             self.X[index],
             pair=self.pair,
@@ -226,6 +265,8 @@ class MatrixFreeStructure(StructureOperator):
             budget=self.budget,
             chunk_size=self.chunk_size,
         )
+        sub.reverse = self.reverse
+        return sub
 
     def _to(self, dtype, device):
         fn = self.fn
@@ -233,9 +274,11 @@ class MatrixFreeStructure(StructureOperator):
             module = copy.deepcopy(fn.module).to(dtype=dtype, device=device)
             fn = UnitFunction(module, fn.layout, fn.output)
         X = self.X.to(dtype=dtype, device=device)
-        return MatrixFreeStructure(
+        new = MatrixFreeStructure(
             fn, X, pair=self.pair, n_outputs=self.n_outputs, budget=self.budget, chunk_size=self.chunk_size
         )
+        new.reverse = self.reverse
+        return new
 
     # -------------------------------------------------------------- the data subspace
     def data_subspace(self, *, method: str = "auto", rtol: float | None = None, seed: int = 0) -> torch.Tensor:
@@ -279,12 +322,15 @@ def _orthonormal(cols: torch.Tensor, rtol: float) -> torch.Tensor:
     return U[:, : int((s > rtol * s[0]).sum())]
 
 
-def _first_order(fn: UnitFunction, fn2: UnitFunction, X: torch.Tensor, v: torch.Tensor, chunk: int, keep: bool):
+def _first_order(
+    fn: UnitFunction, fn2: UnitFunction, X: torch.Tensor, v: torch.Tensor, chunk: int, keep: bool, reverse: bool
+):
     """``f(0)`` (N, C), ``max |b|``, ``max |H v|``, ``max |H₁₂ v|`` and, when ``keep``, ``b`` (N, C, p).
 
     One forward-over-reverse pass per chunk: the gradient ``b = ∇_{w_1} f(0)`` with its jvp along
     ``v`` (``H v``), and ``(∂²f/∂w_1∂w_2) v`` on the two-unit function; only maxima are kept
-    unless ``keep`` (so the ``N × C × p`` gradient is held only when it is needed).
+    unless ``keep`` (so the ``N × C × p`` gradient is held only when it is needed).  With
+    ``reverse`` the two products are reverse over reverse (layers without forward-mode rules).
     """
     zero = torch.zeros_like(v)
 
@@ -292,10 +338,18 @@ def _first_order(fn: UnitFunction, fn2: UnitFunction, X: torch.Tensor, v: torch.
         out = fn({0: w}, x)
         return out, out
 
+    def first_reverse(x):
+        g, out = jacrev(value, has_aux=True)(zero, x)
+        hv = jacrev(lambda w: jacrev(value, has_aux=True)(w, x)[0] @ v)(zero)
+        cross = jacrev(lambda w0: jacrev(lambda w1: fn2({0: w0, 1: w1}, x))(zero) @ v)(zero)
+        return out, g, hv, cross
+
     def first(x):
-        res = jvp(lambda w: torch.func.jacrev(value, has_aux=True)(w, x), (zero,), (v,))
+        if reverse:
+            return first_reverse(x)
+        res = jvp(lambda w: jacrev(value, has_aux=True)(w, x), (zero,), (v,))
         (g, out), (hv, _) = res[0], res[1]
-        cross = jvp(lambda w1: torch.func.jacrev(lambda w0: fn2({0: w0, 1: w1}, x))(zero), (zero,), (v,))[1]
+        cross = jvp(lambda w1: jacrev(lambda w0: fn2({0: w0, 1: w1}, x))(zero), (zero,), (v,))[1]
         return out, g, hv, cross
 
     f0, grads, maxima = [], [], torch.zeros(3, dtype=X.dtype)
@@ -343,12 +397,21 @@ def matrix_free_operator(
             C = fn({}, X[0]).numel()
         chunk = budget // max(1, 8 * (C + 2) * _saved_bytes(fn2, X[0]))
     chunk = max(1, min(X.shape[0], chunk))
-    f0, (b_max, hv_max, cross_max), _ = _first_order(fn, fn2, X, v, chunk, keep=False)
+    reverse = False
+    try:
+        f0, (b_max, hv_max, cross_max), _ = _first_order(fn, fn2, X, v, chunk, False, reverse)
+    except NotImplementedError as exc:
+        if not _forward_mode_missing(exc):
+            raise
+        reverse = True
+        f0, (b_max, hv_max, cross_max), _ = _first_order(fn, fn2, X, v, chunk, False, reverse)
     scale = max(hv_max / vmax, b_max, 1e-300)
     op = MatrixFreeStructure(fn, X, n_outputs=f0.shape[1], budget=budget, chunk_size=chunk_size)
-    op.offset = f0
+    op.offset, op.reverse = f0, reverse
     if b_max > tol * scale:
-        op.linear = _first_order(fn, fn2, X, v, chunk, keep=True)[2]
+        op.linear = _first_order(fn, fn2, X, v, chunk, True, reverse)[2]
     if cross_max > 0.1 * tol * scale * vmax:
-        op.cross = MatrixFreeStructure(fn2, X, pair=True, n_outputs=op.n_outputs, budget=budget, chunk_size=chunk_size)
+        cross = MatrixFreeStructure(fn2, X, pair=True, n_outputs=op.n_outputs, budget=budget, chunk_size=chunk_size)
+        cross.reverse = reverse
+        op.cross = cross
     return op, b_max, cross_max / vmax
