@@ -301,9 +301,10 @@ def from_module(
     matrix_free : bool or None
         Return an operator that evaluates ``𝒜(L Lᵀ)``, ``𝒜*(R) L``, … by
         directional derivatives of the one-unit function and never forms the
-        ``(N, C, p, p)`` array (:mod:`nqf.modules._matrix_free`; needs
-        forward-mode rules).  Default: matrix-free exactly when that array
-        would exceed :data:`MEMORY_BUDGET`, dense otherwise.
+        ``(N, C, p, p)`` array (:mod:`nqf.modules._matrix_free`); each
+        product then costs autodiff passes over all samples instead of an
+        einsum.  Default: matrix-free exactly when that array would exceed
+        :data:`MEMORY_BUDGET`, dense otherwise.
 
     Returns
     -------
