@@ -326,3 +326,23 @@ def test_layer_without_forward_mode_falls_back_to_reverse_over_reverse():
     mf = from_module(net, units, X, matrix_free=True)
     assert isinstance(mf, MatrixFreeStructure) and mf.reverse
     _compare(dense, mf)
+
+
+# ------------------------------------------------------------------------------------- the dynamics
+@pytest.mark.parametrize("name", ["deep-mlp", "moe-sigmoid"])
+def test_simulate_with_matrix_free_operator_matches_dense(name):
+    """The closed dynamics see the matrix-free operator only through the protocol: same losses to round-off."""
+    from nqf.dynamics import simulate
+
+    net, units, X = CASES[name]()
+    dense = from_module(net, units, X, matrix_free=False)
+    mf = from_module(net, units, X, matrix_free=True)
+    gen = torch.Generator().manual_seed(7)
+    y = torch.randn(dense.n_samples, dense.n_outputs, generator=gen, dtype=DT)
+    W0 = 0.1 * torch.randn(dense.p, 3, generator=gen, dtype=DT)
+    runs = [simulate(op, y, W0=W0, lr=0.05, steps=15, form="weights") for op in (dense, mf)]
+    assert runs[0].loss.shape == runs[1].loss.shape and runs[0].loss.numel() > 1
+    torch.testing.assert_close(runs[1].loss, runs[0].loss, rtol=1e-9, atol=1e-12)
+    if dense.satisfies_zgz:
+        runs = [simulate(op, y, M0=W0 @ W0.T, lr=0.05, steps=15) for op in (dense, mf)]
+        torch.testing.assert_close(runs[1].loss, runs[0].loss, rtol=1e-9, atol=1e-12)

@@ -40,6 +40,12 @@ How :func:`from_module` computes it
   layer norms and feed-forward are part of the fixed map that reads them out).
 * **Cross term** ``B``: the product ``(∂²f/∂w_1∂w_2) v`` for a random ``v`` is
   computed first; only when it is non-zero is the full ``p × p`` block built.
+* **Matrix-free** (``matrix_free=True``, and by default when the ``N × C × p × p``
+  array would exceed :data:`MEMORY_BUDGET`): no array is built; the operator
+  (:class:`~nqf.modules._matrix_free.MatrixFreeStructure`) keeps the checked
+  copies and the inputs and evaluates ``𝒜(L Lᵀ)``, ``𝒜*(R) L``, ``𝒜(M)`` and
+  ``𝒜*(R)`` by jvps and vjps of the one-unit (two-unit for ``B``) function; the
+  same checks run on it.
 
 Checks (``check=True``)
 -----------------------
