@@ -24,7 +24,8 @@ The data subspace (the span of the ranges of all ``A_c(x_n)``) is found by a ran
 finder: columns ``𝒜^*(R_k) l_k`` for independent Gaussian ``R_k``, ``l_k``.  Every such column
 lies in the span ``V``; and if ``U ⊊ V``, the set of ``(R, l)`` with ``Σ R_{n,c} A_{n,c} l ∈ U``
 is a proper linear subspace (there is some ``n, c, l`` with ``A_{n,c} l ∉ U``), so a random
-column adds a direction with probability one.  Batches are added until one adds no direction.
+column adds a direction with probability one: ``k`` columns add ``min(k, dim V − dim U)``.  Batches
+are added until one adds fewer directions than it has columns (then ``V`` is exhausted).
 """
 
 from __future__ import annotations
@@ -298,17 +299,28 @@ class MatrixFreeStructure(StructureOperator):
             ops.append(self.cross)
         cols = [self.linear.reshape(-1, self.p).T] if self.linear is not None else []
         U = _orthonormal(torch.cat(cols, 1), rtol) if cols else self.X.new_zeros(self.p, 0)
+        for op in ops:
+            U = op._range_finder(U, rtol, gen)
+        return U
+
+    def _range_finder(self, U: torch.Tensor, rtol: float, gen: torch.Generator) -> torch.Tensor:
+        """Extend ``U`` to the span of ``U`` and all ranges ``S_c(x_n)``, by random columns ``𝒜*(R_k) l_k``.
+
+        Until the span is exhausted each random column adds a direction with probability one
+        (module docstring), so the first batch that adds fewer directions than it has columns
+        ends the search.
+        """
         batch = 8
-        while True:
-            new = [U]
-            for op in ops:
-                R = torch.randn(batch, self.n_samples, self.n_outputs, generator=gen, dtype=self.dtype)
-                L = torch.randn(self.p, batch, generator=gen, dtype=self.dtype)
-                new.append(op._adjoint_columns(R.to(self.device), L.to(self.device), per_column=True))
-            U_new = _orthonormal(torch.cat(new, 1), rtol)
-            if U_new.shape[1] == U.shape[1] or U_new.shape[1] == self.p:
-                return U_new
+        while U.shape[1] < self.p:
+            R = torch.randn(batch, self.n_samples, self.n_outputs, generator=gen, dtype=self.dtype)
+            L = torch.randn(self.p, batch, generator=gen, dtype=self.dtype)
+            cols = self._adjoint_columns(R.to(self.device), L.to(self.device), per_column=True)
+            U_new = _orthonormal(torch.cat([U, cols], 1), rtol)
+            done = U_new.shape[1] < U.shape[1] + batch
             U, batch = U_new, max(batch, U_new.shape[1] // 2)
+            if done:
+                break
+        return U
 
 
 def _orthonormal(cols: torch.Tensor, rtol: float) -> torch.Tensor:
