@@ -206,6 +206,38 @@ def test_to_and_chunking():
 
 
 # ----------------------------------------------------------------------------------------- planted errors
+class _Kinked(nn.Module):
+    """Two-layer net with an arbitrary elementwise function and per-unit scales (a buffer)."""
+
+    def __init__(self, fn, scales=(1.0, 1.0, 1.0, 1.0)):
+        super().__init__()
+        self.l1 = nn.Linear(3, len(scales), bias=False, dtype=DT)
+        self.l2 = nn.Linear(len(scales), 2, bias=False, dtype=DT)
+        self.fn = fn
+        self.register_buffer("c", torch.tensor(scales, dtype=DT))
+
+    def forward(self, x):
+        return self.l2(self.c * self.fn(self.l1(x)))
+
+    units = UnitLayout([UnitSlice("l2.weight", axis=1), UnitSlice("l1.weight", axis=0)])
+
+
+def test_checks_run_on_the_matrix_free_path():
+    """The smoothness, truncation-order and symmetry checks refuse the same modules as on the dense path."""
+    from nqf.errors import NormalFormError
+
+    X = torch.randn(6, 3, dtype=DT)
+    seq = nn.Sequential(nn.Linear(3, 4, dtype=DT), nn.ReLU(), nn.Linear(4, 1, dtype=DT))
+    relu_units = UnitLayout([UnitSlice("2.weight", axis=1), UnitSlice("0.weight", axis=0)])
+    with pytest.raises(NormalFormError, match="not three times differentiable"):
+        from_module(seq, relu_units, X, matrix_free=True)
+    with pytest.raises(NormalFormError, match="does not hold to second order"):  # |u·x|: A = 0, error ~ s²
+        from_module(_Kinked(torch.abs), _Kinked.units, X, matrix_free=True)
+    with pytest.raises(NormalFormError, match="units are not interchangeable"):
+        from_module(_Kinked(torch.tanh, (1.0, 3.0, 1.0, 1.0)), _Kinked.units, X, matrix_free=True)
+    assert isinstance(from_module(_Kinked(torch.tanh), _Kinked.units, X, matrix_free=True), MatrixFreeStructure)
+
+
 def test_wrong_factor_one_half_is_caught(monkeypatch):
     net, units, X = _cnn()
     dense = from_module(net, units, X, matrix_free=False)
