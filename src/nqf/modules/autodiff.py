@@ -40,6 +40,12 @@ How :func:`from_module` computes it
   layer norms and feed-forward are part of the fixed map that reads them out).
 * **Cross term** ``B``: the product ``(∂²f/∂w_1∂w_2) v`` for a random ``v`` is
   computed first; only when it is non-zero is the full ``p × p`` block built.
+* **Matrix-free** (``matrix_free=True``, and by default when the ``N × C × p × p``
+  array would exceed :data:`MEMORY_BUDGET`): no array is built; the operator
+  (:class:`~nqf.modules._matrix_free.MatrixFreeStructure`) keeps the checked
+  copies and the inputs and evaluates ``𝒜(L Lᵀ)``, ``𝒜*(R) L``, ``𝒜(M)`` and
+  ``𝒜*(R)`` by jvps and vjps of the one-unit (two-unit for ``B``) function; the
+  same checks run on it.
 
 Checks (``check=True``)
 -----------------------
@@ -75,6 +81,7 @@ from ..structure.activations import (
     smooth_alternatives_text,
 )
 from ..structure.operator import DenseStructure
+from ._matrix_free import matrix_free_operator
 from .assumptions import check_permutation_symmetry, check_truncation_order
 from .narrowed import evaluation_mode, faithful_reduced_copy
 from .unit_function import UnitFunction as _UnitFunction
@@ -235,6 +242,24 @@ def _derivatives(fn: _UnitFunction, fn2: _UnitFunction, X: torch.Tensor, chunk: 
     return f0, g1, A, H12, scale
 
 
+def _dense_operator(fn: _UnitFunction, fn2: _UnitFunction, X: torch.Tensor, chunk: int, tol: float, seed: int):
+    """:class:`DenseStructure` from :func:`_derivatives`, with ``b`` and ``B`` kept when above ``tol · scale``.
+
+    Returns the operator (``offset`` from ``fn``), ``max |b|`` and ``max |B|``.
+    """
+    f0, g1, A, H12, scale = _derivatives(fn, fn2, X, chunk, tol, seed)
+    B = None if H12 is None else 0.25 * (H12 + H12.transpose(-1, -2))
+    b_max, B_max = _absmax(g1), 0.0 if B is None else _absmax(B)
+    op = DenseStructure(
+        A,
+        offset=f0,
+        linear=g1 if b_max > tol * scale else None,
+        cross=B if B is not None and B_max > tol * scale else None,
+        check_symmetric=False,
+    )
+    return op, b_max, B_max
+
+
 def from_module(
     module: nn.Module,
     units,
@@ -246,6 +271,7 @@ def from_module(
     chunk_size: int | None = None,
     seed: int = 0,
     reduce: bool = True,
+    matrix_free: bool | None = None,
 ):
     r"""Structure operator of ``module`` by autodiff: ``A(x) = ½ ∇²_{w_1} f_x(0)``.
 
@@ -278,12 +304,20 @@ def from_module(
     reduce : bool
         Differentiate a checked two-unit copy of the module (cost independent
         of the width); ``False`` differentiates the full module.
+    matrix_free : bool or None
+        Return an operator that evaluates ``𝒜(L Lᵀ)``, ``𝒜*(R) L``, … by
+        directional derivatives of the one-unit function and never forms the
+        ``(N, C, p, p)`` array (:mod:`nqf.modules._matrix_free`); each
+        product then costs autodiff passes over all samples instead of an
+        einsum.  Default: matrix-free exactly when that array would exceed
+        :data:`MEMORY_BUDGET`, dense otherwise.
 
     Returns
     -------
-    DenseStructure
-        With ``A`` of shape ``(N, C, p, p)``, ``offset = f_x(0)`` and, when the
-        zero-gradient condition fails, ``linear = b`` and ``cross = B``.
+    StructureOperator
+        A :class:`~nqf.structure.operator.DenseStructure` with ``A`` of shape
+        ``(N, C, p, p)`` (or the matrix-free operator), ``offset = f_x(0)`` and,
+        when the zero-gradient condition fails, ``linear = b`` and ``cross = B``.
 
     Raises
     ------
@@ -339,32 +373,29 @@ def from_module(
     with evaluation_mode():
         C = fn({}, X[0]).numel()
         chunk = chunk_size if chunk_size is not None else _auto_chunk(fn, X[0], C, p, N)
-        f0, g1, A, H12, scale = _derivatives(fn, fn2, X, chunk, tol, seed)
+        if matrix_free is None:  # dense while A fits the budget: every number as before
+            matrix_free = N * C * p * p * X.element_size() > MEMORY_BUDGET
+        if matrix_free:
+            op, b_max, B_max = matrix_free_operator(
+                fn, fn2, X, tol=tol, seed=seed, budget=MEMORY_BUDGET, chunk_size=chunk_size
+            )
+        else:
+            op, b_max, B_max = _dense_operator(fn, fn2, X, chunk, tol, seed)
         # the copy's zero units may not add what the module's add to f(0) (e.g. heads summed over fixed values):
         # then f(0) comes from the module (one forward pass), and the truncation check uses the copy's own f(0)
-        f0_check = f0[sub] if same_f0 and same_f0_2 else vmap(lambda x: fn2({}, x))(X[sub])
+        f0_check = op.offset[sub] if same_f0 and same_f0_2 else vmap(lambda x: fn2({}, x))(X[sub])
         if not same_f0:
             fn_full = _UnitFunction(full, lay, output)
-            f0 = vmap(lambda x: fn_full({}, x), chunk_size=max(chunk, 256))(X)
+            op.offset = vmap(lambda x: fn_full({}, x), chunk_size=max(chunk, 256))(X)
     if check:
         check_permutation_symmetry(full, lay, X[sub], output=output, seed=seed)
-    B = None if H12 is None else 0.25 * (H12 + H12.transpose(-1, -2))
-    has_b = _absmax(g1) > tol * scale
-    has_B = B is not None and _absmax(B) > tol * scale
-    if (has_b or has_B) and zgz == "require":
+    if not op.satisfies_zgz and zgz == "require":
         raise NormalFormError(
-            f"the zero-gradient condition fails: max |∇_w1 f(0)| = {_absmax(g1):.3e}, max |B| = "
-            f"{0.0 if B is None else _absmax(B):.3e}; a unit at zero still gets gradient. Use "
+            f"the zero-gradient condition fails: max |∇_w1 f(0)| = {b_max:.3e}, max |B| = "
+            f"{B_max:.3e}; a unit at zero still gets gradient. Use "
             "zgz='carry' to keep the linear term b(x) and the cross term B(x) (dynamics then close on (M, μ))."
         )
-    op = DenseStructure(
-        A,
-        offset=f0,
-        linear=g1 if has_b else None,
-        cross=B if has_B else None,
-        layout=lay.describe(params),
-        check_symmetric=False,
-    )
+    op.layout = lay.describe(params)
     if check:
         op_check = op.take(sub)
         op_check.offset = f0_check
