@@ -30,6 +30,7 @@ _ATTRS: dict[str, str] = {
     "choose_units": "_discover",
     "find_unit_layers": "_discover",
     "build_model": "_models",
+    "save_analysis": "_output",
     "initial_weights": "..curves",
     "stable_learning_rate": "..curves",
     "step_count": "..curves",
@@ -45,6 +46,7 @@ __all__ = [  # equal to the keys of _ATTRS
     "find_unit_layers",
     "initial_weights",
     "prepare_analysis",
+    "save_analysis",
     "stable_learning_rate",
     "step_count",
 ]
@@ -53,6 +55,7 @@ if TYPE_CHECKING:
     from ..curves import initial_weights, stable_learning_rate, step_count
     from ._discover import FoundUnits, choose_units, find_unit_layers
     from ._models import build_model
+    from ._output import save_analysis
     from ._pipeline import analyze, prepare_analysis
     from ._result import Analysis, CheckRow
 
