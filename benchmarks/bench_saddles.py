@@ -21,7 +21,7 @@ import time
 import torch
 
 from nqf.reductions.saddles import saddle_sequence
-from nqf.structure.mlp import mlp
+from nqf.structure._mlp import mlp
 
 
 def make_problem(p: int = 500, C: int = 10, N: int = 2000, rank: int = 8, seed: int = 0):

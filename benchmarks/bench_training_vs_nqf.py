@@ -24,7 +24,7 @@ import torch
 
 from nqf.dynamics import data_subspace, simulate, train_network
 from nqf.networks._mlp import TwoLayerMLP
-from nqf.structure.mlp import mlp
+from nqf.structure._mlp import mlp
 
 
 def main() -> None:

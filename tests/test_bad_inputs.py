@@ -209,7 +209,7 @@ def test_report_of_broken_results_files(tmp_path):
 
 # --------------------------------------------------------------------------- the public API
 def _problem():
-    from nqf.structure.mlp import mlp
+    from nqf.structure._mlp import mlp
 
     g = torch.Generator().manual_seed(0)
     X = torch.randn(12, 3, generator=g, dtype=F64)
@@ -395,7 +395,7 @@ def test_memory_estimate_refuses_with_a_save_every_that_fits(monkeypatch):
 _MEMORY_SCRIPT = """
 import resource, sys, torch
 torch.set_num_threads(1)
-from nqf.structure.mlp import mlp
+from nqf.structure._mlp import mlp
 from nqf.dynamics import simulate
 F = torch.float64
 g = torch.Generator().manual_seed(0)

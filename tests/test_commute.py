@@ -1,4 +1,4 @@
-"""The one commutation test (nqf.structure.commute) and its users: closed forms, scaling with a planted
+"""The one commutation test (nqf.structure._commute) and its users: closed forms, scaling with a planted
 perturbation, and the Lotka–Volterra reduction refusing non-commuting data before anything dense is built."""
 
 import math
@@ -10,7 +10,7 @@ import torch
 
 from nqf.errors import NonCommutingError
 from nqf.structure import DenseStructure, commutator_defect, commutes
-from nqf.structure.commute import commutator_ratio
+from nqf.structure._commute import commutator_ratio
 
 
 def _commuting(rng, N=12, p=5):

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from nqf.dynamics import gradient_flow, simulate
-from nqf.structure.mlp import mlp
-from nqf.structure.operator import DenseStructure
+from nqf.structure._mlp import mlp
+from nqf.structure._operator import DenseStructure
 
 F64 = torch.float64
 

@@ -17,8 +17,8 @@ import torch
 
 from nqf.dynamics import gradient_flow, simulate
 from nqf.reductions.svd_modes import two_layer_modes
-from nqf.structure.mlp import mlp
-from nqf.structure.operator import DenseStructure
+from nqf.structure._mlp import mlp
+from nqf.structure._operator import DenseStructure
 
 F64 = torch.float64
 EPS = [1e-4, 1e-8, 1e-13, 1e-30, 1e-100, 1e-300]

@@ -14,7 +14,7 @@ from nqf.dynamics import initial_state, initial_weights, simulate, train_network
 from nqf.dynamics._loop import StepRule, training_loop
 from nqf.errors import InvalidParameterError, ShapeError
 from nqf.networks._mlp import TwoLayerMLP
-from nqf.structure.mlp import mlp
+from nqf.structure._mlp import mlp
 
 F64 = torch.float64
 RTOL = 1e-12  # float64 round-off over ≤ 40 steps of a well-conditioned problem

@@ -9,9 +9,9 @@ from torch import nn
 
 from nqf.curves._validity import validity_sweep
 from nqf.dynamics import simulate, train_network
-from nqf.modules.layouts import mlp_units
+from nqf.modules._layouts import mlp_units
 from nqf.networks._mlp import TwoLayerMLP
-from nqf.structure.mlp import mlp
+from nqf.structure._mlp import mlp
 
 F64 = torch.float64
 
@@ -109,7 +109,7 @@ def test_tanh_mlp_early_gap_shrinks_with_eps():
 def test_qk_attention_early_gap_shrinks_with_eps():
     """Same test for query–key-only attention (its truncation error is O(‖W‖⁴) as well: same bands)."""
     attn = pytest.importorskip("nqf.networks._attention")
-    sattn = pytest.importorskip("nqf.structure.attention")
+    sattn = pytest.importorskip("nqf.structure._attention")
     if not hasattr(attn, "QKAttention") or not hasattr(sattn, "qk_attention"):
         pytest.skip("QKAttention / qk_attention not available yet")
     g = torch.Generator().manual_seed(0)

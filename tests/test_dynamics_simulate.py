@@ -8,8 +8,8 @@ import torch
 from nqf.dynamics import data_subspace, minibatch_indices, simulate
 from nqf.dynamics._losses import loss_value, prepare_targets, residual
 from nqf.errors import DivergenceError, NonFiniteError, NotClosedError, ShapeError
-from nqf.structure.mlp import mlp
-from nqf.structure.operator import DenseStructure
+from nqf.structure._mlp import mlp
+from nqf.structure._operator import DenseStructure
 
 F64 = torch.float64
 STEPS = 1000

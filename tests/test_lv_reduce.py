@@ -6,7 +6,7 @@ import torch
 
 from nqf.errors import InvalidParameterError, NonCommutingError, NotClosedError, ShapeError
 from nqf.reductions.lv._reduce import commutation_defect, reduce, relative_commutator
-from nqf.structure.operator import DenseStructure
+from nqf.structure._operator import DenseStructure
 
 
 def full_gd(op, y, M0, eta, steps, record=None):

@@ -15,7 +15,7 @@ from torch import nn
 
 from nqf.modules import UnitLayout, UnitSlice, attention_units, conv_units, from_module
 from nqf.modules._matrix_free import MatrixFreeStructure
-from nqf.modules.unit_function import UnitFunction
+from nqf.modules._unit_function import UnitFunction
 from nqf.networks import MixtureOfExperts
 
 DT = torch.float64

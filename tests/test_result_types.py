@@ -45,7 +45,7 @@ def cached(fn):
 @cached
 def mlp_problem():
     """MLP structure with p = D + C = 1000: N = 6 samples, a random teacher."""
-    from nqf.structure.mlp import mlp
+    from nqf.structure._mlp import mlp
 
     g = torch.Generator().manual_seed(0)
     X = torch.randn(6, D, generator=g, dtype=F64) / math.sqrt(D)
@@ -258,8 +258,8 @@ FACTORIES = {
         )[0],
         (),
     ),
-    "nqf.modules.discover.UnitCandidate": (
-        lambda f: __import__("nqf.modules.discover", fromlist=["x"]).find_units(
+    "nqf.modules._discover.UnitCandidate": (
+        lambda f: __import__("nqf.modules._discover", fromlist=["x"]).find_units(
             torch.nn.Sequential(torch.nn.Linear(D, 8, bias=False), torch.nn.Tanh(), torch.nn.Linear(8, C, bias=False))
         )[0],
         (),
@@ -282,8 +282,8 @@ FACTORIES = {
 
 #: Public dataclasses that are not results of a computation (inputs, specifications, run contexts).
 NOT_RESULTS = {
-    "nqf.modules.units.UnitSlice": "an input: how a parameter is split into units",
-    "nqf.structure.activations.Activation": "an input: an activation function with its derivatives at 0",
+    "nqf.modules._units.UnitSlice": "an input: how a parameter is split into units",
+    "nqf.structure._activations.Activation": "an input: an activation function with its derivatives at 0",
     "nqf.experiments.runner.RunContext": "what a running experiment may use (run directory, device, seed)",
     "nqf.experiments.catalog.CatalogEntry": "a catalogue entry: where an experiment is defined, its description",
     "nqf.dynamics._loop.StepRule": "an input: the update rule of a training step",

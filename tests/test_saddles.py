@@ -31,8 +31,8 @@ from scipy.optimize import nnls
 from helpers import interacting_commuting_modes
 from nqf.errors import NotClosedError, ShapeError
 from nqf.reductions.saddles import commutes, saddle_sequence
-from nqf.structure.mlp import mlp
-from nqf.structure.operator import DenseStructure
+from nqf.structure._mlp import mlp
+from nqf.structure._operator import DenseStructure
 
 
 # --------------------------------------------------------------------------- independent simulation
@@ -355,7 +355,7 @@ def _check_against_flow(op, y, seq, eps, n_plateaus, rtol):
 
 
 def test_qk_attention_plateaus():
-    attention = pytest.importorskip("nqf.structure.attention")
+    attention = pytest.importorskip("nqf.structure._attention")
     g = torch.Generator().manual_seed(5)
     X = torch.randn(40, 5, 6, dtype=torch.float64, generator=g)
     Vv = torch.randn(2, 6, dtype=torch.float64, generator=g)
@@ -374,7 +374,7 @@ def test_qk_attention_later_escapes_follow_generic_rule():
     6.49, 6.42 for ε = 1e-12→1e-18→1e-24→1e-30 against τ₃ = 6.408; the offsets in ``t``
     themselves are O(1)/rate (−3.3 for drop 2, ≈ 40 for drop 3).
     """
-    attention = pytest.importorskip("nqf.structure.attention")
+    attention = pytest.importorskip("nqf.structure._attention")
     g = torch.Generator().manual_seed(5)
     X = torch.randn(40, 5, 6, dtype=torch.float64, generator=g)
     Vv = torch.randn(2, 6, dtype=torch.float64, generator=g)
@@ -395,7 +395,7 @@ def test_qk_attention_later_escapes_follow_generic_rule():
 
 def test_qk_attention_degenerate_heads_escape_together():
     """d_key = 2: G = I₂ ⊗ (·) has every eigenvalue twice, so ranks jump by 2."""
-    attention = pytest.importorskip("nqf.structure.attention")
+    attention = pytest.importorskip("nqf.structure._attention")
     g = torch.Generator().manual_seed(6)
     X = torch.randn(30, 4, 4, dtype=torch.float64, generator=g)
     Vv = torch.randn(2, 4, dtype=torch.float64, generator=g)
@@ -427,7 +427,7 @@ def test_cnn_plateaus():
     the ε needed to resolve it is far below float64 reach.  The prediction holds only where
     ``Δτ_k ln(1/ε)`` exceeds the O(1) relaxation time into saddle ``k``.
     """
-    conv = pytest.importorskip("nqf.structure.conv")
+    conv = pytest.importorskip("nqf.structure._conv")
     g = torch.Generator().manual_seed(7)
     X = torch.randn(100, 2, 9, dtype=torch.float64, generator=g)
     op = conv.conv1d(X, 3, stride=3, readout="position", n_outputs=2)

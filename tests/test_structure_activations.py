@@ -17,9 +17,9 @@ from torch import nn
 
 from nqf.errors import InvalidParameterError, NormalFormError
 from nqf.modules import find_units
-from nqf.modules.autodiff import NON_SMOOTH_MODULES, is_non_smooth_layer
-from nqf.modules.discover import ELEMENTWISE_MODULES
-from nqf.structure import activations as A
+from nqf.modules._autodiff import NON_SMOOTH_MODULES, is_non_smooth_layer
+from nqf.modules._discover import ELEMENTWISE_MODULES
+from nqf.structure import _activations as A
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "nqf"
 SMOOTH = [a for a in A.REGISTRY if a.smooth]
@@ -151,7 +151,7 @@ def test_activation_classes_and_names_live_only_in_the_registry():
     # nn.Identity is also a pass-through layer (dropout-like) for unit discovery: not counted
     classes = {c.__name__ for c in A.module_classes() if c is not nn.Identity}
     names = set(A.ACTIVATIONS) | set(A.NON_SMOOTH_ACTIVATIONS)
-    home = SRC / "structure" / "activations.py"
+    home = SRC / "structure" / "_activations.py"
     assert home.is_file()
     for path in sorted(SRC.rglob("*.py")):
         if path == home:
@@ -174,7 +174,7 @@ def test_activation_classes_and_names_live_only_in_the_registry():
 # --------------------------------------------------------------------------- unit kinds (class attribute)
 def test_unit_kind_is_declared_by_the_class_not_looked_up_by_its_name():
     from nqf import networks
-    from nqf.modules.units import UnitLayout, UnitSlice
+    from nqf.modules._units import UnitLayout, UnitSlice
 
     expect = {
         networks.TwoLayerMLP(3, 4, 2): "mlp-hidden",

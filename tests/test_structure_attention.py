@@ -1,6 +1,6 @@
 """Attention families: analytic structure operators vs autodiff of the real modules.
 
-Exact truncation orders (derived in nqf.structure.attention): multi-head attention 4 (the head output is
+Exact truncation orders (derived in nqf.structure._attention): multi-head attention 4 (the head output is
 W_O W_V x̄ times a softmax whose first correction is O(S) = O(‖W‖²), and f is even in W); query–key-only
 attention 4 (f depends on W only through the degree-2 scores S; the next softmax term is O(S²)).
 """
@@ -14,10 +14,10 @@ from torch import nn
 
 from helpers import loglog_slope
 from nqf.errors import NonFiniteError, ShapeError
-from nqf.modules.attention_layouts import attention_units
-from nqf.modules.autodiff import from_module
+from nqf.modules._attention_layouts import attention_units
+from nqf.modules._autodiff import from_module
 from nqf.networks._attention import MultiHeadAttention, QKAttention
-from nqf.structure.attention import (
+from nqf.structure._attention import (
     EyeKronKernel,
     HeadValueKernel,
     attention_token_weights,
@@ -156,7 +156,7 @@ def _dense_head0_hessian(net, layout, X):
     from torch.func import functional_call
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from nqf.modules.units import UnitScatter
+    from nqf.modules._units import UnitScatter
 
     net = net.eval()
     sc = UnitScatter(net, layout)

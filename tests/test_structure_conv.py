@@ -1,6 +1,6 @@
 """Convolution with channels as units: analytic A vs autodiff of real nn.Conv1d/nn.Conv2d modules.
 
-Truncation orders (derived in nqf.structure.conv): a channel contributes
+Truncation orders (derived in nqf.structure._conv): a channel contributes
 ``a · σ(u·patch)``, whose Taylor terms beyond the quadratic one are
 ``a · σ^{(j)}(0) (u·patch)^j / j!`` of total degree ``j + 1`` in the unit.
 So the remainder ``f(sW) − f(0) − s bᵀμ − s² Tr[M A]`` scales as
@@ -17,11 +17,11 @@ import torch
 from torch import nn
 
 from nqf.errors import NonFiniteError, NormalFormError, ShapeError
-from nqf.modules.autodiff import from_module
-from nqf.modules.conv_layouts import conv_units
+from nqf.modules._autodiff import from_module
+from nqf.modules._conv_layouts import conv_units
 from nqf.networks._conv import ConvNet1d, ConvNet2d
-from nqf.structure.bilinear import BilinearStructure, OneHotKronKernel
-from nqf.structure.conv import conv1d, conv2d, conv_output_size
+from nqf.structure._bilinear import BilinearStructure, OneHotKronKernel
+from nqf.structure._conv import conv1d, conv2d, conv_output_size
 
 DT = torch.float64
 

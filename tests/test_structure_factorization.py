@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from nqf.errors import NonFiniteError, ShapeError
-from nqf.modules.autodiff import from_module
+from nqf.modules._autodiff import from_module
 from nqf.networks._factorization import Factorization, MatrixSensing
 from nqf.networks._mlp import TwoLayerMLP
-from nqf.structure.bilinear import BilinearStructure
-from nqf.structure.factorization import SensingStructure, factorization, linear_network, matrix_sensing
+from nqf.structure._bilinear import BilinearStructure
+from nqf.structure._factorization import SensingStructure, factorization, linear_network, matrix_sensing
 
 DT = torch.float64
 

@@ -1,6 +1,6 @@
 """Mixture of experts with a softmax gate: analytic operator vs autodiff, weak ZGZ, truncation order.
 
-Exact truncation order (derived in nqf.structure.moe): 3 — the gate deviation (1/E)(G_e − Ḡ)·x times the
+Exact truncation order (derived in nqf.structure._moe): 3 — the gate deviation (1/E)(G_e − Ḡ)·x times the
 expert's linear part a_e σ'(0) u_e·x is cubic and generically non-zero, even for tanh experts.
 """
 
@@ -13,10 +13,10 @@ from torch.func import functional_call, hessian
 
 from helpers import loglog_slope
 from nqf.errors import NonFiniteError, NormalFormError, ShapeError
-from nqf.modules.autodiff import from_module
+from nqf.modules._autodiff import from_module
 from nqf.networks._moe import MixtureOfExperts
-from nqf.structure.mlp import mlp
-from nqf.structure.moe import mixture_of_experts
+from nqf.structure._mlp import mlp
+from nqf.structure._moe import mixture_of_experts
 
 DT = torch.float64
 

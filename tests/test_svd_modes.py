@@ -15,7 +15,7 @@ from nqf.curves._steps import detect_steps
 from nqf.errors import NormalFormError, ShapeError
 from nqf.networks._mlp import TwoLayerMLP
 from nqf.reductions.svd_modes import NotWhitenedError, NotWhitenedWarning, two_layer_modes, whiten, whitening_error
-from nqf.structure.mlp import mlp
+from nqf.structure._mlp import mlp
 
 
 def _teacher(lam, N=64, D=6, seed=0):

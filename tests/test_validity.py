@@ -8,7 +8,7 @@ import torch
 from nqf.curves._validity import ValidityReport, remainder_ratio, validity_report, validity_sweep
 from nqf.dynamics import Trajectory, simulate, train_network
 from nqf.networks._mlp import TwoLayerMLP
-from nqf.structure.mlp import mlp
+from nqf.structure._mlp import mlp
 
 F64 = torch.float64
 

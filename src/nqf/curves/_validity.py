@@ -38,7 +38,7 @@ from ..dynamics import Trajectory, simulate, train_network
 from ..errors import InvalidParameterError, ShapeError
 from ..modules import UnitScatter
 from ..results import Result
-from ..structure.operator import StructureOperator
+from ..structure import StructureOperator
 
 __all__ = ["ValidityReport", "ValiditySweep", "remainder_ratio", "validity_report", "validity_sweep"]
 

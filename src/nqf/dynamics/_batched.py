@@ -50,7 +50,7 @@ import torch
 
 from .._validation import divergence_message, divergence_threshold_value, steps_value
 from ..errors import InvalidParameterError, InvalidTypeError, NotClosedError, ShapeError
-from ..structure.operator import StructureOperator
+from ..structure import StructureOperator
 from ._factored import factor_from_matrix, orthogonalize_columns
 from ._initial import initial_state
 from ._loop import DivergenceCheck

@@ -22,8 +22,8 @@ carries an absolute round-off ``1e-16 ‖M‖`` into it, which swamps it once
 ``ε ≲ 1e-13`` and can make ``M`` indefinite.
 
 The operator is applied through its factored fast paths
-:meth:`~nqf.structure.operator.StructureOperator.forward_factor` (``𝒜(L Lᵀ)``) and
-:meth:`~nqf.structure.operator.StructureOperator.adjoint_apply` (``𝒜*(R) L``), which for
+:meth:`~nqf.structure.StructureOperator.forward_factor` (``𝒜(L Lᵀ)``) and
+:meth:`~nqf.structure.StructureOperator.adjoint_apply` (``𝒜*(R) L``), which for
 two-layer structures never form a ``p × p`` matrix.
 """
 
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import torch
 
-from ..structure.operator import StructureOperator
+from ..structure import StructureOperator
 
 __all__ = ["factor_from_matrix", "factor_from_weights", "predictions", "gradient_terms", "apply_G"]
 

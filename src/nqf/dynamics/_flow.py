@@ -37,7 +37,7 @@ from scipy.integrate import solve_ivp
 
 from .._validation import as_tensor, check_flow_scalars
 from ..errors import InvalidParameterError, InvalidTypeError
-from ..structure.operator import StructureOperator
+from ..structure import StructureOperator
 from ._factored import factor_from_matrix, factor_from_weights, gradient_terms, orthogonalize_columns, predictions
 from ._initial import initial_state
 from ._loss import Loss, as_loss

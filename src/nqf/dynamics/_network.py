@@ -23,7 +23,7 @@ from torch.func import functional_call
 
 from .._validation import check_inputs, check_saved_memory, divergence_threshold_value, steps_value
 from ..errors import InvalidTypeError
-from ..modules.units import UnitLayout, UnitScatter  # noqa: F401  (re-exported; one implementation)
+from ..modules import UnitLayout, UnitScatter  # noqa: F401  (re-exported; one implementation)
 from ._initial import initial_state
 from ._loop import training_loop
 from ._loss import Loss, as_loss

@@ -62,8 +62,7 @@ import torch
 
 from .._validation import check_saved_memory, divergence_curvature, divergence_threshold_value, steps_value
 from ..errors import InvalidParameterError, InvalidTypeError, NotClosedError
-from ..structure import data_subspace, project_operator
-from ..structure.operator import StructureOperator
+from ..structure import StructureOperator, data_subspace, project_operator
 from ._factored import (
     apply_G,
     factor_from_matrix,

@@ -33,7 +33,7 @@ Family = Literal["mlp", "cnn", "attention", "qk-attention", "moe", "factorizatio
 #: Order ``q`` of the first term the quadratic form leaves out (``f = f(0) + Tr[WWᵀA] + O(‖W‖^q)``):
 #: tanh (σ''(0) = 0) and the softmax of QK logits give quartic remainders (multi-head attention: the QK
 #: blocks enter at fourth order), the MoE gate × expert term is cubic (docs/theory.md §1;
-#: nqf.structure.moe), the factorization is exactly quadratic.
+#: nqf.structure._moe), the factorization is exactly quadratic.
 TRUNCATION_ORDER = {"mlp": 4, "cnn": 4, "attention": 4, "qk-attention": 4, "moe": 3, "factorization": None}
 
 

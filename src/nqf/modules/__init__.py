@@ -10,15 +10,17 @@ the module with fewer units, :func:`check_permutation_symmetry` and
 analytic operators are :mod:`nqf.structure`.
 """
 
-from .assumptions import check_permutation_symmetry, check_truncation_order
-from .attention_layouts import attention_units
-from .autodiff import from_module
-from .conv_layouts import conv_units
-from .discover import UnitCandidate, find_units, select_units
-from .layouts import mlp_units
-from .units import UnitLayout, UnitScatter, UnitSlice, get_unit_weights, set_unit_weights
+from ._assumptions import check_permutation_symmetry, check_truncation_order
+from ._attention_layouts import attention_units
+from ._autodiff import from_module, is_non_smooth_layer
+from ._conv_layouts import conv_units
+from ._discover import ELEMENTWISE_MODULES, UnitCandidate, find_units, select_units
+from ._layouts import mlp_units
+from ._units import UnitLayout, UnitScatter, UnitSlice, get_unit_weights, set_unit_weights
 
 __all__ = [
+    "is_non_smooth_layer",
+    "ELEMENTWISE_MODULES",
     "UnitLayout",
     "UnitSlice",
     "UnitScatter",

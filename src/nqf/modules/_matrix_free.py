@@ -40,10 +40,10 @@ from torch.func import grad, jacrev, jvp, vmap
 
 from .._validation import tolerance
 from ..errors import InvalidParameterError
-from ..structure.operator import StructureOperator
-from ..structure.subspace import data_subspace as _dense_data_subspace
-from .narrowed import evaluation_mode
-from .unit_function import UnitFunction
+from ..structure import StructureOperator
+from ..structure import data_subspace as _dense_data_subspace
+from ._narrowed import evaluation_mode
+from ._unit_function import UnitFunction
 
 __all__ = ["MatrixFreeStructure", "COLUMN_BLOCK"]
 

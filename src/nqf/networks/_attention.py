@@ -1,4 +1,4 @@
-"""Real attention modules with their heads as units (see :mod:`nqf.structure.attention`)."""
+"""Real attention modules with their heads as units (see :mod:`nqf.structure._attention`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from torch import nn
 
 from .._validation import positive_int
 from ..errors import InvalidParameterError, NonFiniteError, ShapeError
-from ..modules.units import UnitLayout, UnitSlice
-from ..structure.attention import READOUTS
+from ..modules import UnitLayout, UnitSlice
+from ..structure import ATTENTION_READOUTS as READOUTS
 
 __all__ = ["MultiHeadAttention", "QKAttention"]
 
@@ -45,7 +45,7 @@ class MultiHeadAttention(nn.Module):
     Parameters (all float64 by default) are stacked per head:
     ``W_O`` (H, C, d_h), ``W_V`` (H, d_h, D), ``W_Q`` and ``W_K`` (H, d_k, D).
     Units (``.units``): heads, ``w_h = (vec W_O^h, vec W_V^h, vec W_Q^h, vec W_K^h)``,
-    the layout of :func:`nqf.structure.attention.multi_head_attention`.
+    the layout of :func:`nqf.structure.multi_head_attention`.
 
     Parameters
     ----------
@@ -116,7 +116,7 @@ class QKAttention(nn.Module):
     readout.  ``V`` (C, D) is a fixed buffer; the learned parameters are
     ``W_Q``, ``W_K`` of shape (H, d_k, D).  Heads are summed (not averaged),
     so ``f(0) = H · mean-value`` and the structure matrix is independent of
-    ``H`` (see :func:`nqf.structure.attention.qk_attention`).
+    ``H`` (see :func:`nqf.structure.qk_attention`).
 
     Units (``.units``): heads, ``w_h = (vec W_Q^h, vec W_K^h)``.
 

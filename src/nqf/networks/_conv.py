@@ -10,9 +10,9 @@ from torch import nn
 
 from .._validation import int_tuple, positive_int
 from ..errors import InvalidParameterError
-from ..modules.units import UnitLayout, UnitSlice
-from ..structure.activations import Activation, get_activation
-from ..structure.conv import READOUTS, conv_output_size
+from ..modules import UnitLayout, UnitSlice
+from ..structure import CONV_READOUTS as READOUTS
+from ..structure import Activation, conv_output_size, get_activation
 
 __all__ = ["ConvNet1d", "ConvNet2d"]
 
@@ -54,7 +54,7 @@ class ConvNet1d(_ConvNet):
     bias=False)`` (channels are the units), the activation, then the readout
     parameter ``readout`` of shape ``(C, n_channels, Q)`` (``"position"``) or
     ``(C, n_channels)`` (``"mean"``: applied to the average over positions).
-    Unit layout as :func:`nqf.structure.conv.conv1d`:
+    Unit layout as :func:`nqf.structure.conv1d`:
     ``w_ch = (readout[:, ch], conv.weight[ch])``.
 
     Parameters

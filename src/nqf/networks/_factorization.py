@@ -9,7 +9,7 @@ from torch import nn
 
 from .._validation import positive_int
 from ..errors import ShapeError
-from ..modules.units import UnitLayout, UnitSlice
+from ..modules import UnitLayout, UnitSlice
 
 __all__ = ["Factorization", "MatrixSensing"]
 
@@ -23,7 +23,7 @@ class Factorization(nn.Module):
     r"""Asymmetric factorization ``f_c(X) = Σ_i u_iᵀ X_c v_i = Tr[Uᵀ X_c V]``.
 
     Units: factor columns, ``w_i = (u_i ∈ R^{d1}, v_i ∈ R^{d2})`` — the
-    layout of :func:`nqf.structure.factorization.factorization`.
+    layout of :func:`nqf.structure.factorization`.
 
     Parameters
     ----------
@@ -66,7 +66,7 @@ class MatrixSensing(nn.Module):
     r"""Symmetric matrix sensing ``f_c(X) = Tr[U Uᵀ X_c] = Σ_i u_iᵀ X_c u_i``.
 
     Units: columns ``u_i ∈ R^d`` of ``U`` — the layout of
-    :func:`nqf.structure.factorization.matrix_sensing`.
+    :func:`nqf.structure.matrix_sensing`.
 
     Parameters
     ----------

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..modules.units import UnitLayout, UnitSlice
-from ..structure.activations import get_activation
+from ..modules import UnitLayout, UnitSlice
+from ..structure import get_activation
 
 __all__ = ["TwoLayerMLP"]
 

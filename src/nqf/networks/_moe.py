@@ -7,8 +7,8 @@ from torch import nn
 
 from .._validation import positive_int
 from ..errors import ShapeError
-from ..modules.units import UnitLayout, UnitSlice
-from ..structure.activations import get_activation
+from ..modules import UnitLayout, UnitSlice
+from ..structure import get_activation
 
 __all__ = ["MixtureOfExperts"]
 
@@ -19,7 +19,7 @@ class MixtureOfExperts(nn.Module):
     Parameters: ``input.weight`` (E, D) rows ``u_e``, ``readout.weight`` (C, E)
     columns ``a_e``, ``gate.weight`` (E, D) rows ``G_e``; no biases.
     Units (``.units``): experts, ``w_e = (a_e ∈ R^C, u_e ∈ R^D, G_e ∈ R^D)``, the
-    layout of :func:`nqf.structure.moe.mixture_of_experts`.
+    layout of :func:`nqf.structure.mixture_of_experts`.
 
     Parameters
     ----------

@@ -45,7 +45,7 @@ def commutation_test(op: StructureOperator, rtol: float = COMMUTING_RTOL) -> tup
 
 def _mlp_inputs(op) -> tuple[torch.Tensor, float]:
     """Inputs ``X`` and ``σ'(0)`` of a bias-free two-layer MLP operator (:func:`nqf.structure.mlp`)."""
-    from ..structure.bilinear import BilinearStructure, OneHotKronKernel
+    from ..structure import BilinearStructure, OneHotKronKernel
 
     k = getattr(op, "kernel", None)
     if not (

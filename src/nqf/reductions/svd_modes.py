@@ -79,7 +79,7 @@ import torch
 from .._validation import as_tensor
 from ..errors import InvalidParameterError, NormalFormError, ShapeError
 from ..results import Result
-from ..structure.activations import get_activation
+from ..structure import get_activation
 from ._staircase import Staircase
 from .timing import leading_switch_time, logistic_switch_time
 from .whitening import NotWhitenedError, NotWhitenedWarning, whiten, whitening_error

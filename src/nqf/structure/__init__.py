@@ -9,18 +9,39 @@ activations.  The torch-module side (unit layouts, discovery, ``from_module``)
 is :mod:`nqf.modules`.
 """
 
-from .activations import ACTIVATIONS, Activation, ActivationModule, activation_of_module, get_activation
-from .attention import EyeKronKernel, HeadValueKernel, multi_head_attention, qk_attention
-from .bilinear import BilinearKernel, BilinearStructure, DenseKernel, OneHotKronKernel
-from .commute import commutator_defect, commutes
-from .conv import conv1d, conv2d, conv_output_size
-from .factorization import SensingStructure, factorization, linear_network, matrix_sensing
-from .mlp import mlp
-from .moe import mixture_of_experts
-from .operator import DenseStructure, ProjectedStructure, StructureOperator, project_operator
-from .subspace import data_subspace
+from ._activations import (
+    ACTIVATIONS,
+    REGISTRY,
+    Activation,
+    ActivationModule,
+    activation_of_module,
+    find_activation,
+    get_activation,
+    module_classes,
+    module_label,
+    smooth_alternatives_text,
+)
+from ._attention import READOUTS as ATTENTION_READOUTS
+from ._attention import EyeKronKernel, HeadValueKernel, multi_head_attention, qk_attention
+from ._bilinear import BilinearKernel, BilinearStructure, DenseKernel, OneHotKronKernel
+from ._commute import commutator_defect, commutator_ratio, commutes
+from ._conv import READOUTS as CONV_READOUTS
+from ._conv import conv1d, conv2d, conv_output_size
+from ._factorization import SensingStructure, factorization, linear_network, matrix_sensing
+from ._mlp import mlp
+from ._moe import mixture_of_experts
+from ._operator import DenseStructure, ProjectedStructure, StructureOperator, project_operator
+from ._subspace import data_subspace
 
 __all__ = [
+    "REGISTRY",
+    "find_activation",
+    "module_classes",
+    "module_label",
+    "smooth_alternatives_text",
+    "ATTENTION_READOUTS",
+    "CONV_READOUTS",
+    "commutator_ratio",
     "StructureOperator",
     "ProjectedStructure",
     "data_subspace",

@@ -17,7 +17,7 @@ from torch import nn
 
 from ..errors import NormalFormError
 from ..reductions import COMMUTING_RTOL, commutation_test
-from ..structure.activations import module_label, smooth_alternatives_text
+from ..structure import module_label, smooth_alternatives_text
 from ._result import CheckRow
 
 __all__ = ["check_smooth", "check_symmetry", "check_zgz", "check_commutation", "check_width", "estimate_row"]
@@ -31,7 +31,7 @@ def check_smooth(module: nn.Module) -> CheckRow:
     NormalFormError
         Names the first non-smooth layer and smooth replacements.
     """
-    from ..modules.autodiff import is_non_smooth_layer
+    from ..modules import is_non_smooth_layer
 
     for name, sub in module.named_modules():
         if is_non_smooth_layer(sub):

@@ -21,8 +21,7 @@ import torch
 from torch import nn
 
 from ..errors import NormalFormError
-from ..modules.discover import ELEMENTWISE_MODULES
-from ..modules.units import UnitLayout, get_unit_weights, set_unit_weights
+from ..modules import ELEMENTWISE_MODULES, UnitLayout, get_unit_weights, set_unit_weights
 from ..results import Result
 
 __all__ = ["FoundUnits", "find_unit_layers", "choose_units", "structure_of", "output_at_zero", "ELEMENTWISE"]
@@ -140,7 +139,7 @@ def choose_units(module: nn.Module, name: str | None = None) -> FoundUnits:
 
 def _activation_name(act: nn.Module | None) -> str | None:
     """The registry name of a smooth activation (analytic operator possible), else None."""
-    from ..structure.activations import Activation, activation_of_module
+    from ..structure import Activation, activation_of_module
 
     if isinstance(act, Activation):
         return act.name

@@ -3,7 +3,7 @@
 Built-in spec grammar: ``KIND:key=value,key=value``.  Only ``mlp`` exists:
 ``nn.Sequential(nn.Linear(D, width, bias=bias), ACT, nn.Linear(width, C, bias=False))``
 in float64 with keys ``width`` (default 256), ``act`` (a name of the activation registry
-:data:`nqf.structure.activations.REGISTRY`: ``tanh``, ``sin``, ``erf``, ``gelu``,
+:data:`nqf.structure.REGISTRY`: ``tanh``, ``sin``, ``erf``, ``gelu``,
 ``softplus-centred``, ``sigmoid``, ``linear``, …; the non-smooth ones such as ``relu`` are
 accepted here so that the smoothness check can refuse them with its message) and ``bias``
 (hidden biases, default false).  ``D`` and ``C`` come from the data.
@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from ..errors import ModelSpecError
-from ..structure.activations import REGISTRY, ActivationModule, find_activation
+from ..structure import REGISTRY, ActivationModule, find_activation
 
 __all__ = ["build_model", "parse_spec", "load_factory", "Elementwise", "MODEL_KINDS"]
 

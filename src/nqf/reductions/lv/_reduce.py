@@ -48,8 +48,7 @@ import torch
 
 from ..._validation import as_tensor, positive_int
 from ...errors import InvalidParameterError, InvalidTypeError, NonCommutingError, NotClosedError, ShapeError
-from ...structure.commute import commutator_defect, commutator_ratio
-from ...structure.operator import StructureOperator
+from ...structure import StructureOperator, commutator_defect, commutator_ratio
 from ._system import LotkaVolterra
 
 __all__ = ["reduce", "commutation_defect", "relative_commutator"]

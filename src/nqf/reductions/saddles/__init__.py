@@ -122,7 +122,7 @@ another device are copied to float64 on the CPU.
 
 from __future__ import annotations
 
-from ...structure.commute import commutes
+from ...structure import commutes
 from ._clock import TIME_RULES, composite_loss, corrected_escape_times, heteroclinic_chain, predicted_escape_times
 from ._results import Saddle, SaddleSequence
 from ._search import saddle_sequence

@@ -13,7 +13,7 @@ import torch
 from scipy.optimize import minimize
 from scipy.sparse.linalg import LinearOperator, minres
 
-from ...structure.operator import StructureOperator
+from ...structure import StructureOperator
 
 __all__ = ["LossProblem", "descend", "compress", "complement", "orth"]
 

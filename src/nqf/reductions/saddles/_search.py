@@ -13,8 +13,7 @@ import torch
 
 from ..._validation import as_tensor
 from ...errors import InvalidParameterError, InvalidTypeError, NonCommutingError, NotClosedError
-from ...structure.commute import commutator_defect
-from ...structure.operator import StructureOperator
+from ...structure import StructureOperator, commutator_defect
 from ..lv import limit
 from ._orbit import Heteroclinic
 from ._problem import LossProblem, complement, compress, descend, orth

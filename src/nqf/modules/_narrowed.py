@@ -14,7 +14,7 @@ axis, to the entries that belong to no unit plus those of the first
 ``n_units`` units, and the slices' offsets are recomputed.  Layers whose
 forward reads sizes from attributes instead of from the weight shapes are
 rebuilt: ``nn.MultiheadAttention`` (also inside ``nn.TransformerEncoderLayer``)
-becomes a :class:`~nqf.modules.attention_layouts.HeadSubsetAttention`.
+becomes a :class:`~nqf.modules._attention_layouts.HeadSubsetAttention`.
 The copy is then **checked** against the original (:func:`check_reduced_copy`):
 on a few inputs, with the kept units at the module's own values and at random
 values and all other units at zero, both must give the same output to
@@ -34,8 +34,8 @@ from torch.func import functional_call
 
 from .._validation import tolerance
 from ..errors import NormalFormError
-from .attention_layouts import HeadSubsetAttention
-from .units import UnitLayout, UnitScatter, UnitSlice
+from ._attention_layouts import HeadSubsetAttention
+from ._units import UnitLayout, UnitScatter, UnitSlice
 
 __all__ = ["reduced_copy", "check_reduced_copy", "evaluation_mode"]
 

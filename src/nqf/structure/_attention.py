@@ -43,7 +43,7 @@ right after ``W_V`` (``o_t = W_O Σ_s α_{ts}(W_V x_s + b_V)``) and query/key
 biases ``b_Q, b_K ∈ R^{d_k}`` at the end; then ``K_c`` gains the block
 ``e_c ⊗ I_{d_h}`` on ``(W_O, b_V)`` and the query/key biases again do not enter.
 This is exactly the head layout of :func:`torch.nn.MultiheadAttention`, see
-:func:`nqf.modules.attention_layouts.attention_units`.
+:func:`nqf.modules.attention_units`.
 
 Query–key-only attention (:func:`qk_attention`)
 ------------------------------------------------
@@ -75,7 +75,7 @@ import torch
 
 from .._validation import as_tensor, positive_int
 from ..errors import InvalidParameterError, ShapeError
-from .bilinear import BilinearKernel, BilinearStructure
+from ._bilinear import BilinearKernel, BilinearStructure
 
 __all__ = [
     "multi_head_attention",

@@ -1,6 +1,6 @@
 r"""Structure matrices of any PyTorch module by automatic differentiation.
 
-For a module whose units (described by a :class:`~nqf.modules.units.UnitLayout`)
+For a module whose units (described by a :class:`~nqf.modules.UnitLayout`)
 are interchangeable, the normal form (docs/theory.md, section 1) is
 
 .. math::
@@ -16,7 +16,7 @@ How :func:`from_module` computes it
 * **On copies with one and two units.**  ``A``, ``b`` and ``B`` are taken with
   all other units at zero, so they are the same for the module and for a copy
   that keeps only unit 0 (for ``A``, ``b``) or units 0 and 1 (for ``B``)
-  (:func:`nqf.modules.narrowed.reduced_copy`).  Each copy is checked against
+  (:func:`nqf.modules._narrowed.reduced_copy`).  Each copy is checked against
   the module before use: on a few samples, ``f(W) − f(0)`` with only the kept
   units non-zero must agree to round-off.  ``f(0)`` itself is taken from the
   copy when it agrees too, else from the module (one forward pass; e.g. heads
@@ -30,11 +30,11 @@ How :func:`from_module` computes it
   vectorised over samples in chunks sized to :data:`MEMORY_BUDGET` and written
   straight into the symmetrised ``A``.  Modules without forward-mode rules
   fall back to reverse-over-reverse (``jacrev(jacrev)``).  Everything runs
-  inside :func:`nqf.modules.narrowed.evaluation_mode` (PyTorch's attention
+  inside :func:`nqf.modules._narrowed.evaluation_mode` (PyTorch's attention
   fast paths off, ``scaled_dot_product_attention`` on its math kernel) on an
   eval-mode copy (dropout off), and ``nn.MultiheadAttention`` layers of the
   reduced copies are replaced by the explicit-softmax
-  :class:`~nqf.modules.attention_layouts.HeadSubsetAttention`, so
+  :class:`~nqf.modules._attention_layouts.HeadSubsetAttention`, so
   ``nn.MultiheadAttention(need_weights=False)`` and
   ``nn.TransformerEncoderLayer`` work (their heads are the units; residual,
   layer norms and feed-forward are part of the fixed map that reads them out).
@@ -73,24 +73,24 @@ from torch.func import jacfwd, jacrev, jvp, vmap
 
 from .._validation import as_tensor, tolerance
 from ..errors import InvalidParameterError, InvalidTypeError, NormalFormError
-from ..structure.activations import (
+from ..structure import (
     ActivationModule,
+    DenseStructure,
     activation_of_module,
     module_classes,
     module_label,
     smooth_alternatives_text,
 )
-from ..structure.operator import DenseStructure
+from ._assumptions import check_permutation_symmetry, check_truncation_order
 from ._matrix_free import matrix_free_operator
-from .assumptions import check_permutation_symmetry, check_truncation_order
-from .narrowed import evaluation_mode, faithful_reduced_copy
-from .unit_function import UnitFunction as _UnitFunction
-from .units import UnitLayout, UnitSlice
+from ._narrowed import evaluation_mode, faithful_reduced_copy
+from ._unit_function import UnitFunction as _UnitFunction
+from ._units import UnitLayout, UnitSlice
 
 __all__ = ["from_module", "NON_SMOOTH_MODULES", "is_non_smooth_layer"]
 
 #: Layers that are not three times differentiable at zero input: the non-smooth activations of
-#: :data:`~nqf.structure.activations.REGISTRY` and max pooling.
+#: :data:`~nqf.structure.REGISTRY` and max pooling.
 NON_SMOOTH_MODULES: tuple[type[nn.Module], ...] = module_classes(smooth=False) + (
     nn.MaxPool1d,
     nn.MaxPool2d,
@@ -102,7 +102,7 @@ NON_SMOOTH_MODULES: tuple[type[nn.Module], ...] = module_classes(smooth=False) +
 
 def is_non_smooth_layer(module: nn.Module) -> bool:
     """A layer known not to be three times differentiable at zero (:data:`NON_SMOOTH_MODULES`, or an
-    :class:`~nqf.structure.activations.ActivationModule` of a non-smooth activation such as ``abs``)."""
+    :class:`~nqf.structure.ActivationModule` of a non-smooth activation such as ``abs``)."""
     if isinstance(module, NON_SMOOTH_MODULES):
         return True
     rec = activation_of_module(module) if isinstance(module, ActivationModule) else None
@@ -282,7 +282,7 @@ def from_module(
         in eval mode (dropout off).  Parameters not in ``units`` are held at
         their current values; ``module`` itself is not modified.
     units : UnitLayout or sequence of UnitSlice
-        Which parameter slices form one unit (see :mod:`nqf.modules.units`,
+        Which parameter slices form one unit (see :mod:`nqf.modules._units`,
         :func:`nqf.modules.find_units` and the helpers :func:`mlp_units`,
         :func:`attention_units`, :func:`conv_units`).  At least two units.
     inputs : array_like, shape (N, ...)
@@ -315,7 +315,7 @@ def from_module(
     Returns
     -------
     StructureOperator
-        A :class:`~nqf.structure.operator.DenseStructure` with ``A`` of shape
+        A :class:`~nqf.structure.DenseStructure` with ``A`` of shape
         ``(N, C, p, p)`` (or the matrix-free operator), ``offset = f_x(0)`` and,
         when the zero-gradient condition fails, ``linear = b`` and ``cross = B``.
 

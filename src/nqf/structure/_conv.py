@@ -24,7 +24,7 @@ second derivative of one channel is ``∂²f_c/∂a_{c,q}∂u = σ'(0) patch_q(x
 with ``P(x) ∈ R^{Q×k}`` the patch matrix (per-position readout) or the mean
 patch ``P̄(x) = (1/Q) Σ_q patch_q(x) ∈ R^{1×k}`` (mean readout).  The operator
 stores only ``P`` (``N × Q × k``) or ``P̄`` (``N × k``) in a
-:class:`~nqf.structure.bilinear.OneHotKronKernel`, never ``N × p × p``.
+:class:`~nqf.structure.OneHotKronKernel`, never ``N × p × p``.
 
 When ``σ(0) ≠ 0`` (sigmoid) the zero-gradient condition fails: a channel at
 zero still has ``∂f_c/∂a_{c,q} = σ(0)`` (per position) or ``∂f_c/∂a_c = σ(0)``
@@ -50,8 +50,8 @@ import torch.nn.functional as Fn
 
 from .._validation import as_tensor, int_tuple, positive_int
 from ..errors import InvalidParameterError, ShapeError
-from .activations import get_activation
-from .bilinear import BilinearStructure, OneHotKronKernel
+from ._activations import get_activation
+from ._bilinear import BilinearStructure, OneHotKronKernel
 
 __all__ = ["conv1d", "conv2d", "conv_output_size", "READOUTS"]
 
@@ -118,7 +118,7 @@ def conv1d(
     kernel_size, stride, padding : int
         As in ``nn.Conv1d`` (``kernel_size ≥ 1``, ``stride ≥ 1``, ``padding ≥ 0``, zeros).
     activation : str or callable
-        Smooth activation (see :func:`nqf.structure.activations.get_activation`).
+        Smooth activation (see :func:`nqf.structure.get_activation`).
     readout : {"mean", "position"}
     n_outputs : int
         ``C``.

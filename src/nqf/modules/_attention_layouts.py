@@ -10,7 +10,7 @@ Head ``h`` of ``nn.MultiheadAttention(E, H)`` (``d_h = E/H``) owns
 * ``bias_k[..., h d_h:(h+1) d_h]`` and ``bias_v[...]`` (if ``add_bias_kv``).
 
 The order is ``(W_O, W_V, [b_V], W_Q, W_K, [b_Q, b_K], [bias_k, bias_v])``, the
-layout of :func:`nqf.structure.attention.multi_head_attention` (with
+layout of :func:`nqf.structure.multi_head_attention` (with
 ``bias=True`` when the module has ``in_proj_bias``), so with mean readout of
 ``mha(x, x, x)`` the two operators agree entry by entry (``d_k = d_h``,
 ``C = E``; PyTorch scales scores by ``1/√d_h`` like ours).
@@ -25,7 +25,7 @@ therefore never differentiates PyTorch's attention module: it evaluates a
 reduced copy of the model in which each ``nn.MultiheadAttention`` is replaced
 by :class:`HeadSubsetAttention`, an explicit-softmax ("math") implementation
 of the same forward with only the kept heads, and checks that the copy
-reproduces the original module (see :func:`nqf.modules.narrowed.reduced_copy`).
+reproduces the original module (see :func:`nqf.modules._narrowed.reduced_copy`).
 Any model can therefore call ``self.attn(x, x, x, need_weights=False)``::
 
     class Wrapped(nn.Module):
@@ -68,13 +68,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import InvalidTypeError
-from .units import UnitLayout, UnitSlice
+from ._units import UnitLayout, UnitSlice
 
 __all__ = ["attention_units", "HeadSubsetAttention"]
 
 
 def attention_units(mha: nn.MultiheadAttention, prefix: str = "") -> UnitLayout:
-    """Heads of ``nn.MultiheadAttention`` as units, for :func:`nqf.modules.autodiff.from_module`.
+    """Heads of ``nn.MultiheadAttention`` as units, for :func:`nqf.modules.from_module`.
 
     Parameters
     ----------

@@ -15,7 +15,7 @@ import torch
 
 from .._validation import as_tensor
 from ..errors import InvalidParameterError, ShapeError
-from .operator import StructureOperator, _as_output_axis
+from ._operator import StructureOperator, _as_output_axis
 
 __all__ = ["BilinearStructure", "BilinearKernel", "DenseKernel", "OneHotKronKernel"]
 

@@ -32,7 +32,7 @@ from .._validation import tolerance
 from ..errors import InvalidParameterError
 
 if TYPE_CHECKING:
-    from .operator import StructureOperator
+    from ._operator import StructureOperator
 
 __all__ = ["data_subspace", "DENSE_LIMIT"]
 

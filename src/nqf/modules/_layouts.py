@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from ..errors import InvalidParameterError, ShapeError
-from .units import UnitLayout, UnitSlice
+from ._units import UnitLayout, UnitSlice
 
 __all__ = ["mlp_units"]
 

@@ -45,17 +45,17 @@ from dataclasses import dataclass
 from torch import nn
 
 from ..errors import InvalidTypeError, NoUnitsError
-from ..structure.activations import ActivationModule, module_classes, module_label, smooth_alternatives_text
-from .attention_layouts import attention_units
-from .autodiff import is_non_smooth_layer
-from .conv_layouts import conv_units
-from .units import UnitLayout, UnitSlice
+from ..structure import ActivationModule, module_classes, module_label, smooth_alternatives_text
+from ._attention_layouts import attention_units
+from ._autodiff import is_non_smooth_layer
+from ._conv_layouts import conv_units
+from ._units import UnitLayout, UnitSlice
 
 __all__ = ["UnitCandidate", "find_units", "select_units", "ELEMENTWISE_MODULES"]
 
 #: Elementwise activations accepted between two layers: the ``torch.nn`` classes of every activation of
-#: :data:`~nqf.structure.activations.REGISTRY` (smooth and non-smooth; the latter are flagged) and its
-#: :class:`~nqf.structure.activations.ActivationModule` (``sin``, ``erf``, …).
+#: :data:`~nqf.structure.REGISTRY` (smooth and non-smooth; the latter are flagged) and its
+#: :class:`~nqf.structure.ActivationModule` (``sin``, ``erf``, …).
 ELEMENTWISE_MODULES: tuple[type[nn.Module], ...] = module_classes() + (ActivationModule,)
 _PASS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.AlphaDropout, nn.Identity)
 _POOL = (

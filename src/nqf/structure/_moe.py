@@ -42,8 +42,8 @@ import torch
 
 from .._validation import as_tensor, positive_int
 from ..errors import ShapeError
-from .activations import get_activation
-from .bilinear import BilinearStructure, OneHotKronKernel
+from ._activations import get_activation
+from ._bilinear import BilinearStructure, OneHotKronKernel
 
 __all__ = ["mixture_of_experts"]
 
@@ -61,7 +61,7 @@ def mixture_of_experts(X, n_experts: int, activation="tanh", n_outputs: int = 1,
     n_experts : int
         ``E``.  ``A`` depends on it (the gate is ``1/E`` at zero), unlike a width.
     activation : str or callable
-        Smooth expert activation (see :func:`nqf.structure.activations.get_activation`);
+        Smooth expert activation (see :func:`nqf.structure.get_activation`);
         ReLU and other kinks raise :class:`~nqf.errors.NormalFormError`.
     n_outputs : int
         ``C``.

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from .units import UnitLayout
+from ._units import UnitLayout
 
 __all__ = ["UnitFunction"]
 

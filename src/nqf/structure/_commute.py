@@ -19,7 +19,7 @@ import torch
 
 from .._validation import positive_int
 from ..errors import InvalidParameterError, InvalidTypeError
-from .operator import StructureOperator
+from ._operator import StructureOperator
 
 __all__ = ["commutator_ratio", "commutator_defect", "commutes"]
 

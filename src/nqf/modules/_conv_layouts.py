@@ -1,6 +1,6 @@
 """Unit layout of a user model made of a convolution followed by a readout.
 
-For :func:`nqf.modules.autodiff.from_module` on a model such as::
+For :func:`nqf.modules.from_module` on a model such as::
 
     nn.Sequential(nn.Conv1d(3, m, 5, bias=False), nn.Tanh(), nn.Flatten(), nn.Linear(m * Q, C, bias=False))
     nn.Sequential(nn.Conv2d(3, m, 3, bias=False), nn.Tanh(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
@@ -12,7 +12,7 @@ With a per-position readout applied to the channel-major flattening of the
 convolution output (``nn.Flatten`` of ``(B, m, Q)``, or ``(B, m, H_out,
 W_out)``), the block of channel ``ch`` is ``weight[:, ch·Q:(ch+1)·Q]``,
 flattened output-major (index ``c·Q + q``) — the layout of
-:func:`nqf.structure.conv.conv1d` / :func:`~nqf.structure.conv.conv2d` with
+:func:`nqf.structure.conv1d` / :func:`~nqf.structure.conv2d` with
 ``readout="position"``; with a mean-pooled readout it is ``weight[:, ch]``
 (``readout="mean"``).
 """
@@ -22,7 +22,7 @@ from __future__ import annotations
 from torch import nn
 
 from ..errors import InvalidTypeError, NormalFormError, ShapeError, UnknownNameError
-from .units import UnitLayout, UnitSlice
+from ._units import UnitLayout, UnitSlice
 
 __all__ = ["conv_units"]
 

@@ -20,9 +20,9 @@ from torch.func import functional_call, jacrev, jvp, vmap
 
 from .._validation import tolerance
 from ..errors import NormalFormError
-from .narrowed import evaluation_mode
-from .unit_function import UnitFunction as _UnitFunction
-from .units import UnitLayout, UnitScatter
+from ._narrowed import evaluation_mode
+from ._unit_function import UnitFunction as _UnitFunction
+from ._units import UnitLayout, UnitScatter
 
 __all__ = ["check_permutation_symmetry", "check_truncation_order"]
 

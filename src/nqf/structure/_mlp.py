@@ -23,8 +23,8 @@ import torch
 
 from .._validation import as_tensor, positive_int
 from ..errors import ShapeError
-from .activations import get_activation
-from .bilinear import BilinearStructure, OneHotKronKernel
+from ._activations import get_activation
+from ._bilinear import BilinearStructure, OneHotKronKernel
 
 __all__ = ["mlp"]
 

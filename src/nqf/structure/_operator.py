@@ -39,7 +39,7 @@ import torch
 
 from .._validation import as_tensor, check_shape, tolerance
 from ..errors import InvalidParameterError, ShapeError
-from .subspace import DENSE_LIMIT, data_subspace
+from ._subspace import DENSE_LIMIT, data_subspace
 
 __all__ = ["StructureOperator", "DenseStructure", "ProjectedStructure", "project_operator"]
 
@@ -181,7 +181,7 @@ class StructureOperator(abc.ABC):
 
         ``U`` spans the ranges of all ``A_c(x_n)`` (and of the linear and cross terms
         when the zero-gradient condition fails).  See
-        :func:`nqf.structure.subspace.data_subspace` for the parameters.
+        :func:`nqf.structure.data_subspace` for the parameters.
         """
         return data_subspace(self, method=method, rtol=rtol, seed=seed)
 
