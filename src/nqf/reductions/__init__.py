@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # loaded lazily below; imported here for the type checker only
     from . import lv, saddles, svd_modes
-    from ._predict import COMMUTING_RTOL, LV_MAX_ENTRIES, commutation_test, predict
+    from ._predict import LV_MAX_ENTRIES, predict
     from ._staircase import METHODS, TIME_RULES, Staircase
 
 _SUBMODULES = ("lv", "saddles", "svd_modes", "timing", "whitening")
@@ -35,9 +35,7 @@ _NAMES = {
     "METHODS": "._staircase",
     "TIME_RULES": "._staircase",
     "predict": "._predict",
-    "commutation_test": "._predict",
     "LV_MAX_ENTRIES": "._predict",
-    "COMMUTING_RTOL": "._predict",
 }
 
 __all__ = [  # the submodules and the keys of _NAMES (tests/test_package.py)
@@ -48,9 +46,7 @@ __all__ = [  # the submodules and the keys of _NAMES (tests/test_package.py)
     "METHODS",
     "TIME_RULES",
     "predict",
-    "commutation_test",
     "LV_MAX_ENTRIES",
-    "COMMUTING_RTOL",
 ]
 
 

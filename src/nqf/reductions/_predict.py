@@ -24,23 +24,14 @@ import torch
 
 from .._validation import as_tensor
 from ..errors import InvalidParameterError, InvalidTypeError
-from ..structure import StructureOperator, commutator_defect
+from ..structure import StructureOperator, commutes
 from ._staircase import Staircase
 
-__all__ = ["predict", "commutation_test", "LV_MAX_ENTRIES", "COMMUTING_RTOL"]
+__all__ = ["predict", "LV_MAX_ENTRIES"]
 
 #: Largest dense Lotka–Volterra structure array (``N·C·p²`` entries) that ``method="auto"`` builds.
 LV_MAX_ENTRIES = 2e7
-#: Largest :func:`nqf.structure.commutator_defect` of data called commuting.
-COMMUTING_RTOL = 1e-9
-
 _METHODS = ("auto", "lotka-volterra", "limit", "svd-modes", "saddle-sequence")
-
-
-def commutation_test(op: StructureOperator, rtol: float = COMMUTING_RTOL) -> tuple[float, bool]:
-    """The commutation test of ``method="auto"``: ``(defect, defect ≤ rtol)``, two random adjoints, nothing dense."""
-    value = float(commutator_defect(op))
-    return value, value <= rtol
 
 
 def _mlp_inputs(op) -> tuple[torch.Tensor, float]:
@@ -89,7 +80,7 @@ def predict(
         (:data:`LV_MAX_ENTRIES`), else the saddle sequence (with its commuting rule when
         the data commute).  See the module docstring.
     commuting : bool, optional
-        Whether the structure matrices commute (default: :func:`commutation_test`, two random adjoints).
+        Whether the structure matrices commute (default: :func:`nqf.structure.commutes`, two random adjoints).
     M0 : array_like, shape (p, p), optional
         Initial order parameter of the Lotka–Volterra reduction (default ``εI``; a
         rank-deficient start ``εΠ`` for a width below ``p``).
@@ -125,7 +116,7 @@ def predict(
         X, sigma1 = _mlp_inputs(op)
         return two_layer_modes(X, Y, sigma1=sigma1, eps=e, init=init).staircase()
     if commuting is None and method == "auto":
-        commuting = commutation_test(op)[1]
+        commuting = commutes(op)
     dense_entries = op.n_samples * op.n_outputs * op.p**2
     if method in ("lotka-volterra", "limit") or (method == "auto" and commuting and dense_entries <= LV_MAX_ENTRIES):
         from ..dynamics import initial_state

@@ -24,7 +24,7 @@ from ._activations import (
 from ._attention import READOUTS as ATTENTION_READOUTS
 from ._attention import EyeKronKernel, HeadValueKernel, multi_head_attention, qk_attention
 from ._bilinear import BilinearKernel, BilinearStructure, DenseKernel, OneHotKronKernel
-from ._commute import commutator_defect, commutator_ratio, commutes
+from ._commute import COMMUTING_RTOL, commutator_defect, commutator_ratio, commutes
 from ._conv import READOUTS as CONV_READOUTS
 from ._conv import conv1d, conv2d, conv_output_size
 from ._factorization import SensingStructure, factorization, linear_network, matrix_sensing
@@ -42,6 +42,7 @@ __all__ = [
     "ATTENTION_READOUTS",
     "CONV_READOUTS",
     "commutator_ratio",
+    "COMMUTING_RTOL",
     "StructureOperator",
     "ProjectedStructure",
     "data_subspace",

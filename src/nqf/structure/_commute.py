@@ -21,7 +21,10 @@ from .._validation import positive_int
 from ..errors import InvalidParameterError, InvalidTypeError
 from ._operator import StructureOperator
 
-__all__ = ["commutator_ratio", "commutator_defect", "commutes"]
+__all__ = ["commutator_ratio", "commutator_defect", "commutes", "COMMUTING_RTOL"]
+
+#: Largest :func:`commutator_defect` of float64 structure matrices called commuting (round-off).
+COMMUTING_RTOL = 1e-9
 
 
 def commutator_ratio(X: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
@@ -64,7 +67,7 @@ def commutator_defect(op: StructureOperator, *, trials: int = 2, seed: int = 0) 
     return worst
 
 
-def commutes(op: StructureOperator, *, trials: int = 2, rtol: float = 1e-9, seed: int = 0) -> bool:
+def commutes(op: StructureOperator, *, trials: int = 2, rtol: float = COMMUTING_RTOL, seed: int = 0) -> bool:
     """True when :func:`commutator_defect` ``≤ rtol`` (all structure matrices commute).
 
     Parameters

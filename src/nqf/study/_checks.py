@@ -16,8 +16,7 @@ import torch
 from torch import nn
 
 from ..errors import NormalFormError
-from ..reductions import COMMUTING_RTOL, commutation_test
-from ..structure import module_label, smooth_alternatives_text
+from ..structure import COMMUTING_RTOL, commutator_defect, module_label, smooth_alternatives_text
 from ._result import CheckRow
 
 __all__ = ["check_smooth", "check_symmetry", "check_zgz", "check_commutation", "check_width", "estimate_row"]
@@ -73,10 +72,11 @@ def check_zgz(op, offset: torch.Tensor, how: str, activation=None) -> CheckRow:
 def check_commutation(op, rtol: float = COMMUTING_RTOL) -> tuple[CheckRow, bool]:
     """Commutation row and the decision (True: Lotka–Volterra; False: saddle sequence).
 
-    The number and the decision are :func:`nqf.reductions.commutation_test` (the test of
-    :func:`nqf.predict`: two random adjoints, nothing dense).
+    The number is :func:`nqf.structure.commutator_defect` (two random adjoints, nothing dense) and the
+    decision the one of :func:`nqf.structure.commutes`, which :func:`nqf.predict` makes.
     """
-    value, yes = commutation_test(op, rtol)
+    value = commutator_defect(op)
+    yes = value <= rtol
     note = (
         "commuting: Lotka–Volterra reduction"
         if yes
