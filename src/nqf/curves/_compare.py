@@ -90,6 +90,17 @@ def level_read_times(t_end: float, times) -> np.ndarray:
     return where
 
 
+def adjacent_drops(levels) -> np.ndarray:
+    """Shape (K + 1,): the smaller predicted drop next to each plateau (the scale flatness is judged on).
+
+    ``min(|L_{k−1} − L_k|, |L_k − L_{k+1}|)`` over the drops that exist; NaN for a staircase without drops.
+    """
+    lev = np.asarray(levels, float).reshape(-1)
+    d = np.abs(lev[:-1] - lev[1:])
+    out = np.minimum(np.concatenate([[np.inf], d]), np.concatenate([d, [np.inf]]))
+    return np.where(np.isfinite(out), out, np.nan)
+
+
 def plateau_flatness(t, loss, levels, times) -> np.ndarray:
     """Loss change across the middle third of each predicted plateau over the adjacent drop (see module doc).
 
@@ -101,17 +112,16 @@ def plateau_flatness(t, loss, levels, times) -> np.ndarray:
     t, loss = _curve(t, loss)
     levels, times = np.asarray(levels, float), np.asarray(times, float)
     b = _bounds(float(t[-1]), times)
-    drops = levels[:-1] - levels[1:]
+    adjacent = adjacent_drops(levels)
     out = []
     for k in range(len(levels)):
         a0, a1 = b[k], b[k + 1]
         lo, hi = a0 + (a1 - a0) / 3, a0 + 2 * (a1 - a0) / 3
-        adj = [abs(drops[j]) for j in (k - 1, k) if 0 <= j < len(drops)]
-        if not adj or not np.isfinite(lo) or hi > t[-1] or hi <= lo:
+        if np.isnan(adjacent[k]) or not np.isfinite(lo) or hi > t[-1] or hi <= lo:
             out.append(math.nan)
             continue
         la, lb = np.interp([lo, hi], t, loss)
-        out.append(abs(la - lb) / max(min(adj), 1e-300))
+        out.append(abs(la - lb) / max(float(adjacent[k]), 1e-300))
     return np.array(out)
 
 
@@ -150,16 +160,8 @@ class StaircaseComparison(Result):
 
     @property
     def adjacent_drops(self) -> np.ndarray:
-        """Shape (K + 1,): the smaller predicted drop next to each plateau (the scale flatness is judged on).
-
-        ``min(L_{k−1} − L_k, L_k − L_{k+1})`` over the drops that exist; NaN for a staircase without drops.
-        """
-        lev = np.asarray(self.levels_predicted, float)
-        d = np.abs(lev[:-1] - lev[1:])
-        left = np.concatenate([[np.inf], d])
-        right = np.concatenate([d, [np.inf]])
-        out = np.minimum(left, right)
-        return np.where(np.isfinite(out), out, np.nan)
+        """Shape (K + 1,): :func:`adjacent_drops` of the predicted levels (the scale of ``flatness``)."""
+        return adjacent_drops(self.levels_predicted)
 
     @property
     def flat(self) -> np.ndarray:
