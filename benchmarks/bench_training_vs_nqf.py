@@ -22,8 +22,9 @@ import time
 
 import torch
 
-from nqf.dynamics import data_subspace, simulate, train_network
+from nqf.dynamics import simulate, train_network
 from nqf.networks._mlp import TwoLayerMLP
+from nqf.structure import data_subspace
 from nqf.structure._mlp import mlp
 
 

@@ -10,8 +10,9 @@ from typer.testing import CliRunner
 
 import nqf
 from nqf.cli import app
-from nqf.curves._schedule import initial_weights, stable_learning_rate, step_count
+from nqf.curves import stable_learning_rate, step_count
 from nqf.data import load_dataset
+from nqf.dynamics import initial_weights
 from nqf.errors import InvalidParameterError, NormalFormError
 from nqf.study import find_unit_layers
 

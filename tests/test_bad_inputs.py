@@ -221,8 +221,7 @@ def _problem():
 
 def _api_cases():
     from nqf.dynamics import gradient_flow, simulate, train_network
-    from nqf.experiments.config import parse_config
-    from nqf.experiments.runner import run_experiment
+    from nqf.experiments import parse_config, run_experiment
     from nqf.networks._mlp import TwoLayerMLP
     from nqf.reductions.lv import limit
     from nqf.report import validate_results

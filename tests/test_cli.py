@@ -59,8 +59,7 @@ def test_catalogue_agrees_with_the_experiments():
     """`nqf list` reads only the catalogue: every entry names the module defining the experiment, whose class
     declares the catalogue's description; a class that disagrees is refused at registration."""
     from nqf.errors import InvalidParameterError
-    from nqf.experiments import Experiment, register
-    from nqf.experiments.catalog import CATALOG, describe
+    from nqf.experiments import CATALOG, Experiment, describe, register
 
     assert set(CATALOG) <= set(REGISTRY)
     for name, entry in CATALOG.items():

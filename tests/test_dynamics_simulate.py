@@ -5,9 +5,10 @@ import math
 import pytest
 import torch
 
-from nqf.dynamics import data_subspace, minibatch_indices, simulate
+from nqf.dynamics import minibatch_indices, simulate
 from nqf.dynamics._losses import loss_value, prepare_targets, residual
 from nqf.errors import DivergenceError, NonFiniteError, NotClosedError, ShapeError
+from nqf.structure import data_subspace
 from nqf.structure._mlp import mlp
 from nqf.structure._operator import DenseStructure
 

@@ -72,3 +72,55 @@ def test_the_rule_sees_a_violation():
     assert target == "nqf.reductions._predict"
     owner = _private_owner(target)
     assert owner == "nqf.reductions" and not "nqf.study._pipeline".startswith(owner + ".")
+
+
+def _doors() -> list[str]:
+    """Every public package of nqf (its ``__init__`` is a door) and the public top-level modules."""
+    doors = []
+    for init in sorted((SRC / "nqf").rglob("__init__.py")):
+        name = _module_name(init)
+        if _private_owner(name) is None:
+            doors.append(name)
+    doors += [_module_name(p) for p in sorted((SRC / "nqf").glob("[!_]*.py"))]
+    return doors
+
+
+def _exported_objects(door: str):
+    import importlib
+    import inspect
+
+    mod = importlib.import_module(door)
+    for name in getattr(mod, "__all__", ()):
+        value = getattr(mod, name)
+        if inspect.isfunction(value) or inspect.isclass(value):
+            yield name, value
+
+
+def _shared_exports(doors) -> list:
+    """Objects that more than one door exports (the top-level shortcuts of ``nqf`` excepted)."""
+    import nqf
+
+    owners: dict[int, list[str]] = {}
+    for door in doors:
+        for name, value in _exported_objects(door):
+            if door == "nqf" and name in nqf._LAZY_ATTRS:
+                continue  # the documented short names: nqf.simulate is nqf.dynamics.simulate
+            owners.setdefault(id(value), []).append(f"{door}.{name}")
+    return [paths for paths in owners.values() if len(paths) > 1]
+
+
+def test_one_import_path_per_public_name():
+    """No object is exported by two doors (no re-export shims: ``initial_weights`` lives in nqf.dynamics only)."""
+    doors = _doors()
+    assert {"nqf.reductions.svd_modes", "nqf.experiments", "nqf.reductions"} <= set(doors)
+    assert not _shared_exports(doors), _shared_exports(doors)
+
+
+def test_the_one_path_rule_sees_a_shim(monkeypatch):
+    """The check can fail: a door that re-exports another door's function is reported."""
+    import nqf.curves
+    import nqf.dynamics
+
+    monkeypatch.setattr(nqf.curves, "__all__", [*nqf.curves.__all__, "initial_weights"], raising=True)
+    monkeypatch.setattr(nqf.curves, "initial_weights", nqf.dynamics.initial_weights, raising=False)
+    assert ["nqf.curves.initial_weights", "nqf.dynamics.initial_weights"] in _shared_exports(_doors())

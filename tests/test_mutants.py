@@ -16,7 +16,7 @@ from scipy.integrate import solve_ivp
 from nqf.curves import fit_power_law
 from nqf.dynamics import train_network
 from nqf.dynamics._simulate import minibatch_indices
-from nqf.experiments.base import Check
+from nqf.experiments import Check
 from nqf.networks import TwoLayerMLP
 from nqf.reductions.svd_modes import two_layer_modes
 

@@ -8,10 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from nqf.cli import app
-from nqf.experiments import REGISTRY
-from nqf.experiments.base import Experiment
-from nqf.experiments.catalog import all_experiments
-from nqf.experiments.runner import run_experiment
+from nqf.experiments import REGISTRY, Experiment, all_experiments, run_experiment
 
 #: Experiments whose figures are drawn by Experiment.plot from the saved arrays: all of them.
 REDRAWN = sorted(all_experiments())  # every experiment

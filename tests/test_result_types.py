@@ -199,7 +199,7 @@ def _loop():
 
 def _upper_bound_check():
     """The real-data experiment's one-sided check, on the gap of the p = 1000 analysis."""
-    from nqf.experiments.real_data import UpperBoundCheck
+    from nqf.experiments._real_data import UpperBoundCheck
 
     a = analysis()
     return UpperBoundCheck(
@@ -265,9 +265,9 @@ FACTORIES = {
         (),
     ),
     "nqf.data._datasets.Dataset": (lambda f: __import__("nqf.data", fromlist=["x"]).load_dataset("digits"), ()),
-    "nqf.experiments.base.Outcome": (lambda f: outcome(), ()),
-    "nqf.experiments.base.Check": (lambda f: outcome().checks[0], ()),
-    "nqf.experiments.base.Table": (lambda f: outcome().tables[0], ()),
+    "nqf.experiments._base.Outcome": (lambda f: outcome(), ()),
+    "nqf.experiments._base.Check": (lambda f: outcome().checks[0], ()),
+    "nqf.experiments._base.Table": (lambda f: outcome().tables[0], ()),
     "nqf.sweep._points.Point": (lambda f: _points()[-1], ()),
     "nqf.sweep._grid.SweepSpec": (
         lambda f: __import__("nqf.sweep", fromlist=["x"]).SweepSpec(
@@ -277,15 +277,15 @@ FACTORIES = {
     ),
     "nqf.sweep._execute.SweepState": (_sweep_state, ()),
     "nqf.dynamics._loop.LoopOutcome": (lambda f: _loop(), ()),
-    "nqf.experiments.real_data.UpperBoundCheck": (lambda f: _upper_bound_check(), ()),
+    "nqf.experiments._real_data.UpperBoundCheck": (lambda f: _upper_bound_check(), ()),
 }
 
 #: Public dataclasses that are not results of a computation (inputs, specifications, run contexts).
 NOT_RESULTS = {
     "nqf.modules._units.UnitSlice": "an input: how a parameter is split into units",
     "nqf.structure._activations.Activation": "an input: an activation function with its derivatives at 0",
-    "nqf.experiments.runner.RunContext": "what a running experiment may use (run directory, device, seed)",
-    "nqf.experiments.catalog.CatalogEntry": "a catalogue entry: where an experiment is defined, its description",
+    "nqf.experiments._runner.RunContext": "what a running experiment may use (run directory, device, seed)",
+    "nqf.experiments._catalog.CatalogEntry": "a catalogue entry: where an experiment is defined, its description",
     "nqf.dynamics._loop.StepRule": "an input: the update rule of a training step",
     "nqf.dynamics._initial.InitialState": "an input: the validated M(0) or W(0) of a run",
     "nqf.dynamics._loss.Loss": "an input: the loss of a run (base class)",
@@ -396,9 +396,7 @@ def test_compact_repr_never_shows_arrays():
 
 def test_results_json_is_the_outcome_to_dict(tmp_path):
     """results.json records checks, tables, metrics and summary exactly as the result objects' to_dict()."""
-    from nqf.experiments import REGISTRY
-    from nqf.experiments.base import Outcome
-    from nqf.experiments.runner import run_experiment
+    from nqf.experiments import REGISTRY, Outcome, run_experiment
     from nqf.report._schema import CheckModel, TableModel, validate_results
 
     exp = REGISTRY["lv-staircase"]

@@ -30,7 +30,8 @@ from scipy.optimize import nnls
 
 from helpers import interacting_commuting_modes
 from nqf.errors import NotClosedError, ShapeError
-from nqf.reductions.saddles import commutes, saddle_sequence
+from nqf.reductions.saddles import saddle_sequence
+from nqf.structure import commutes
 from nqf.structure._mlp import mlp
 from nqf.structure._operator import DenseStructure
 
@@ -197,7 +198,7 @@ def test_mlp_simulated_plateaus_match(mlp_case, mlp_flows):
     meas = f.plateaus(tc)
     np.testing.assert_allclose(meas, seq.plateau_levels, rtol=1e-2)
     # the predicted staircase sits on the measured curve away from the drops
-    pred = seq.predicted_loss_curve(f.t, 1e-12)
+    pred = seq.staircase(1e-12, leading=True).loss_curve(f.t)
     tk = seq.escape_times(1e-12)
     away = np.min(np.abs(f.t[:, None] - tk[None, :]), axis=1) > 0.35 * seq.taus[1] * math.log(1e12)
     rel = np.abs(pred[away] - f.L[away]) / f.L[away]
@@ -443,9 +444,11 @@ def test_result_helpers(mlp_case):
     op, X, Y, seq = mlp_case
     tk = seq.escape_times(1e-12)
     assert np.all(np.diff(tk) > 0)
-    assert seq.predicted_loss_curve([0.0], 1e-12)[0] == seq.plateau_levels[0]
-    assert seq.predicted_loss_curve([tk[-1] + 1], 1e-12)[0] == seq.plateau_levels[-1]
-    mk = seq.markers(1e-12)
+    st = seq.staircase(1e-12, leading=True)
+    np.testing.assert_array_equal(st.times, tk)
+    assert st.loss_curve([0.0])[0] == seq.plateau_levels[0]
+    assert st.loss_curve([tk[-1] + 1])[0] == seq.plateau_levels[-1]
+    mk = st.markers()
     assert len(mk) == len(seq) and mk[1][0] == pytest.approx(tk[0])
     s = seq.summary()
     assert s["global_minimum"] is True and len(s["plateau_levels"]) == len(seq)
@@ -500,10 +503,10 @@ def test_digits_nqf_at_eps_1e30_lands_within_3_percent_of_predicted_times():
     (predicted_escape_times: drop 1 exact offset, drop 2 the O(1) recursion, later drops leading order;
     measured 0.0–2.2 %, drop 2 0.13 %).  3 %: the leading-order error O(1/ln(1/ε)) = O(0.014) here, plus GD
     with η·rate = 0.02 being ≤ 0.5 % slower than the flow.  One simulation serves both predictions."""
+    from nqf.curves import stable_learning_rate, step_count
     from nqf.curves._compare import compare_staircase
-    from nqf.curves._schedule import initial_weights, stable_learning_rate, step_count
     from nqf.data import load_dataset
-    from nqf.dynamics import simulate
+    from nqf.dynamics import initial_weights, simulate
     from nqf.reductions.saddles._clock import predicted_escape_times
     from nqf.structure import mlp
 

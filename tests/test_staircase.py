@@ -19,7 +19,7 @@ from helpers import interacting_commuting_modes
 from nqf.curves._compare import compare_staircase
 from nqf.errors import InvalidParameterError, NQFError, ShapeError
 from nqf.reductions import Staircase
-from nqf.reductions.timing import staircase as timing_staircase
+from nqf.reductions._timing import staircase as timing_staircase  # the kernel behind Staircase.loss_curve
 from nqf.structure import DenseStructure, mlp
 
 F64 = torch.float64
@@ -100,7 +100,7 @@ def test_interacting_commuting_modes_lotka_volterra_and_the_limit():
 
 def test_whitened_two_layer_network_is_svd_modes():
     """The demo's set-up: whitened inputs and a linear teacher; the staircase is the SVD-mode reduction's."""
-    from nqf.experiments.demo import teacher_task
+    from nqf.experiments._demo import teacher_task
     from nqf.reductions.svd_modes import two_layer_modes
 
     X, Y, _ = teacher_task(400, 8, [2.0, 1.0, 0.5], 0)

@@ -8,8 +8,8 @@ import torch
 
 from nqf.dynamics import simulate, simulate_batched
 from nqf.errors import InvalidParameterError, NotClosedError, ShapeError
-from nqf.experiments.demo import teacher_task
-from nqf.experiments.lv_staircase import diagonal_task
+from nqf.experiments._demo import teacher_task
+from nqf.experiments._lv_staircase import diagonal_task
 from nqf.structure import matrix_sensing, mlp
 
 TOL = 1e-12  # round-off: both compute the same exact map in float64

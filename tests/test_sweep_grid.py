@@ -12,8 +12,7 @@ from typer.testing import CliRunner
 from helpers import toml_value
 from nqf.cli import app
 from nqf.errors import SweepError
-from nqf.experiments import REGISTRY, get_experiment
-from nqf.experiments.config import ConfigError, apply_overrides, config_hash, load_config, parse_set
+from nqf.experiments import REGISTRY, ConfigError, apply_overrides, config_hash, get_experiment, load_config, parse_set
 from nqf.sweep._grid import SweepSpec, combine, parse_assignments, parse_seeds, parse_values, sweep_from_table
 from nqf.sweep._points import build_points, point_dir
 from nqf.sweep._table import quantity_name

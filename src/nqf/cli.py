@@ -182,7 +182,7 @@ def _execute(exp, params, *, out, seed, device, force, resume, as_json, threads,
     """Run and print; ``rerun`` is the command that repeats this run (for the ``--resume`` hint)."""
     import torch
 
-    from .experiments.runner import run_experiment
+    from .experiments import run_experiment
 
     # The built-in experiments are many small tensor operations, for which one thread is fastest
     # (and a busy second core makes torch's thread pool stall); --threads raises it for big runs.
@@ -261,7 +261,7 @@ def demo(
     set_: list[str] | None = _SET,
 ):
     """The main job: a real tanh MLP learns in steps at the predicted times (under a minute)."""
-    from .experiments.config import ConfigError, apply_overrides, parse_config, parse_set
+    from .experiments import ConfigError, apply_overrides, parse_config, parse_set
 
     try:
         cfg, exp, params = parse_config(apply_overrides({"experiment": "demo"}, parse_set(set_)), "--set")
@@ -296,7 +296,7 @@ def run_cmd(
     set_: list[str] | None = _SET,
 ):
     """Run a named experiment from a TOML config file."""
-    from .experiments.config import ConfigError, load_config, parse_set
+    from .experiments import ConfigError, load_config, parse_set
 
     try:
         cfg, exp, params = load_config(config, parse_set(set_) if set_ else None)
@@ -319,7 +319,7 @@ def run_cmd(
 @app.command("list")
 def list_cmd(as_json: bool = _JSON):
     """The named experiments, with one-line descriptions (--json: also their claims, checks and parameters)."""
-    from .experiments.catalog import all_experiments, describe
+    from .experiments import all_experiments, describe
 
     if as_json:  # the parameters' defaults need the experiments themselves (and torch)
         typer.echo(
@@ -357,7 +357,7 @@ def report(rundir: Path = typer.Argument(..., help="A run directory (`nqf run`, 
         except ValueError as exc:
             _fail(str(exc))
         return
-    from .experiments.runner import redraw
+    from .experiments import redraw
 
     drawn = redraw(rundir)  # a missing or malformed results.json: ResultsFileError, exit 2
     if drawn:
@@ -366,22 +366,16 @@ def report(rundir: Path = typer.Argument(..., help="A run directory (`nqf run`, 
     typer.echo(f"report: {path}")
 
 
-# Commands that live with their own package register themselves here: each module defines
-# ``register(app)`` and imports torch and friends only inside its commands (``nqf --version`` stays fast).
-_COMMAND_MODULES = ("nqf.sweep._cli", "nqf.study._cli")
+# Commands that live with their own package register themselves here: each package exports
+# ``register_cli(app)`` and imports torch and friends only inside its commands (``nqf --version`` stays fast).
+_COMMAND_PACKAGES = ("nqf.sweep", "nqf.study")
 
 
 def _register_commands() -> None:
     import importlib
 
-    for name in _COMMAND_MODULES:
-        try:
-            mod = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name is not None and name.startswith(exc.name):
-                continue  # that package is not part of this installation (yet)
-            raise
-        mod.register(app)
+    for name in _COMMAND_PACKAGES:
+        importlib.import_module(name).register_cli(app)
 
 
 _register_commands()

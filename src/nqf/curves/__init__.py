@@ -14,9 +14,9 @@ Curves are taken as array_like or tensors; results are NumPy float64 arrays.
 """
 
 from ._compare import FLAT_THRESHOLD, StaircaseComparison, compare_staircase, level_read_times, regime_exit
-from ._exponents import ExponentPrediction, predict_exponent, predicted_curve, predicted_switch_times
+from ._exponents import ExponentPrediction, predict_exponent, predicted_curve
 from ._powerlaw import PowerLawFit, auto_window, fit_power_law
-from ._schedule import initial_weights, stable_learning_rate, step_count
+from ._schedule import stable_learning_rate, step_count
 from ._steps import Steps, detect_steps
 from ._validity import ValidityReport, ValiditySweep, remainder_ratio, validity_report, validity_sweep
 
@@ -26,7 +26,6 @@ __all__ = [
     "FLAT_THRESHOLD",
     "regime_exit",
     "level_read_times",
-    "initial_weights",
     "stable_learning_rate",
     "step_count",
     "Steps",
@@ -37,7 +36,6 @@ __all__ = [
     "ExponentPrediction",
     "predict_exponent",
     "predicted_curve",
-    "predicted_switch_times",
     "ValidityReport",
     "ValiditySweep",
     "remainder_ratio",

@@ -29,8 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import ShapeError
-from ..reductions import Staircase
-from ..reductions.timing import crossing_times, midpoint_levels
+from ..reductions import Staircase, crossing_times, midpoint_levels
 from ..results import Result, to_jsonable
 from ._curves import _as_1d
 
@@ -60,7 +59,7 @@ def _curve(t, loss):
 def downward_crossings(t, loss, levels) -> np.ndarray:
     """First time the curve falls to each level (``loss ≤ level``), linear interpolation; NaN if never.
 
-    :func:`nqf.reductions.timing.crossing_times` downward, on a validated curve.
+    :func:`nqf.reductions.crossing_times` downward, on a validated curve.
 
     Parameters
     ----------

@@ -35,11 +35,11 @@ import numpy as np
 from scipy.special import log_expit
 
 from ..errors import InvalidParameterError, ShapeError
-from ..reductions.timing import logistic_switch_time
+from ..reductions import logistic_switch_time
 from ..results import Result
 from ._curves import _as_1d
 
-__all__ = ["ExponentPrediction", "predict_exponent", "predicted_curve", "predicted_switch_times"]
+__all__ = ["ExponentPrediction", "predict_exponent", "predicted_curve"]
 
 
 @dataclass(frozen=True, repr=False)
@@ -185,7 +185,7 @@ def predicted_switch_times(zeta, eps: float, z0_convention: str = "relative", z_
     """Exact half-saturation times ``t*_k = ln(z*_k/z_k(0) − 1)/ζ_k`` of logistic modes.
 
     The initial-scale conventions of this module on top of
-    :func:`nqf.reductions.timing.logistic_switch_time`.
+    :func:`nqf.reductions.logistic_switch_time`.
 
     Parameters
     ----------

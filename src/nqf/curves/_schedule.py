@@ -26,9 +26,8 @@ import math
 import numpy as np
 
 from .._validation import float_param
-from ..dynamics import initial_weights  # re-exported: the one builder of W(0)
 
-__all__ = ["initial_weights", "stable_learning_rate", "step_count"]
+__all__ = ["stable_learning_rate", "step_count"]
 
 
 def stable_learning_rate(rates, fraction: float = 0.02) -> float:

@@ -21,7 +21,6 @@ MSE, ``r = ∂ℓ/∂f``, ``G = (1/N) 𝒜*(r)``, ``W ← W − η ∇_W L``, tr
   string and keyword forms (``loss="mse"``, ``lr=…, momentum=…``, ``save_every=…``) are aliases of these.
 """
 
-from ..structure import data_subspace, project_operator
 from ._batched import simulate_batched
 from ._flow import gradient_flow, integrate_factor
 from ._initial import initial_state, initial_weights
@@ -41,8 +40,6 @@ __all__ = [
     "gradient_flow",
     "train_network",
     "Trajectory",
-    "data_subspace",
-    "project_operator",
     "minibatch_indices",
     "FORMS",
     "OPTIMIZERS",

@@ -1,7 +1,8 @@
 """Named experiments reproducing the paper's claims, their configs and the runner.
 
-The names below are imported on first use (PEP 562), so that ``import nqf.experiments.catalog``
-(``nqf list``) does not import the experiments, the runner or torch.
+This package is the one door: its modules are private. The names below are imported on first use
+(PEP 562), so that listing the catalogue (``nqf list``: :data:`CATALOG`, :func:`describe`) does not
+import the experiments, the runner or torch.
 """
 
 from __future__ import annotations
@@ -11,57 +12,99 @@ from typing import TYPE_CHECKING, Any
 
 #: Public name → the module of this package that defines it.
 _LAZY_ATTRS: dict[str, str] = {
-    "Check": "base",
-    "Experiment": "base",
-    "Outcome": "base",
-    "Params": "base",
-    "Table": "base",
-    "REGISTRY": "catalog",
-    "register": "catalog",
-    "get_experiment": "catalog",
-    "all_experiments": "catalog",
-    "ConfigError": "config",
-    "RunConfig": "config",
-    "load_config": "config",
-    "parse_config": "config",
-    "RunContext": "runner",
-    "run_experiment": "runner",
+    "Check": "_base",
+    "Experiment": "_base",
+    "Outcome": "_base",
+    "Params": "_base",
+    "Table": "_base",
+    "EpsList": "_base",
+    "REGISTRY": "_catalog",
+    "register": "_catalog",
+    "get_experiment": "_catalog",
+    "all_experiments": "_catalog",
+    "describe": "_catalog",
+    "CATALOG": "_catalog",
+    "CatalogEntry": "_catalog",
+    "ConfigError": "_config",
+    "RunConfig": "_config",
+    "load_config": "_config",
+    "parse_config": "_config",
+    "parse_set": "_config",
+    "apply_overrides": "_config",
+    "resolved_config": "_config",
+    "config_hash": "_config",
+    "read_config_data": "_config",
+    "format_validation_error": "_config",
+    "RunContext": "_runner",
+    "run_experiment": "_runner",
+    "redraw": "_runner",
+    "resolve_device": "_runner",
+    "versions": "_runner",
+    "run_identity": "_runner",
 }
 
 __all__ = [
-    "REGISTRY",
     "Check",
     "Experiment",
     "Outcome",
     "Params",
     "Table",
+    "EpsList",
+    "REGISTRY",
+    "register",
     "get_experiment",
     "all_experiments",
-    "register",
+    "describe",
+    "CATALOG",
+    "CatalogEntry",
     "ConfigError",
     "RunConfig",
     "load_config",
     "parse_config",
+    "parse_set",
+    "apply_overrides",
+    "resolved_config",
+    "config_hash",
+    "read_config_data",
+    "format_validation_error",
     "RunContext",
     "run_experiment",
+    "redraw",
+    "resolve_device",
+    "versions",
+    "run_identity",
 ]
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these are resolved lazily
-    from .base import Check as Check
-    from .base import Experiment as Experiment
-    from .base import Outcome as Outcome
-    from .base import Params as Params
-    from .base import Table as Table
-    from .catalog import REGISTRY as REGISTRY
-    from .catalog import all_experiments as all_experiments
-    from .catalog import get_experiment as get_experiment
-    from .catalog import register as register
-    from .config import ConfigError as ConfigError
-    from .config import RunConfig as RunConfig
-    from .config import load_config as load_config
-    from .config import parse_config as parse_config
-    from .runner import RunContext as RunContext
-    from .runner import run_experiment as run_experiment
+    from ._base import Check as Check
+    from ._base import EpsList as EpsList
+    from ._base import Experiment as Experiment
+    from ._base import Outcome as Outcome
+    from ._base import Params as Params
+    from ._base import Table as Table
+    from ._catalog import CATALOG as CATALOG
+    from ._catalog import REGISTRY as REGISTRY
+    from ._catalog import CatalogEntry as CatalogEntry
+    from ._catalog import all_experiments as all_experiments
+    from ._catalog import describe as describe
+    from ._catalog import get_experiment as get_experiment
+    from ._catalog import register as register
+    from ._config import ConfigError as ConfigError
+    from ._config import RunConfig as RunConfig
+    from ._config import apply_overrides as apply_overrides
+    from ._config import config_hash as config_hash
+    from ._config import format_validation_error as format_validation_error
+    from ._config import load_config as load_config
+    from ._config import parse_config as parse_config
+    from ._config import parse_set as parse_set
+    from ._config import read_config_data as read_config_data
+    from ._config import resolved_config as resolved_config
+    from ._runner import RunContext as RunContext
+    from ._runner import redraw as redraw
+    from ._runner import resolve_device as resolve_device
+    from ._runner import run_experiment as run_experiment
+    from ._runner import run_identity as run_identity
+    from ._runner import versions as versions
 
 
 def __getattr__(name: str) -> Any:

@@ -10,8 +10,10 @@ picks the reduction for an operator (``nqf.predict`` is the same function).
   SVD modes of the teacher and their Saxe-type sigmoidal switch-on;
 * :mod:`nqf.reductions.saddles` — non-commuting data: the greedy low-rank saddle
   sequence (plateau levels and escape times);
-* :mod:`nqf.reductions.timing` — switch-on times, plateau levels and level
-  crossings shared by all three.
+* switch-on times and level crossings shared by all three (:func:`logistic_switch_time`,
+  :func:`leading_switch_time`, :func:`crossing_times`, :func:`crossing_time`,
+  :func:`crossing_index`, :func:`midpoint_levels`); the staircase curve itself is
+  :meth:`Staircase.loss_curve`.
 
 The submodules are imported on first use (``nqf.reductions.lv`` loads scipy).
 Conventions and equations: docs/theory.md.
@@ -26,8 +28,16 @@ if TYPE_CHECKING:  # loaded lazily below; imported here for the type checker onl
     from . import lv, saddles, svd_modes
     from ._predict import LV_MAX_ENTRIES, predict
     from ._staircase import METHODS, TIME_RULES, Staircase
+    from ._timing import (
+        crossing_index,
+        crossing_time,
+        crossing_times,
+        leading_switch_time,
+        logistic_switch_time,
+        midpoint_levels,
+    )
 
-_SUBMODULES = ("lv", "saddles", "svd_modes", "timing", "whitening")
+_SUBMODULES = ("lv", "saddles", "svd_modes")
 
 #: Public names defined in a private module: ``name → module``.
 _NAMES = {
@@ -36,6 +46,12 @@ _NAMES = {
     "TIME_RULES": "._staircase",
     "predict": "._predict",
     "LV_MAX_ENTRIES": "._predict",
+    "logistic_switch_time": "._timing",
+    "leading_switch_time": "._timing",
+    "crossing_times": "._timing",
+    "crossing_time": "._timing",
+    "crossing_index": "._timing",
+    "midpoint_levels": "._timing",
 }
 
 __all__ = [  # the submodules and the keys of _NAMES (tests/test_package.py)
@@ -47,6 +63,12 @@ __all__ = [  # the submodules and the keys of _NAMES (tests/test_package.py)
     "TIME_RULES",
     "predict",
     "LV_MAX_ENTRIES",
+    "logistic_switch_time",
+    "leading_switch_time",
+    "crossing_times",
+    "crossing_time",
+    "crossing_index",
+    "midpoint_levels",
 ]
 
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import InvalidParameterError, ShapeError
 from ..results import Result, to_jsonable
-from .timing import staircase as _staircase_curve
+from ._timing import staircase as _staircase_curve
 
 __all__ = ["Staircase", "METHODS", "TIME_RULES"]
 

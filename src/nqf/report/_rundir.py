@@ -45,7 +45,7 @@ by the next writer, which holds the lock, so they are never in use.
   just deletes it.
 
 **Resume cannot mix runs.**  Every checkpoint header and ``results.json`` record
-the hash of the full resolved config (:func:`nqf.experiments.config.config_hash`),
+the hash of the full resolved config (:func:`nqf.experiments.config_hash`),
 the config itself, the seed, the nqf version and the format version.  With
 ``resume=True`` these are compared before any work starts; anything different
 raises :class:`ResumeMismatchError` naming what differs.  A pickle found in

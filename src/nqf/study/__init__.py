@@ -6,14 +6,14 @@ otherwise), simulates its NQF, trains the real module from the same small
 initial state ``M(0) = εI``, compares per plateau, and returns an
 :class:`Analysis` with assumption checks and a verdict.
 
-Public helpers: :func:`initial_weights`, :func:`stable_learning_rate`,
-:func:`step_count` (from :mod:`nqf.curves._schedule`),
-:func:`find_unit_layers`, :func:`choose_units`, :func:`build_model`.  The
-prediction is :func:`nqf.predict` (a :class:`nqf.Staircase`); curve comparison
-lives in :mod:`nqf.curves._compare`.
+Public helpers: :func:`find_unit_layers`, :func:`choose_units`, :func:`build_model`.
+The initial state is :func:`nqf.dynamics.initial_weights`, the step size and step
+count :func:`nqf.curves.stable_learning_rate` and :func:`nqf.curves.step_count`; the
+prediction is :func:`nqf.predict` (a :class:`nqf.Staircase`), judged by
+:func:`nqf.curves.compare_staircase`.
 
 Names are imported on first use (PEP 562), so that ``nqf --version`` — whose
-command table imports :mod:`nqf.study._cli` — does not load torch.
+command table registers ``nqf analyze`` with :func:`register_cli` — does not load torch.
 """
 
 from __future__ import annotations
@@ -31,9 +31,7 @@ _ATTRS: dict[str, str] = {
     "find_unit_layers": "_discover",
     "build_model": "_models",
     "save_analysis": "_output",
-    "initial_weights": "..curves",
-    "stable_learning_rate": "..curves",
-    "step_count": "..curves",
+    "register_cli": "_cli",
 }
 
 __all__ = [  # equal to the keys of _ATTRS
@@ -44,15 +42,13 @@ __all__ = [  # equal to the keys of _ATTRS
     "build_model",
     "choose_units",
     "find_unit_layers",
-    "initial_weights",
     "prepare_analysis",
+    "register_cli",
     "save_analysis",
-    "stable_learning_rate",
-    "step_count",
 ]
 
 if TYPE_CHECKING:
-    from ..curves import initial_weights, stable_learning_rate, step_count
+    from ._cli import register_cli
     from ._discover import FoundUnits, choose_units, find_unit_layers
     from ._models import build_model
     from ._output import save_analysis

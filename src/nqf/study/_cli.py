@@ -14,10 +14,10 @@ from typing import NoReturn
 
 import typer
 
-__all__ = ["register"]
+__all__ = ["register_cli"]
 
 
-def register(app: typer.Typer) -> None:
+def register_cli(app: typer.Typer) -> None:
     """Add the ``analyze`` command to ``app``."""
 
     @app.command("analyze")
@@ -105,7 +105,7 @@ def _fail(msg: str, code: int = 2) -> NoReturn:
 def _run(exp, params, out: Path, *, seed: int, force: bool, as_json: bool) -> dict:
     """Run the analysis experiment into ``out``; failures become exit codes (1, 2; 130 when interrupted)."""
     from ..errors import NQFError
-    from ..experiments.runner import run_experiment
+    from ..experiments import run_experiment
 
     try:
         return run_experiment(

@@ -1,7 +1,7 @@
 """An analysis as a run like every other: run directory, results.json, arrays, figures, report.html.
 
 ``nqf analyze`` runs :class:`AnalyzeExperiment` through
-:func:`nqf.experiments.runner.run_experiment` (atomic run directory, seed,
+:func:`nqf.experiments.run_experiment` (atomic run directory, seed,
 status, report); :func:`save_analysis` writes an :class:`Analysis` made in the
 API the same way.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from ..experiments.base import Check, Experiment, Outcome, Params, Table
+from ..experiments import Check, Experiment, Outcome, Params, Table
 from ._result import Analysis
 
 __all__ = ["AnalyzeParams", "AnalyzeExperiment", "fill_outcome", "save_analysis", "print_analysis"]
@@ -169,7 +169,7 @@ def fill_outcome(a: Analysis, out: Outcome) -> None:
 
 def save_analysis(a: Analysis, out_dir, *, force: bool = False) -> dict:
     """Write ``a`` as a run directory (results.json, arrays.npz, figures, report.html); returns the results."""
-    from ..experiments.runner import run_experiment
+    from ..experiments import run_experiment
 
     class _Saved(AnalyzeExperiment):
         def run(self, params, ctx, out):  # noqa: ARG002 - the analysis is done already

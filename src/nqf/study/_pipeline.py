@@ -29,8 +29,9 @@ import time
 import numpy as np
 import torch
 
-from ..curves import FLAT_THRESHOLD, compare_staircase, initial_weights, stable_learning_rate, step_count
+from ..curves import FLAT_THRESHOLD, compare_staircase, stable_learning_rate, step_count
 from ..data import Dataset, prepare
+from ..dynamics import initial_weights
 from ..reductions import predict
 from ._checks import check_commutation, check_smooth, check_symmetry, check_width, check_zgz, estimate_row
 from ._discover import choose_units, structure_of

@@ -6,9 +6,11 @@
 * :mod:`nqf.sweep._table` — ``sweep.csv`` / ``sweep.json``;
 * :mod:`nqf.sweep._report` — ``report.html`` with each headline quantity against the swept parameter.
 
-Importing this package imports neither Dask nor torch.  See ``docs/sweeps.md``.
+Importing this package imports neither Dask nor torch; :func:`register_cli` adds ``nqf sweep`` to the
+``nqf`` command-line app.  See ``docs/sweeps.md``.
 """
 
+from ._cli import register_cli
 from ._grid import SweepSpec, parse_seeds, parse_values
 from ._points import Point, build_points, is_finished, point_dir
 from ._report import rebuild_sweep_report
@@ -22,4 +24,5 @@ __all__ = [
     "is_finished",
     "point_dir",
     "rebuild_sweep_report",
+    "register_cli",
 ]

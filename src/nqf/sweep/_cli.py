@@ -1,4 +1,4 @@
-"""The ``nqf sweep`` command (registered on the ``nqf`` typer app by :func:`register`).
+"""The ``nqf sweep`` command (registered on the ``nqf`` typer app by :func:`register_cli`).
 
 Exit codes: 0 every point finished; 3 some points failed (their errors are in
 the sweep table); 2 bad flags or config, Dask missing, or another sweep running
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import typer
 
-__all__ = ["register", "sweep"]
+__all__ = ["register_cli", "sweep"]
 
 EXIT_SOME_FAILED = 3
 
@@ -62,7 +62,7 @@ def sweep(
     Exit codes: 0 all points finished, 3 some failed, 2 bad input or Dask missing, 130 interrupted.
     """
     from ..errors import SweepError
-    from ..experiments.config import ConfigError, apply_overrides, parse_config, parse_set, read_config_data
+    from ..experiments import ConfigError, apply_overrides, parse_config, parse_set, read_config_data
     from ._execute import DaskMissingError, require_dask
     from ._grid import combine, parse_assignments, sweep_from_table
     from ._points import build_points
@@ -175,6 +175,6 @@ def _run(points, spec, base, root: Path, *, scheduler, workers, retries, as_json
     return 0 if counts["failed"] == 0 and counts["complete"] == counts["total"] else EXIT_SOME_FAILED
 
 
-def register(app: typer.Typer) -> None:
+def register_cli(app: typer.Typer) -> None:
     """Add the ``sweep`` command to the ``nqf`` app."""
     app.command("sweep")(sweep)

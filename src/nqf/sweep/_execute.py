@@ -6,7 +6,7 @@
   ``dask-jobqueue`` on Slurm/PBS, …) whose workers have ``nqf`` installed and
   see the sweep directory (a shared file system).
 
-Each point runs :func:`nqf.experiments.runner.run_experiment` — exactly what
+Each point runs :func:`nqf.experiments.run_experiment` — exactly what
 ``nqf run`` runs — in its own run directory, with one torch thread, so its
 arrays and measured values are bit-identical to ``nqf run`` of the same config
 and seed.  A point that raises is recorded (error type and message) and the
@@ -120,8 +120,7 @@ def run_point(config: dict, out_dir: str) -> dict[str, Any]:
     """
     import torch
 
-    from ..experiments.config import parse_config
-    from ..experiments.runner import run_experiment
+    from ..experiments import parse_config, run_experiment
 
     torch.set_num_threads(1)
     t0 = time.perf_counter()

@@ -134,7 +134,7 @@ def _split_top_level(text: str) -> list[str]:
 
 def parse_values(text: str, key: str = "value") -> list:
     """``"1e-4,1e-6"`` → ``[0.0001, 1e-06]``; each item read as a TOML value (see module docstring)."""
-    from ..experiments.config import parse_set
+    from ..experiments import parse_set
 
     items = _split_top_level(text)
     if any(not it for it in items):

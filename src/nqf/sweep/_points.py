@@ -1,7 +1,7 @@
 """The points of a sweep: the resolved config of each, its hash and its run directory.
 
 A point is an ordinary run directory ``SWEEP/points/<h>/`` where ``<h>`` is the
-first 12 hex digits of :func:`nqf.experiments.config.config_hash` of the point's
+first 12 hex digits of :func:`nqf.experiments.config_hash` of the point's
 resolved config (experiment, seed, device and every parameter, defaults
 included).  The same resolved config always lands in the same directory, and
 any change to it (a parameter, a default, the seed) lands somewhere else, so a
@@ -100,8 +100,7 @@ def build_points(base: dict, spec: SweepSpec) -> list[Point]:
     SweepError
         The experiment itself is unknown, or a swept key is not a parameter of the experiment.
     """
-    from ..experiments.catalog import get_experiment
-    from ..experiments.config import ConfigError, apply_overrides, config_hash, parse_config, resolved_config
+    from ..experiments import ConfigError, apply_overrides, config_hash, get_experiment, parse_config, resolved_config
 
     name = base.get("experiment")
     try:
@@ -139,7 +138,7 @@ def recorded_hash(results: dict, point: Point) -> str | None:
 
     (The device recorded is the one resolved at run time, e.g. ``"cpu"`` for ``"auto"``.)
     """
-    from ..experiments.config import config_hash
+    from ..experiments import config_hash
 
     cfg = results.get("config") or {}
     try:

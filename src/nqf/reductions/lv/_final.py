@@ -21,7 +21,7 @@ from scipy.optimize import minimize, nnls
 from ...errors import InvalidParameterError
 from ...results import Result
 from .._staircase import Staircase
-from ..timing import leading_switch_time
+from .._timing import leading_switch_time
 from ._qp import ActiveSetQP, UnboundedError
 from ._solution import _t
 

@@ -33,7 +33,7 @@ from ..._validation import as_tensor
 from ...errors import InvalidParameterError, ShapeError
 from ...results import Result
 from .._staircase import Staircase
-from ..timing import leading_switch_time
+from .._timing import leading_switch_time
 from ._qp import ActiveSetQP, UnboundedError
 
 __all__ = ["limit", "LimitResult", "LimitEvent"]

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ...errors import InvalidParameterError
-from ..timing import logistic_switch_time
+from .._timing import logistic_switch_time
 from ._solution import LVSolution, _np, _t
 
 if TYPE_CHECKING:

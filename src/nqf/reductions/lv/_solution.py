@@ -20,7 +20,7 @@ from scipy.optimize import brentq
 from ..._validation import as_tensor
 from ...errors import InvalidParameterError, NonFiniteError, ShapeError
 from ...results import Result, compact_repr, to_jsonable
-from ..timing import crossing_index, crossing_times
+from .._timing import crossing_index, crossing_times
 
 __all__ = ["LVSolution", "switch_times"]
 

@@ -122,7 +122,6 @@ another device are copied to float64 on the CPU.
 
 from __future__ import annotations
 
-from ...structure import commutes
 from ._clock import TIME_RULES, composite_loss, corrected_escape_times, heteroclinic_chain, predicted_escape_times
 from ._results import Saddle, SaddleSequence
 from ._search import saddle_sequence
@@ -131,7 +130,6 @@ __all__ = [
     "Saddle",
     "SaddleSequence",
     "saddle_sequence",
-    "commutes",
     "predicted_escape_times",
     "corrected_escape_times",
     "heteroclinic_chain",

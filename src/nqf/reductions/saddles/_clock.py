@@ -51,7 +51,7 @@ import numpy as np
 import torch
 from scipy.integrate import solve_ivp
 
-from ..timing import leading_switch_time, midpoint_levels
+from .._timing import leading_switch_time, midpoint_levels
 from ._orbit import Heteroclinic
 
 __all__ = ["corrected_escape_times", "heteroclinic_chain", "composite_loss", "predicted_escape_times", "TIME_RULES"]

@@ -7,7 +7,7 @@ that ``qᵀ(Φ(s) − M_k) q ≈ e^{4 h s}`` as ``s → −∞``: it is seeded a
 integrated with the factored gradient flow of :func:`nqf.dynamics._flow.integrate_factor`
 (DOP853, dense output) until the loss has fallen to ``floor``.  A level crossing
 on ``Φ`` is bracketed on a grid and bisected on the dense output
-(:func:`nqf.reductions.timing.crossing_time`).
+(:func:`nqf.reductions.crossing_time`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ...dynamics import integrate_factor
-from ..timing import crossing_time, leading_switch_time
+from .._timing import crossing_time, leading_switch_time
 
 __all__ = ["Heteroclinic"]
 

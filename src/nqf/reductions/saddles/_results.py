@@ -17,7 +17,6 @@ import torch
 from ...errors import InvalidParameterError
 from ...results import Result, to_jsonable
 from .._staircase import Staircase
-from ..timing import staircase
 
 __all__ = ["Saddle", "SaddleSequence"]
 
@@ -239,24 +238,6 @@ class SaddleSequence(Result):
         s_level = self._orbit.crossing(L0 - level * (L0 - L1))
         return self.saddles[1].tau * math.log(1.0 / eps) + s_level
 
-    def predicted_loss_curve(self, t, eps: float, *, offset: bool = True) -> np.ndarray:
-        """Leading-order staircase ``L(t)``: ``L_k`` on ``[t_k, t_{k+1})``.
-
-        Parameters
-        ----------
-        t : array_like, shape (T,)
-            Training times (``t = η · steps``).
-        eps : float
-            ``M(0) = ε I``.
-
-        Returns
-        -------
-        numpy.ndarray, shape (T,)
-        """
-        t = np.asarray(t, dtype=float)
-        tk = self.escape_times(eps, offset=offset)
-        return staircase(t, tk, self.plateau_levels)
-
     def staircase(self, eps: float, *, chain: list | None = None, leading: bool = False) -> Staircase:
         """The predicted staircase at ``ε`` (:class:`nqf.reductions.Staircase`, method ``"saddle-sequence"``).
 
@@ -304,11 +285,6 @@ class SaddleSequence(Result):
                 *self.notes,
             ),
         )
-
-    def markers(self, eps: float) -> list:
-        """``[(t_k, L_k)]`` for marking predicted plateaus on measured curves (``t_0 = 0``)."""
-        tk = np.concatenate([[0.0], self.escape_times(eps)])
-        return [(float(a), float(b)) for a, b in zip(tk, self.plateau_levels, strict=True)]
 
     def to_dict(self) -> dict:
         """JSON-ready summary (numbers and lists; NaN/inf as None) with one entry per saddle."""

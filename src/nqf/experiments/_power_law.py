@@ -35,11 +35,12 @@ import torch
 from pydantic import Field, model_validator
 from scipy.special import expit
 
+from ..dynamics import initial_weights
 from ..errors import InvalidParameterError
 from ..report import new_figure
-from .base import Check, Experiment, Outcome, Params, Table, register
-from .catalog import CATALOG
-from .curves import initial_weights, mark_stop_at, mark_unfinished, stop_reason, to_cpu
+from ._base import Check, Experiment, Outcome, Params, Table, register
+from ._catalog import CATALOG
+from ._common import mark_stop_at, mark_unfinished, stop_reason, to_cpu
 
 __all__ = ["PowerLaw", "fourier_task", "exact_mode_sum", "isotropic_mode_sum", "ols_exponent"]
 

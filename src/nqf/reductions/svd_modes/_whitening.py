@@ -11,8 +11,8 @@ import math
 
 import torch
 
-from .._validation import as_tensor
-from ..errors import InvalidParameterError, NQFError
+from ..._validation import as_tensor
+from ...errors import InvalidParameterError, NQFError
 
 __all__ = ["whiten", "whitening_error", "NotWhitenedError", "NotWhitenedWarning"]
 

@@ -65,9 +65,9 @@ from pydantic import Field
 
 from ..errors import InvalidParameterError
 from ..report import new_figure
-from .base import Check, EpsList, Experiment, Outcome, Params, Table, register
-from .catalog import CATALOG
-from .curves import to_cpu
+from ._base import Check, EpsList, Experiment, Outcome, Params, Table, register
+from ._catalog import CATALOG
+from ._common import to_cpu
 
 __all__ = ["RealData", "UpperBoundCheck"]
 
@@ -226,7 +226,8 @@ def _tolerances(eps: float, P: RealDataParams) -> tuple[float, float, float]:
 
 def _runs(prob: dict, st, eps: float, P: RealDataParams, ctx):
     """NQF simulation and real network from the same ``W(0)`` (the network's × `planted_init_factor`), checkpointed."""
-    from ..curves import initial_weights, step_count
+    from ..curves import step_count
+    from ..dynamics import initial_weights
 
     lr = prob["lr"]
     steps = step_count(st.times, lr, margin=1.0 + _tolerances(eps, P)[1], extra=2.0)

@@ -24,9 +24,9 @@ from pydantic import Field, model_validator
 
 from ..errors import InvalidParameterError
 from ..report import new_figure
-from .base import Check, EpsList, Experiment, Outcome, Params, Table, register
-from .catalog import CATALOG
-from .curves import mark_stop_at, mark_unfinished, stop_reason
+from ._base import Check, EpsList, Experiment, Outcome, Params, Table, register
+from ._catalog import CATALOG
+from ._common import mark_stop_at, mark_unfinished, stop_reason
 
 __all__ = ["InteractingModes", "correlated_task", "interacting_checks", "offset_bounds"]
 

@@ -21,9 +21,9 @@ from pydantic import Field, model_validator
 
 from ..errors import InvalidParameterError
 from ..report import new_figure
-from .base import Check, Experiment, Outcome, Params, Table, register
-from .catalog import CATALOG
-from .curves import mark_stop_at, stop_reason, to_cpu
+from ._base import Check, Experiment, Outcome, Params, Table, register
+from ._catalog import CATALOG
+from ._common import mark_stop_at, stop_reason, to_cpu
 
 __all__ = ["ModulesVsNQF", "build_family", "modules_check", "FAMILIES"]
 

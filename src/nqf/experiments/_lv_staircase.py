@@ -21,10 +21,11 @@ import torch
 from pydantic import Field, model_validator
 
 from ..errors import InvalidParameterError
+from ..reductions import crossing_time
 from ..report import mark_times, new_figure
-from .base import Check, EpsList, Experiment, Outcome, Params, Table, register
-from .catalog import CATALOG
-from .curves import crossing_time, mark_stop_at, mark_unfinished, stop_reason, to_cpu
+from ._base import Check, EpsList, Experiment, Outcome, Params, Table, register
+from ._catalog import CATALOG
+from ._common import mark_stop_at, mark_unfinished, stop_reason, to_cpu
 
 __all__ = ["LVStaircase", "diagonal_task", "lv_checks"]
 

@@ -28,7 +28,7 @@ import torch
 
 from .._validation import ParameterError, seed_value
 from ..report import SCHEMA_VERSION, RunDirectory, write_report
-from .base import Experiment, Outcome, Params
+from ._base import Experiment, Outcome, Params
 
 __all__ = ["RunContext", "run_experiment", "resolve_device", "versions", "run_identity"]
 
@@ -111,7 +111,7 @@ class RunContext:
 def run_identity(exp: Experiment, params: Params, *, seed: int, device: str) -> dict[str, Any]:
     """What a run is: the full resolved config, its hash, the seed and the nqf version (compared by ``--resume``)."""
     from .. import __version__
-    from .config import RunConfig, config_hash, resolved_config
+    from ._config import RunConfig, config_hash, resolved_config
 
     resolved = resolved_config(RunConfig(experiment=exp.name, seed=seed, device=device), params)
     return {"config": resolved, "config_hash": config_hash(resolved), "seed": seed, "nqf_version": __version__}
@@ -295,7 +295,7 @@ def redraw(path) -> dict[str, dict[str, str]]:
         read_results_json,
         validate_results,
     )
-    from .catalog import all_experiments
+    from ._catalog import all_experiments
 
     path = Path(path)
     validate_results(path)

@@ -31,11 +31,12 @@ import torch
 from pydantic import Field, model_validator
 
 from ..curves import FLAT_THRESHOLD, compare_staircase
+from ..dynamics import initial_weights
 from ..errors import InvalidParameterError
 from ..report import mark_times, new_figure
-from .base import Check, Experiment, Outcome, Params, Table, register
-from .catalog import CATALOG
-from .curves import clean_roundoff, initial_weights, mark_stop_at, mark_unfinished, stop_reason, to_cpu
+from ._base import Check, Experiment, Outcome, Params, Table, register
+from ._catalog import CATALOG
+from ._common import clean_roundoff, mark_stop_at, mark_unfinished, stop_reason, to_cpu
 
 __all__ = ["Saddles", "saddle_problem", "saddle_checks"]
 

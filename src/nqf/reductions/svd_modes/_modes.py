@@ -76,15 +76,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .._validation import as_tensor
-from ..errors import InvalidParameterError, NormalFormError, ShapeError
-from ..results import Result
-from ..structure import get_activation
-from ._staircase import Staircase
-from .timing import leading_switch_time, logistic_switch_time
-from .whitening import NotWhitenedError, NotWhitenedWarning, whiten, whitening_error
+from ..._validation import as_tensor
+from ...errors import InvalidParameterError, NormalFormError, ShapeError
+from ...results import Result
+from ...structure import get_activation
+from .._staircase import Staircase
+from .._timing import leading_switch_time, logistic_switch_time
+from ._whitening import NotWhitenedError, NotWhitenedWarning, whitening_error
 
-__all__ = ["TwoLayerModes", "two_layer_modes", "whiten", "whitening_error", "NotWhitenedError", "NotWhitenedWarning"]
+__all__ = ["TwoLayerModes", "two_layer_modes"]
 
 
 _INITS = ("balanced", "isotropic")

@@ -14,7 +14,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, field_validator
 from ..errors import InvalidParameterError
 from ..report import CheckModel, TableModel
 from ..results import Result, compact_repr, to_jsonable
-from .catalog import REGISTRY, register  # re-exported: the registry lives with the (torch-free) catalogue
+from ._catalog import REGISTRY, register  # re-exported: the registry lives with the (torch-free) catalogue
 
 __all__ = ["EpsList", "Params", "Table", "Check", "Outcome", "Experiment", "REGISTRY", "register"]
 
@@ -226,7 +226,7 @@ class Experiment:
     """A named, configurable experiment.
 
     Subclasses set ``name``, ``description`` (one line; a built-in experiment reads
-    it from its entry of :data:`~nqf.experiments.catalog.CATALOG`), ``reproduces`` (the
+    it from its entry of :data:`~nqf.experiments.CATALOG`), ``reproduces`` (the
     paper's claim it checks), ``Params`` (a :class:`Params` subclass whose
     defaults are the full-size run) and ``tiny`` (overrides for a run of a few
     seconds, used by the test suite), ``checks`` (one line per kind of check:

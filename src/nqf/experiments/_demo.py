@@ -24,11 +24,13 @@ import torch
 from pydantic import Field, field_validator, model_validator
 
 from ..curves import compare_staircase, level_read_times
+from ..dynamics import initial_weights
 from ..errors import InvalidParameterError
+from ..reductions import crossing_time
 from ..report import mark_times, new_figure
-from .base import Check, Experiment, Outcome, Params, Table, register
-from .catalog import CATALOG
-from .curves import crossing_time, initial_weights, mark_stop_at, mark_unfinished, stop_reason, to_cpu
+from ._base import Check, Experiment, Outcome, Params, Table, register
+from ._catalog import CATALOG
+from ._common import mark_stop_at, mark_unfinished, stop_reason, to_cpu
 
 __all__ = ["Demo", "teacher_task", "demo_checks"]
 

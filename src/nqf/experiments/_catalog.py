@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from ..errors import InvalidParameterError, UnknownNameError
 
 if TYPE_CHECKING:
-    from .base import Experiment
+    from ._base import Experiment
 
 __all__ = ["CatalogEntry", "CATALOG", "REGISTRY", "register", "describe", "get_experiment", "all_experiments"]
 
@@ -43,30 +43,31 @@ class CatalogEntry:
 #: Every built-in experiment, by name (``nqf list`` prints them in name order).
 CATALOG: dict[str, CatalogEntry] = {
     "demo": CatalogEntry(
-        "demo", "real tanh MLP (vector outputs, whitened inputs) learns in steps at the predicted switch-on times"
+        "_demo", "real tanh MLP (vector outputs, whitened inputs) learns in steps at the predicted switch-on times"
     ),
     "interacting-modes": CatalogEntry(
-        "interacting", "correlated features: finite-ε LV trajectories converge to the ε → 0 saddle-to-saddle limit"
+        "_interacting", "correlated features: finite-ε LV trajectories converge to the ε → 0 saddle-to-saddle limit"
     ),
     "lv-staircase": CatalogEntry(
-        "lv_staircase", "commuting data: LV staircases for several ε, switch-on time vs ln(1/ε) with slopes 1/ζ_k"
+        "_lv_staircase", "commuting data: LV staircases for several ε, switch-on time vs ln(1/ε) with slopes 1/ζ_k"
     ),
     "modules-vs-nqf": CatalogEntry(
-        "modules", "MLP, CNN, attention, QK-only attention, MoE, factorization vs their NQF on an NQF teacher"
+        "_modules", "MLP, CNN, attention, QK-only attention, MoE, factorization vs their NQF on an NQF teacher"
     ),
     "power-law": CatalogEntry(
-        "power_law",
+        "_power_law",
         "headline loss exponent (a−1)/b at K ≥ 10³ modes and small ε vs the independent exact mode "
         "sum; finite-K/ε deviations; NQF and a real MLP at small K",
     ),
     "real-data": CatalogEntry(
-        "real_data", "real tanh MLP on scikit-learn digits and wine vs the greedy saddle sequence, at two ε"
+        "_real_data", "real tanh MLP on scikit-learn digits and wine vs the greedy saddle sequence, at two ε"
     ),
     "saddles": CatalogEntry(
-        "saddles", "non-commuting staircases (tanh MLP, QK attention, CNN): greedy saddle sequence vs the real networks"
+        "_saddles",
+        "non-commuting staircases (tanh MLP, QK attention, CNN): greedy saddle sequence vs the real networks",
     ),
     "validity": CatalogEntry(
-        "validity", "teacher–student: real network vs NQF over ε — remainder, separation time, gap at first switch-on"
+        "_validity", "teacher–student: real network vs NQF over ε — remainder, separation time, gap at first switch-on"
     ),
 }
 
@@ -99,7 +100,7 @@ class _Registry(MutableMapping[str, "Experiment"]):
     def __delitem__(self, name: str) -> None:
         if name in CATALOG:
             raise InvalidParameterError(
-                f"name: {name!r} is a built-in experiment (nqf.experiments.catalog.CATALOG); "
+                f"name: {name!r} is a built-in experiment (nqf.experiments.CATALOG); "
                 "only experiments added with register() can be removed"
             )
         del self._loaded[name]

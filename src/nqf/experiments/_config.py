@@ -76,7 +76,7 @@ def format_validation_error(exc: ValidationError, prefix: str = "") -> str:
 
 def parse_config(data: dict, source: str = "config"):
     """Validate a config mapping; returns ``(RunConfig, experiment, params)``."""
-    from .catalog import get_experiment
+    from ._catalog import get_experiment
 
     try:
         cfg = RunConfig.model_validate(data)

@@ -24,9 +24,9 @@ from pydantic import Field, model_validator
 
 from ..errors import InvalidParameterError
 from ..report import new_figure
-from .base import Check, EpsList, Experiment, Outcome, Params, Table, register
-from .catalog import CATALOG
-from .curves import mark_unfinished
+from ._base import Check, EpsList, Experiment, Outcome, Params, Table, register
+from ._catalog import CATALOG
+from ._common import mark_unfinished
 
 __all__ = ["Validity"]
 

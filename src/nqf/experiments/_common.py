@@ -9,13 +9,8 @@ import math
 import numpy as np
 import torch
 
-from ..dynamics import initial_weights  # re-exported: the one builder of W(0) = √ε Q
-from ..reductions.timing import crossing_time  # re-exported: the one level-crossing time
-
 __all__ = [
-    "crossing_time",
     "to_cpu",
-    "initial_weights",
     "stop_reason",
     "mark_stop",
     "mark_stop_at",

@@ -1,0 +1,13 @@
+"""Two-layer networks on whitened data: the SVD modes of the teacher and their sigmoidal switch-on.
+
+The door of this reduction (docs/theory.md §4.5): :func:`two_layer_modes` reduces a two-layer MLP
+on whitened inputs to one logistic (balanced start) or Riccati (isotropic start) mode per singular
+value of ``Σ_yx`` and returns :class:`TwoLayerModes` (its :meth:`~TwoLayerModes.staircase` is the
+prediction); :func:`whiten` and :func:`whitening_error` prepare and measure the inputs the reduction
+needs (:class:`NotWhitenedError` / :class:`NotWhitenedWarning` when they are not whitened).
+"""
+
+from ._modes import TwoLayerModes, two_layer_modes
+from ._whitening import NotWhitenedError, NotWhitenedWarning, whiten, whitening_error
+
+__all__ = ["TwoLayerModes", "two_layer_modes", "whiten", "whitening_error", "NotWhitenedError", "NotWhitenedWarning"]
