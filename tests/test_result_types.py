@@ -226,7 +226,7 @@ FACTORIES = {
     "nqf.reductions.lv._final.Plateaus": (lambda f: lv_system().plateaus(1e-6), ()),
     "nqf.reductions.lv._limit.LimitResult": (lambda f: lv_limit(), ()),
     "nqf.reductions.lv._limit.LimitEvent": (lambda f: lv_limit().events[-1], ()),
-    "nqf.reductions.svd_modes.TwoLayerModes": (
+    "nqf.reductions.svd_modes._modes.TwoLayerModes": (
         lambda f: __import__("nqf.reductions.svd_modes", fromlist=["x"]).two_layer_modes(
             __import__("nqf.reductions.svd_modes", fromlist=["x"]).whiten(
                 torch.randn(2 * P, D, generator=torch.Generator().manual_seed(3), dtype=F64)
