@@ -33,6 +33,14 @@ class CNN(nn.Module):
         return self.readout(self.flat(self.act(self.conv(x))))
 
 
+class CNNFunctional(CNN):
+    """The activation and the flattening as calls in the forward, not modules."""
+
+    def forward(self, x):
+        h = torch.tanh(self.conv(x))
+        return self.readout(h.view(h.size(0), -1))
+
+
 class MLP(nn.Module):
     def __init__(self, D=5, m=7, C=2):
         super().__init__()
@@ -72,10 +80,10 @@ def _assert_same_operator(m1, lay1, m2, lay2, X):
     torch.testing.assert_close(op1.offset, op2.offset, rtol=0, atol=1e-10)
 
 
-@pytest.mark.parametrize("bias", [True, False])
-def test_cnn_subclass_equals_sequential(bias):
+@pytest.mark.parametrize("cls,bias", [(CNN, True), (CNN, False), (CNNFunctional, True)])
+def test_cnn_subclass_equals_sequential(cls, bias):
     torch.manual_seed(0)
-    net = CNN(bias).to(DT)
+    net = cls(bias).to(DT)
     seq = nn.Sequential(net.conv, net.act, net.flat, net.readout)
     (a,) = find_units(net)
     (b,) = find_units(seq)

@@ -3,13 +3,15 @@ r"""Find the layers of interchangeable units in a PyTorch module.
 :func:`find_units` walks a module and returns one :class:`UnitCandidate` per
 layer whose units the normal form can treat (docs/theory.md, section 1): a
 set of ``m`` parameter blocks ``w_1 … w_m`` such that permuting them leaves the
-module's function unchanged.  It recognises, by structure (no forward pass):
+module's function unchanged.  It recognises, without running the module:
 
 * ``"mlp-hidden"``: hidden neurons between two ``nn.Linear`` layers joined by
-  elementwise activations (``nn.Tanh``, ``nn.GELU``, …, or a user's leaf module
+  elementwise activations (``nn.Tanh``, ``nn.GELU``, …, their functions in the
+  forward such as ``torch.tanh`` / ``F.gelu`` / ``x.tanh()``, or a user's leaf module
   without parameters or buffers, e.g. a ``Sin`` module, taken as elementwise;
-  ``nn.Dropout`` and ``nn.Identity`` may sit in between; with no activation at
-  all, the hidden units of a linear network) inside an ``nn.Sequential`` at any depth.
+  dropout and ``nn.Identity`` may sit in between; with no activation at all, the
+  hidden units of a linear network) anywhere in the module tree: in an
+  ``nn.Sequential`` or in any module's ``forward``.
   Unit ``i`` = (column ``i`` of the second weight, row ``i`` of the first
   [, its bias ``i``]), the layout of :func:`~nqf.modules.mlp_units`.
 * ``"attention-heads"``: the heads of every ``nn.MultiheadAttention``,
@@ -17,16 +19,25 @@ module's function unchanged.  It recognises, by structure (no forward pass):
   ``nn.TransformerDecoderLayer`` (layout :func:`~nqf.modules.attention_units`).
   In a transformer layer only the heads are units: the residual stream, layer
   norms and feed-forward block are part of the fixed map that reads the heads
-  out (their own hidden neurons are not offered, they are not in a Sequential).
+  out (their own hidden neurons are not offered: ``torch.nn`` layers are not searched inside).
 * ``"conv-channels"``: output channels of an ``nn.Conv1d``/``nn.Conv2d``
-  (``groups = 1``) followed, in an ``nn.Sequential``, by an elementwise
-  activation, optional average pooling / ``nn.Flatten``, and a convolution or
-  ``nn.Linear`` that reads the channels (layout :func:`~nqf.modules.conv_units`).
+  (``groups = 1``) followed by an elementwise activation, optional pooling /
+  flatten (``nn.Flatten``, ``torch.flatten``, ``x.view(x.size(0), -1)``, …), and a
+  convolution or ``nn.Linear`` that reads the channels (layout
+  :func:`~nqf.modules.conv_units`).
 * the modules of :mod:`nqf.networks` and any module with a ``units`` attribute
   holding a :class:`UnitLayout`; its kind is the module class's ``unit_kind``
   attribute (the networks declare ``"experts"`` for a mixture of experts,
   ``"mlp-hidden"``, ``"attention-heads"``, ``"conv-channels"``,
   ``"factor-columns"``), ``"custom"`` for a class without one.
+
+The order of the two layers is the order of the dataflow (:mod:`nqf.modules._trace`):
+the forward is traced with ``torch.fx`` and the output of the first layer must
+reach the second through the allowed steps alone, with nothing else reading the
+values in between (a hidden activation that is also added to the output is not
+offered).  Where the forward cannot be traced (control flow on the input), the
+direct children are read in registration order, as in a Sequential; such a
+candidate has ``order_verified=False`` and says so in its description.
 
 A candidate through a non-smooth activation (ReLU, max pooling, …) is still
 reported, flagged ``smooth=False``: :func:`~nqf.modules.from_module` refuses
@@ -61,9 +72,9 @@ ELEMENTWISE_MODULES: tuple[type[nn.Module], ...] = module_classes() + (Activatio
 
 
 _LOOKED_FOR = (
-    "hidden neurons between two nn.Linear joined by an elementwise activation in an nn.Sequential; "
-    "heads of nn.MultiheadAttention / nn.TransformerEncoderLayer; channels of an nn.Conv1d/Conv2d "
-    "followed by an elementwise activation and a conv/linear readout in an nn.Sequential; modules "
+    "hidden neurons between two nn.Linear joined by an elementwise activation (in the traced forward, or in "
+    "registration order where it cannot be traced); heads of nn.MultiheadAttention / nn.TransformerEncoderLayer; "
+    "channels of an nn.Conv1d/Conv2d followed by an elementwise activation and a conv/linear readout; modules "
     "with a `.units` layout (nqf.networks: MLP, attention, conv, mixture of experts)"
 )
 
