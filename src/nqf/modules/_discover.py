@@ -3,13 +3,15 @@ r"""Find the layers of interchangeable units in a PyTorch module.
 :func:`find_units` walks a module and returns one :class:`UnitCandidate` per
 layer whose units the normal form can treat (docs/theory.md, section 1): a
 set of ``m`` parameter blocks ``w_1 … w_m`` such that permuting them leaves the
-module's function unchanged.  It recognises, by structure (no forward pass):
+module's function unchanged.  It recognises, without running the module:
 
 * ``"mlp-hidden"``: hidden neurons between two ``nn.Linear`` layers joined by
-  elementwise activations (``nn.Tanh``, ``nn.GELU``, …, or a user's leaf module
+  elementwise activations (``nn.Tanh``, ``nn.GELU``, …, their functions in the
+  forward such as ``torch.tanh`` / ``F.gelu`` / ``x.tanh()``, or a user's leaf module
   without parameters or buffers, e.g. a ``Sin`` module, taken as elementwise;
-  ``nn.Dropout`` and ``nn.Identity`` may sit in between; with no activation at
-  all, the hidden units of a linear network) inside an ``nn.Sequential`` at any depth.
+  dropout and ``nn.Identity`` may sit in between; with no activation at all, the
+  hidden units of a linear network) anywhere in the module tree: in an
+  ``nn.Sequential`` or in any module's ``forward``.
   Unit ``i`` = (column ``i`` of the second weight, row ``i`` of the first
   [, its bias ``i``]), the layout of :func:`~nqf.modules.mlp_units`.
 * ``"attention-heads"``: the heads of every ``nn.MultiheadAttention``,
@@ -17,16 +19,25 @@ module's function unchanged.  It recognises, by structure (no forward pass):
   ``nn.TransformerDecoderLayer`` (layout :func:`~nqf.modules.attention_units`).
   In a transformer layer only the heads are units: the residual stream, layer
   norms and feed-forward block are part of the fixed map that reads the heads
-  out (their own hidden neurons are not offered, they are not in a Sequential).
+  out (their own hidden neurons are not offered: ``torch.nn`` layers are not searched inside).
 * ``"conv-channels"``: output channels of an ``nn.Conv1d``/``nn.Conv2d``
-  (``groups = 1``) followed, in an ``nn.Sequential``, by an elementwise
-  activation, optional average pooling / ``nn.Flatten``, and a convolution or
-  ``nn.Linear`` that reads the channels (layout :func:`~nqf.modules.conv_units`).
+  (``groups = 1``) followed by an elementwise activation, optional pooling /
+  flatten (``nn.Flatten``, ``torch.flatten``, ``x.view(x.size(0), -1)``, …), and a
+  convolution or ``nn.Linear`` that reads the channels (layout
+  :func:`~nqf.modules.conv_units`).
 * the modules of :mod:`nqf.networks` and any module with a ``units`` attribute
   holding a :class:`UnitLayout`; its kind is the module class's ``unit_kind``
   attribute (the networks declare ``"experts"`` for a mixture of experts,
   ``"mlp-hidden"``, ``"attention-heads"``, ``"conv-channels"``,
   ``"factor-columns"``), ``"custom"`` for a class without one.
+
+The order of the two layers is the order of the dataflow (:mod:`nqf.modules._trace`):
+the forward is traced with ``torch.fx`` and the output of the first layer must
+reach the second through the allowed steps alone, with nothing else reading the
+values in between (a hidden activation that is also added to the output is not
+offered).  Where the forward cannot be traced (control flow on the input), the
+direct children are read in registration order, as in a Sequential; such a
+candidate has ``order_verified=False`` and says so in its description.
 
 A candidate through a non-smooth activation (ReLU, max pooling, …) is still
 reported, flagged ``smooth=False``: :func:`~nqf.modules.from_module` refuses
@@ -45,10 +56,11 @@ from dataclasses import dataclass
 from torch import nn
 
 from ..errors import InvalidTypeError, NoUnitsError
-from ..structure import ActivationModule, module_classes, module_label, smooth_alternatives_text
+from ..structure import ActivationModule, module_classes, smooth_alternatives_text
 from ._attention_layouts import attention_units
 from ._autodiff import is_non_smooth_layer
 from ._conv_layouts import conv_units
+from ._trace import Chain, Step, layer_chains
 from ._units import UnitLayout, UnitSlice
 
 __all__ = ["UnitCandidate", "find_units", "select_units", "ELEMENTWISE_MODULES"]
@@ -57,61 +69,12 @@ __all__ = ["UnitCandidate", "find_units", "select_units", "ELEMENTWISE_MODULES"]
 #: :data:`~nqf.structure.REGISTRY` (smooth and non-smooth; the latter are flagged) and its
 #: :class:`~nqf.structure.ActivationModule` (``sin``, ``erf``, …).
 ELEMENTWISE_MODULES: tuple[type[nn.Module], ...] = module_classes() + (ActivationModule,)
-_PASS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.AlphaDropout, nn.Identity)
-_POOL = (
-    nn.AvgPool1d,
-    nn.AvgPool2d,
-    nn.AdaptiveAvgPool1d,
-    nn.AdaptiveAvgPool2d,
-    nn.Flatten,
-    nn.MaxPool1d,
-    nn.MaxPool2d,
-    nn.AdaptiveMaxPool1d,
-    nn.AdaptiveMaxPool2d,
-)
-#: Parameter-free layers that do not act feature by feature (never taken for an activation).
-_NOT_FEATUREWISE = _POOL + (
-    nn.Softmax,
-    nn.LogSoftmax,
-    nn.Softmin,
-    nn.Softmax2d,
-    nn.Unflatten,
-    nn.Upsample,
-    nn.PixelShuffle,
-    nn.PixelUnshuffle,
-    nn.ChannelShuffle,
-    nn.Fold,
-    nn.Unfold,
-    nn.ZeroPad2d,
-    nn.ConstantPad1d,
-    nn.ConstantPad2d,
-    nn.ReflectionPad1d,
-    nn.ReplicationPad1d,
-    nn.AvgPool3d,
-    nn.MaxPool3d,
-    nn.LPPool1d,
-    nn.LPPool2d,
-)
-
-
-def _custom_activation(mod: nn.Module) -> bool:
-    """A leaf module with no parameters or buffers, not a known shape/mixing layer: taken as elementwise.
-
-    (E.g. a user's ``Sin`` module.)  Safe to assume: :func:`~nqf.modules.from_module` checks the
-    permutation symmetry and the smoothness of the result numerically.
-    """
-    return (
-        not isinstance(mod, _NOT_FEATUREWISE)
-        and next(mod.parameters(), None) is None
-        and next(mod.buffers(), None) is None
-        and next(mod.children(), None) is None
-    )
 
 
 _LOOKED_FOR = (
-    "hidden neurons between two nn.Linear joined by an elementwise activation in an nn.Sequential; "
-    "heads of nn.MultiheadAttention / nn.TransformerEncoderLayer; channels of an nn.Conv1d/Conv2d "
-    "followed by an elementwise activation and a conv/linear readout in an nn.Sequential; modules "
+    "hidden neurons between two nn.Linear joined by an elementwise activation (in the traced forward, or in "
+    "registration order where it cannot be traced); heads of nn.MultiheadAttention / nn.TransformerEncoderLayer; "
+    "channels of an nn.Conv1d/Conv2d followed by an elementwise activation and a conv/linear readout; modules "
     "with a `.units` layout (nqf.networks: MLP, attention, conv, mixture of experts)"
 )
 
@@ -141,6 +104,13 @@ class UnitCandidate:
     smooth : bool
         False when a known non-smooth layer (ReLU, max pooling) sits on the
         units' path: the normal form does not apply.
+    activation : str or None
+        Registry name (:data:`~nqf.structure.REGISTRY`) of the activation
+        between the two layers when it is the only step there (a module such as
+        ``nn.Tanh`` or a function such as ``torch.tanh``); None otherwise.
+    order_verified : bool
+        False when the layer order was taken from registration order because
+        the forward could not be traced (see :mod:`nqf.modules._trace`).
     """
 
     names: tuple[str, ...]
@@ -150,11 +120,19 @@ class UnitCandidate:
     layout: UnitLayout
     description: str
     smooth: bool = True
+    activation: str | None = None
+    order_verified: bool = True
 
     @property
     def name(self) -> str:
         """The main layer name (``"(module)"`` for the module itself)."""
         return self.names[0] or "(module)"
+
+    def summary(self) -> str:
+        """One line: the layer name(s), kind, number of units and ``p`` (what ``--list-units`` and errors show)."""
+        names = " / ".join(f"`{n or '(module)'}`" for n in self.names)
+        flags = ("" if self.smooth else ", NON-SMOOTH") + ("" if self.order_verified else ", order not verified")
+        return f"{names} ({self.kind}, {self.n_units} units, p = {self.p}{flags})"
 
     def to_dict(self) -> dict:
         return dict(
@@ -163,6 +141,8 @@ class UnitCandidate:
             n_units=self.n_units,
             p=self.p,
             smooth=self.smooth,
+            activation=self.activation,
+            order_verified=self.order_verified,
             description=self.description,
             layout=[dict(param=s.param, axis=s.axis, size=s.size, offset=s.offset) for s in self.layout.slices],
         )
@@ -170,10 +150,6 @@ class UnitCandidate:
     def __repr__(self) -> str:
         flag = "" if self.smooth else ", NON-SMOOTH"
         return f"UnitCandidate({self.name!r}, {self.kind}, m={self.n_units}, p={self.p}{flag})"
-
-
-def _join(prefix: str, name: str) -> str:
-    return f"{prefix}.{name}" if prefix else name
 
 
 def _prefixed(layout: UnitLayout, prefix: str) -> UnitLayout:
@@ -184,75 +160,90 @@ def _prefixed(layout: UnitLayout, prefix: str) -> UnitLayout:
     )
 
 
-def _act_names(mods) -> str:
-    if not [a for a in mods if not isinstance(a, _PASS + _POOL)]:
-        return " → ".join([type(a).__name__ for a in mods] + ["no activation (linear)"])
-    return " → ".join(
-        type(a).__name__
-        if isinstance(a, ELEMENTWISE_MODULES + _PASS + _POOL)
-        else f"{type(a).__name__} (taken as elementwise)"
-        for a in mods
-    )
+def _act_names(steps: tuple[Step, ...]) -> str:
+    labels = [st.label for st in steps]
+    if not [st for st in steps if st.role in ("act", "custom")]:
+        labels.append("no activation (linear)")
+    return " → ".join(labels)
 
 
-def _smooth_note(between) -> tuple[bool, str]:
-    bad = [module_label(a) for a in between if is_non_smooth_layer(a)]
+def _smooth_note(steps: tuple[Step, ...]) -> tuple[bool, str]:
+    bad = [st.label for st in steps if st.non_smooth or (st.module is not None and is_non_smooth_layer(st.module))]
     if not bad:
         return True, ""
     return False, f" — NON-SMOOTH ({', '.join(bad)}): the normal form does not apply; use {smooth_alternatives_text()}"
 
 
-def _sequential(root: nn.Module, prefix: str, seq: nn.Sequential, out: list) -> None:
-    children = list(seq.named_children())
-    for i, (n1, first) in enumerate(children):
-        if not isinstance(first, (nn.Linear, nn.Conv1d, nn.Conv2d)):
-            continue
-        between, j = [], i + 1
-        conv = not isinstance(first, nn.Linear)
-        allowed = ELEMENTWISE_MODULES + _PASS + (_POOL if conv else ())
-        while j < len(children) and (isinstance(children[j][1], allowed) or _custom_activation(children[j][1])):
-            between.append(children[j][1])
-            j += 1
-        acts = [a for a in between if not isinstance(a, _PASS + _POOL)]
-        if j >= len(children) or (conv and not acts):
-            continue
-        n2, second = children[j]
-        name1, name2 = _join(prefix, n1), _join(prefix, n2)
-        smooth, note = _smooth_note(between)
-        if isinstance(first, nn.Linear) and isinstance(second, nn.Linear):
-            m = first.out_features
-            if second.in_features != m:
-                continue
-            slices = [UnitSlice(f"{name2}.weight", axis=1), UnitSlice(f"{name1}.weight", axis=0)]
-            if first.bias is not None:
-                slices.append(UnitSlice(f"{name1}.bias", axis=0))
-            p = second.out_features + first.in_features + (first.bias is not None)
-            desc = (
-                f"{m} hidden neurons between `{name1}` (Linear {first.in_features}→{m}) and `{name2}` (Linear "
-                f"{m}→{second.out_features}) through {_act_names(between)}; unit = (readout column, input row"
-                f"{', bias' if first.bias is not None else ''}), p = {p}{note}"
-            )
-            out.append(UnitCandidate((name1, name2), "mlp-hidden", m, p, UnitLayout(slices, m), desc, smooth))
-        elif isinstance(first, (nn.Conv1d, nn.Conv2d)) and isinstance(second, (nn.Linear, nn.Conv1d, nn.Conv2d)):
-            if first.groups != 1:
-                continue
-            readout = name2 if isinstance(second, nn.Linear) else f"{name2}.weight"
-            try:
-                layout = conv_units(root, name1, readout, channel_axis=1)
-            except (ValueError, KeyError, TypeError):
-                continue
-            if isinstance(second, (nn.Conv1d, nn.Conv2d)) and second.groups != 1:
-                continue
-            params = dict(root.named_parameters())
-            p = layout.p(params)
-            smooth, note = _smooth_note(between)
-            desc = (
-                f"{first.out_channels} channels of `{name1}` ({type(first).__name__} {first.in_channels}→"
-                f"{first.out_channels}, kernel {tuple(first.kernel_size)}) read by `{name2}` through "
-                f"{_act_names(between)}; unit = (readout block, filter{', bias' if first.bias is not None else ''}"
-                f"), p = {p}{note}"
-            )
-            out.append(UnitCandidate((name1, name2), "conv-channels", first.out_channels, p, layout, desc, smooth))
+_UNVERIFIED = (
+    " — layer order taken from registration (the forward could not be traced with torch.fx), not verified; "
+    "from_module checks the permutation symmetry"
+)
+
+
+def _single_activation(steps: tuple[Step, ...]) -> str | None:
+    """The registry name of the one activation between the layers (nothing else there), else None."""
+    if len(steps) == 1 and steps[0].role == "act" and steps[0].activation is not None:
+        return steps[0].activation.name
+    return None
+
+
+def _mlp_candidate(chain: Chain, first: nn.Linear, second: nn.Linear) -> UnitCandidate | None:
+    m, name1, name2 = first.out_features, chain.first, chain.second
+    if second.in_features != m:
+        return None
+    slices = [UnitSlice(f"{name2}.weight", axis=1), UnitSlice(f"{name1}.weight", axis=0)]
+    if first.bias is not None:
+        slices.append(UnitSlice(f"{name1}.bias", axis=0))
+    p = second.out_features + first.in_features + (first.bias is not None)
+    smooth, note = _smooth_note(chain.steps)
+    desc = (
+        f"{m} hidden neurons between `{name1}` (Linear {first.in_features}→{m}) and `{name2}` (Linear "
+        f"{m}→{second.out_features}) through {_act_names(chain.steps)}; unit = (readout column, input row"
+        f"{', bias' if first.bias is not None else ''}), p = {p}{note}{'' if chain.verified else _UNVERIFIED}"
+    )
+    act = _single_activation(chain.steps)
+    return UnitCandidate((name1, name2), "mlp-hidden", m, p, UnitLayout(slices, m), desc, smooth, act, chain.verified)
+
+
+def _conv_candidate(root: nn.Module, chain: Chain, first: nn.Module, second: nn.Module) -> UnitCandidate | None:
+    if not isinstance(first, (nn.Conv1d, nn.Conv2d)) or first.groups != 1:
+        return None
+    if not [st for st in chain.steps if st.role in ("act", "custom")]:
+        return None
+    if isinstance(second, (nn.Conv1d, nn.Conv2d)) and second.groups != 1:
+        return None
+    name1, name2 = chain.first, chain.second
+    readout = name2 if isinstance(second, nn.Linear) else f"{name2}.weight"
+    try:
+        layout = conv_units(root, name1, readout, channel_axis=1)
+    except (ValueError, KeyError, TypeError):
+        return None
+    p = layout.p(dict(root.named_parameters()))
+    smooth, note = _smooth_note(chain.steps)
+    desc = (
+        f"{first.out_channels} channels of `{name1}` ({type(first).__name__} {first.in_channels}→"
+        f"{first.out_channels}, kernel {tuple(first.kernel_size)}) read by `{name2}` through "
+        f"{_act_names(chain.steps)}; unit = (readout block, filter{', bias' if first.bias is not None else ''}"
+        f"), p = {p}{note}{'' if chain.verified else _UNVERIFIED}"
+    )
+    act = _single_activation(chain.steps)
+    return UnitCandidate(
+        (name1, name2), "conv-channels", first.out_channels, p, layout, desc, smooth, act, chain.verified
+    )
+
+
+def _chain_candidates(root: nn.Module) -> list[UnitCandidate]:
+    """Hidden neurons and conv channels of every chain layer → steps → layer (:func:`layer_chains`)."""
+    out = []
+    for chain in layer_chains(root):
+        first, second = root.get_submodule(chain.first), root.get_submodule(chain.second)
+        if isinstance(first, nn.Linear):
+            cand = _mlp_candidate(chain, first, second) if isinstance(second, nn.Linear) else None
+        else:
+            cand = _conv_candidate(root, chain, first, second)
+        if cand is not None:
+            out.append(cand)
+    return out
 
 
 def _unit_kind(sub: nn.Module) -> str:
@@ -291,7 +282,6 @@ def find_units(module: nn.Module) -> list[UnitCandidate]:
     params = dict(module.named_parameters())
     found: list[UnitCandidate] = []
     skip: list[str] = []
-    transformer_layers = (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)
     for name, sub in module.named_modules():
         if any(name.startswith(s + ".") for s in skip):
             continue
@@ -308,31 +298,35 @@ def find_units(module: nn.Module) -> list[UnitCandidate]:
             found.append(UnitCandidate((name,), kind, layout.m, p, layout, desc, True))
             if name == "":
                 return found
-            continue
-        if isinstance(sub, nn.Sequential):
-            _sequential(module, name, sub, found)
         elif isinstance(sub, nn.MultiheadAttention):
-            layout = attention_units(sub, f"{name}." if name else "")
-            p = layout.p(params)
-            parent_name = name.rpartition(".")[0] if "." in name else ""
-            parent = module.get_submodule(parent_name) if name else None
-            in_layer = parent is not None and isinstance(parent, transformer_layers) and parent is not sub
-            names = ((parent_name, name) if parent_name else (name, "")) if in_layer else (name,)
-            where = (
-                (
-                    f" in {type(parent).__name__} `{parent_name or '(module)'}` (residual, layer norms and "
-                    "feed-forward are part of the fixed readout)"
-                )
-                if in_layer
-                else ""
-            )
-            desc = (
-                f"{sub.num_heads} heads of `{name or 'MultiheadAttention'}` (MultiheadAttention, embed "
-                f"{sub.embed_dim}, head dim {sub.head_dim}){where}; unit = (W_O, W_V, [b_V], W_Q, W_K, "
-                f"[b_Q, b_K]) of one head, p = {p}"
-            )
-            found.append(UnitCandidate(names, "attention-heads", sub.num_heads, p, layout, desc, True))
-    return found
+            found.append(_attention_candidate(module, name, sub, params))
+    found.extend(_chain_candidates(module))
+    order = {name: i for i, (name, _) in enumerate(module.named_modules())}
+    return sorted(found, key=lambda c: order.get(c.names[0], len(order)))
+
+
+def _attention_candidate(module: nn.Module, name: str, sub: nn.MultiheadAttention, params: dict) -> UnitCandidate:
+    layout = attention_units(sub, f"{name}." if name else "")
+    p = layout.p(params)
+    parent_name = name.rpartition(".")[0] if "." in name else ""
+    parent = module.get_submodule(parent_name) if name else None
+    transformer_layers = (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)
+    in_layer = parent is not None and isinstance(parent, transformer_layers) and parent is not sub
+    names = ((parent_name, name) if parent_name else (name, "")) if in_layer else (name,)
+    where = (
+        (
+            f" in {type(parent).__name__} `{parent_name or '(module)'}` (residual, layer norms and "
+            "feed-forward are part of the fixed readout)"
+        )
+        if in_layer
+        else ""
+    )
+    desc = (
+        f"{sub.num_heads} heads of `{name or 'MultiheadAttention'}` (MultiheadAttention, embed "
+        f"{sub.embed_dim}, head dim {sub.head_dim}){where}; unit = (W_O, W_V, [b_V], W_Q, W_K, "
+        f"[b_Q, b_K]) of one head, p = {p}"
+    )
+    return UnitCandidate(names, "attention-heads", sub.num_heads, p, layout, desc, True)
 
 
 def select_units(module: nn.Module, name: str | None = None) -> UnitCandidate:
@@ -356,7 +350,7 @@ def select_units(module: nn.Module, name: str | None = None) -> UnitCandidate:
         No candidate; ``name`` matches none; or several candidates and no ``name``.
     """
     found = find_units(module)
-    listing = "; ".join(f"`{c.name}` ({c.kind}, {c.n_units} units)" for c in found)
+    listing = "; ".join(c.summary() for c in found)
     if not found:
         raise NoUnitsError(
             f"no interchangeable units found in {type(module).__name__}: looked for {_LOOKED_FOR}. "

@@ -6,7 +6,7 @@ otherwise), simulates its NQF, trains the real module from the same small
 initial state ``M(0) = εI``, compares per plateau, and returns an
 :class:`Analysis` with assumption checks and a verdict.
 
-Public helpers: :func:`find_unit_layers`, :func:`choose_units`, :func:`build_model`.
+Public helpers: :func:`find_unit_layers`, :func:`choose_units`, :func:`unit_listing`, :func:`build_model`.
 The initial state is :func:`nqf.dynamics.initial_weights`, the step size and step
 count :func:`nqf.curves.stable_learning_rate` and :func:`nqf.curves.step_count`; the
 prediction is :func:`nqf.predict` (a :class:`nqf.Staircase`), judged by
@@ -29,6 +29,7 @@ _ATTRS: dict[str, str] = {
     "FoundUnits": "_discover",
     "choose_units": "_discover",
     "find_unit_layers": "_discover",
+    "unit_listing": "_discover",
     "build_model": "_models",
     "save_analysis": "_output",
     "register_cli": "_cli",
@@ -45,11 +46,12 @@ __all__ = [  # equal to the keys of _ATTRS
     "prepare_analysis",
     "register_cli",
     "save_analysis",
+    "unit_listing",
 ]
 
 if TYPE_CHECKING:
     from ._cli import register_cli
-    from ._discover import FoundUnits, choose_units, find_unit_layers
+    from ._discover import FoundUnits, choose_units, find_unit_layers, unit_listing
     from ._models import build_model
     from ._output import save_analysis
     from ._pipeline import analyze, prepare_analysis

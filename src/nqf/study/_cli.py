@@ -44,6 +44,9 @@ def register_cli(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the analysis as JSON."),
         seed: int = typer.Option(0, "--seed", min=0, help="Seed of the model factory and the initial frame."),
         threads: int = typer.Option(1, "--threads", min=1, help="CPU threads for torch."),
+        list_units: bool = typer.Option(
+            False, "--list-units", help="List the model's layers of units (name, kind, units, p) and exit."
+        ),
     ):
         """Your model on your data: predicted plateaus and drop times, NQF and real training, verdict."""
         import datetime as _dt
@@ -71,6 +74,9 @@ def register_cli(app: typer.Typer) -> None:
         except ValidationError as exc:  # one line naming the flag
             err = exc.errors()[0]
             _fail(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}")
+        if list_units:
+            _list_units(params, seed)
+            return
         try:  # everything that can be wrong with the input fails here, before any run directory exists
             ds = load_data(params, seed)
             _, _, found, _ = prepare_analysis(model, ds, units=units, seed=seed)
@@ -94,6 +100,25 @@ def register_cli(app: typer.Typer) -> None:
         print_analysis(a, typer.echo)
         typer.echo("")
         typer.echo(f"run directory: {out}   report: {out / 'report.html'}   ({results['wall_seconds']} s)")
+
+
+def _list_units(params, seed: int) -> None:
+    """``--list-units``: load the data (for the sizes) and the model, print every layer of units; run nothing."""
+    from ..errors import NQFError
+    from ._discover import unit_listing
+    from ._models import build_model
+    from ._output import load_data
+
+    try:
+        ds = load_data(params, seed)
+        lines = unit_listing(build_model(params.model, ds.n_features, ds.n_outputs, seed=seed))
+    except NQFError as exc:
+        _fail(str(exc))
+    if not lines:
+        _fail(f"`model`: no interchangeable units found in {params.model}")
+    typer.echo(f"{len(lines)} layer(s) of units (choose one with --units LAYER_NAME):")
+    for line in lines:
+        typer.echo(f"  {line}")
 
 
 def _fail(msg: str, code: int = 2) -> NoReturn:

@@ -1,12 +1,12 @@
 """Which units of a model are analysed, and their structure operator.
 
-Discovery uses :func:`nqf.modules.find_units` / :func:`nqf.modules.select_units`
-when the installed :mod:`nqf.structure` provides them; otherwise it finds hidden
-neurons between two ``nn.Linear`` layers with an elementwise activation inside any
-``nn.Sequential`` (and the ``units`` layout of :mod:`nqf.networks` models).
+Discovery is :func:`nqf.modules.find_units` (any ``nn.Module``: the layer order comes
+from the traced forward, see docs/analyze.md); :func:`unit_listing` is what
+``nqf analyze --list-units`` prints.
 
 Structure operator: for a model that *is* a two-layer MLP
-(``nn.Sequential(Linear, act, Linear)`` or :class:`nqf.networks.TwoLayerMLP`)
+(``nn.Sequential(Linear, act, Linear)``, a module computing ``fc2(act(fc1(x)))`` or
+:class:`nqf.networks.TwoLayerMLP`)
 with a known activation, the analytic operator :func:`nqf.structure.mlp`
 (memory ``O(N D)``), checked against :func:`nqf.modules.from_module` on a few
 samples to 1e-10; any other model goes through ``from_module`` (dense
@@ -24,7 +24,15 @@ from ..errors import NormalFormError
 from ..modules import ELEMENTWISE_MODULES, UnitLayout, get_unit_weights, set_unit_weights
 from ..results import Result
 
-__all__ = ["FoundUnits", "find_unit_layers", "choose_units", "structure_of", "output_at_zero", "ELEMENTWISE"]
+__all__ = [
+    "FoundUnits",
+    "find_unit_layers",
+    "choose_units",
+    "unit_listing",
+    "structure_of",
+    "output_at_zero",
+    "ELEMENTWISE",
+]
 
 #: Elementwise activation modules (smooth and non-smooth: the smoothness check judges them): those that
 #: :func:`nqf.modules.find_units` accepts between two layers (derived from the activation registry).
@@ -79,23 +87,24 @@ class FoundUnits(Result):
 
 
 def _mlp_details(module: nn.Module, cand) -> tuple[nn.Module | None, bool, bool]:
-    """Activation, whole-model flag and bias of hidden neurons between two ``nn.Linear`` of a Sequential.
+    """Activation, whole-model flag and bias of hidden neurons between two ``nn.Linear`` layers.
 
-    ``(None, False, False)`` for anything else (the structure then comes from ``from_module``).
+    The activation is the registry's module for the one activation between the layers
+    (``cand.activation``: an ``nn.Tanh`` or a ``torch.tanh`` in the forward alike); the model is "whole" when
+    its parameters are exactly those of the two layers (:func:`structure_of` still checks the analytic
+    operator against ``from_module``).  ``(None, False, False)`` for anything else.
     """
+    from ..structure import find_activation
+
     if cand.kind != "mlp-hidden" or len(cand.names) != 2:
         return None, False, False
     first, second = (module.get_submodule(n) for n in cand.names)
-    parent_name = cand.names[0].rpartition(".")[0]
-    parent = module.get_submodule(parent_name) if parent_name else module
-    kids = list(parent.children())
-    if not (isinstance(first, nn.Linear) and any(k is first for k in kids) and any(k is second for k in kids)):
+    if not (isinstance(first, nn.Linear) and isinstance(second, nn.Linear)):
         return None, False, False
-    i = next(n for n, k in enumerate(kids) if k is first)
-    j = next(n for n, k in enumerate(kids) if k is second)
-    acts = kids[i + 1 : j]
-    act = acts[0] if len(acts) == 1 and isinstance(acts[0], ELEMENTWISE) else None
-    whole = act is not None and parent is module and len(kids) == 3
+    rec = None if cand.activation is None else find_activation(cand.activation)
+    act = None if rec is None else rec.module()
+    own = {f"{n}.{k}" for n in cand.names for k, _ in module.get_submodule(n).named_parameters()}
+    whole = act is not None and own == {k for k, _ in module.named_parameters()}
     return act, whole, first.bias is not None
 
 
@@ -112,6 +121,17 @@ def find_unit_layers(module: nn.Module) -> list[FoundUnits]:
         act, whole, bias = _mlp_details(module, cand)
         out.append(FoundUnits(cand.name, cand.kind, layout, layout.m, layout.p(params), act, whole, bias))
     return out
+
+
+def unit_listing(module: nn.Module) -> list[str]:
+    """Every layer of interchangeable units in ``module``, one line each (what ``nqf analyze --list-units`` prints).
+
+    Each line is :meth:`nqf.modules.UnitCandidate.summary` (layer name(s), kind, number of units, ``p``,
+    flags) followed by ``" — "`` and the candidate's description; empty when there is none.
+    """
+    from ..modules import find_units
+
+    return [f"{c.summary()} — {c.description}" for c in find_units(module)]
 
 
 def choose_units(module: nn.Module, name: str | None = None) -> FoundUnits:
@@ -134,7 +154,10 @@ def choose_units(module: nn.Module, name: str | None = None) -> FoundUnits:
     for f in layers:
         if f.name == name or f.name.rstrip(".") == name:
             return f
-    raise NormalFormError(f"`units`: no layer of units called {name!r}; found {[f.name for f in layers]}")
+    from ..modules import find_units
+
+    found = "; ".join(c.summary() for c in find_units(module))
+    raise NormalFormError(f"`units`: no layer of units called {name!r}; found {found}")
 
 
 def _activation_name(act: nn.Module | None) -> str | None:
