@@ -62,7 +62,7 @@ def test_factory_sequential_equals_builtin_spec(tmp_path, wine):
     )
     a = nqf.analyze(f"{f}:make", wine, eps=1e-6, steps=30)
     b = nqf.analyze("mlp:width=24,act=tanh", wine, eps=1e-6, steps=30)
-    assert a.operator == b.operator == "analytic"
+    assert a.operator == b.operator == "analytic mlp"
     np.testing.assert_allclose(a.prediction.levels, b.prediction.levels, rtol=1e-10, atol=0)
     np.testing.assert_allclose(a.prediction.times, b.prediction.times, rtol=1e-10, atol=0)
     assert len(repr(a)) < 400 and "trust=" in repr(a)

@@ -357,3 +357,38 @@ def test_unknown_readout_and_relu():
         ConvNet1d(1, 2, 2, readout="position")
     with pytest.raises(ValueError, match=r"`input_size` \(H, W\) is required"):
         ConvNet2d(1, 2, 2, readout="position")
+
+
+@pytest.mark.parametrize("dim", [1, 2])
+@pytest.mark.parametrize("readout", ["position", "mean"])
+@pytest.mark.parametrize("act", ["tanh", "sigmoid", "gelu"])
+def test_conv_bias_matches_autodiff(dim, readout, act):
+    """``conv1d/conv2d(..., bias=True)`` equal the autodiff operator of the module with ``bias=True`` (the bias
+    is the unit's last entry, a constant input 1 of every patch); without it the analytic operator has the
+    wrong ``p`` and, cut to the same ``p``, misses the bias block (the comparison can fail)."""
+    N, cin, m, C, k = 3, 2, 3, 2, 3
+    gen = torch.Generator().manual_seed(5)
+    torch.manual_seed(5)
+    size = (7,) if dim == 1 else (5, 4)
+    X = torch.randn(N, cin, *size, generator=gen, dtype=DT)
+    Conv = nn.Conv1d if dim == 1 else nn.Conv2d
+    Act = {"tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "gelu": nn.GELU}[act]
+    Q = 1
+    for s in size:
+        Q *= conv_output_size(s, k, 1, 1)
+    tail = [nn.Flatten(), nn.Linear(m * Q, C, bias=False, dtype=DT)]
+    if readout == "mean":
+        tail = [
+            (nn.AdaptiveAvgPool1d if dim == 1 else nn.AdaptiveAvgPool2d)(1),
+            nn.Flatten(),
+            nn.Linear(m, C, bias=False, dtype=DT),
+        ]
+    model = nn.Sequential(Conv(cin, m, k, padding=1, bias=True, dtype=DT), Act(), *tail)
+    ref = from_module(model, conv_units(model, "0", str(len(model) - 1)), X)
+    build = conv1d if dim == 1 else conv2d
+    op = build(X, k, 1, 1, act, readout, C, bias=True)
+    _assert_matches(op, ref)
+    plain = build(X, k, 1, 1, act, readout, C)
+    assert plain.p == op.p - 1
+    assert float((plain.dense() - ref.dense()[..., :-1, :-1]).abs().max()) <= 1e-10  # the rest is unchanged
+    assert float(ref.dense()[..., :-1, -1].abs().max()) > 1e-3  # and the bias block is not zero

@@ -107,7 +107,8 @@ class UnitCandidate:
     activation : str or None
         Registry name (:data:`~nqf.structure.REGISTRY`) of the activation
         between the two layers when it is the only step there (a module such as
-        ``nn.Tanh`` or a function such as ``torch.tanh``); None otherwise.
+        ``nn.Tanh`` or a function such as ``torch.tanh``; for conv channels,
+        pooling, flatten and dropout may sit beside it); None otherwise.
     order_verified : bool
         False when the layer order was taken from registration order because
         the forward could not be traced (see :mod:`nqf.modules._trace`).
@@ -180,10 +181,13 @@ _UNVERIFIED = (
 )
 
 
-def _single_activation(steps: tuple[Step, ...]) -> str | None:
-    """The registry name of the one activation between the layers (nothing else there), else None."""
-    if len(steps) == 1 and steps[0].role == "act" and steps[0].activation is not None:
-        return steps[0].activation.name
+def _single_activation(steps: tuple[Step, ...], *, around: tuple[str, ...] = ()) -> str | None:
+    """The registry name of the one activation between the layers, else None; besides it only steps whose
+    role is in ``around`` (a convolution's pooling / flatten and dropout: ``("pool", "pass")``)."""
+    acts = [st for st in steps if st.role == "act"]
+    rest = [st for st in steps if st.role != "act"]
+    if len(acts) == 1 and acts[0].activation is not None and all(st.role in around for st in rest):
+        return acts[0].activation.name
     return None
 
 
@@ -226,7 +230,7 @@ def _conv_candidate(root: nn.Module, chain: Chain, first: nn.Module, second: nn.
         f"{_act_names(chain.steps)}; unit = (readout block, filter{', bias' if first.bias is not None else ''}"
         f"), p = {p}{note}{'' if chain.verified else _UNVERIFIED}"
     )
-    act = _single_activation(chain.steps)
+    act = _single_activation(chain.steps, around=("pool", "pass"))
     return UnitCandidate(
         (name1, name2), "conv-channels", first.out_channels, p, layout, desc, smooth, act, chain.verified
     )

@@ -79,12 +79,15 @@ def _check_fits(sizes, kernel, padding, axis_names) -> None:
             )
 
 
-def _build(F: torch.Tensor, act, readout: str, C: int, Q: int, k: int, desc: str) -> BilinearStructure:
-    """Operator from the per-sample factor ``F`` of shape ``(N, q, k)`` (``q = Q`` or 1)."""
+def _build(F: torch.Tensor, act, readout: str, C: int, Q: int, k: int, desc: str, bias: bool) -> BilinearStructure:
+    """Operator from the per-sample factor ``F`` of shape ``(N, q, k)`` (``q = Q`` or 1); with ``bias`` the
+    filter has one more entry, the channel's bias, seen by every patch as a constant input 1."""
     N, q, _ = F.shape
     p1 = C * q
+    k = k + (1 if bias else 0)
     p = p1 + k
-    kernel = OneHotKronKernel(F, C, scale=act.s1)
+    kernel = OneHotKronKernel(F, C, scale=act.s1, append_one=bias)
+    desc = f"{desc}, then the channel's bias" if bias else desc
     if readout == "position":
         a_desc = f"a ∈ R^{p1} readout [0:{p1}] (index c·Q + q, C = {C}, Q = {Q})"
     else:
@@ -100,7 +103,16 @@ def _build(F: torch.Tensor, act, readout: str, C: int, Q: int, k: int, desc: str
 
 
 def conv1d(
-    X, kernel_size, stride=1, padding=0, activation="tanh", readout: str = "mean", n_outputs: int = 1, *, dtype=None
+    X,
+    kernel_size,
+    stride=1,
+    padding=0,
+    activation="tanh",
+    readout: str = "mean",
+    n_outputs: int = 1,
+    *,
+    bias: bool = False,
+    dtype=None,
 ) -> BilinearStructure:
     r"""Structure operator of a 1-D convolution with channels as units.
 
@@ -122,6 +134,10 @@ def conv1d(
     readout : {"mean", "position"}
     n_outputs : int
         ``C``.
+    bias : bool
+        The convolution has a bias (``nn.Conv1d(..., bias=True)``, the default of torch): each
+        channel's bias is the last entry of its unit (after the filter), a constant input 1 of every
+        patch (the layout of :func:`nqf.modules.conv_units`).
     dtype : torch.dtype, optional
         Default: ``X``'s floating dtype, or float64.
 
@@ -129,7 +145,7 @@ def conv1d(
     -------
     BilinearStructure
         ``p = C·Q + in_channels·kernel_size`` (position) or ``C + in_channels·kernel_size``
-        (mean), ``Q = ⌊(L + 2·padding − kernel_size)/stride⌋ + 1``.  Carries
+        (mean), one more with ``bias``, ``Q = ⌊(L + 2·padding − kernel_size)/stride⌋ + 1``.  Carries
         ``linear`` when ``σ(0) ≠ 0``.
 
     Raises
@@ -160,11 +176,20 @@ def conv1d(
         F = win.mean(2).reshape(N, 1, cin * k)
     else:
         F = win.permute(0, 2, 1, 3).reshape(N, Q, cin * k)
-    return _build(F, act, readout, C, Q, cin * k, f"in_channels = {cin} × kernel {k}, as Conv1d.weight[ch]")
+    return _build(F, act, readout, C, Q, cin * k, f"in_channels = {cin} × kernel {k}, as Conv1d.weight[ch]", bias)
 
 
 def conv2d(
-    X, kernel_size, stride=1, padding=0, activation="tanh", readout: str = "mean", n_outputs: int = 1, *, dtype=None
+    X,
+    kernel_size,
+    stride=1,
+    padding=0,
+    activation="tanh",
+    readout: str = "mean",
+    n_outputs: int = 1,
+    *,
+    bias: bool = False,
+    dtype=None,
 ) -> BilinearStructure:
     r"""Structure operator of a 2-D convolution with channels as units.
 
@@ -181,12 +206,14 @@ def conv2d(
     activation : str or callable
     readout : {"mean", "position"}
     n_outputs : int
+    bias : bool
+        As for :func:`conv1d`.
     dtype : torch.dtype, optional
 
     Returns
     -------
     BilinearStructure
-        ``p = C·Q + in_channels·kh·kw`` (position) or ``C + in_channels·kh·kw`` (mean).
+        ``p = C·Q + in_channels·kh·kw`` (position) or ``C + in_channels·kh·kw`` (mean), one more with ``bias``.
 
     Raises
     ------
@@ -207,4 +234,4 @@ def conv2d(
     Q = cols.shape[-1]
     k = cin * ks[0] * ks[1]
     F = cols.mean(-1).reshape(N, 1, k) if readout == "mean" else cols.transpose(1, 2).contiguous()
-    return _build(F, act, readout, C, Q, k, f"in_channels = {cin} × kernel {ks[0]}×{ks[1]}, as Conv2d.weight[ch]")
+    return _build(F, act, readout, C, Q, k, f"in_channels = {cin} × kernel {ks[0]}×{ks[1]}, as Conv2d.weight[ch]", bias)

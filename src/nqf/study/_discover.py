@@ -1,16 +1,9 @@
-"""Which units of a model are analysed, and their structure operator.
+"""Which units of a model are analysed.
 
 Discovery is :func:`nqf.modules.find_units` (any ``nn.Module``: the layer order comes
 from the traced forward, see docs/analyze.md); :func:`unit_listing` is what
-``nqf analyze --list-units`` prints.
-
-Structure operator: for a model that *is* a two-layer MLP
-(``nn.Sequential(Linear, act, Linear)``, a module computing ``fc2(act(fc1(x)))`` or
-:class:`nqf.networks.TwoLayerMLP`)
-with a known activation, the analytic operator :func:`nqf.structure.mlp`
-(memory ``O(N D)``), checked against :func:`nqf.modules.from_module` on a few
-samples to 1e-10; any other model goes through ``from_module`` (dense
-``N × C × p × p``, refused above the memory budget).
+``nqf analyze --list-units`` prints.  The structure operator of the chosen units is
+built by :func:`nqf.study._operators.structure_of`.
 """
 
 from __future__ import annotations
@@ -29,7 +22,6 @@ __all__ = [
     "find_unit_layers",
     "choose_units",
     "unit_listing",
-    "structure_of",
     "output_at_zero",
     "ELEMENTWISE",
 ]
@@ -47,12 +39,14 @@ class FoundUnits(Result):
     ----------
     name : str
         Layer name (the first ``nn.Linear`` of an MLP block, e.g. ``"0"``).
+    names : tuple of str
+        Every layer the units span, in order (e.g. ``("conv", "readout")``).
     kind : str
         ``"mlp-hidden"`` or what :func:`nqf.modules.find_units` reports.
     layout : UnitLayout
     n_units, p : int
     activation : nn.Module or None
-        The elementwise activation between the two linear maps (MLP blocks).
+        The one elementwise activation between the two layers (hidden neurons, conv channels).
     is_whole_mlp : bool
         The model is exactly this two-layer MLP (analytic operator possible).
     """
@@ -65,6 +59,7 @@ class FoundUnits(Result):
     activation: nn.Module | None = field(default=None, repr=False)
     is_whole_mlp: bool = False
     bias: bool = False
+    names: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
         """JSON-ready: the layer, its units and layout (the activation by its class name)."""
@@ -76,6 +71,7 @@ class FoundUnits(Result):
             "activation": None if self.activation is None else type(self.activation).__name__,
             "is_whole_mlp": self.is_whole_mlp,
             "bias": self.bias,
+            "names": list(self.names),
             "layout": [
                 {"param": s.param, "axis": s.axis, "size": s.size, "offset": s.offset} for s in self.layout.slices
             ],
@@ -86,23 +82,23 @@ class FoundUnits(Result):
         return f"{self.kind} `{self.name}`: {self.n_units} units of dimension p = {self.p}{act}"
 
 
-def _mlp_details(module: nn.Module, cand) -> tuple[nn.Module | None, bool, bool]:
-    """Activation, whole-model flag and bias of hidden neurons between two ``nn.Linear`` layers.
+def _unit_details(module: nn.Module, cand) -> tuple[nn.Module | None, bool, bool]:
+    """Activation, whole-model flag and bias of hidden neurons or conv channels between two layers.
 
     The activation is the registry's module for the one activation between the layers
-    (``cand.activation``: an ``nn.Tanh`` or a ``torch.tanh`` in the forward alike); the model is "whole" when
-    its parameters are exactly those of the two layers (:func:`structure_of` still checks the analytic
-    operator against ``from_module``).  ``(None, False, False)`` for anything else.
+    (``cand.activation``: an ``nn.Tanh`` or a ``torch.tanh`` in the forward alike); an MLP is "whole" when
+    its parameters are exactly those of the two layers (the analytic operator is still checked against
+    ``from_module``, :mod:`nqf.study._operators`).  ``(None, False, False)`` for other kinds.
     """
     from ..structure import find_activation
 
-    if cand.kind != "mlp-hidden" or len(cand.names) != 2:
+    if cand.kind not in ("mlp-hidden", "conv-channels") or len(cand.names) != 2:
         return None, False, False
     first, second = (module.get_submodule(n) for n in cand.names)
-    if not (isinstance(first, nn.Linear) and isinstance(second, nn.Linear)):
-        return None, False, False
     rec = None if cand.activation is None else find_activation(cand.activation)
     act = None if rec is None else rec.module()
+    if not (isinstance(first, nn.Linear) and isinstance(second, nn.Linear)):
+        return act, False, getattr(first, "bias", None) is not None
     own = {f"{n}.{k}" for n in cand.names for k, _ in module.get_submodule(n).named_parameters()}
     whole = act is not None and own == {k for k, _ in module.named_parameters()}
     return act, whole, first.bias is not None
@@ -118,8 +114,10 @@ def find_unit_layers(module: nn.Module) -> list[FoundUnits]:
     out = []
     for cand in find_units(module):
         layout = cand.layout.resolve(params)
-        act, whole, bias = _mlp_details(module, cand)
-        out.append(FoundUnits(cand.name, cand.kind, layout, layout.m, layout.p(params), act, whole, bias))
+        act, whole, bias = _unit_details(module, cand)
+        out.append(
+            FoundUnits(cand.name, cand.kind, layout, layout.m, layout.p(params), act, whole, bias, tuple(cand.names))
+        )
     return out
 
 
@@ -160,16 +158,6 @@ def choose_units(module: nn.Module, name: str | None = None) -> FoundUnits:
     raise NormalFormError(f"`units`: no layer of units called {name!r}; found {found}")
 
 
-def _activation_name(act: nn.Module | None) -> str | None:
-    """The registry name of a smooth activation (analytic operator possible), else None."""
-    from ..structure import Activation, activation_of_module
-
-    if isinstance(act, Activation):
-        return act.name
-    rec = None if act is None else activation_of_module(act)
-    return rec.name if rec is not None and rec.smooth else None
-
-
 def output_at_zero(module: nn.Module, layout: UnitLayout, X: torch.Tensor) -> torch.Tensor:
     """The model's output with every unit at zero, ``f(0)`` of shape ``(N, C)``."""
     import copy
@@ -180,43 +168,3 @@ def output_at_zero(module: nn.Module, layout: UnitLayout, X: torch.Tensor) -> to
     with torch.no_grad():
         out = m(X)
     return out.reshape(out.shape[0], -1)
-
-
-def structure_of(
-    module: nn.Module, found: FoundUnits, X: torch.Tensor, *, memory_budget: float = 2e9, check_samples: int = 8
-):
-    """Structure operator of the chosen units on inputs ``X``.
-
-    Returns
-    -------
-    op : StructureOperator
-    offset : torch.Tensor, shape (N, C)
-        ``f(0)``; for the analytic MLP operator it is *not* part of ``op`` (subtract
-        it from the targets), for ``from_module`` it is ``op.offset`` already.
-    how : str
-        ``"analytic"`` or ``"autodiff"``.
-    """
-    from ..modules import from_module
-    from ..structure import mlp
-
-    f0 = output_at_zero(module, found.layout, X)
-    C = f0.shape[1]
-    act = _activation_name(found.activation)
-    if found.is_whole_mlp and act is not None:
-        op = mlp(X, act, bias=found.bias, n_outputs=C)
-        sub = torch.arange(min(check_samples, X.shape[0]))
-        ref = from_module(module, found.layout, X[sub], check=False).dense()
-        mine = op.take(sub).dense().reshape(ref.shape)
-        err = float((mine - ref).abs().max()) / max(float(ref.abs().max()), 1e-300)
-        if err <= 1e-10:
-            return op, f0, "analytic"
-    N, p = X.shape[0], found.p
-    need = N * C * p * p * 8 * 2
-    if need > memory_budget:
-        raise NormalFormError(
-            f"`model`: the autodiff structure operator of {found.describe()} needs {need / 1e9:.1f} GB "
-            f"(N·C·p² float64, twice), over the budget of {memory_budget / 1e9:.1f} GB; use --subset to analyse "
-            "fewer samples"
-        )
-    op = from_module(module, found.layout, X, zgz="carry")
-    return op, op.offset, "autodiff"

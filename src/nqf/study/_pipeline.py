@@ -34,8 +34,9 @@ from ..data import Dataset, prepare
 from ..dynamics import initial_weights
 from ..reductions import predict
 from ._checks import check_commutation, check_smooth, check_symmetry, check_width, check_zgz, estimate_row
-from ._discover import choose_units, structure_of
+from ._discover import choose_units
 from ._models import build_model
+from ._operators import is_analytic, structure_of
 from ._result import Analysis
 from ._verdict import judge, validity
 
@@ -159,7 +160,7 @@ def analyze(
     Xt = torch.as_tensor(data.X, dtype=torch.float64)
     Yt = torch.as_tensor(data.Y, dtype=torch.float64)
     op, f0, how = structure_of(module, found, Xt)
-    Ynqf = Yt - f0 if how == "analytic" else Yt
+    Ynqf = Yt - f0 if is_analytic(how) else Yt
     rows, commuting = _assumption_checks(module, found, Xt, op, f0, how, seed=seed)
     p, m = found.p, found.n_units
     timings["setup"] = time.perf_counter() - t0

@@ -48,7 +48,8 @@ class Analysis(Result):
     model, data, units : str
         Descriptions of the model, the data and the analysed units.
     operator : str
-        ``"analytic"`` or ``"autodiff"``.
+        Which structure operator: ``"analytic mlp"``, ``"analytic conv1d"``, ``"analytic conv2d"``,
+        ``"autodiff (dense)"`` or ``"autodiff (matrix-free)"``.
     p, width, n_samples, n_outputs : int
     eps, lr : float
     steps : int
