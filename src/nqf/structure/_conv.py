@@ -104,9 +104,9 @@ def _build(F: torch.Tensor, act, readout: str, C: int, Q: int, k: int, desc: str
 
 def conv1d(
     X,
-    kernel_size,
-    stride=1,
-    padding=0,
+    kernel_size: int | tuple[int, ...],
+    stride: int | tuple[int, ...] = 1,
+    padding: int | tuple[int, ...] = 0,
     activation="tanh",
     readout: str = "mean",
     n_outputs: int = 1,
@@ -181,9 +181,9 @@ def conv1d(
 
 def conv2d(
     X,
-    kernel_size,
-    stride=1,
-    padding=0,
+    kernel_size: int | tuple[int, ...],
+    stride: int | tuple[int, ...] = 1,
+    padding: int | tuple[int, ...] = 0,
     activation="tanh",
     readout: str = "mean",
     n_outputs: int = 1,

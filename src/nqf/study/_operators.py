@@ -141,16 +141,15 @@ def _agrees(op, module: nn.Module, found: FoundUnits, X: torch.Tensor, sub: torc
     G = torch.randn(p, p, generator=gen, dtype=X.dtype)
     M = G + G.T
     R = torch.randn(len(sub), ref.n_outputs, generator=gen, dtype=X.dtype)
-    pairs = [
-        (mine.forward_unchecked(M), ref.forward_unchecked(M)),
-        (mine.adjoint_unchecked(R), ref.adjoint_unchecked(R)),
-    ]
-    if (mine.linear is None) != (ref.linear is None) or (mine.cross is None) != (ref.cross is None):
+    pairs: list[tuple[torch.Tensor, torch.Tensor]] = [(mine.forward_unchecked(M), ref.forward_unchecked(M))]
+    pairs.append((mine.adjoint_unchecked(R), ref.adjoint_unchecked(R)))
+    b, b_ref, B, B_ref = mine.linear, ref.linear, mine.cross, ref.cross
+    if (b is None) != (b_ref is None) or (B is None) != (B_ref is None):
         return False
-    if mine.linear is not None:
-        pairs.append((mine.linear, ref.linear))
-    if mine.cross is not None:
-        pairs.append((mine.cross.forward_unchecked(M), ref.cross.forward_unchecked(M)))
+    if b is not None and b_ref is not None:
+        pairs.append((b, b_ref))
+    if B is not None and B_ref is not None:
+        pairs.append((B.forward_unchecked(M), B_ref.forward_unchecked(M)))
     for a, b in pairs:
         if a.shape != b.shape:
             return False
