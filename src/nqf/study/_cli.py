@@ -33,6 +33,9 @@ def register_cli(app: typer.Typer) -> None:
             help="digits, iris, wine, breast_cancer, diabetes, linnerud, or a .npz (X, Y) / .csv / .pt file.",
         ),
         target: str | None = typer.Option(None, "--target", help="CSV target column(s), names or 0-based indices."),
+        task: str = typer.Option(
+            "auto", "--task", help="classification, regression, or auto: inferred from the targets (docs/analyze.md)."
+        ),
         units: str | None = typer.Option(None, "--units", help="Layer of units to analyse (default: first found)."),
         eps: float = typer.Option(1e-6, "--eps", help="Initial scale: M(0) = εI."),
         lr: float | None = typer.Option(None, "--lr", help="GD step (default 0.02 / largest escape rate)."),
@@ -64,6 +67,7 @@ def register_cli(app: typer.Typer) -> None:
                 model=model,
                 data=data,
                 target=target,
+                task=task,  # type: ignore[arg-type]  # checked by pydantic: one line naming --task
                 units=units,
                 eps=eps,
                 lr=lr,
@@ -73,7 +77,7 @@ def register_cli(app: typer.Typer) -> None:
             )
         except ValidationError as exc:  # one line naming the flag
             err = exc.errors()[0]
-            _fail(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}")
+            _fail(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}; found {err.get('input')!r}")
         if list_units:
             _list_units(params, seed)
             return
