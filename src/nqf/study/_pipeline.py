@@ -233,17 +233,8 @@ def analyze(
         say,
     )
 
-    n = min(len(sim), len(real))
-    t = real.t[:n].numpy()
-    Lr, Ln = real.loss[:n].numpy(), sim.loss[:n].numpy()
-    cmp_nqf = compare_staircase(t, Ln, pred, flat_threshold=flat_threshold)
-    cmp_real = compare_staircase(t, Lr, pred, flat_threshold=flat_threshold)
-    Q = torch.from_numpy(pred.directions.copy())
-    strength = {key: _strengths(Q, tr, n) for key, tr in (("strength_real", real), ("strength_nqf", sim))}
-    val = validity(t, Lr, Ln, torch.as_tensor(real.step)[:n].numpy(), pred, gap_tolerance)
-    verdict = judge(pred, cmp_nqf, cmp_real, val, eps, found, m, p)
+    cmp_nqf, cmp_real, val, verdict, curves = _compare(pred, sim, real, eps, found, flat_threshold, gap_tolerance)
     verdict["text"].extend(notes)
-    curves = {"t": t, "loss_real": Lr, "loss_nqf": Ln, "loss_predicted": pred.loss_curve(t), **strength}
     return Analysis(
         model=desc,
         data=data.name,
@@ -268,6 +259,21 @@ def analyze(
         classes=tuple(data.classes),
         notes=tuple(notes),
     )
+
+
+def _compare(pred, sim, real, eps: float, found, flat_threshold: float, gap_tolerance: float):
+    """Both runs against the prediction, the validity of the quadratic regime, the verdict and the curves."""
+    n = min(len(sim), len(real))
+    t = real.t[:n].numpy()
+    Lr, Ln = real.loss[:n].numpy(), sim.loss[:n].numpy()
+    cmp_nqf = compare_staircase(t, Ln, pred, flat_threshold=flat_threshold)
+    cmp_real = compare_staircase(t, Lr, pred, flat_threshold=flat_threshold)
+    Q = torch.from_numpy(pred.directions.copy())
+    strength = {key: _strengths(Q, tr, n) for key, tr in (("strength_real", real), ("strength_nqf", sim))}
+    val = validity(t, Lr, Ln, torch.as_tensor(real.step)[:n].numpy(), pred, gap_tolerance)
+    verdict = judge(pred, cmp_nqf, cmp_real, val, eps, found, found.n_units, found.p)
+    curves = {"t": t, "loss_real": Lr, "loss_nqf": Ln, "loss_predicted": pred.loss_curve(t), **strength}
+    return cmp_nqf, cmp_real, val, verdict, curves
 
 
 def _data_line(data: Dataset) -> str:
