@@ -119,7 +119,7 @@ def test_cli_conv_model_on_images_gets_through_loading_and_discovery(images, tmp
     out = tmp_path / "run"
     res = _cli(["--model", model, "--data", str(path), "--steps", "200", "--units", "nope", "--out", str(out)])
     line = _one_error_line(res)
-    assert "no layer of units called 'nope'; found ['0']" in line, line
+    assert "no layer of units called 'nope'; found `0`" in line and "conv-channels, 4 units, p = 202" in line, line
     assert not out.exists()
 
 

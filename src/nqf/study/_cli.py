@@ -58,7 +58,7 @@ def register_cli(app: typer.Typer) -> None:
         from pydantic import ValidationError
 
         from ..errors import NQFError
-        from ._output import AnalyzeExperiment, AnalyzeParams, load_data, print_analysis
+        from ._output import AnalyzeExperiment, AnalyzeParams, load_data
         from ._pipeline import prepare_analysis
 
         torch.set_num_threads(threads)
@@ -91,19 +91,25 @@ def register_cli(app: typer.Typer) -> None:
         out = Path(out) if out else Path("runs") / f"analyze-{stamp}"
         exp = AnalyzeExperiment(log=log)
         results = _run(exp, params, out, seed=seed, force=force, as_json=as_json)
-        a = exp.analysis
-        assert a is not None  # set by a complete run
-        if as_json:
-            typer.echo(
-                json.dumps(
-                    {"analysis": a.to_dict(), "run_directory": str(out), "wall_seconds": results["wall_seconds"]},
-                    indent=2,
-                )
+        _report(exp.analysis, out, results, as_json)
+
+
+def _report(a, out: Path, results: dict, as_json: bool) -> None:
+    """The analysis on stdout: JSON (``--json``) or the printed tables and the verdict, then the run directory."""
+    from ._output import print_analysis
+
+    assert a is not None  # set by a complete run
+    if as_json:
+        typer.echo(
+            json.dumps(
+                {"analysis": a.to_dict(), "run_directory": str(out), "wall_seconds": results["wall_seconds"]},
+                indent=2,
             )
-            return
-        print_analysis(a, typer.echo)
-        typer.echo("")
-        typer.echo(f"run directory: {out}   report: {out / 'report.html'}   ({results['wall_seconds']} s)")
+        )
+        return
+    print_analysis(a, typer.echo)
+    typer.echo("")
+    typer.echo(f"run directory: {out}   report: {out / 'report.html'}   ({results['wall_seconds']} s)")
 
 
 def _list_units(params, seed: int) -> None:
