@@ -310,3 +310,18 @@ def test_refusal_exit_2_leaves_no_run_directory(tmp_path, case):
     if case == "bad-task":
         assert "'classification'" in line and "'clustering'" in line
     assert not out.exists()
+
+
+def test_training_only_layers_of_every_kind_are_named_and_put_in_eval_mode():
+    from torch import nn
+
+    from nqf.study._checks import freeze_training_only
+
+    m = nn.Sequential(
+        nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Tanh(), nn.AlphaDropout(0.2), nn.Dropout1d(0.1), nn.Linear(4, 2)
+    )
+    names = freeze_training_only(m)
+    assert names == ["`1` (BatchNorm1d)", "`3` (AlphaDropout)", "`4` (Dropout1d)"]
+    assert not any(sub.training for sub in m.modules())
+    x = torch.randn(5, 3)
+    torch.testing.assert_close(m(x), m(x), rtol=0, atol=0)
