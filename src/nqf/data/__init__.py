@@ -1,12 +1,14 @@
 r"""Data sets for ``nqf analyze``: bundled real data and the user's files, prepared the same way.
 
 :func:`load_dataset` takes a bundled name or a file and returns a :class:`Dataset`
-(inputs ``X`` of shape ``(N, D)``, targets ``Y`` of shape ``(N, C)``, float64),
+(inputs ``X`` of shape ``(N, D)`` or ``(N, …)`` — images, sequences: the shape is kept —,
+targets ``Y`` of shape ``(N, C)``, float64),
 after the preprocessing the NQF conventions expect (docs/theory.md §0, MSE
 ``ℓ = ½ ‖f − y‖²``):
 
-* **inputs standardised**: every column centred and divided by its standard
-  deviation (constant columns are only centred);
+* **inputs standardised**: every column (every entry ``X[:, i, j, …]`` for inputs
+  of more axes) centred and divided by its standard deviation over the samples
+  (constant columns are only centred);
 * **classification targets → centred one-hot**: class ``k`` becomes ``e_k``,
   then every column is centred (``Σ_n Y_n = 0``), so the network at ``W = 0``
   (output 0) already predicts the class frequencies' mean and the loss measures
@@ -24,13 +26,16 @@ Sources
   ``linnerud`` (20 × 3, 3 regression targets).
 * ``FILE.npz`` with arrays ``X`` and ``Y`` (or ``y``).
 * ``FILE.csv`` (header row; ``target`` names the target columns, comma-separated
-  names or 0-based indices; the other columns are the inputs).
+  names or 0-based indices; the other columns are the inputs and must be numbers).
+  A single target column of text holds class names (:attr:`Dataset.classes`).
 * ``FILE.pt``: a dict with tensors ``X`` and ``Y`` (or ``y``) or a tuple ``(X, Y)``,
   read with ``torch.load(weights_only=True)`` (no code is executed).
 
-The task is ``"classification"`` when the targets are one column of integers
-(integer dtype, or float values that are all integers) with at most
-:data:`MAX_CLASSES` distinct values, else ``"regression"``; pass ``task`` to override.
+The task is ``"classification"`` when the targets are class names, or one column of
+integers (integer dtype, or float values that are all integers) with at most
+:data:`MAX_CLASSES` distinct values, else ``"regression"``; pass ``task`` to override
+(``task="regression"`` keeps integer targets as numbers).  The rule that decided is
+``Dataset.preprocessing["task_rule"]``.
 """
 
 from __future__ import annotations

@@ -34,8 +34,9 @@ class Dataset:
     ----------
     name : str
         Bundled name or file path.
-    X : numpy.ndarray, shape (N, D)
-        Inputs (float64, standardised unless recorded otherwise).
+    X : numpy.ndarray, shape (N, D) or (N, ...)
+        Inputs (float64, standardised unless recorded otherwise); any shape after the sample axis
+        (images ``(N, 1, 8, 8)``, sequences ``(N, T, d)``) is kept as given.
     Y : numpy.ndarray, shape (N, C)
         Targets (float64): centred one-hot for classification, centred values for regression.
     task : str
@@ -59,8 +60,14 @@ class Dataset:
         return int(self.X.shape[0])
 
     @property
+    def input_shape(self) -> tuple[int, ...]:
+        """Shape of one input, ``X.shape[1:]`` (``(D,)`` for a table, ``(1, 8, 8)`` for images)."""
+        return tuple(int(d) for d in self.X.shape[1:])
+
+    @property
     def n_features(self) -> int:
-        return int(self.X.shape[1])
+        """Entries of one input, ``prod(input_shape)`` (``D`` for a table)."""
+        return int(np.prod(self.X.shape[1:], dtype=np.int64))
 
     @property
     def n_outputs(self) -> int:
@@ -68,7 +75,9 @@ class Dataset:
 
     def __repr__(self) -> str:
         return (
-            f"Dataset({self.name!r}, N={self.n_samples}, D={self.n_features}, C={self.n_outputs}, "
+            f"Dataset({self.name!r}, N={self.n_samples}, "
+            + (f"D={self.n_features}" if self.X.ndim == 2 else f"input_shape={self.input_shape}")
+            + f", C={self.n_outputs}, "
             f"task={self.task!r}, preprocessing={self.preprocessing})"
         )
 
@@ -78,6 +87,7 @@ class Dataset:
             "name": self.name,
             "n_samples": self.n_samples,
             "n_features": self.n_features,
+            "input_shape": list(self.input_shape),
             "n_outputs": self.n_outputs,
             "task": self.task,
             "preprocessing": dict(self.preprocessing),
@@ -111,27 +121,64 @@ def _split_columns(header: list[str], target: str | None, path: str) -> list[int
     return idx
 
 
+_MISSING = ("", "nan", "NaN", "NA")
+
+
+def _numeric_column(values: list[str]) -> np.ndarray | None:
+    """The column as float64 (missing entries NaN), or None when an entry is not a number."""
+    try:
+        return np.array([float(v) if v not in _MISSING else np.nan for v in values], dtype=np.float64)
+    except ValueError:
+        return None
+
+
+def _label_column(values: list[str], name: str, path: Path) -> np.ndarray:
+    """A target column of strings: class labels (no entry may be empty)."""
+    empty = [i for i, v in enumerate(values) if v in _MISSING]
+    if empty:
+        raise DataError(
+            f"`target`: column {name!r} of {path} holds class names but row {empty[0] + 1} is empty; "
+            "fill or drop the rows without a label"
+        )
+    return np.array(values, dtype=str)
+
+
 def _read_csv(path: Path, target: str | None):
+    """Inputs (numbers only) and targets (numbers, or strings read as class labels) of a CSV file."""
     with open(path, newline="") as fh:
-        rows = list(csv.reader(fh))
+        rows = [r for r in csv.reader(fh) if r]
     if len(rows) < 2:
         raise DataError(f"`data`: {path} needs a header row and at least one data row; found {len(rows)} rows")
     header = [h.strip() for h in rows[0]]
     idx = _split_columns(header, target, str(path))
-    try:
-        arr = np.array(
-            [[float(v) if v.strip() not in ("", "nan", "NaN", "NA") else np.nan for v in r] for r in rows[1:] if r],
-            dtype=np.float64,
+    bad = next((i for i, r in enumerate(rows[1:]) if len(r) != len(header)), None)
+    if bad is not None:
+        raise DataError(
+            f"`data`: every row of {path} must have {len(header)} fields; row {bad + 1} has {len(rows[bad + 1])}"
         )
-    except ValueError as exc:
-        raise DataError(f"`data`: {path} has a non-numeric entry ({exc}); encode categories as numbers") from exc
-    if arr.ndim != 2 or arr.shape[1] != len(header):
-        raise DataError(f"`data`: every row of {path} must have {len(header)} fields")
+    cols = [[r[j].strip() for r in rows[1:]] for j in range(len(header))]
     rest = [j for j in range(len(header)) if j not in idx]
     if not rest:
         raise DataError(f"`target`: every column of {path} is a target; no inputs are left")
-    y = arr[:, idx]
-    return arr[:, rest], (y[:, 0] if y.shape[1] == 1 else y), None
+    feats = []
+    for j in rest:
+        col = _numeric_column(cols[j])
+        if col is None:
+            example = next(v for v in cols[j] if v not in _MISSING and _numeric_column([v]) is None)
+            raise DataError(
+                f"`data`: input column {header[j]!r} of {path} must hold numbers; found {example!r} "
+                "(encode categories as numbers, or name the column with --target if it is the target)"
+            )
+        feats.append(col)
+    ys = [_numeric_column(cols[j]) for j in idx]
+    if any(c is None for c in ys):
+        if len(idx) != 1:
+            raise DataError(f"`target`: class names need a single target column; found {[header[j] for j in idx]}")
+        y = _label_column(cols[idx[0]], header[idx[0]], path)
+    else:
+        y = np.stack([c for c in ys if c is not None], axis=1)
+        y = y[:, 0] if y.shape[1] == 1 else y
+    return np.stack(feats, axis=1), y, None
 
 
 def _pick(obj, path: Path):
@@ -171,7 +218,17 @@ def _read_file(path: Path, target: str | None):
 
 
 # --------------------------------------------------------------------------- preparation
+def _is_labels(y: np.ndarray) -> bool:
+    """Targets that are names, not numbers (strings, or other non-numeric labels)."""
+    return not (np.issubdtype(y.dtype, np.number) or np.issubdtype(y.dtype, np.bool_))
+
+
 def _infer_task(y: np.ndarray) -> str:
+    """The inference rule (documented in :mod:`nqf.data`): class names → classification; one column of
+    integers (integer dtype, or floats that are all whole numbers) with at most :data:`MAX_CLASSES`
+    distinct values → classification; anything else → regression."""
+    if _is_labels(y):
+        return "classification"
     if y.ndim == 1 or (y.ndim == 2 and y.shape[1] == 1):
         v = y.reshape(-1)
         integral = (
@@ -184,6 +241,26 @@ def _infer_task(y: np.ndarray) -> str:
     return "regression"
 
 
+def _task_of(y: np.ndarray, task: str, one_hot: bool) -> tuple[str, str]:
+    """``(task, how)``: the task and how it was decided (``"given"`` or the inference rule that applied)."""
+    if task not in ("auto", "classification", "regression"):
+        raise DataError(f"`task` must be 'auto', 'classification' or 'regression'; found {task!r}")
+    if _is_labels(y) and (task == "regression" or not one_hot):
+        first = ", ".join(repr(str(v)) for v in np.unique(y)[:3])
+        raise DataError(
+            f"`task`: the targets are class names ({first}, …), which need classification with one-hot "
+            f"targets; found task={task!r}, one_hot={one_hot}"
+        )
+    if task != "auto":
+        return task, "given"
+    task = _infer_task(y)
+    if _is_labels(y):
+        return task, "inferred: class names"
+    if task == "classification":
+        return task, f"inferred: integer targets with at most {MAX_CLASSES} distinct values"
+    return task, "inferred: not integer class labels"
+
+
 def prepare(
     X, y, *, task: str = "auto", standardize: bool = True, one_hot: bool = True, center: bool = True, name: str = "data"
 ) -> Dataset:
@@ -192,10 +269,14 @@ def prepare(
     Parameters
     ----------
     X : array_like, shape (N, D) or (N, ...)
-        Inputs; extra axes are kept only when ``standardize`` is False (images for a conv model).
+        Inputs; any shape after the sample axis is kept (images for a conv model, sequences).
+        Standardisation is per entry of one input (every ``X[:, i, j, …]`` over the samples),
+        computed on the flattened ``(N, prod(shape))`` view and reshaped back.
     y : array_like, shape (N,) or (N, C)
-        Class labels or regression targets.
+        Class labels (integers or names) or regression targets.
     task : {"auto", "classification", "regression"}
+        ``"auto"``: class names or integer labels with at most :data:`MAX_CLASSES` distinct values are
+        classification, anything else regression (recorded as ``preprocessing["task_rule"]``).
     standardize, one_hot, center : bool
         The preprocessing steps.
     name : str
@@ -211,15 +292,18 @@ def prepare(
     NonFiniteError
         NaN or infinite entries (the message gives the first one).
     DataError
-        Unknown ``task``, or a one-hot encoding of non-integer targets.
+        Unknown ``task``, class names with ``task="regression"`` or without one-hot encoding, or a
+        one-hot encoding of several target columns.
     """
     try:
         X = np.asarray(X, dtype=np.float64)
         y = np.asarray(y)
+        if y.dtype == object:  # labels given as Python objects: their names
+            y = y.astype(str)
     except (TypeError, ValueError) as exc:
         raise DataError(f"`data`: inputs and targets must be numeric arrays ({exc})") from exc
     if X.ndim < 2 or X.shape[0] == 0:
-        raise ShapeError(f"`X` must have shape (N, D) with N ≥ 1; found {X.shape}")
+        raise ShapeError(f"`X` must have shape (N, D) or (N, …) with N ≥ 1; found {X.shape}")
     if y.ndim not in (1, 2):
         raise ShapeError(f"`Y` must have shape (N,) or (N, C); found {y.shape}")
     if X.shape[0] != y.shape[0]:
@@ -233,11 +317,14 @@ def prepare(
                 f"`{nm}` must be finite; found {a[tuple(bad)]} at index {tuple(int(i) for i in bad)} "
                 "(remove or impute missing values first)"
             )
-    if task == "auto":
-        task = _infer_task(y)
-    if task not in ("classification", "regression"):
-        raise DataError(f"`task` must be 'auto', 'classification' or 'regression'; found {task!r}")
-    rec = {"standardize": bool(standardize), "one_hot": False, "center": bool(center), "n_classes": None}
+    task, how = _task_of(y, task, one_hot)
+    rec = {
+        "standardize": bool(standardize),
+        "one_hot": False,
+        "center": bool(center),
+        "n_classes": None,
+        "task_rule": how,
+    }
     classes: tuple = ()
     if task == "classification" and one_hot:
         labels = y.reshape(-1) if y.ndim == 1 or y.shape[1] == 1 else None
@@ -290,8 +377,8 @@ def load_dataset(
     task, standardize, one_hot, center
         See :func:`prepare`.
     subset : int, optional
-        Keep a random subset of this many samples (drawn with ``seed`` before
-        preprocessing; recorded).
+        Keep a random subset of this many samples (drawn with ``seed`` along the
+        sample axis 0, before preprocessing; recorded).
     seed : int
 
     Returns
@@ -303,10 +390,11 @@ def load_dataset(
     DataError, ShapeError, NonFiniteError
     """
     src = str(source)
+    rule = None
     if src in BUILTIN:
         X, y, builtin_task = _builtin(src)
         if task == "auto":
-            task = builtin_task
+            task, rule = builtin_task, "bundled data set"
     else:
         path = Path(src)
         if not path.exists():
@@ -321,6 +409,8 @@ def load_dataset(
         keep = np.sort(np.random.default_rng(seed).permutation(n)[: int(subset)])
         X, y = np.asarray(X)[keep], np.asarray(y)[keep]
     ds = prepare(X, y, task=task, standardize=standardize, one_hot=one_hot, center=center, name=src)
+    if rule is not None:
+        ds.preprocessing["task_rule"] = rule
     if subset is not None:
         ds.preprocessing["subset"] = {"n": int(subset), "seed": int(seed)}
     return ds

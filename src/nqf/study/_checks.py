@@ -7,10 +7,14 @@
   (``‖[𝒜*(R), 𝒜*(S)]‖ / (‖𝒜*(R)‖ ‖𝒜*(S)‖)``, milliseconds, nothing dense is built):
   decides Lotka–Volterra or the saddle sequence;
 * width against ``p`` (``M(0) = εI`` needs ``m ≥ p``);
-* memory and time, estimated before the long runs from the sizes and a timed step.
+* memory and time, estimated before the long runs from the sizes and a timed step;
+* training-only randomness (dropout, batch statistics): such layers are switched to eval mode, as the
+  structure operator sees them, and named.
 """
 
 from __future__ import annotations
+
+from typing import NoReturn
 
 import torch
 from torch import nn
@@ -19,7 +23,79 @@ from ..errors import NormalFormError
 from ..structure import COMMUTING_RTOL, commutator_defect, module_label, smooth_alternatives_text
 from ._result import CheckRow
 
-__all__ = ["check_smooth", "check_symmetry", "check_zgz", "check_commutation", "check_width", "estimate_row"]
+__all__ = [
+    "TRAINING_ONLY",
+    "training_only_layers",
+    "freeze_training_only",
+    "check_training_only",
+    "check_activation_at_zero",
+    "check_smooth",
+    "check_symmetry",
+    "check_zgz",
+    "check_commutation",
+    "check_width",
+    "estimate_row",
+]
+
+#: Layers that behave differently in training mode (random masks, batch statistics).
+TRAINING_ONLY: tuple[type[nn.Module], ...] = (
+    nn.Dropout,
+    nn.Dropout1d,
+    nn.Dropout2d,
+    nn.Dropout3d,
+    nn.AlphaDropout,
+    nn.FeatureAlphaDropout,
+    nn.BatchNorm1d,
+    nn.BatchNorm2d,
+    nn.BatchNorm3d,
+    nn.SyncBatchNorm,
+)
+
+
+def training_only_layers(module: nn.Module) -> list[str]:
+    """``"NAME (Class)"`` of every layer of ``module`` whose training mode is random or batch-dependent."""
+    return [
+        f"`{n or type(module).__name__}` ({type(m).__name__})"
+        for n, m in module.named_modules()
+        if isinstance(m, TRAINING_ONLY)
+    ]
+
+
+def freeze_training_only(module: nn.Module) -> list[str]:
+    """Put ``module`` in eval mode (dropout off, batch norm on its running statistics), as the structure
+    operator and the real training of the analysis use it; returns :func:`training_only_layers`."""
+    module.eval()
+    return training_only_layers(module)
+
+
+def check_training_only(names: list[str]) -> CheckRow:
+    """The row for training-only layers: ``ok`` without any, ``warn`` naming them (switched off)."""
+    if not names:
+        return CheckRow("training-only layers", "none", "no dropout / batch statistics", "ok")
+    return CheckRow(
+        "training-only layers",
+        ", ".join(names),
+        "no dropout / batch statistics",
+        "warn",
+        "switched off (eval mode) for the analysis: the NQF and the real training use the deterministic network",
+    )
+
+
+def check_activation_at_zero(found) -> None:
+    """The zero-gradient condition, early and cheap, for units with an elementwise activation: ``σ(0) = 0``.
+
+    Raises
+    ------
+    NormalFormError
+        ``σ(0) ≠ 0`` (e.g. a sigmoid), with the message of :func:`check_zgz`.
+    """
+    act = found.activation
+    if act is None:
+        return
+    with torch.no_grad():
+        at0 = float(act(torch.zeros(1, dtype=torch.float64)).reshape(-1)[0])
+    if abs(at0) > 1e-12:
+        _zgz_error(act)
 
 
 def check_smooth(module: nn.Module) -> CheckRow:
@@ -61,6 +137,10 @@ def check_zgz(op, offset: torch.Tensor, how: str, activation=None) -> CheckRow:
     """
     if op.satisfies_zgz:
         return CheckRow("zero-gradient condition", "b = 0, B = 0", "units at zero get no gradient", "ok")
+    _zgz_error(activation)
+
+
+def _zgz_error(activation) -> NoReturn:
     extra = "" if activation is None else f" ({type(activation).__name__}: σ(0) ≠ 0)"
     raise NormalFormError(
         f"`model`: the zero-gradient condition fails{extra}: a unit at zero still receives a gradient, so the "

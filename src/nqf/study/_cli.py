@@ -33,6 +33,9 @@ def register_cli(app: typer.Typer) -> None:
             help="digits, iris, wine, breast_cancer, diabetes, linnerud, or a .npz (X, Y) / .csv / .pt file.",
         ),
         target: str | None = typer.Option(None, "--target", help="CSV target column(s), names or 0-based indices."),
+        task: str = typer.Option(
+            "auto", "--task", help="classification, regression, or auto: inferred from the targets (docs/analyze.md)."
+        ),
         units: str | None = typer.Option(None, "--units", help="Layer of units to analyse (default: first found)."),
         eps: float = typer.Option(1e-6, "--eps", help="Initial scale: M(0) = εI."),
         lr: float | None = typer.Option(None, "--lr", help="GD step (default 0.02 / largest escape rate)."),
@@ -55,7 +58,7 @@ def register_cli(app: typer.Typer) -> None:
         from pydantic import ValidationError
 
         from ..errors import NQFError
-        from ._output import AnalyzeExperiment, AnalyzeParams, load_data, print_analysis
+        from ._output import AnalyzeExperiment, AnalyzeParams, load_data
         from ._pipeline import prepare_analysis
 
         torch.set_num_threads(threads)
@@ -64,6 +67,7 @@ def register_cli(app: typer.Typer) -> None:
                 model=model,
                 data=data,
                 target=target,
+                task=task,  # type: ignore[arg-type]  # checked by pydantic: one line naming --task
                 units=units,
                 eps=eps,
                 lr=lr,
@@ -73,7 +77,7 @@ def register_cli(app: typer.Typer) -> None:
             )
         except ValidationError as exc:  # one line naming the flag
             err = exc.errors()[0]
-            _fail(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}")
+            _fail(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}; found {err.get('input')!r}")
         if list_units:
             _list_units(params, seed)
             return
@@ -87,19 +91,25 @@ def register_cli(app: typer.Typer) -> None:
         out = Path(out) if out else Path("runs") / f"analyze-{stamp}"
         exp = AnalyzeExperiment(log=log)
         results = _run(exp, params, out, seed=seed, force=force, as_json=as_json)
-        a = exp.analysis
-        assert a is not None  # set by a complete run
-        if as_json:
-            typer.echo(
-                json.dumps(
-                    {"analysis": a.to_dict(), "run_directory": str(out), "wall_seconds": results["wall_seconds"]},
-                    indent=2,
-                )
+        _report(exp.analysis, out, results, as_json)
+
+
+def _report(a, out: Path, results: dict, as_json: bool) -> None:
+    """The analysis on stdout: JSON (``--json``) or the printed tables and the verdict, then the run directory."""
+    from ._output import print_analysis
+
+    assert a is not None  # set by a complete run
+    if as_json:
+        typer.echo(
+            json.dumps(
+                {"analysis": a.to_dict(), "run_directory": str(out), "wall_seconds": results["wall_seconds"]},
+                indent=2,
             )
-            return
-        print_analysis(a, typer.echo)
-        typer.echo("")
-        typer.echo(f"run directory: {out}   report: {out / 'report.html'}   ({results['wall_seconds']} s)")
+        )
+        return
+    print_analysis(a, typer.echo)
+    typer.echo("")
+    typer.echo(f"run directory: {out}   report: {out / 'report.html'}   ({results['wall_seconds']} s)")
 
 
 def _list_units(params, seed: int) -> None:

@@ -8,6 +8,8 @@ API the same way.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from ..experiments import Check, Experiment, Outcome, Params, Table
@@ -20,6 +22,9 @@ class AnalyzeParams(Params):
     model: str = Field(default="mlp:width=256,act=tanh", description="built-in spec or FILE.py:FACTORY")
     data: str = Field(default="digits", description="bundled name or .npz/.csv/.pt file")
     target: str | None = Field(default=None, description="CSV target columns")
+    task: Literal["auto", "classification", "regression"] = Field(
+        default="auto", description="classification, regression, or auto (inferred from the targets)"
+    )
     units: str | None = Field(default=None, description="layer of units (default: the first found)")
     eps: float = Field(default=1e-6, gt=0, lt=1, description="initial scale: M(0) = εI")
     lr: float | None = Field(default=None, gt=0, description="GD step (default 0.02 / largest escape rate)")
@@ -38,6 +43,7 @@ def load_data(P: AnalyzeParams, seed: int = 0):
     return load_dataset(
         P.data,
         target=P.target,
+        task=P.task,
         standardize=P.standardize,
         one_hot=P.one_hot,
         center=P.center,
@@ -158,13 +164,7 @@ def fill_outcome(a: Analysis, out: Outcome) -> None:
         }
     )
     out.figures["analysis"] = a.plot()
-    out.summary.extend(
-        [
-            f"model {a.model}, data {a.data} (N = {a.n_samples}, C = {a.n_outputs}); {a.units}; "
-            f"operator {a.operator}; ε = {a.eps:g}, η = {a.lr:.4g}, {a.steps} steps"
-        ]
-        + list(a.verdict["text"])
-    )
+    out.summary.extend([header_line(a)] + list(a.verdict["text"]))
 
 
 def save_analysis(a: Analysis, out_dir, *, force: bool = False) -> dict:
@@ -179,31 +179,51 @@ def save_analysis(a: Analysis, out_dir, *, force: bool = False) -> dict:
     return run_experiment(_Saved(), params, out_dir, force=force)
 
 
+#: The printed per-plateau table: (header, column of :meth:`Analysis.table`); the flat column adds the ratio.
+PRINTED_COLUMNS = (
+    ("k", 0),
+    ("rank", 1),
+    ("L pred", 2),
+    ("L NQF", 3),
+    ("L real", 4),
+    ("err", 6),
+    ("t pred", 7),
+    ("t NQF", 9),
+    ("t real", 10),
+    ("err", 12),
+    ("flat", 14),
+)
+
+
+def header_line(a: Analysis) -> str:
+    """Model, data (samples, outputs, task, class names), units and run settings in one line."""
+    names = f", classes {', '.join(str(c) for c in a.classes)}" if a.classes else ""
+    task = f", {a.task}" if a.task else ""
+    return (
+        f"model {a.model}, data {a.data} (N = {a.n_samples}, C = {a.n_outputs}{task}{names}); {a.units}; "
+        f"operator {a.operator}; ε = {a.eps:g}, η = {a.lr:.4g}, {a.steps} steps"
+    )
+
+
 def print_analysis(a: Analysis, echo=print) -> None:
-    """The checks table, the per-plateau table and the verdict, as text."""
+    """The header, the checks table, the per-plateau table and the verdict, as text.
+
+    The per-plateau columns are picked from :meth:`Analysis.table` by :data:`PRINTED_COLUMNS` (the
+    errors are the real network's against the prediction; flat is ``yes``/``no`` with the flatness ratio).
+    """
     from ..report import format_cell
 
+    echo(header_line(a))
     echo("assumption checks:")
     for c in a.checks:
         echo(f"  {c.name:<24} {c.value:<24} {c.status:<4} {c.note}")
     echo("")
-    cols = ["k", "rank", "L pred", "L NQF", "L real", "err", "t pred", "t NQF", "t real", "err", "flat"]
-    echo("  " + " ".join(f"{h:>8}" for h in cols))
+    echo("  " + " ".join(f"{h:>8}" for h, _ in PRINTED_COLUMNS))
+    flat_col = Analysis.TABLE_COLUMNS.index("flatness (real)")
     for r in a.table():
-        cells = [
-            r[0],
-            r[1],
-            r[2],
-            r[3],
-            r[4],
-            r[6],
-            r[7],
-            r[8],
-            r[9],
-            r[11],
-            f"{format_cell(r[13])} ({format_cell(r[12])})" if r[12] is not None else format_cell(r[13]),
-        ]
-        echo("  " + " ".join(f"{format_cell(c):>8}" for c in cells))
+        cells = [format_cell(r[j]) for _, j in PRINTED_COLUMNS]
+        cells[-1] = f"{cells[-1]} ({format_cell(r[flat_col])})"
+        echo("  " + " ".join(f"{c:>8}" for c in cells))
     echo("  (err: real network vs prediction; flat: loss change across the plateau / adjacent drop)")
     echo("")
     for line in a.verdict["text"]:

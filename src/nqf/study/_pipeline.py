@@ -6,7 +6,8 @@ Pipeline (docs/analyze.md):
 2. the units are found (or named) and rescaled to ``M(0) = εI`` (``W(0) = √ε Qᵀ``;
    rank-deficient ``M(0) = εΠ`` when the width is below ``p``, see
    :mod:`nqf.curves._schedule`); every other parameter stays as the user built it;
-3. structure operator (analytic for a plain two-layer MLP, autodiff otherwise) and
+3. structure operator (analytic where the family is recognised and agrees with the
+   module's own, dense or matrix-free autodiff otherwise: :mod:`nqf.study._operators`) and
    assumption checks: symmetry, zero-gradient condition, commutation (two random
    adjoints; nothing dense), memory/time estimate;
 4. prediction (:func:`nqf.predict`, a :class:`nqf.Staircase`): Lotka–Volterra
@@ -33,7 +34,18 @@ from ..curves import FLAT_THRESHOLD, compare_staircase, stable_learning_rate, st
 from ..data import Dataset, prepare
 from ..dynamics import initial_weights
 from ..reductions import predict
-from ._checks import check_commutation, check_smooth, check_symmetry, check_width, check_zgz, estimate_row
+from ._checks import (
+    check_activation_at_zero,
+    check_commutation,
+    check_smooth,
+    check_symmetry,
+    check_training_only,
+    check_width,
+    check_zgz,
+    estimate_row,
+    freeze_training_only,
+    training_only_layers,
+)
 from ._discover import choose_units
 from ._models import build_model
 from ._operators import is_analytic, structure_of
@@ -46,6 +58,8 @@ __all__ = ["analyze", "prepare_analysis"]
 HORIZON_MARGIN, HORIZON_EXTRA = 1.5, 5.0
 #: Below this ε the NQF is simulated in weight form (the order-parameter form is exact at larger ε).
 WEIGHT_FORM_BELOW = 1e-13
+#: Rough cost model of the prediction (see :func:`_prediction_estimate`): seconds per drop, and per drop and p³.
+PREDICT_SECONDS_PER_DROP, PREDICT_SECONDS_PER_P3 = 1.0, 3e-6
 
 
 def _as_data(X, Y, name: str | None) -> Dataset:
@@ -60,21 +74,39 @@ def _as_data(X, Y, name: str | None) -> Dataset:
     return prepare(Xa, Ya, task="regression", standardize=False, one_hot=False, center=False, name=name or "arrays")
 
 
+def _check_builtin_shape(model, data: Dataset) -> None:
+    """The built-in ``mlp:`` spec takes inputs of shape ``(N, D)``; other shapes need a model file."""
+    from ..errors import ModelSpecError
+
+    if isinstance(model, str) and ".py:" not in model and data.X.ndim != 2:
+        raise ModelSpecError(
+            f"`model`: the built-in spec {model!r} takes inputs of shape (N, D); found X of shape "
+            f"{tuple(data.X.shape)}; pass a model file (--model FILE.py:FACTORY) for inputs of this shape"
+        )
+
+
 def prepare_analysis(model, X, Y=None, *, units: str | None = None, seed: int = 0, data_name: str | None = None):
     """The cheap, failing-early part: data, model, smoothness, units.  Returns ``(data, module, found, desc)``.
+
+    The module is in eval mode: dropout and batch statistics (training-only layers, see
+    :func:`nqf.study._checks.freeze_training_only`) are switched off for the whole analysis.
 
     Raises
     ------
     NQFError
-        Bad data (NaN, mismatched lengths), a non-smooth layer, no interchangeable units.
+        Bad data (NaN, mismatched lengths), a built-in spec on inputs that are not ``(N, D)``, a non-smooth
+        layer, no interchangeable units, an activation with ``σ(0) ≠ 0``.
     """
     data = _as_data(X, Y, data_name)
     desc = model if isinstance(model, str) else type(model).__name__
+    _check_builtin_shape(model, data)
     module = build_model(model, data.n_features, data.n_outputs, seed=seed)
     if not isinstance(model, str):
         module = copy.deepcopy(module)
+    freeze_training_only(module)
     check_smooth(module)
     found = choose_units(module, units)
+    check_activation_at_zero(found)
     return data, module, found, desc
 
 
@@ -149,22 +181,23 @@ def analyze(
         Bad data or model (see :func:`prepare_analysis`), the zero-gradient condition failing,
         or a non-MSE loss.
     """
-    from ..dynamics import simulate, train_network
-
     say = log or (lambda s: None)
     eps = _checked_options(eps, loss)
     timings = {}
     t0 = time.perf_counter()
     data, module, found, desc = prepare_analysis(model, X, Y, units=units, seed=seed, data_name=data_name)
+    say(_data_line(data))
     say(f"units: {found.describe()}")
+    notes = _training_only_notes(module, say)
     Xt = torch.as_tensor(data.X, dtype=torch.float64)
     Yt = torch.as_tensor(data.Y, dtype=torch.float64)
-    op, f0, how = structure_of(module, found, Xt)
+    op, f0, how = _operator(module, found, Xt, say)
     Ynqf = Yt - f0 if is_analytic(how) else Yt
     rows, commuting = _assumption_checks(module, found, Xt, op, f0, how, seed=seed)
     p, m = found.p, found.n_units
     timings["setup"] = time.perf_counter() - t0
 
+    say(_prediction_estimate(p, m, data.n_outputs, commuting))
     t0 = time.perf_counter()
     W0 = initial_weights(p, m, eps, seed=seed)
     M0 = W0 @ W0.T if m < p else None
@@ -179,32 +212,31 @@ def analyze(
     form = "weights" if (eps <= WEIGHT_FORM_BELOW or m < p) else "order_parameter"
 
     # memory and time, before the long runs: sizes and three timed steps of each
-    net = copy.deepcopy(module)
-    seconds, nbytes = _cost(module, found, Xt, Yt, op, Ynqf, W0, lr=lr, steps=steps, form=form, save_every=save_every)
-    rows.append(estimate_row(seconds, nbytes))
-    say(f"estimate: {steps} steps (η = {lr:.4g}), ~{seconds:.0f} s, {nbytes / 2**20:.0f} MiB")
-
-    t0 = time.perf_counter()
-    sim = simulate(op, Ynqf, W0=W0, lr=lr, steps=steps, form=form, save_every=save_every, save_W=False)
-    timings["nqf_simulation"] = time.perf_counter() - t0
-    say(f"NQF simulation: {timings['nqf_simulation']:.1f} s")
-    t0 = time.perf_counter()
-    real = train_network(
-        net, found.layout, Xt, Yt, W0=init_factor * W0, lr=lr, steps=steps, save_every=save_every, save_W=False
+    (c_real, c_nqf), nbytes = _cost(
+        module, found, Xt, Yt, op, Ynqf, W0, lr=lr, steps=steps, form=form, save_every=save_every
     )
-    timings["real_training"] = time.perf_counter() - t0
-    say(f"real network: {timings['real_training']:.1f} s")
+    rows.append(estimate_row((c_real + c_nqf) * steps, nbytes))
+    say(f"estimate: {steps} steps (η = {lr:.4g}), ~{(c_real + c_nqf) * steps:.0f} s, {nbytes / 2**20:.0f} MiB")
+    sim, real = _runs(
+        module,
+        found,
+        Xt,
+        Yt,
+        op,
+        Ynqf,
+        init_factor * W0,
+        W0,
+        lr,
+        steps,
+        form,
+        save_every,
+        (c_nqf, c_real),
+        timings,
+        say,
+    )
 
-    n = min(len(sim), len(real))
-    t = real.t[:n].numpy()
-    Lr, Ln = real.loss[:n].numpy(), sim.loss[:n].numpy()
-    cmp_nqf = compare_staircase(t, Ln, pred, flat_threshold=flat_threshold)
-    cmp_real = compare_staircase(t, Lr, pred, flat_threshold=flat_threshold)
-    Q = torch.from_numpy(pred.directions.copy())
-    strength = {key: _strengths(Q, tr, n) for key, tr in (("strength_real", real), ("strength_nqf", sim))}
-    val = validity(t, Lr, Ln, torch.as_tensor(real.step)[:n].numpy(), pred, gap_tolerance)
-    verdict = judge(pred, cmp_nqf, cmp_real, val, eps, found, m, p)
-    curves = {"t": t, "loss_real": Lr, "loss_nqf": Ln, "loss_predicted": pred.loss_curve(t), **strength}
+    cmp_nqf, cmp_real, val, verdict, curves = _compare(pred, sim, real, eps, found, flat_threshold, gap_tolerance)
+    verdict["text"].extend(notes)
     return Analysis(
         model=desc,
         data=data.name,
@@ -225,7 +257,83 @@ def analyze(
         verdict=verdict,
         curves=curves,
         timings={k: round(v, 3) for k, v in timings.items()},
+        task=data.task,
+        classes=tuple(data.classes),
+        notes=tuple(notes),
     )
+
+
+def _compare(pred, sim, real, eps: float, found, flat_threshold: float, gap_tolerance: float):
+    """Both runs against the prediction, the validity of the quadratic regime, the verdict and the curves."""
+    n = min(len(sim), len(real))
+    t = real.t[:n].numpy()
+    Lr, Ln = real.loss[:n].numpy(), sim.loss[:n].numpy()
+    cmp_nqf = compare_staircase(t, Ln, pred, flat_threshold=flat_threshold)
+    cmp_real = compare_staircase(t, Lr, pred, flat_threshold=flat_threshold)
+    Q = torch.from_numpy(pred.directions.copy())
+    strength = {key: _strengths(Q, tr, n) for key, tr in (("strength_real", real), ("strength_nqf", sim))}
+    val = validity(t, Lr, Ln, torch.as_tensor(real.step)[:n].numpy(), pred, gap_tolerance)
+    verdict = judge(pred, cmp_nqf, cmp_real, val, eps, found, found.n_units, found.p)
+    curves = {"t": t, "loss_real": Lr, "loss_nqf": Ln, "loss_predicted": pred.loss_curve(t), **strength}
+    return cmp_nqf, cmp_real, val, verdict, curves
+
+
+def _data_line(data: Dataset) -> str:
+    """The progress line of the data: samples, input shape, outputs, task and how it was decided."""
+    rule = data.preprocessing.get("task_rule")
+    names = f"; classes {', '.join(str(c) for c in data.classes)}" if data.classes else ""
+    return (
+        f"data: {data.name}: N = {data.n_samples}, input shape {data.input_shape}, C = {data.n_outputs}, "
+        f"{data.task}" + (f" ({rule})" if rule else "") + names
+    )
+
+
+def _training_only_notes(module, say) -> list[str]:
+    """Sentences (verdict text) and log lines naming the training-only layers switched off."""
+    names = training_only_layers(module)
+    if not names:
+        return []
+    note = (
+        f"Training-only layers {', '.join(names)} were switched off (eval mode: no dropout, batch norm on its "
+        "running statistics) for the prediction, the NQF and the real training; a network trained with them "
+        "on is not what was analysed."
+    )
+    say(f"note: {note}")
+    return [note]
+
+
+def _prediction_estimate(p: int, m: int, n_outputs: int, commuting: bool) -> str:
+    """A rough time of :func:`nqf.predict`, from the sizes only (nothing is run).
+
+    The targets have rank at most ``C`` (outputs), so the saddle sequence finds at most
+    ``K = min(p, m, C)`` drops; each costs an orbit integration of fixed overhead plus eigenproblems and
+    products of ``p × p`` matrices: ``seconds ≈ K · (PREDICT_SECONDS_PER_DROP + PREDICT_SECONDS_PER_P3 · p³)``.
+    Calibrated on the bundled sets and a small conv model on this machine class (wine 7 s for 2 drops,
+    digits 12 s for 9, p = 202 minutes); a factor of a few either way.
+    """
+    K = min(p, m, n_outputs)
+    seconds = K * (PREDICT_SECONDS_PER_DROP + PREDICT_SECONDS_PER_P3 * p**3)
+    method = "Lotka–Volterra" if commuting else "saddle sequence"
+    return f"prediction ({method}, p = {p}, at most {K} drops): rough estimate ~{seconds:.0f} s"
+
+
+def _runs(module, found, Xt, Yt, op, Ynqf, W0_real, W0, lr, steps, form, save_every, costs, timings, say):
+    """The NQF simulation and the real training, each announced with its estimate (timed steps × steps)."""
+    from ..dynamics import simulate, train_network
+
+    c_nqf, c_real = costs
+    say(f"NQF simulation: {steps} steps ({form} form), estimated ~{c_nqf * steps:.0f} s")
+    t0 = time.perf_counter()
+    sim = simulate(op, Ynqf, W0=W0, lr=lr, steps=steps, form=form, save_every=save_every, save_W=False)
+    timings["nqf_simulation"] = time.perf_counter() - t0
+    say(f"NQF simulation: {timings['nqf_simulation']:.1f} s")
+    say(f"real network: {steps} steps of full-batch GD, estimated ~{c_real * steps:.0f} s")
+    t0 = time.perf_counter()
+    net = copy.deepcopy(module)
+    real = train_network(net, found.layout, Xt, Yt, W0=W0_real, lr=lr, steps=steps, save_every=save_every, save_W=False)
+    timings["real_training"] = time.perf_counter() - t0
+    say(f"real network: {timings['real_training']:.1f} s")
+    return sim, real
 
 
 def _checked_options(eps, loss: str) -> float:
@@ -241,6 +349,14 @@ def _checked_options(eps, loss: str) -> float:
     return eps
 
 
+def _operator(module, found, Xt, say):
+    """:func:`structure_of`, with a progress line saying which operator it is and how long it took."""
+    t0 = time.perf_counter()
+    op, f0, how = structure_of(module, found, Xt)
+    say(f"structure operator: {how} ({time.perf_counter() - t0:.1f} s)")
+    return op, f0, how
+
+
 def _assumption_checks(module, found, Xt, op, f0, how: str, *, seed: int):
     """The assumption rows (smoothness, symmetry, zero-gradient condition, commutation, width) and ``commuting``."""
     rows = [check_smooth(module)]
@@ -249,11 +365,12 @@ def _assumption_checks(module, found, Xt, op, f0, how: str, *, seed: int):
     row, commuting = check_commutation(op)
     rows.append(row)
     rows.append(check_width(found.n_units, found.p))
+    rows.append(check_training_only(training_only_layers(module)))
     return rows, commuting
 
 
 def _cost(module, found, Xt, Yt, op, Ynqf, W0, *, lr: float, steps: int, form: str, save_every: int):
-    """Estimated seconds (three timed steps of each run, scaled) and bytes of the real and NQF runs."""
+    """Seconds per step of the real and the NQF run (three timed steps of each), and bytes of both runs."""
     from ..dynamics import simulate, train_network
 
     c_real = _timed_step_cost(
@@ -265,7 +382,7 @@ def _cost(module, found, Xt, Yt, op, Ynqf, W0, *, lr: float, steps: int, form: s
     n_saved = steps // save_every + 2
     p = found.p
     nbytes = 2 * n_saved * p * p * 8 + sum(v.numel() * 8 for v in module.parameters()) * 3
-    return (c_real + c_nqf) * steps, nbytes
+    return (c_real, c_nqf), nbytes
 
 
 def _strengths(Q: torch.Tensor, tr, n: int) -> np.ndarray:

@@ -68,6 +68,12 @@ class Analysis(Result):
         ``strength_nqf`` (T, K).
     timings : dict
         Wall seconds of each part.
+    task : str
+        ``"classification"`` or ``"regression"`` (how the targets were read; empty for raw arrays).
+    classes : tuple
+        Class names (or labels) in the order of the one-hot outputs; empty for regression.
+    notes : tuple of str
+        What the analysis changed in the model (training-only layers switched to eval mode).
     """
 
     model: str
@@ -89,6 +95,9 @@ class Analysis(Result):
     verdict: dict = field(repr=False)
     curves: dict = field(repr=False)
     timings: dict = field(default_factory=dict, repr=False)
+    task: str = ""
+    classes: tuple = field(default=(), repr=False)
+    notes: tuple = field(default=(), repr=False)
 
     def __repr__(self) -> str:
         return (
@@ -119,6 +128,9 @@ class Analysis(Result):
                 "validity": dict(self.validity),
                 "verdict": dict(self.verdict),
                 "timings": dict(self.timings),
+                "task": self.task,
+                "classes": [c if isinstance(c, (int, float, str)) else str(c) for c in self.classes],
+                "notes": list(self.notes),
             }
         )
 
