@@ -170,3 +170,22 @@ def test_width_64_on_digits_is_reported_as_having_left_the_quadratic_regime():
     assert a.prediction.global_minimum and v["left_step"] is not None, v
     assert v["final_real"] < 0.99 * v["nqf_minimum"], v
     assert any(f"left the quadratic regime at step {v['left_step']}" in s for s in a.verdict["text"])
+
+
+def test_mode_strengths_from_the_saved_factor_equal_those_from_M():
+    """The analysis saves W (p × m) instead of M (p × p) when the width is below p; qᵀ M q = ‖Wᵀ q‖² (M = W Wᵀ
+    built independently here), and a wrong contraction (Wᵀ q summed before squaring) differs."""
+    from types import SimpleNamespace
+
+    from nqf.study._pipeline import _strengths
+
+    gen = torch.Generator().manual_seed(0)
+    W = torch.randn(5, 7, 3, generator=gen, dtype=torch.float64)
+    Q = torch.linalg.qr(torch.randn(7, 2, generator=gen, dtype=torch.float64))[0]
+    M = W @ W.transpose(1, 2)
+    from_M = _strengths(Q, SimpleNamespace(M=M, W=None), 4)
+    from_W = _strengths(Q, SimpleNamespace(M=None, W=W), 4)
+    np.testing.assert_allclose(from_W, from_M, rtol=1e-12)
+    wrong = torch.einsum("pk,tpm->tk", Q, W[:4]).pow(2).numpy()
+    assert not np.allclose(wrong, from_M, rtol=1e-3)
+    assert _strengths(Q, SimpleNamespace(M=None, W=None), 4).shape == (4, 0)

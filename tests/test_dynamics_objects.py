@@ -272,3 +272,25 @@ def test_batched_divergence_uses_the_loop_message():
     assert batch[0].success and not batch[1].success and not single.success
     assert batch[1].message.startswith("diverged at step") and "try lr = " in batch[1].message
     assert "`divergence_threshold` × L(0)" in batch[1].message and "`divergence_threshold` × L(0)" in single.message
+
+
+def test_recorder_keeps_copies_in_one_buffer_and_grows():
+    """The recorder's buffers hold copies of what was added (mutating the input later changes nothing), in
+    order, past the initial capacity (doubled), and the trajectory has exactly the saved states."""
+    from nqf.dynamics._save import Recorder
+
+    rec = Recorder(capacity=2)
+    x = torch.zeros(3, 2, dtype=torch.float64)
+    states = []
+    for k in range(5):
+        x += 1.0
+        states.append(x.clone())
+        rec.add(k, float(k), W=x)
+    x.fill_(-7.0)
+    tr = rec.trajectory(lr=0.1, dtype=torch.float64, device=torch.device("cpu"), status=0, message="", info={})
+    assert tr.W is not None and tr.M is None and tr.mu is None
+    torch.testing.assert_close(tr.W, torch.stack(states), rtol=0, atol=0)
+    torch.testing.assert_close(tr.t, 0.1 * torch.arange(5, dtype=torch.float64), rtol=0, atol=1e-15)
+    exact = Recorder(capacity=1)
+    exact.add(0, 0.0, M=torch.eye(2))
+    assert exact.saved("M").shape == (1, 2, 2) and exact.saved("W") is None

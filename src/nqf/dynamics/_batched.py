@@ -186,7 +186,7 @@ def simulate_batched(
     F, polish = _initial_factors(M, B, p, dt, dev)
     ref_norm = F.norm(dim=1)  # (B, r)
     active = torch.ones(B, dtype=torch.bool, device=dev)
-    recs = [Recorder() for _ in range(B)]
+    recs = [Recorder(keep.count(steps)) for _ in range(B)]
     check = DivergenceCheck(divergence_threshold, dt)
     status = [FINISHED] * B
     message = [f"finished {steps} steps"] * B

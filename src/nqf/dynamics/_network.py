@@ -133,7 +133,7 @@ def train_network(
         f0 = predict(torch.zeros_like(W), X)
     C = f0.shape[1]
     yt = loss.prepare(y, N, C, dt, dev)
-    rec = Recorder()
+    rec = Recorder(keep.count(steps))
 
     def evaluate(params, idx):
         Wl = params[0].detach().requires_grad_(True)

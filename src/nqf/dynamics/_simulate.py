@@ -294,7 +294,7 @@ def _run(op, y, M0, W0, s: RunSpec, track_transfer: bool = False) -> Trajectory:
     if polish:
         L = orthogonalize_columns(L)
     st = _loop_state(L, p, dt, dev)
-    rec, transfer = Recorder(), dict(Phi=[], a=[])
+    rec, transfer = Recorder(keep.count(s.steps)), dict(Phi=[], a=[])
 
     def mu_of(L):
         return None if c is None else L @ c

@@ -1,0 +1,171 @@
+"""Benchmark: ``nqf analyze`` on the models of issue 24 (full bundled data sets), one row each.
+
+Each row runs ``nqf analyze`` in a fresh process (``/usr/bin/time`` measures its wall time and
+peak resident memory) and reads the run's ``results.json``: the structure operator used, the
+time of the prediction, the NQF simulation and the real training (same number of steps, so
+their ratio is *NQF step ÷ real step*), the trust of the verdict, and the largest per-plateau
+time and level errors of the real network against the prediction (in the quadratic regime).
+
+Rows (digits: all 1797 samples; models written to a temporary ``models.py``):
+
+* ``cnn-seq`` / ``cnn-sub``: ``Conv2d(1, 16, 3, padding=1) → Tanh → Flatten → Linear(1024, 10)``
+  on 1×8×8 images, as ``nn.Sequential`` and as an ``nn.Module`` subclass;
+* ``mha``: ``nn.MultiheadAttention(8, 4 heads)`` over the 8 rows of the image, mean over
+  tokens, ``Linear(8, 10)``;
+* ``deep-wine``: three-layer tanh MLP on wine (units: the first hidden layer);
+* ``iris-bias`` / ``iris``: tanh MLP width 64 on iris with and without the hidden bias;
+* ``silu-bias`` / ``gelu-bias``: width-64 MLPs with the default hidden bias on breast_cancer;
+* ``iris-csv``: iris as CSV with its string label column (``--target species``).
+
+Run: ``python benchmarks/bench_analyze_models.py [--rows cnn-seq,iris] [--eps 1e-6] [--timeout 600]``.
+Prints one table (and ``--json`` the rows as JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+MODELS = """
+import torch
+from torch import nn
+
+
+def cnn_seq(n_outputs):
+    return nn.Sequential(nn.Unflatten(1, (1, 8, 8)), nn.Conv2d(1, 16, 3, padding=1), nn.Tanh(), nn.Flatten(),
+                         nn.Linear(1024, n_outputs, bias=False))
+
+
+class CNN(nn.Module):
+    def __init__(self, n_outputs):
+        super().__init__()
+        self.conv, self.act = nn.Conv2d(1, 16, 3, padding=1), nn.Tanh()
+        self.readout = nn.Linear(1024, n_outputs, bias=False)
+
+    def forward(self, x):
+        return self.readout(self.act(self.conv(x.view(-1, 1, 8, 8))).flatten(1))
+
+
+def cnn_sub(n_outputs):
+    return CNN(n_outputs)
+
+
+class MHA(nn.Module):
+    def __init__(self, n_outputs):
+        super().__init__()
+        self.att = nn.MultiheadAttention(8, 4, batch_first=True)
+        self.readout = nn.Linear(8, n_outputs, bias=False)
+
+    def forward(self, x):
+        t = x.view(-1, 8, 8)
+        return self.readout(self.att(t, t, t, need_weights=False)[0].mean(1))
+
+
+def mha(n_outputs):
+    return MHA(n_outputs)
+
+
+def deep(in_features, n_outputs):
+    return nn.Sequential(nn.Linear(in_features, 64, bias=False), nn.Tanh(), nn.Linear(64, 64, bias=False), nn.Tanh(),
+                         nn.Linear(64, n_outputs, bias=False))
+"""
+
+ROWS = {  # name: (model, data, extra flags)
+    "cnn-seq": ("{models}:cnn_seq", "digits", []),
+    "cnn-sub": ("{models}:cnn_sub", "digits", []),
+    "mha": ("{models}:mha", "digits", []),
+    "deep-wine": ("{models}:deep", "wine", ["--units", "0"]),
+    "iris-bias": ("mlp:width=64,act=tanh,bias=true", "iris", []),
+    "iris": ("mlp:width=64,act=tanh", "iris", []),
+    "silu-bias": ("mlp:width=64,act=silu,bias=true", "breast_cancer", []),
+    "gelu-bias": ("mlp:width=64,act=gelu,bias=true", "breast_cancer", []),
+    "iris-csv": ("mlp:width=64,act=tanh", "{csv}", ["--target", "species"]),
+}
+
+
+def _iris_csv(path: Path) -> Path:
+    from sklearn.datasets import load_iris
+
+    d = load_iris()
+    lines = [",".join([*d.feature_names, "species"])]
+    lines += [",".join([*(f"{v:g}" for v in x), d.target_names[y]]) for x, y in zip(d.data, d.target, strict=True)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _row(name: str, tmp: Path, eps: float, timeout: int) -> dict:
+    model, data, extra = ROWS[name]
+    model = model.format(models=tmp / "models.py")
+    data = data.format(csv=tmp / "iris.csv")
+    out = tmp / f"run-{name}"
+    cmd = ["/usr/bin/time", "-f", "TIME %e %M", sys.executable, "-m", "nqf", "analyze", "--model", model]
+    cmd += ["--data", data, "--eps", str(eps), "--out", str(out), "--force", *extra]
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"row": name, "status": f"timeout {timeout} s"}
+    m = re.search(r"TIME ([\d.]+) (\d+)", res.stderr)
+    row = {"row": name, "wall_s": float(m.group(1)) if m else None, "peak_MiB": int(m.group(2)) / 1024 if m else None}
+    if res.returncode != 0:
+        last = [ln for ln in res.stderr.splitlines() if ln.strip() and not ln.startswith("TIME")]
+        return {**row, "status": f"exit {res.returncode}: {last[-1] if last else ''}"[:160]}
+    return {**row, **_read_results(out / "results.json")}
+
+
+def _read_results(path: Path) -> dict:
+    a = json.loads(path.read_text())["analysis"]
+    tm = a.get("timings", {})
+    per = a.get("plateaus", [])
+    t_err = [abs(r["time_error_real"]) for r in per if r.get("time_error_real") is not None]
+    l_err = [abs(r["level_error_real"]) for r in per if r.get("level_error_real") is not None]
+    return {
+        "status": "ok",
+        "operator": a.get("operator"),
+        "p": a.get("p"),
+        "predict_s": tm.get("prediction"),
+        "nqf_over_real": tm["nqf_simulation"] / tm["real_training"] if tm.get("real_training") else None,
+        "trust": a.get("verdict", {}).get("trust"),
+        "max_t_err": max(t_err) if t_err else None,
+        "max_L_err": max(l_err) if l_err else None,
+    }
+
+
+def _print(rows: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    cols = ["row", "status", "operator", "p", "wall_s", "peak_MiB", "predict_s", "nqf_over_real", "trust"]
+    cols += ["max_t_err", "max_L_err"]
+    table = Table(*cols)
+    for r in rows:
+        table.add_row(*(f"{r[c]:.3g}" if isinstance(r.get(c), float) else str(r.get(c, "")) for c in cols))
+    Console(width=200).print(table)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", default=",".join(ROWS), help="comma-separated row names")
+    ap.add_argument("--eps", type=float, default=1e-6)
+    ap.add_argument("--timeout", type=int, default=600)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        (tmp / "models.py").write_text(MODELS)
+        _iris_csv(tmp / "iris.csv")
+        for name in args.rows.split(","):
+            rows.append(_row(name, tmp, args.eps, args.timeout))
+            print(json.dumps(rows[-1]), flush=True)
+    _print(rows)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()
