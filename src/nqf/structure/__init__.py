@@ -31,6 +31,7 @@ from ._factorization import SensingStructure, factorization, linear_network, mat
 from ._mlp import mlp
 from ._moe import mixture_of_experts
 from ._operator import DenseStructure, ProjectedStructure, StructureOperator, project_operator
+from ._readout import ReadoutStructure
 from ._subspace import data_subspace
 
 __all__ = [
@@ -66,6 +67,7 @@ __all__ = [
     "matrix_sensing",
     "conv1d",
     "conv2d",
+    "ReadoutStructure",
     "conv_output_size",
     "multi_head_attention",
     "qk_attention",

@@ -1,24 +1,28 @@
-"""The structure operator of the chosen units: analytic where the family is recognised, matrix-free otherwise.
+"""The structure operator of the chosen units: analytic where the family is recognised, autodiff otherwise.
 
 :func:`structure_of` tries, in order,
 
-1. **analytic, structured** operators of :mod:`nqf.structure` where the units are a recognised
-   family: hidden neurons of a model that *is* a two-layer MLP (:func:`nqf.structure.mlp`,
-   memory ``O(N D)``) and channels of a ``Conv1d``/``Conv2d`` read by an ``nn.Linear`` after a
+1. **analytic, structured** operators of :mod:`nqf.structure` for a recognised family, built on
+   the input the units' first layer receives (captured by a hook, so layers before the units are
+   allowed): hidden neurons between two ``nn.Linear`` layers (:func:`nqf.structure.mlp`,
+   memory ``O(N D)``); channels of a ``Conv1d``/``Conv2d`` read by an ``nn.Linear`` after a
    flatten (per-position readout) or a global average pool (mean readout)
-   (:func:`nqf.structure.conv1d` / :func:`~nqf.structure.conv2d` on the convolution's own input,
-   captured by a hook; memory ``O(N Q k)``).  Each is accepted only if it equals the module's
-   own autodiff operator (:func:`nqf.modules.from_module`, matrix-free) on a few samples to
-   ``1e-10``: forward and adjoint on random arguments, linear term, cross term.  Layers before
-   the units, a readout bias or anything else that keeps the quadratic form are allowed; anything
-   that changes it fails the check, and the next option is taken;
+   (:func:`nqf.structure.conv1d` / :func:`~nqf.structure.conv2d`, with the conv bias; memory
+   ``O(N Q k)``); the heads of a plain self-attention ``nn.MultiheadAttention`` (no mask, no
+   extra key/value biases; :func:`nqf.structure.multi_head_attention`).  Whatever follows the
+   layer the units feed is read out by its Jacobian at zero units
+   (:class:`nqf.structure.ReadoutStructure`, label ``"… + readout"``; one ``N × C × d`` array).
+   Each is accepted only if it equals the module's own autodiff operator
+   (:func:`nqf.modules.from_module`, matrix-free) on a few samples to ``1e-10``: forward and
+   adjoint on random arguments, linear term, cross term; otherwise the next option is taken;
 2. the **dense autodiff** operator ``N × C × p × p`` when it fits in :data:`DENSE_BUDGET`;
-3. the **matrix-free autodiff** operator (:class:`nqf.modules.from_module` with
+3. the **matrix-free autodiff** operator (:func:`nqf.modules.from_module` with
    ``matrix_free=True``: ``forward_factor`` / ``adjoint_apply`` through ``torch.func``, memory
    ``O(N (p + C))`` plus one chunk).
 
-The label (``"analytic mlp"``, ``"analytic conv2d"``, ``"autodiff (dense)"``, ``"autodiff
-(matrix-free)"``) is what ``nqf analyze`` prints after the units.
+The label (``"analytic mlp"``, ``"analytic conv2d + readout"``, ``"analytic attention +
+readout"``, ``"autodiff (dense)"``, ``"autodiff (matrix-free)"``, …) is what ``nqf analyze``
+prints as its ``structure operator:`` line and records as ``Analysis.operator``.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import math
 import torch
 from torch import nn
 
+from ..modules import get_unit_weights, set_unit_weights
 from ._discover import FoundUnits, output_at_zero
 
 __all__ = ["structure_of", "is_analytic", "DENSE_BUDGET", "AGREEMENT_RTOL"]
@@ -48,15 +53,16 @@ def structure_of(module: nn.Module, found: FoundUnits, X: torch.Tensor, *, check
         ``f(0)``; for an analytic operator it is *not* part of ``op`` (subtract it from the
         targets), for the autodiff operators it is ``op.offset`` already.
     how : str
-        Which operator: ``"analytic mlp"``, ``"analytic conv1d"``, ``"analytic conv2d"``,
-        ``"autodiff (dense)"`` or ``"autodiff (matrix-free)"``.
+        Which operator (module docstring): ``"analytic mlp"``, ``"analytic conv1d"``, ``"analytic
+        conv2d"``, ``"analytic attention"`` (each possibly ``" + readout"``), ``"autodiff (dense)"``
+        or ``"autodiff (matrix-free)"``.
     """
     from ..modules import from_module
 
     f0 = output_at_zero(module, found.layout, X)
     C = f0.shape[1]
     sub = torch.arange(min(check_samples, X.shape[0]))
-    for build in (_analytic_mlp, _analytic_conv):
+    for build in (_analytic_mlp, _analytic_conv, _analytic_attention):
         built = build(module, found, X, C)
         if built is not None and _agrees(built[0], module, found, X, sub):
             return built[0], f0, built[1]
@@ -84,12 +90,67 @@ def _activation_name(act: nn.Module | None) -> str | None:
 
 
 def _analytic_mlp(module: nn.Module, found: FoundUnits, X: torch.Tensor, C: int):
+    """:func:`nqf.structure.mlp` for hidden neurons between two ``nn.Linear`` layers (read out by the rest)."""
     from ..structure import mlp
 
     act = _activation_name(found.activation)
-    if not (found.is_whole_mlp and act is not None and X.ndim == 2):
+    if found.kind != "mlp-hidden" or act is None or len(found.names) != 2:
         return None
-    return mlp(X, act, bias=found.bias, n_outputs=C), "analytic mlp"
+    first, second = (module.get_submodule(n) for n in found.names)
+    if not (isinstance(first, nn.Linear) and isinstance(second, nn.Linear)):
+        return None
+    Xin = X if found.is_whole_mlp else _layer_input(module, found.names[0], X)
+    if Xin.ndim != 2:
+        return None
+    inner = mlp(Xin, act, bias=first.bias is not None, n_outputs=second.out_features)
+    return _read_out(module, found, X, inner, found.names[1], "analytic mlp")
+
+
+def _read_out(module, found: FoundUnits, X, inner, layer: str, label: str, *, tokens: bool = False):
+    """``inner`` (the operator of the layer the units feed) read out by the rest of the network: itself when the
+    layer's output is the module's output, else a :class:`nqf.structure.ReadoutStructure` (module docstring)."""
+    from ..structure import ReadoutStructure
+
+    if found.is_whole_mlp:
+        return inner, label
+    J = _readout_jacobian(module, found, layer, X, inner.n_outputs, tokens=tokens)
+    eye = torch.eye(inner.n_outputs, dtype=J.dtype)
+    if J.shape[1] == inner.n_outputs and bool(torch.equal(J, eye.expand_as(J))):
+        return inner, label
+    return ReadoutStructure(inner, J), f"{label} + readout"
+
+
+def _readout_jacobian(module, found: FoundUnits, layer: str, X, d: int, *, tokens: bool) -> torch.Tensor:
+    """``J[n, c, j] = ∂f_c/∂h_j`` at zero units, ``h`` the output of ``layer`` (of every token alike with
+    ``tokens``; the first element of a tuple output), by one forward-mode derivative per ``j``."""
+    import copy
+
+    from torch.func import jvp
+
+    zeroed = copy.deepcopy(module).eval()
+    set_unit_weights(zeroed, found.layout, torch.zeros_like(get_unit_weights(zeroed, found.layout)))
+    target = zeroed.get_submodule(layer)
+
+    def f(delta):
+        def add(_m, _args, out):
+            if isinstance(out, tuple):
+                return (out[0] + (delta[:, None, :] if tokens else delta), *out[1:])
+            return out + delta
+
+        handle = target.register_forward_hook(add)
+        try:
+            out = zeroed(X)
+        finally:
+            handle.remove()
+        return out.reshape(out.shape[0], -1)
+
+    zero = torch.zeros(X.shape[0], d, dtype=X.dtype)
+    cols = []
+    for j in range(d):
+        e = torch.zeros_like(zero)
+        e[:, j] = 1.0
+        cols.append(jvp(f, (zero,), (e,))[1].detach())
+    return torch.stack(cols, -1)
 
 
 def _layer_input(module: nn.Module, name: str, X: torch.Tensor) -> torch.Tensor:
@@ -124,10 +185,50 @@ def _analytic_conv(module: nn.Module, found: FoundUnits, X: torch.Tensor, C: int
     Xc = _layer_input(module, found.names[0], X)
     build, label = (conv1d, "analytic conv1d") if isinstance(conv, nn.Conv1d) else (conv2d, "analytic conv2d")
     try:
-        op = build(Xc, conv.kernel_size, conv.stride, conv.padding, act, mode, C, bias=conv.bias is not None)
+        inner = build(
+            Xc, conv.kernel_size, conv.stride, conv.padding, act, mode, readout.out_features, bias=conv.bias is not None
+        )
     except (ValueError, RuntimeError):  # shapes the analytic family does not cover
         return None
-    return (op, label) if op.p == found.p else None
+    if inner.p != found.p or not inner.satisfies_zgz:
+        return None
+    return _read_out(module, found, X, inner, found.names[1], label)
+
+
+def _analytic_attention(module: nn.Module, found: FoundUnits, X: torch.Tensor, C: int):
+    """:func:`nqf.structure.multi_head_attention` for the heads of a plain self-attention ``nn.MultiheadAttention``
+    (no mask, no extra key/value biases), read out by the rest of the network through the token mean."""
+    from ..structure import multi_head_attention
+
+    if found.kind != "attention-heads" or not found.names:
+        return None
+    mha = module.get_submodule(found.names[-1])
+    if not isinstance(mha, nn.MultiheadAttention) or not mha._qkv_same_embed_dim:
+        return None
+    if mha.bias_k is not None or mha.add_zero_attn:
+        return None
+    seen: list = []
+    handle = mha.register_forward_pre_hook(lambda _m, args, kw: seen.append((args, kw)), with_kwargs=True)
+    try:
+        with torch.no_grad():
+            module(X)
+    finally:
+        handle.remove()
+    if len(seen) != 1:
+        return None
+    args, kw = seen[0]
+    q = args[0] if args else kw.get("query")
+    rest = [*args[1:3], kw.get("key"), kw.get("value")]
+    if any(t is not None and t is not q for t in rest) or kw.get("attn_mask") is not None or kw.get("is_causal"):
+        return None
+    if kw.get("key_padding_mask") is not None or len(args) > 3:
+        return None
+    tok = q.detach() if mha.batch_first else q.detach().transpose(0, 1)
+    d = mha.embed_dim // mha.num_heads
+    inner = multi_head_attention(tok, d, d, n_outputs=mha.embed_dim, bias=mha.in_proj_bias is not None)
+    if inner.p != found.p:
+        return None
+    return _read_out(module, found, X, inner, found.names[-1], "analytic attention", tokens=True)
 
 
 def _agrees(op, module: nn.Module, found: FoundUnits, X: torch.Tensor, sub: torch.Tensor) -> bool:

@@ -49,7 +49,8 @@ class Analysis(Result):
         Descriptions of the model, the data and the analysed units.
     operator : str
         Which structure operator: ``"analytic mlp"``, ``"analytic conv1d"``, ``"analytic conv2d"``,
-        ``"autodiff (dense)"`` or ``"autodiff (matrix-free)"``.
+        ``"analytic attention"`` (each possibly ``" + readout"``), ``"autodiff (dense)"`` or
+        ``"autodiff (matrix-free)"``.
     p, width, n_samples, n_outputs : int
     eps, lr : float
     steps : int

@@ -307,11 +307,12 @@ def predicted_escape_times(seq, eps: float, *, chain: list | None = None):
         One of :data:`TIME_RULES` per drop.
     """
     lead = np.asarray(seq.escape_times(eps), dtype=float)
-    if lead.size == 0:
-        return lead, ()
+    first = TIME_RULES[0] if np.isfinite(seq.first_offset) else TIME_RULES[2]
+    if lead.size <= 1:  # drop 1 has its exact offset already; the recursion only serves later drops
+        return lead, (first,) * lead.size
     corr = corrected_escape_times(seq._problem, seq.saddles, eps, chain=chain)
     ok = np.isfinite(corr)
     ok[0] = False  # drop 1: the exact offset of escape_times (the same time)
     times = np.where(ok, corr, lead)
-    rules = tuple(TIME_RULES[0] if k == 0 else TIME_RULES[1] if ok[k] else TIME_RULES[2] for k in range(lead.size))
+    rules = tuple(first if k == 0 else TIME_RULES[1] if ok[k] else TIME_RULES[2] for k in range(lead.size))
     return times, rules
