@@ -4,7 +4,7 @@ Each row runs ``nqf analyze`` in a fresh process (``/usr/bin/time`` measures its
 peak resident memory) and reads the run's ``results.json``: the structure operator used, the
 time of the prediction, the NQF simulation and the real training (same number of steps, so
 their ratio is *NQF step ÷ real step*), the trust of the verdict, and the largest per-plateau
-time and level errors of the real network against the prediction (in the quadratic regime).
+time and level errors (relative) of the real network against the prediction (in the quadratic regime).
 
 Rows (digits: all 1797 samples; models written to a temporary ``models.py``):
 
@@ -118,20 +118,20 @@ def _row(name: str, tmp: Path, eps: float, timeout: int) -> dict:
 
 
 def _read_results(path: Path) -> dict:
-    a = json.loads(path.read_text())["analysis"]
-    tm = a.get("timings", {})
-    per = a.get("plateaus", [])
-    t_err = [abs(r["time_error_real"]) for r in per if r.get("time_error_real") is not None]
-    l_err = [abs(r["level_error_real"]) for r in per if r.get("level_error_real") is not None]
+    res = json.loads(path.read_text())
+    m = res["metrics"]
+    operator = re.search(r"operator ([^;]+);", res["summary"][0])
     return {
         "status": "ok",
-        "operator": a.get("operator"),
-        "p": a.get("p"),
-        "predict_s": tm.get("prediction"),
-        "nqf_over_real": tm["nqf_simulation"] / tm["real_training"] if tm.get("real_training") else None,
-        "trust": a.get("verdict", {}).get("trust"),
-        "max_t_err": max(t_err) if t_err else None,
-        "max_L_err": max(l_err) if l_err else None,
+        "operator": operator.group(1) if operator else None,
+        "p": m.get("p"),
+        "predict_s": m.get("seconds_prediction"),
+        "nqf_over_real": m["seconds_nqf_simulation"] / m["seconds_real_training"]
+        if m.get("seconds_real_training")
+        else None,
+        "trust": m.get("trust"),
+        "max_t_err": m.get("max_time_error_real"),
+        "max_L_err": m.get("max_level_error_real"),
     }
 
 
