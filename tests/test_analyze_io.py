@@ -245,7 +245,8 @@ def test_progress_lines_come_before_the_long_stages(wine_run):
     def at(prefix):
         return next(i for i, ln in enumerate(lines) if ln.startswith(prefix))
 
-    assert at("data: ") < at("prediction (saddle sequence") < at("prediction: ")
+    assert at("data: ") < at("prediction (saddle sequence") < at("saddle search: ") < at("prediction: ")
+    assert "operator evaluations of" in lines[at("prediction (saddle sequence")]
     assert at("prediction: ") < at("NQF simulation: ") and "estimated ~" in lines[at("NQF simulation: ")]
     assert (
         lines[at("NQF simulation: ") + 1].startswith("NQF simulation: ")
