@@ -210,3 +210,13 @@ def test_no_other_flatness_or_crossing_rule_in_src():
                 if name in _RULE_NAMES and not rel.startswith("reductions/"):
                     bad.append(f"{rel}:{node.lineno}: calls {name}")
     assert not bad, bad
+
+
+def test_drop_times_out_of_order_are_flagged():
+    """Seen on digits with attention heads (t₁ = 524 with its exact offset, t₂ = 222 at leading order): the
+    saddle sequence's staircase then carries a warning naming both drops; ordered times carry none."""
+    from nqf.reductions.saddles._results import _order_warning
+
+    (w,) = _order_warning([523.8, 222.4], ("exact offset", "leading order"))
+    assert w.startswith("warning:") and "t_1 = 523.8 (exact offset) > t_2 = 222.4 (leading order)" in w
+    assert _order_warning([1.0, 2.0, np.nan], ("exact offset", "leading order", "leading order")) == ()

@@ -237,7 +237,7 @@ def analyze(
     )
 
     cmp_nqf, cmp_real, val, verdict, curves = _compare(pred, sim, real, eps, found, flat_threshold, gap_tolerance)
-    verdict["text"].extend(notes)
+    verdict["text"].extend([*notes, *(n for n in pred.notes if n.startswith("warning:"))])
     return Analysis(
         model=desc,
         data=data.name,

@@ -282,6 +282,7 @@ class SaddleSequence(Result):
                 "drop times: the first with its exact O(1) offset; later ones with the O(1) correction of the "
                 "small-part recursion where it applies, else leading order τ_k ln(1/ε) (rule per drop in "
                 "time_rules)",
+                *_order_warning(times, rules),
                 *self.notes,
             ),
         )
@@ -312,3 +313,16 @@ def _check_eps(eps) -> float:
     if not 0.0 < eps < 1.0:
         raise InvalidParameterError(f"`eps` must lie in (0, 1) (the initial scale, M(0) = ε I); found {eps}")
     return eps
+
+
+def _order_warning(times, rules) -> tuple[str, ...]:
+    """A warning when the predicted drop times are not increasing (drops ``k`` and ``k+1`` named with their rules)."""
+    t = np.asarray(times, dtype=float)
+    bad = [k for k in range(t.size - 1) if np.isfinite(t[k]) and np.isfinite(t[k + 1]) and t[k + 1] < t[k]]
+    if not bad:
+        return ()
+    pairs = "; ".join(f"t_{k + 1} = {t[k]:.4g} ({rules[k]}) > t_{k + 2} = {t[k + 1]:.4g} ({rules[k + 1]})" for k in bad)
+    return (
+        f"warning: predicted drop times are not increasing ({pairs}): the rules disagree by more than the "
+        "plateaus between them; treat these times with care",
+    )
