@@ -11,6 +11,7 @@ MSE, ``r = ∂ℓ/∂f``, ``G = (1/N) 𝒜*(r)``, ``W ← W − η ∇_W L``, tr
 * :func:`simulate_batched` — many GD runs on shared data (differing ε, seed, η, λ) as one batch.
 * :func:`gradient_flow` — ``dM/dt = −2(GM + MG)`` with ``scipy.integrate.solve_ivp``.
 * :func:`train_network` — the real ``nn.Module`` with the same loss, time, data and ``W(0)``.
+* :func:`seeded_nqf` — the NQF plus the next orders' seeds in the unlearned directions: the real network's clock.
 * :func:`initial_state` / :func:`initial_weights` — the one parser (and builder, at scale ε) of ``M(0)``/``W(0)``.
 * :func:`training_loop` — the one discrete loop (GD/SGD/momentum/weight decay/Adam) behind
   :func:`simulate` and :func:`train_network`.
@@ -30,6 +31,7 @@ from ._losses import LOSSES
 from ._network import train_network
 from ._optim import GD, SGD, Adam, Optimizer, as_optimizer
 from ._save import Save, as_save
+from ._seeded import LEARNED_FRACTION, seeded_nqf, unlearned_projector
 from ._simulate import FORMS, OPTIMIZERS, minibatch_indices, simulate
 from ._trajectory import Trajectory
 
@@ -39,6 +41,9 @@ __all__ = [
     "simulate_batched",
     "gradient_flow",
     "train_network",
+    "seeded_nqf",
+    "unlearned_projector",
+    "LEARNED_FRACTION",
     "Trajectory",
     "minibatch_indices",
     "FORMS",
