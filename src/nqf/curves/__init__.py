@@ -2,6 +2,8 @@
 
 * :func:`compare_staircase` — a measured curve against a predicted :class:`nqf.Staircase`
   (levels, drop times, flatness): the one judge of a staircase;
+* :func:`real_clock` — the real network's drop times from a seeded-NQF run, the seeds and the
+  seeding floor ``ε*_k`` below which the leading-order clock fails (docs/theory.md §7);
 * :func:`detect_steps` — times of sudden drops and plateau levels of a loss curve;
 * :func:`fit_power_law` — power-law fit over a chosen or automatic window, with a bootstrap interval;
 * :func:`predict_exponent` — ``(a − 1)/b`` from per-mode losses ``ℓ_k`` and rates ``ζ_k``;
@@ -16,6 +18,7 @@ Curves are taken as array_like or tensors; results are NumPy float64 arrays.
 from ._compare import FLAT_THRESHOLD, StaircaseComparison, compare_staircase, level_read_times, regime_exit
 from ._exponents import ExponentPrediction, predict_exponent, predicted_curve
 from ._powerlaw import PowerLawFit, auto_window, fit_power_law
+from ._real_clock import RealClock, real_clock
 from ._schedule import stable_learning_rate, step_count
 from ._steps import Steps, detect_steps
 from ._validity import ValidityReport, ValiditySweep, remainder_ratio, validity_report, validity_sweep
@@ -25,6 +28,8 @@ __all__ = [
     "StaircaseComparison",
     "FLAT_THRESHOLD",
     "regime_exit",
+    "real_clock",
+    "RealClock",
     "level_read_times",
     "stable_learning_rate",
     "step_count",

@@ -44,8 +44,19 @@ METHODS = ("lotka-volterra", "limit", "svd-modes", "saddle-sequence")
 #:   small-part recursion (later drops of a saddle sequence);
 #: * ``"leading order"`` — ``τ_k ln(1/ε)`` only (unknown ``O(1)`` offset);
 #: * ``"ε → 0 limit"`` — ``τ_k ln(1/ε)`` from the saddle-to-saddle limit of
-#:   interacting Lotka–Volterra modes.
-TIME_RULES = ("logistic", "exact flow", "exact offset", "O(1) recursion", "leading order", "ε → 0 limit")
+#:   interacting Lotka–Volterra modes;
+#: * ``"seeded NQF"`` — the loss's midpoint crossing of the seeded NQF
+#:   (:func:`nqf.dynamics.seeded_nqf`): the real network's clock with the next orders' seeds
+#:   (:func:`nqf.curves.real_clock`).
+TIME_RULES = (
+    "logistic",
+    "exact flow",
+    "exact offset",
+    "O(1) recursion",
+    "leading order",
+    "ε → 0 limit",
+    "seeded NQF",
+)
 
 
 def _f64(name: str, value, ndim: int) -> np.ndarray:

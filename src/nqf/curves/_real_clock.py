@@ -1,0 +1,153 @@
+r"""The real network's clock: the seeded NQF's drop times, the seeds and the seeding floor (docs/theory.md §7).
+
+:func:`nqf.dynamics.seeded_nqf` runs the NQF with the next orders' seeds in the unlearned
+directions.  :func:`real_clock` reads its drop times with the one judge
+(:func:`compare_staircase`: downward crossings of the predicted midpoints), and compares
+them with the NQF's own crossings at the same ``ε``.  For a later drop ``k`` the two differ
+by the seed: mode ``k``'s strength grows like ``e^{t/τ_k}`` from its ``ε``-part plus a seed,
+so the seeded drop comes ``τ_k ln(1 + ρ_k)`` earlier, with ``ρ_k`` the seed's strength over
+the ``ε``-part's::
+
+    ρ_k = exp((t_k^NQF − t_k^seeded) / τ_k) − 1,     τ_k = t_k^leading / ln(1/ε).
+
+The seed is made when the first mode switches on (at ``t_1 ≈ τ_1 ln(1/ε)``) with an
+``ε``-independent amplitude, while the ``ε``-part has only grown by ``ε^{τ_1/τ_k}`` by then, so
+``ρ_k ∝ ε^{−(1 − τ_1/τ_k)}`` and the **seeding floor** — the ``ε`` below which the seed
+dominates and the leading-order clock ``τ_k ln(1/ε)`` fails for drop ``k`` — is
+
+    ε*_k = ε · ρ_k^{1/(1 − τ_1/τ_k)}.
+
+:meth:`RealClock.times_at` carries the seeded times to any other ``ε`` with the same two
+scalings (the NQF's time shifted by ``τ_k ln(ε/ε')``, the seed ratio by ``(ε/ε')^{1−τ_1/τ_k}``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import InvalidParameterError
+from ..reductions import Staircase
+from ..results import Result, to_jsonable
+from ._compare import compare_staircase
+
+__all__ = ["RealClock", "real_clock"]
+
+
+@dataclass(frozen=True)
+class RealClock(Result):
+    """The seeded (real-network) clock beside the NQF's, at one ``ε``.
+
+    Attributes
+    ----------
+    staircase : Staircase
+        The prediction with the seeded NQF's drop times (rule ``"seeded NQF"``); levels unchanged.
+    times_nqf : ndarray, shape (K,)
+        The NQF's own drop times (midpoint crossings) at the same ``ε``.
+    seed_ratio : ndarray, shape (K,)
+        ``ρ_k``, the seed's strength over the ``ε``-part's (NaN for the first drop, which nothing seeds).
+    floor : ndarray, shape (K,)
+        ``ε*_k``: below it the seed dominates drop ``k`` (NaN where no seed was measured).
+    """
+
+    staircase: Staircase = field(repr=False)
+    times_nqf: np.ndarray = field(repr=False)
+    seed_ratio: np.ndarray = field(repr=False)
+    floor: np.ndarray = field(repr=False)
+
+    @property
+    def eps(self) -> float:
+        return float(self.staircase.eps)
+
+    @property
+    def times(self) -> np.ndarray:
+        """The seeded drop times (the real network's clock), shape (K,)."""
+        return self.staircase.times
+
+    @property
+    def seeded(self) -> np.ndarray:
+        """Drop ``k`` is seeded at this ``ε`` (``ρ_k > 1``: ``ε`` below its floor), shape (K,)."""
+        return np.nan_to_num(self.seed_ratio, nan=0.0) > 1.0
+
+    def _tau(self) -> np.ndarray:
+        return self.staircase.times_leading / math.log(1.0 / self.eps)
+
+    def times_at(self, eps: float) -> np.ndarray:
+        """The real network's drop times at another ``eps``, from this run's seeds (module docstring)."""
+        eps = float(eps)
+        if not 0.0 < eps < 1.0:
+            raise InvalidParameterError(f"`eps` must lie in (0, 1); found {eps:g}")
+        tau = self._tau()
+        shift = np.log(self.eps / eps)
+        t_nqf = self.times_nqf + tau * shift
+        out = t_nqf + (self.times - self.times_nqf)  # no seed measured: the same O(1) difference
+        a = _exponents(tau)
+        rho = self.seed_ratio * np.exp(a * shift)
+        has = np.isfinite(rho) & (self.seed_ratio > 0)
+        out[has] = t_nqf[has] - tau[has] * np.log1p(rho[has])
+        return out
+
+    def __repr__(self) -> str:
+        floors = ", ".join("—" if not np.isfinite(f) else f"{f:.1e}" for f in self.floor)
+        return f"RealClock(eps={self.eps:g}, drops={self.times.size}, floors=[{floors}])"
+
+    def to_dict(self) -> dict:
+        return to_jsonable(
+            {
+                "eps": self.eps,
+                "times": self.times,
+                "times_nqf": self.times_nqf,
+                "seed_ratio": self.seed_ratio,
+                "floor": self.floor,
+                "seeded": self.seeded,
+                "staircase": self.staircase.to_dict(),
+            }
+        )
+
+
+def _exponents(tau: np.ndarray) -> np.ndarray:
+    """``1 − τ_1/τ_k`` (NaN for the first drop)."""
+    a = np.full(tau.shape, np.nan)
+    if tau.size > 1:
+        a[1:] = 1.0 - tau[0] / tau[1:]
+    return a
+
+
+def real_clock(staircase: Staircase, t_seeded, loss_seeded, t_nqf, loss_nqf) -> RealClock:
+    """The real network's clock from a seeded-NQF run and the NQF run at the same ``ε``.
+
+    Parameters
+    ----------
+    staircase : Staircase
+        The NQF prediction (levels, leading-order times) at the runs' ``ε``.
+    t_seeded, loss_seeded : array_like
+        Time and loss of :func:`nqf.dynamics.seeded_nqf`.
+    t_nqf, loss_nqf : array_like
+        Time and loss of the NQF (:func:`nqf.simulate`) from the same ``W(0)``.
+
+    Returns
+    -------
+    RealClock
+    """
+    if not isinstance(staircase, Staircase):
+        raise InvalidParameterError(f"`staircase` must be a nqf.Staircase; found {type(staircase).__name__}")
+    t_s = compare_staircase(t_seeded, loss_seeded, staircase).times_measured
+    t_n = compare_staircase(t_nqf, loss_nqf, staircase).times_measured
+    tau = staircase.times_leading / math.log(1.0 / staircase.eps)
+    with np.errstate(invalid="ignore", over="ignore"):
+        rho = np.expm1((t_n - t_s) / tau)
+    rho[:1] = np.nan
+    a = _exponents(tau)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        floor = np.where((rho > 0) & (a > 0), staircase.eps * rho ** (1.0 / a), np.nan)
+    K = staircase.n_drops
+    corrected = dataclasses.replace(
+        staircase,
+        times=t_s,
+        time_rules=("seeded NQF",) * K,
+        notes=(*staircase.notes, "drop times of the seeded NQF (the next orders' seeds in the unlearned directions)"),
+    )
+    return RealClock(staircase=corrected, times_nqf=t_n, seed_ratio=rho, floor=floor)
