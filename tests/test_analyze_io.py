@@ -220,18 +220,18 @@ def test_printed_table_columns_are_the_analysis_fields(wine_run):
     lines: list[str] = []
     print_analysis(a, lines.append)
     head = next(i for i, ln in enumerate(lines) if ln.split()[:2] == ["k", "rank"])
-    assert lines[head].split() == "k rank L pred L NQF L real err t pred t NQF t real err flat".split()
+    assert lines[head].split() == "k rank L pred L NQF L real err t pred t NQF t real err t seeded flat".split()
     rows = [ln.split() for ln in lines[head + 1 : head + 1 + len(a.table())]]
     field = {
         "k": 0, "rank": 1, "L pred": 2, "L NQF": 3, "L real": 4, "err L": 6,
-        "t pred": 7, "t NQF": 9, "t real": 10, "err t": 12, "flat": 14,
+        "t pred": 7, "t NQF": 9, "t real": 10, "err t": 12, "t seeded": 15, "flat": 14,
     }  # fmt: skip
     reached = 0
     for printed, r in zip(rows, a.table(), strict=True):
-        assert len(printed) == 12, printed  # 11 columns, the flat one with its ratio in brackets
+        assert len(printed) == 13, printed  # 12 columns, the flat one with its ratio in brackets
         for j, (_, col) in enumerate(field.items()):
             assert printed[j] == format_cell(r[col]), (j, printed, r)
-        assert printed[11] == f"({format_cell(r[13])})"
+        assert printed[12] == f"({format_cell(r[13])})"
         reached += r[10] is not None
     assert reached >= 1  # the time columns were compared on measured values
     t = a.table()[1]

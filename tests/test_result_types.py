@@ -167,6 +167,14 @@ def _comparison():
     return compare_staircase(sol.t.numpy(), sol.loss.numpy(), pl.losses[:4].numpy(), pl.times[:3].numpy())
 
 
+def _real_clock():
+    from nqf.curves import real_clock
+
+    sol = lv_solution()
+    st = lv_system().staircase(1e-6)
+    return real_clock(st, sol.t.numpy(), sol.loss.numpy(), sol.t.numpy(), sol.loss.numpy())
+
+
 def _validity_sweep():
     from nqf.curves._validity import validity_sweep
 
@@ -247,6 +255,7 @@ FACTORIES = {
     ),
     "nqf.curves._steps.Steps": (lambda f: _steps(), ()),
     "nqf.curves._compare.StaircaseComparison": (lambda f: _comparison(), ()),
+    "nqf.curves._real_clock.RealClock": (lambda f: _real_clock(), ()),
     "nqf.curves._validity.ValidityReport": (lambda f: _validity_sweep().reports[0], ()),
     "nqf.curves._validity.ValiditySweep": (lambda f: _validity_sweep(), ()),
     "nqf.study._result.Analysis": (lambda f: analysis(), ()),

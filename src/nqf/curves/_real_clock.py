@@ -91,8 +91,9 @@ class RealClock(Result):
         return out
 
     def __repr__(self) -> str:
-        floors = ", ".join("—" if not np.isfinite(f) else f"{f:.1e}" for f in self.floor)
-        return f"RealClock(eps={self.eps:g}, drops={self.times.size}, floors=[{floors}])"
+        finite = self.floor[np.isfinite(self.floor)]
+        top = f"{finite.max():.1e}" if finite.size else "—"
+        return f"RealClock(eps={self.eps:g}, drops={self.times.size}, seeded={int(self.seeded.sum())}, max floor={top})"
 
     def to_dict(self) -> dict:
         return to_jsonable(

@@ -41,6 +41,7 @@ _LAZY_ATTRS: dict[str, str] = {
     "resolve_device": "_runner",
     "versions": "_runner",
     "run_identity": "_runner",
+    "teacher_task": "_demo",
 }
 
 __all__ = [
@@ -73,6 +74,7 @@ __all__ = [
     "resolve_device",
     "versions",
     "run_identity",
+    "teacher_task",
 ]
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these are resolved lazily
@@ -99,6 +101,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these are reso
     from ._config import parse_set as parse_set
     from ._config import read_config_data as read_config_data
     from ._config import resolved_config as resolved_config
+    from ._demo import teacher_task as teacher_task
     from ._runner import RunContext as RunContext
     from ._runner import redraw as redraw
     from ._runner import resolve_device as resolve_device

@@ -191,6 +191,7 @@ PRINTED_COLUMNS = (
     ("t NQF", 9),
     ("t real", 10),
     ("err", 12),
+    ("t seeded", 15),
     ("flat", 14),
 )
 
@@ -224,7 +225,10 @@ def print_analysis(a: Analysis, echo=print) -> None:
         cells = [format_cell(r[j]) for _, j in PRINTED_COLUMNS]
         cells[-1] = f"{cells[-1]} ({format_cell(r[flat_col])})"
         echo("  " + " ".join(f"{c:>8}" for c in cells))
-    echo("  (err: real network vs prediction; flat: loss change across the plateau / adjacent drop)")
+    echo(
+        "  (err: real network vs prediction; t seeded: the real network's clock, the seeded NQF; "
+        "flat: loss change across the plateau / adjacent drop)"
+    )
     echo("")
     for line in a.verdict["text"]:
         echo(f"- {line}")

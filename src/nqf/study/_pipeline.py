@@ -46,6 +46,7 @@ from ._checks import (
     freeze_training_only,
     training_only_layers,
 )
+from ._clock import clock_sentences, seeded_clock
 from ._discover import choose_units
 from ._models import build_model
 from ._operators import is_analytic, structure_of
@@ -134,6 +135,7 @@ def analyze(
     gap_tolerance: float = 0.05,
     data_name: str | None = None,
     init_factor: float = 1.0,
+    clock: bool = True,
     log=None,
 ) -> Analysis:
     r"""Predict, simulate, train and compare: how a real network learns on real data, and how far to trust it.
@@ -169,6 +171,10 @@ def analyze(
     init_factor : float
         Multiplies the real network's ``W(0)`` only (1: the same start as the NQF).
         A value ≠ 1 plants a wrong initial scale, for testing that the comparison notices.
+    clock : bool
+        Also run the seeded NQF (:func:`nqf.dynamics.seeded_nqf`, about half the real training's
+        time) for the real network's clock and the seeding floors (:attr:`Analysis.clock`) when
+        two or more drops are predicted.
     log : callable, optional
         Called with progress lines (the CLI prints them).
 
@@ -218,25 +224,12 @@ def analyze(
     )
     rows.append(estimate_row((c_real + c_nqf) * steps, nbytes))
     say(f"estimate: {steps} steps (η = {lr:.4g}), ~{(c_real + c_nqf) * steps:.0f} s, {nbytes / 2**20:.0f} MiB")
-    sim, real = _runs(
-        module,
-        found,
-        Xt,
-        Yt,
-        op,
-        Ynqf,
-        init_factor * W0,
-        W0,
-        lr,
-        steps,
-        form,
-        save_every,
-        (c_nqf, c_real),
-        timings,
-        say,
-    )
+    run_args = (lr, steps, form, save_every, (c_nqf, c_real), timings, say)
+    sim, real = _runs(module, found, Xt, Yt, op, Ynqf, init_factor * W0, W0, *run_args)
 
     cmp_nqf, cmp_real, val, verdict, curves = _compare(pred, sim, real, eps, found, flat_threshold, gap_tolerance)
+    real_clock = seeded_clock(clock, module, found, Xt, Yt, op, W0, lr, steps, save_every, pred, sim, timings, say)
+    verdict["text"].extend(clock_sentences(real_clock, cmp_real.times_measured))
     verdict["text"].extend([*notes, *(n for n in pred.notes if n.startswith("warning:"))])
     return Analysis(
         model=desc,
@@ -261,6 +254,7 @@ def analyze(
         task=data.task,
         classes=tuple(data.classes),
         notes=tuple(notes),
+        clock=real_clock,
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..curves import StaircaseComparison
+from ..curves import RealClock, StaircaseComparison
 from ..reductions import Staircase
 from ..results import Result, summarize
 from ..results import to_jsonable as _clean
@@ -75,6 +75,9 @@ class Analysis(Result):
         Class names (or labels) in the order of the one-hot outputs; empty for regression.
     notes : tuple of str
         What the analysis changed in the model (training-only layers switched to eval mode).
+    clock : nqf.curves.RealClock or None
+        The real network's clock (the seeded NQF's drop times, seeds and seeding floors,
+        docs/theory.md §7); None when fewer than two drops are predicted or it was not asked for.
     """
 
     model: str
@@ -99,6 +102,7 @@ class Analysis(Result):
     task: str = ""
     classes: tuple = field(default=(), repr=False)
     notes: tuple = field(default=(), repr=False)
+    clock: RealClock | None = field(default=None, repr=False)
 
     def __repr__(self) -> str:
         return (
@@ -132,6 +136,7 @@ class Analysis(Result):
                 "task": self.task,
                 "classes": [c if isinstance(c, (int, float, str)) else str(c) for c in self.classes],
                 "notes": list(self.notes),
+                "clock": None if self.clock is None else self.clock.to_dict(),
             }
         )
 
@@ -158,6 +163,8 @@ class Analysis(Result):
                     R.time_errors[tk] if k else None,
                     R.flatness[k],
                     bool(R.flat[k]),
+                    self.clock.times[tk] if k and self.clock is not None else None,
+                    abs(R.times_measured[tk] / self.clock.times[tk] - 1) if k and self.clock is not None else None,
                 ]
             )
         return [_clean(r) for r in rows]
@@ -178,6 +185,8 @@ class Analysis(Result):
         "err real",
         "flatness (real)",
         "flat",
+        "t seeded",
+        "err seeded",
     )
 
     def plot(self):

@@ -1,0 +1,135 @@
+"""The real network's clock (issue 20): real tanh network vs its NQF vs the seeded NQF, over ε.
+
+For each set-up and ε: the drop times of the real network (plain GD of the module,
+``nqf.train_network``), of its NQF (``nqf.simulate``, weight form) and of the seeded NQF
+(``nqf.dynamics.seeded_nqf``), all from the same ``W(0)`` and read by the one judge
+(``nqf.curves.compare_staircase``); the relative errors against the real network; the
+seeding floor predicted from the seeded run (``nqf.curves.real_clock``) and the one measured
+from the real runs (the same formula applied to the real network's times); and the cost of
+the seeded prediction against training the real network to the same horizon.
+
+    python benchmarks/bench_corrections.py            # all set-ups (several minutes)
+    python benchmarks/bench_corrections.py iris demo  # a subset
+
+Set-ups: ``iris`` (tanh MLP width 64), ``digits5`` (digits restricted to classes 0–4, width
+64), ``demo`` (the demo's whitened teacher task, N = 300, D = 6, singular values 2, 1, 0.5,
+isotropic start, widths 9 and 36; times are the switch-on times of each SVD mode, the
+half-saturation crossings of its strength, as in ``nqf run demo``), ``balanced`` (the same with
+one unit per mode; drop times of the loss, as the other set-ups).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+
+import numpy as np
+import torch
+
+import nqf
+from nqf.curves import compare_staircase, real_clock
+from nqf.data import load_dataset
+from nqf.dynamics import initial_weights, seeded_nqf, simulate, train_network
+from nqf.experiments import teacher_task
+from nqf.networks import TwoLayerMLP
+from nqf.reductions import crossing_time
+from nqf.reductions.svd_modes import two_layer_modes
+from nqf.structure import mlp
+
+EPS = (1e-4, 1e-8, 1e-12, 1e-16, 1e-20)
+
+
+def _data(name: str):
+    if name == "demo" or name == "balanced":
+        X, Y, T = teacher_task(300, 6, [2.0, 1.0, 0.5], 0)
+        return X, Y, T
+    d = load_dataset("digits" if name == "digits5" else name)
+    X = torch.as_tensor(np.asarray(d.X, dtype=float))
+    Y = torch.as_tensor(np.asarray(d.Y, dtype=float))
+    if name == "digits5":
+        lab = Y.argmax(1)
+        keep = lab < 5
+        X, Y = X[keep], torch.eye(5, dtype=X.dtype)[lab[keep]]
+        Y = Y - Y.mean(0)
+    return X, Y, None
+
+
+def _balanced_start(X, Y, T, eps):
+    """One unit per SVD mode of the teacher, on its growing direction (a, u) = √ε (u_k, v_k)."""
+    U, _, Vh = torch.linalg.svd(T, full_matrices=False)
+    C = U.shape[0]
+    W = torch.zeros(C + X.shape[1], C, dtype=torch.float64)
+    for k in range(C):
+        W[:C, k], W[C:, k] = U[:, k], Vh[k]
+    return math.sqrt(eps / 2.0) * W
+
+
+def _switch_times(modes, traj, C: int) -> np.ndarray:
+    """Half-saturation crossings of the SVD-mode strengths ``u_kᵀ M_au v_k`` (the demo's switch-on times)."""
+    s = torch.einsum("ck,tcd,dk->tk", modes.left, traj.M[:, :C, C:], modes.right).numpy()
+    lam = modes.singular_values.numpy()
+    return np.array([crossing_time(traj.t.numpy(), s[:, k], lam[k] / 2) for k in range(lam.size)])
+
+
+def _runs(X, Y, op, st, W0, m, modes=None):
+    lr = 0.02 / float(st.rates.max())
+    steps = int((1.3 * float(np.nanmax(st.times)) + 5) / lr)
+    kw = dict(W0=W0, lr=lr, steps=steps, save_every=10, save_W=False, save_M=modes is not None)
+    C = Y.shape[1]
+    net = TwoLayerMLP(X.shape[1], m, C, activation="tanh", dtype=torch.float64)
+    t0 = time.process_time()
+    real = train_network(net, net.units, X, Y, **kw)
+    t1 = time.process_time()
+    net = TwoLayerMLP(X.shape[1], m, C, activation="tanh", dtype=torch.float64)
+    seeded = seeded_nqf(op, net, net.units, X, Y, **kw)
+    t2 = time.process_time()
+    run = simulate(op, Y, W0=W0, lr=lr, steps=steps, save_every=10, form="weights")
+    t3 = time.process_time()
+    pairs = (("real", real), ("seeded", seeded), ("nqf", run))
+    if modes is None:  # drop times: the one judge (midpoint crossings of the predicted levels)
+        times = {k: compare_staircase(v.t.numpy(), v.loss.numpy(), st).times_measured for k, v in pairs}
+    else:  # the demo's switch-on times of each SVD mode
+        times = {k: _switch_times(modes, v, Y.shape[1]) for k, v in pairs}
+    clock = real_clock(st, seeded.t.numpy(), seeded.loss.numpy(), run.t.numpy(), run.loss.numpy())
+    measured = real_clock(st, real.t.numpy(), real.loss.numpy(), run.t.numpy(), run.loss.numpy())
+    return times, clock, measured, (t1 - t0, t2 - t1, t3 - t2)
+
+
+def bench(name: str, widths=(64,)) -> float:
+    X, Y, T = _data(name)
+    op = mlp(X, "tanh", n_outputs=Y.shape[1])
+    modes = two_layer_modes(X, Y, eps=1e-8) if name == "demo" else None
+    worst = 0.0
+    for m in widths:
+        print(f"\n{name}, width {m if name != 'balanced' else Y.shape[1]} (N = {X.shape[0]}, C = {Y.shape[1]})")
+        print(f"{'eps':>7} {'drop':>4} {'real':>8} {'NQF err':>8} {'seeded err':>10} "
+              f"{'floor pred':>10} {'floor meas':>10} {'cost seeded/real':>16}")
+        for eps in EPS:
+            st = nqf.predict(op, Y, eps)
+            if name == "balanced":
+                W0, width = _balanced_start(X, Y, T, eps), Y.shape[1]
+            else:
+                W0, width = initial_weights(op.p, m, eps, seed=1), m
+            times, clock, measured, cost = _runs(X, Y, op, st, W0, width, modes)
+            for k in range(st.n_drops):
+                e_n = times["nqf"][k] / times["real"][k] - 1
+                e_s = times["seeded"][k] / times["real"][k] - 1
+                worst = max(worst, abs(e_s))
+                print(f"{eps:7.0e} {k + 1:4d} {times['real'][k]:8.3f} {e_n:+8.3f} {e_s:+10.3f} "
+                      f"{clock.floor[k]:10.1e} {measured.floor[k]:10.1e} {cost[1] / cost[0]:16.2f}")
+            sys.stdout.flush()
+    return worst
+
+
+def main(argv) -> None:
+    torch.set_num_threads(1)
+    names = argv or ["iris", "digits5", "demo"]
+    for name in names:
+        widths = (9, 36) if name == "demo" else (64,)
+        worst = bench(name, widths)
+        print(f"{name}: largest |seeded − real| / real over all drops and ε: {worst:.3f}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
