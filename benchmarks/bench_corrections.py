@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 import nqf
-from nqf.curves import compare_staircase, real_clock
+from nqf.curves import compare_staircase, measured_floors, real_clock
 from nqf.data import load_dataset
 from nqf.dynamics import initial_weights, seeded_nqf, simulate, train_network
 from nqf.experiments import teacher_task
@@ -100,36 +100,6 @@ def _runs(X, Y, op, st, W0, m, modes=None):
     return times, clock, measured, (t1 - t0, t2 - t1, t3 - t2)
 
 
-def _slope_floors(eps, t_real, t_nqf) -> list[str]:
-    """Where the real network's drops stop following ``ln(1/ε)`` (model-free, from the ε sweep).
-
-    The local slope ``Δt_k / Δln(1/ε)`` between neighbouring ε of the real network is compared
-    with the NQF's own slope (which follows ``τ_k``) and the first drop's (``τ_1``): the measured
-    floor is where the real slope crosses their midpoint, interpolated in ``ln ε`` between the
-    centres of the two intervals (NaN where it never crosses inside the sweep).
-    """
-    le = np.log(1.0 / np.asarray(eps))
-    mid = 0.5 * (le[1:] + le[:-1])
-    out = []
-    for k in range(1, t_real.shape[1]):
-        s_real = np.diff(t_real[:, k]) / np.diff(le)
-        s_k = np.diff(t_nqf[:, k]) / np.diff(le)
-        s_1 = np.diff(t_real[:, 0]) / np.diff(le)
-        target = 0.5 * (s_k + s_1)
-        below = np.nonzero(s_real < target)[0]
-        if not below.size:
-            out.append("nan")
-            continue
-        i = int(below[0])
-        if i == 0:
-            out.append(f">{eps[0]:.0e}")
-            continue
-        d0, d1 = s_real[i - 1] - target[i - 1], s_real[i] - target[i]
-        x = mid[i - 1] + (mid[i] - mid[i - 1]) * d0 / (d0 - d1)
-        out.append(f"{math.exp(-x):.1e}")
-    return out
-
-
 def bench(name: str, widths=(64,), eps_list=EPS) -> float:
     X, Y, T = _data(name)
     op = mlp(X, "tanh", n_outputs=Y.shape[1])
@@ -162,12 +132,14 @@ def bench(name: str, widths=(64,), eps_list=EPS) -> float:
                 )
             sys.stdout.flush()
         if len(eps_list) > 2:
-            floors = _slope_floors(eps_list, np.array(sweep["real"]), np.array(sweep["nqf"]))
-            pred = np.nanmedian(np.array(sweep["floor"]), axis=0)
-            for k, f in enumerate(floors, start=2):
+            floors = measured_floors(eps_list, np.array(sweep["real"]), np.array(sweep["nqf"]))
+            pred = np.array(sweep["floor"])
+            for k in range(1, floors.size):
+                col = pred[:, k][np.isfinite(pred[:, k])]
+                p_k = float(np.median(col)) if col.size else math.nan
                 print(
-                    f"drop {k}: seeding floor predicted (median over ε) {pred[k - 1]:.1e}, "
-                    f"measured (real slope leaves ln(1/ε)) {f}"
+                    f"drop {k + 1}: seeding floor predicted (median over ε) {p_k:.1e}, "
+                    f"measured (real slope leaves ln(1/ε)) {floors[k]:.1e}"
                 )
     return worst
 

@@ -18,7 +18,7 @@ Curves are taken as array_like or tensors; results are NumPy float64 arrays.
 from ._compare import FLAT_THRESHOLD, StaircaseComparison, compare_staircase, level_read_times, regime_exit
 from ._exponents import ExponentPrediction, predict_exponent, predicted_curve
 from ._powerlaw import PowerLawFit, auto_window, fit_power_law
-from ._real_clock import RealClock, real_clock
+from ._real_clock import RealClock, measured_floors, real_clock
 from ._schedule import stable_learning_rate, step_count
 from ._steps import Steps, detect_steps
 from ._validity import ValidityReport, ValiditySweep, remainder_ratio, validity_report, validity_sweep
@@ -29,6 +29,7 @@ __all__ = [
     "FLAT_THRESHOLD",
     "regime_exit",
     "real_clock",
+    "measured_floors",
     "RealClock",
     "level_read_times",
     "stable_learning_rate",

@@ -34,7 +34,7 @@ from ..reductions import Staircase
 from ..results import Result, to_jsonable
 from ._compare import compare_staircase
 
-__all__ = ["RealClock", "real_clock"]
+__all__ = ["RealClock", "real_clock", "measured_floors"]
 
 
 @dataclass(frozen=True)
@@ -152,3 +152,51 @@ def real_clock(staircase: Staircase, t_seeded, loss_seeded, t_nqf, loss_nqf) -> 
         notes=(*staircase.notes, "drop times of the seeded NQF (the next orders' seeds in the unlearned directions)"),
     )
     return RealClock(staircase=corrected, times_nqf=t_n, seed_ratio=rho, floor=floor)
+
+
+def measured_floors(eps, times_real, times_nqf) -> np.ndarray:
+    """Where a network's later drops stop following ``ln(1/ε)``, measured over an ε sweep (model-free).
+
+    Between neighbouring ε the local slope ``Δt_k / Δln(1/ε)`` of the measured drop times is
+    compared with the NQF's own slope for that drop (which follows ``τ_k``) and with the measured
+    first drop's (the clock a seeded drop follows): the floor is where the measured slope first
+    falls below their midpoint, interpolated in ``ln ε`` between the centres of the two intervals.
+
+    Parameters
+    ----------
+    eps : array_like, shape (E,)
+        Initial scales, decreasing (at least three).
+    times_real, times_nqf : array_like, shape (E, K)
+        Drop times of the network and of its NQF at each ε (midpoint crossings).
+
+    Returns
+    -------
+    ndarray, shape (K,)
+        NaN for the first drop and where the slope never falls below the midpoint; ``+inf`` where it
+        is below already in the first interval (the floor lies above the sweep).
+    """
+    eps = np.asarray(eps, dtype=float)
+    tr, tn = np.asarray(times_real, dtype=float), np.asarray(times_nqf, dtype=float)
+    if eps.ndim != 1 or eps.size < 3 or np.any(np.diff(eps) >= 0):
+        raise InvalidParameterError(f"`eps` must be at least three decreasing values; found {eps.tolist()}")
+    if tr.shape != tn.shape or tr.shape[0] != eps.size:
+        raise InvalidParameterError(
+            f"`times_real` and `times_nqf` must both have shape ({eps.size}, K); found {tr.shape} and {tn.shape}"
+        )
+    le = np.log(1.0 / eps)
+    mid = 0.5 * (le[1:] + le[:-1])
+    floors = np.full(tr.shape[1], np.nan)
+    s1 = np.diff(tr[:, 0]) / np.diff(le)
+    for k in range(1, tr.shape[1]):
+        s_real = np.diff(tr[:, k]) / np.diff(le)
+        target = 0.5 * (np.diff(tn[:, k]) / np.diff(le) + s1)
+        below = np.nonzero(s_real < target)[0]
+        if not below.size:
+            continue
+        i = int(below[0])
+        if i == 0:
+            floors[k] = np.inf
+            continue
+        d0, d1 = s_real[i - 1] - target[i - 1], s_real[i] - target[i]
+        floors[k] = math.exp(-(mid[i - 1] + (mid[i] - mid[i - 1]) * d0 / (d0 - d1)))
+    return floors
