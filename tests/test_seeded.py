@@ -136,3 +136,56 @@ def test_operator_without_zero_gradient_condition_is_refused(iris):
     W0 = initial_weights(op.p, WIDTH, 1e-6, seed=1)
     with pytest.raises(NQFError, match="zero-gradient"):
         seeded_nqf(op, net, net.units, X, Y, W0=W0, lr=0.01, steps=2)
+
+
+def test_measured_floors_recovers_a_planted_floor():
+    """Synthetic sweep: drop 2 follows τ_2 ln(1/ε) above ε* = 1e-10 and the first drop's clock below it."""
+    from nqf.curves import measured_floors
+
+    eps = np.array([1e-4, 1e-6, 1e-8, 1e-10, 1e-12, 1e-14, 1e-16])
+    L = np.log(1 / eps)
+    tau1, tau2, Ls = 0.3, 0.9, np.log(1e10)
+    t1 = tau1 * L
+    t2_nqf = tau2 * L
+    t2_real = np.where(L < Ls, tau2 * L, tau2 * Ls + tau1 * (L - Ls))
+    floors = measured_floors(eps, np.c_[t1, t2_real], np.c_[t1, t2_nqf])
+    assert np.isnan(floors[0])
+    assert 1e-11 < floors[1] < 1e-9, floors
+    # never seeded inside the sweep: no floor; seeded from the start: above the sweep
+    assert np.isnan(measured_floors(eps, np.c_[t1, t2_nqf], np.c_[t1, t2_nqf])[1])
+    assert measured_floors(eps, np.c_[t1, t1 + 1.0], np.c_[t1, t2_nqf])[1] == np.inf
+    with pytest.raises(InvalidParameterError, match="decreasing"):
+        measured_floors(eps[::-1], np.c_[t1, t2_nqf], np.c_[t1, t2_nqf])
+
+
+def _later_sweep(monkeypatch=None, scale=1.0):
+    from nqf.experiments import REGISTRY
+    from nqf.experiments._later_drops import later_problem, later_runs
+    from test_experiments import Ctx
+
+    if monkeypatch is not None:
+        import nqf.dynamics._seeded as seeded_module
+
+        monkeypatch.setattr(seeded_module, "unlearned_projector", lambda W, f: scale * unlearned_projector(W, f))
+    P = REGISTRY["validity"].Params()  # later_eps 1e-4, 1e-8, 1e-12, 1e-16
+    return later_runs(later_problem(P, torch.Generator().manual_seed(11)), P, Ctx())
+
+
+@pytest.mark.slow
+def test_validity_later_drops_seeded_clock_and_floors(monkeypatch):
+    """The validity experiment's later-drops part: the predicted seeding floors lie within 10⁴ in ε of the ones
+    measured from the real network (issue 20's acceptance); planted: seeds 10⁻³ too small in amplitude, and the
+    floor check fails.  Measured, not asserted (docs/theory.md §7): on this teacher–student set-up (width 16)
+    the seeded NQF takes drop 3 at ε = 1e-16 to 1.9 % of the real network where the NQF is 48 % late, but is
+    6 % early on drop 2 at 1e-12 and 1e-16 (the NQF: 1.4 % and 14 % late)."""
+    from nqf.experiments import REGISTRY
+    from nqf.experiments._later_drops import later_checks
+
+    sweep = _later_sweep()
+    far = sweep["floor"] > sweep["eps"][:, None]  # the drops the clock calls seeded (NaN compares False)
+    assert far.sum() >= 2
+    P = REGISTRY["validity"].Params()
+    floors = [c for c in later_checks(sweep, P) if "floor" in c.name]
+    assert sum(c.passed is True for c in floors) >= 1 and not any(c.passed is False for c in floors), floors
+    planted = [c for c in later_checks(_later_sweep(monkeypatch, 1e-3), P) if "floor" in c.name]
+    assert any(c.passed is not True for c in planted), [c.to_dict() for c in planted]

@@ -10,6 +10,10 @@ the first switch-on normalised by the loss drop. The reviewers' question —
 does that normalised gap shrink as ε → 0? — is answered by its log–log slope
 against ε, reported either way. At a fixed early time the gap must shrink
 (remainder quartic for tanh: ``∝ ε`` relative to the quadratic term).
+
+For the MLP the later drops are measured too (:mod:`._later_drops`): the real network's drop
+times against ``ln(1/ε)`` beside its NQF's and the seeded NQF's, and each later drop's seeding
+floor, predicted and measured (docs/theory.md §7).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from ..report import new_figure
 from ._base import Check, EpsList, Experiment, Outcome, Params, Table, register
 from ._catalog import CATALOG
 from ._common import mark_unfinished
+from ._later_drops import later_checks, later_problem, later_runs, later_table, plot_later, record_later
 
 __all__ = ["Validity"]
 
@@ -50,6 +55,15 @@ class ValidityParams(Params):
     save_points: int = Field(150, ge=10, description="saved states per run")
     slope_tolerance: float = Field(0.1, gt=0, lt=1, description="relative tolerance on the separation-time slope")
     early_slope_tolerance: float = Field(0.15, gt=0, lt=1, description="absolute tolerance on the early-gap slope")
+    later_eps: list[float] = Field(
+        [1e-4, 1e-8, 1e-12, 1e-16],
+        description="ε of the later-drops sweep (MLP only; [] skips it): real network, NQF and seeded NQF",
+    )
+    later_singular_values: list[float] = Field(
+        [2.0, 1.0, 0.5], min_length=2, description="singular values of the later-drops linear teacher (distinct)"
+    )
+    seeded_tolerance: float = Field(0.05, gt=0, description="relative tolerance of every drop against the seeded NQF")
+    floor_factor: float = Field(1e4, gt=1, description="tolerance (factor in ε) of the predicted seeding floor")
 
     @model_validator(mode="after")
     def _sizes(self):
@@ -59,6 +73,20 @@ class ValidityParams(Params):
             )
         if self.fraction >= 1:
             raise InvalidParameterError(f"`fraction` = {self.fraction:g} must be < 1 (a fraction of the loss drop)")
+        if any(not 0 < e < 1 for e in self.later_eps) or list(self.later_eps) != sorted(self.later_eps, reverse=True):
+            raise InvalidParameterError(f"`later_eps` must be decreasing values in (0, 1); found {self.later_eps}")
+        if (
+            len(set(self.later_singular_values)) < len(self.later_singular_values)
+            or min(self.later_singular_values) <= 0
+        ):
+            raise InvalidParameterError(
+                f"`later_singular_values` must be distinct and positive; found {self.later_singular_values}"
+            )
+        if len(self.later_singular_values) > self.dim:
+            raise InvalidParameterError(
+                f"`later_singular_values` needs at most `dim` = {self.dim} values; "
+                f"found {len(self.later_singular_values)}"
+            )
         if self.teacher_width > self.width:
             raise InvalidParameterError(
                 f"`teacher_width` = {self.teacher_width} must be ≤ `width` = {self.width} "
@@ -135,6 +163,7 @@ class Validity(Experiment):
         "horizon": 2.0,
         "save_points": 40,
         "step_fraction": 0.1,
+        "later_eps": [],  # the later-drops part has its own test (tests/test_seeded.py)
     }
     checks = (
         "slope of the separation time (network leaves its NQF by `fraction` of the loss drop) against "
@@ -144,10 +173,19 @@ class Validity(Experiment):
         "log–log slope of the network–NQF gap at a fixed early time against ε vs 1 (the remainder of tanh "
         "and of QK attention is quartic in W: relative size ∝ ‖W‖² ∝ ε); absolute tolerance "
         "`early_slope_tolerance` (next order O(ε) at the largest ε, and GD)",
+        "MLP, later drops over `later_eps`: every drop of the seeded NQF vs the real network (plain GD from the "
+        "same W(0)), relative tolerance `seeded_tolerance` (5 %, issue 20); the seeding floor of each later drop "
+        "predicted by the seeded clock vs measured from the real network's slope Δt_k/Δln(1/ε), within "
+        "`floor_factor` in ε (10⁴, issue 20)",
     )
 
     def plot(self, arrays: dict, params: ValidityParams) -> dict:
-        return {"validity": _figure(arrays, params)}
+        figs = {"validity": _figure(arrays, params)}
+        if "later_eps" in arrays:
+            fig, ax = new_figure(1, 1, figsize=(7.5, 5.0))
+            plot_later(ax, arrays)
+            figs["later_drops"] = fig
+        return figs
 
     def run(self, params: ValidityParams, ctx, out: Outcome) -> None:
         P = params
@@ -192,6 +230,11 @@ class Validity(Experiment):
         if sweep.early_normalised_gap is not None:
             out.arrays["early_normalised_gap"] = sweep.early_normalised_gap
         _record(out, sweep, slope, prob)
+        if P.model == "mlp" and P.later_eps:  # later drops: where the network leaves ln(1/ε) (docs/theory.md §7)
+            later = later_runs(later_problem(P, ctx.generator(11)), P, ctx)
+            out.checks.extend(later_checks(later, P))
+            out.tables.append(later_table(later))
+            record_later(out, later)
 
 
 def _problem(P: ValidityParams, gen: torch.Generator) -> dict:
