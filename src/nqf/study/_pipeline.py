@@ -279,7 +279,7 @@ def analyze(
         validity=val,
         verdict=verdict,
         curves=curves,
-        timings={k: round(v, 3) for k, v in timings.items()},
+        timings={k: round(v, 7 if k.endswith("_step") else 3) for k, v in timings.items()},
         task=data.task,
         classes=tuple(data.classes),
         notes=tuple(notes),
@@ -390,6 +390,7 @@ def _runs(module, found, Xt, Yt, op, Ynqf, W0_real, W0, lr, steps, form, save_ev
     keep = _saved_state(found)
     sim = simulate(op, Ynqf, W0=W0, lr=lr, steps=steps, form=form, save_every=save_every, **keep)
     timings["nqf_simulation"] = time.perf_counter() - t0
+    timings["nqf_step"] = timings["nqf_simulation"] / max(steps, 1)
     say(f"NQF simulation: {timings['nqf_simulation']:.1f} s")
     anchors, big_steps = ((0.0,), (0.0,)), steps
     if factor > 1:
@@ -427,6 +428,7 @@ def _train(module, found, Xt, Yt, W0, lr, steps, keep, save_every, c_real, timin
     every = max(1, min(save_every, steps // 300))
     real = train_network(net, found.layout, Xt, Yt, W0=W0, lr=lr, steps=steps, save_every=every, **keep)
     timings["real_training"] = time.perf_counter() - t0
+    timings["real_step"] = timings["real_training"] / max(steps, 1)
     say(f"real network: {timings['real_training']:.1f} s")
     return real
 
