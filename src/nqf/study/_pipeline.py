@@ -25,6 +25,7 @@ Loss and time conventions: ``L = (1/N) Σ_n ½‖f_n − y_n‖²``, ``t = η ·
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -205,6 +206,7 @@ def analyze(
     Yt = torch.as_tensor(data.Y, dtype=torch.float64)
     op, f0, how = _operator(module, found, Xt, say)
     Ynqf = Yt - f0 if is_analytic(how) else Yt
+    op, Ynqf, shift = _moments(module, found, Xt, op, Ynqf, how, say)
     rows, commuting = _assumption_checks(module, found, Xt, op, f0, how, seed=seed)
     p, m = found.p, found.n_units
     timings["setup"] = time.perf_counter() - t0
@@ -214,6 +216,8 @@ def analyze(
     W0 = initial_weights(p, m, eps, seed=seed)
     M0 = W0 @ W0.T if m < p else None
     pred = predict(op, Ynqf, eps, commuting=commuting, M0=M0, log=say)
+    if shift:
+        pred = dataclasses.replace(pred, levels=pred.levels + shift)
     timings["prediction"] = time.perf_counter() - t0
     say(f"prediction: {pred.method}, {pred.n_drops} drops, levels {pred.levels[0]:.4g} → {pred.levels[-1]:.4g}")
     if real_step_factor is None:
@@ -254,6 +258,7 @@ def analyze(
         say,
         factor=factor,
         pred=pred,
+        shift=shift,
     )
     if real.note:
         notes.append(real.note)
@@ -383,12 +388,12 @@ def _runs(module, found, Xt, Yt, op, Ynqf, W0_real, W0, lr, steps, form, save_ev
     """
     from ..dynamics import simulate
 
-    factor, pred = kw["factor"], kw["pred"]
+    factor, pred, shift = kw["factor"], kw["pred"], kw["shift"]
     c_nqf, c_real = costs
     say(f"NQF simulation: {steps} steps ({form} form), estimated ~{c_nqf * steps:.0f} s")
     t0 = time.perf_counter()
     keep = _saved_state(found)
-    sim = simulate(op, Ynqf, W0=W0, lr=lr, steps=steps, form=form, save_every=save_every, **keep)
+    sim = _shifted(simulate(op, Ynqf, W0=W0, lr=lr, steps=steps, form=form, save_every=save_every, **keep), shift)
     timings["nqf_simulation"] = time.perf_counter() - t0
     timings["nqf_step"] = timings["nqf_simulation"] / max(steps, 1)
     say(f"NQF simulation: {timings['nqf_simulation']:.1f} s")
@@ -399,6 +404,7 @@ def _runs(module, found, Xt, Yt, op, Ynqf, W0_real, W0, lr, steps, form, save_ev
         big = simulate(
             op, Ynqf, W0=W0, lr=lr * factor, steps=n_big, form=form, save_every=1, save_M=False, save_W=False
         )
+        big = _shifted(big, shift)
         anchors = _clock_map(sim, big, pred)
         t_end = steps * lr
         big_steps = max(1, int(math.ceil(_inverse_clock(t_end, anchors) / (lr * factor))))
@@ -471,6 +477,26 @@ def _delay_text(anchors: tuple) -> str:
         return "(no drop reached)"
     d = 100 * (xs / ys - 1)
     return f"{d.min():.1f}–{d.max():.1f} %"
+
+
+def _moments(module, found, Xt, op, Ynqf, how: str, say):
+    """The NQF's operator and targets on ``D`` moment rows when that is exact (:mod:`nqf.study._moments`),
+    with the loss offset ``c``; else ``(op, Ynqf, 0.0)``."""
+    from ._moments import compressible, moment_rows
+
+    if not compressible(found, how, Xt):
+        return op, Ynqf, 0.0
+    Xc, Yc, shift = moment_rows(Xt, Ynqf)
+    op_c, _, how_c = structure_of(module, found, Xc)
+    if how_c != how:  # the analytic operator did not check out on the moment rows: keep the full data
+        return op, Ynqf, 0.0
+    say(f"NQF data: {Xt.shape[0]} samples → {Xc.shape[0]} moment rows (exact for this MLP; loss offset {shift:.4g})")
+    return op_c, Yc, shift
+
+
+def _shifted(traj, shift: float):
+    """``traj`` with ``shift`` added to its losses (the NQF on moment rows: :mod:`nqf.study._moments`)."""
+    return dataclasses.replace(traj, loss=traj.loss + shift) if shift else traj
 
 
 def _checked_options(eps, loss: str) -> float:
