@@ -229,34 +229,18 @@ def analyze(
     save_every = max(1, steps // save_points)
     form = "weights" if (eps <= WEIGHT_FORM_BELOW or m < p) else "order_parameter"
 
-    # memory and time, before the long runs: sizes and three timed steps of each
-    (c_real, c_nqf), nbytes = _cost(
-        module, found, Xt, Yt, op, Ynqf, W0, lr=lr, steps=steps, form=form, save_every=save_every
-    )
-    factor = float(real_step_factor)
-    total = (c_real / factor + c_nqf * (1 + 1 / factor)) * steps
-    rows.append(estimate_row(total, nbytes))
-    say(
-        f"estimate: {steps} steps (η = {lr:.4g}; real network at {factor:g} η), ~{total:.0f} s, "
-        f"{nbytes / 2**20:.0f} MiB"
-    )
-    sim, real = _runs(
-        module,
-        found,
-        Xt,
-        Yt,
-        op,
-        Ynqf,
-        init_factor * W0,
-        W0,
+    ctx = (module, found, Xt, Yt, op, Ynqf, W0)
+    sim, real = _estimate_and_run(
+        ctx,
+        init_factor,
         lr,
         steps,
         form,
         save_every,
-        (c_nqf, c_real),
+        float(real_step_factor),
+        rows,
         timings,
         say,
-        factor=factor,
         pred=pred,
         shift=shift,
     )
@@ -377,6 +361,23 @@ class _RealRun:
     @property
     def loss(self) -> np.ndarray:
         return self.traj.loss.numpy()
+
+
+def _estimate_and_run(ctx, init_factor, lr, steps, form, save_every, factor, rows, timings, say, **kw):
+    """Memory and time before the long runs (sizes and three timed steps of each; a row of the checks), then
+    :func:`_runs`."""
+    module, found, Xt, Yt, op, Ynqf, W0 = ctx
+    (c_real, c_nqf), nbytes = _cost(
+        module, found, Xt, Yt, op, Ynqf, W0, lr=lr, steps=steps, form=form, save_every=save_every
+    )
+    total = (c_real / factor + c_nqf * (1 + 1 / factor)) * steps
+    rows.append(estimate_row(total, nbytes))
+    say(
+        f"estimate: {steps} steps (η = {lr:.4g}; real network at {factor:g} η), ~{total:.0f} s, "
+        f"{nbytes / 2**20:.0f} MiB"
+    )
+    args = (init_factor * W0, W0, lr, steps, form, save_every, (c_nqf, c_real), timings, say)
+    return _runs(module, found, Xt, Yt, op, Ynqf, *args, factor=factor, **kw)
 
 
 def _runs(module, found, Xt, Yt, op, Ynqf, W0_real, W0, lr, steps, form, save_every, costs, timings, say, **kw):
