@@ -37,6 +37,11 @@ __all__ = ["train_network", "UnitScatter"]
 #: samples (the sum of the chunks' weighted means: the same loss and gradient, activations of one chunk
 #: in memory instead of all N; a tanh MLP of width 512 on 10⁵ samples: 4 × 400 MB arrays otherwise).
 CHUNK_SAMPLES = 4096
+#: Below this many multiply-adds a step (``N · p · m``) the run uses one torch thread: the parallel regions of
+#: small kernels cost more than they gain, and with a busy second core their threads spin (attention of width
+#: 8 on digits, N · p · m = 5·10⁵: 530 ms a step with two threads on the shared 2-core machine, 31 ms with one;
+#: the issue's 257 s of system time).  Larger runs keep the thread count the caller set.
+SMALL_STEP_MACS = 2**26
 
 
 def train_network(
@@ -138,7 +143,23 @@ def train_network(
         Wd = params[0].detach()
         rec.add(k, Lfull, W=Wd.clone() if keep.W else None, M=Wd @ Wd.T if keep.M else None)
 
-    out = training_loop(
+    threads = torch.get_num_threads()
+    if N * scatter.p * scatter.m < SMALL_STEP_MACS:
+        torch.set_num_threads(1)
+    try:
+        out = _loop(W, opt, steps, N, seed, save_every, divergence_threshold, obj, store)
+    finally:
+        torch.set_num_threads(threads)
+    W = out.params[0]
+    units.set_W(module, W.detach())
+    info = {"form": "network", **opt.to_dict(), "steps": steps, **loss.to_dict(), "seed": seed}
+    info.update(keep.to_dict(), width=scatter.m, f0=f0)
+    return rec.trajectory(lr=opt.lr, dtype=dt, device=dev, status=out.status, message=out.message, info=info)
+
+
+def _loop(W, opt, steps, N, seed, save_every, divergence_threshold, obj, store):
+    """:func:`~nqf.dynamics._loop.training_loop` on the unit weights with the objective ``obj``."""
+    return training_loop(
         [W],
         opt,
         steps=steps,
@@ -152,11 +173,6 @@ def train_network(
         save=store,
         gradient=obj.gradient,
     )
-    W = out.params[0]
-    units.set_W(module, W.detach())
-    info = {"form": "network", **opt.to_dict(), "steps": steps, **loss.to_dict(), "seed": seed}
-    info.update(keep.to_dict(), width=scatter.m, f0=f0)
-    return rec.trajectory(lr=opt.lr, dtype=dt, device=dev, status=out.status, message=out.message, info=info)
 
 
 class _Objective:
