@@ -14,8 +14,9 @@ CPU time, wall time and peak resident memory of the whole run and of each stage,
 verdict.  With ``--out DIR`` the run directory (``results.json``, figures, report) is written
 (``nqf.study.save_analysis``).
 
-Threads: ``--threads`` (default: every core of the machine, ``os.cpu_count()``) for torch's BLAS;
-the real network's matrix products on 10⁵ samples are large enough to use them.
+Threads: ``--threads`` (default 1) for torch.  On free cores the real network's matrix products
+on 10⁵ samples can use more; on the shared 2-core machine a second thread competing with other
+jobs made the run slower (the saddle search's small eigenproblems spin: 29 s instead of 2 s).
 
 Run: ``python benchmarks/bench_mixture.py [--n 100000] [--threads 2] [--out DIR] [--json]``.
 """
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import resource
 import threading
@@ -175,7 +175,7 @@ def run(n: int, out: str | None) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=100_000, help="samples (default 10⁵)")
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads (default: all cores)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     ap.add_argument("--out", default=None, help="write the run directory here")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     args = ap.parse_args()

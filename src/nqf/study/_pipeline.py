@@ -66,7 +66,7 @@ WEIGHT_FORM_BELOW = 1e-13
 PREDICT_EVALUATIONS = 12_000
 #: The real network trains at this multiple of the table's step ``η`` (the default ``lr_fraction``'s); its
 #: times are carried onto the clock of ``η`` by the NQF simulated at both steps (:func:`_clock_map`).
-REAL_STEP_FACTOR = 10.0
+REAL_STEP_FACTOR = 20.0
 
 
 def _as_data(X, Y, name: str | None) -> Dataset:
