@@ -135,7 +135,8 @@ def mixture(env: dict, threads: int) -> dict:
     if res.returncode != 0:
         raise RuntimeError(f"bench_mixture failed: {res.stderr[-2000:]}")
     out = json.loads(res.stdout[res.stdout.index("{") :])
-    return {**cost, "steps": out["steps"], "drops": out["drops"], "trust": out["trust"], "stages": out["stages"]}
+    keep = ("steps", "drops", "trust", "stages", "verdict")
+    return {**cost, **{k: out[k] for k in keep}}
 
 
 def main() -> None:
@@ -166,6 +167,7 @@ def main() -> None:
     )
     for s in m["stages"]:
         print(f"  {s['stage']:<34} wall {s['wall_s']:7.1f} s  cpu {s['cpu_s']:7.1f} s  peak {s['peak_MiB']:5d} MiB")
+    print(f"  {m['verdict']}")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
