@@ -418,7 +418,7 @@ def _runs(module, found, Xt, Yt, op, Ynqf, W0_real, W0, lr, steps, form, save_ev
         return sim, _RealRun(_clock(real.t.numpy(), anchors), real, anchors)
     if factor > 1:  # diverged at the larger step: the real network at η itself
         say(f"real network diverged at {factor:g} η ({real.message}); repeated at η")
-        real = _train(module, found, Xt, Yt, W0_real, lr, steps, keep, save_every, c_real * factor, timings, say)
+        real = _train(module, found, Xt, Yt, W0_real, lr, steps, keep, save_every, c_real, timings, say)
         note = f"The real network diverged at {factor:g}× the step η and was trained at η."
         return sim, _RealRun(real.t.numpy(), real, note=note)
     return sim, _RealRun(real.t.numpy(), real)
