@@ -2,9 +2,10 @@
 
 Each row runs ``nqf analyze`` in a fresh process (``/usr/bin/time`` measures its wall time and
 peak resident memory) and reads the run's ``results.json``: the structure operator used, the
-time of the prediction, the NQF simulation and the real training (same number of steps, so
-their ratio is *NQF step ÷ real step*), the trust of the verdict, and the largest per-plateau
-time and level errors (relative) of the real network against the prediction (in the quadratic regime).
+time of the prediction and of the real training, *NQF step ÷ real step* (each run's time over
+its steps: the real network takes larger steps, see docs/analyze.md), the trust of the verdict,
+and the largest per-plateau time and level errors (relative) of the real network against the
+prediction (in the quadratic regime).
 
 Rows (digits: all 1797 samples; models written to a temporary ``models.py``):
 
@@ -126,9 +127,8 @@ def _read_results(path: Path) -> dict:
         "operator": operator.group(1) if operator else None,
         "p": m.get("p"),
         "predict_s": m.get("seconds_prediction"),
-        "nqf_over_real": m["seconds_nqf_simulation"] / m["seconds_real_training"]
-        if m.get("seconds_real_training")
-        else None,
+        "nqf_over_real": m["seconds_nqf_step"] / m["seconds_real_step"] if m.get("seconds_real_step") else None,
+        "real_s": m.get("seconds_real_training"),
         "trust": m.get("trust"),
         "max_t_err": m.get("max_time_error_real"),
         "max_L_err": m.get("max_level_error_real"),
@@ -139,7 +139,7 @@ def _print(rows: list[dict]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    cols = ["row", "status", "operator", "p", "wall_s", "peak_MiB", "predict_s", "nqf_over_real", "trust"]
+    cols = ["row", "status", "operator", "p", "wall_s", "peak_MiB", "predict_s", "real_s", "nqf_over_real", "trust"]
     cols += ["max_t_err", "max_L_err"]
     table = Table(*cols)
     for r in rows:

@@ -33,6 +33,16 @@ from ._trajectory import Trajectory
 
 __all__ = ["train_network", "UnitScatter"]
 
+#: Full-batch runs on more samples than this evaluate the loss and its gradient in chunks of this many
+#: samples (the sum of the chunks' weighted means: the same loss and gradient, activations of one chunk
+#: in memory instead of all N; a tanh MLP of width 512 on 10⁵ samples: 4 × 400 MB arrays otherwise).
+CHUNK_SAMPLES = 4096
+#: Below this many multiply-adds a step (``N · p · m``) the run uses one torch thread: the parallel regions of
+#: small kernels cost more than they gain, and with a busy second core their threads spin (attention of width
+#: 8 on digits, N · p · m = 5·10⁵: 530 ms a step with two threads on the shared 2-core machine, 31 ms with one;
+#: the issue's 257 s of system time).  Larger runs keep the thread count the caller set.
+SMALL_STEP_MACS = 2**26
+
 
 def train_network(
     module: torch.nn.Module,
@@ -123,33 +133,33 @@ def train_network(
         device=dev,
     )
 
-    def predict(Wt, xb):
-        out = functional_call(module, scatter(Wt), (xb,))
-        if output is not None:
-            out = output(out)
-        return out.reshape(out.shape[0], -1)
-
+    obj = _Objective(module, scatter, output, X, loss)
     with torch.no_grad():
-        f0 = predict(torch.zeros_like(W), X)
-    C = f0.shape[1]
-    yt = loss.prepare(y, N, C, dt, dev)
+        f0 = obj.predict(torch.zeros_like(W), X)
+    obj.yt = loss.prepare(y, N, f0.shape[1], dt, dev)
     rec = Recorder(keep.count(steps))
-
-    def evaluate(params, idx):
-        Wl = params[0].detach().requires_grad_(True)
-        xb, yb = (X, yt) if idx is None else (X[idx.to(X.device)], yt[idx.to(dev)])
-        Lb = loss.value(predict(Wl, xb), yb)
-        return Lb.detach(), (Lb, Wl)
-
-    def full_loss(params):
-        with torch.no_grad():
-            return float(loss.value(predict(params[0], X), yt))
 
     def store(k, params, Lfull):
         Wd = params[0].detach()
         rec.add(k, Lfull, W=Wd.clone() if keep.W else None, M=Wd @ Wd.T if keep.M else None)
 
-    out = training_loop(
+    threads = torch.get_num_threads()
+    if N * scatter.p * scatter.m < SMALL_STEP_MACS:
+        torch.set_num_threads(1)
+    try:
+        out = _loop(W, opt, steps, N, seed, save_every, divergence_threshold, obj, store)
+    finally:
+        torch.set_num_threads(threads)
+    W = out.params[0]
+    units.set_W(module, W.detach())
+    info = {"form": "network", **opt.to_dict(), "steps": steps, **loss.to_dict(), "seed": seed}
+    info.update(keep.to_dict(), width=scatter.m, f0=f0)
+    return rec.trajectory(lr=opt.lr, dtype=dt, device=dev, status=out.status, message=out.message, info=info)
+
+
+def _loop(W, opt, steps, N, seed, save_every, divergence_threshold, obj, store):
+    """:func:`~nqf.dynamics._loop.training_loop` on the unit weights with the objective ``obj``."""
+    return training_loop(
         [W],
         opt,
         steps=steps,
@@ -158,13 +168,56 @@ def train_network(
         seed=seed,
         save_every=save_every,
         divergence_threshold=divergence_threshold,
-        evaluate=evaluate,
-        full_loss=full_loss,
+        evaluate=obj.evaluate,
+        full_loss=obj.full_loss,
         save=store,
-        gradient=lambda params, ctx, idx: list(torch.autograd.grad(ctx[0], ctx[1])),
+        gradient=obj.gradient,
     )
-    W = out.params[0]
-    units.set_W(module, W.detach())
-    info = {"form": "network", **opt.to_dict(), "steps": steps, **loss.to_dict(), "seed": seed}
-    info.update(keep.to_dict(), width=scatter.m, f0=f0)
-    return rec.trajectory(lr=opt.lr, dtype=dt, device=dev, status=out.status, message=out.message, info=info)
+
+
+class _Objective:
+    """The loss of the real module as a function of the unit weights: ``predict``, the batch loss with what its
+    gradient needs (``evaluate``/``gradient`` of :func:`~nqf.dynamics._loop.training_loop`) and the full-data
+    loss; full batches of more than :data:`CHUNK_SAMPLES` samples in chunks."""
+
+    def __init__(self, module, scatter, output, X, loss):
+        self.module, self.scatter, self.output, self.X, self.loss = module, scatter, output, X, loss
+        self.yt: torch.Tensor = torch.empty(0)
+        N = self.N = int(X.shape[0])
+        self.chunks = (
+            [slice(a, min(a + CHUNK_SAMPLES, N)) for a in range(0, N, CHUNK_SAMPLES)] if N > CHUNK_SAMPLES else []
+        )
+
+    def predict(self, Wt, xb):
+        out = functional_call(self.module, self.scatter(Wt), (xb,))
+        if self.output is not None:
+            out = self.output(out)
+        return out.reshape(out.shape[0], -1)
+
+    def evaluate(self, params, idx):
+        Wl = params[0].detach().requires_grad_(True)
+        X, yt, N = self.X, self.yt, self.N
+        if idx is None and self.chunks:  # full batch in chunks: loss and gradient together (ctx: the gradient)
+            Lsum, grad = torch.zeros((), dtype=Wl.dtype, device=Wl.device), torch.zeros_like(Wl)
+            for sl in self.chunks:
+                Lc = self.loss.value(self.predict(Wl, X[sl]), yt[sl]) * ((sl.stop - sl.start) / N)
+                grad += torch.autograd.grad(Lc, Wl)[0]
+                Lsum += Lc.detach()
+            return Lsum, (None, grad)
+        xb, yb = (X, yt) if idx is None else (X[idx.to(X.device)], yt[idx.to(yt.device)])
+        Lb = self.loss.value(self.predict(Wl, xb), yb)
+        return Lb.detach(), (Lb, Wl)
+
+    def full_loss(self, params) -> float:
+        X, yt, W = self.X, self.yt, params[0]
+        with torch.no_grad():
+            if not self.chunks:
+                return float(self.loss.value(self.predict(W, X), yt))
+            parts = (
+                float(self.loss.value(self.predict(W, X[sl]), yt[sl])) * (sl.stop - sl.start) for sl in self.chunks
+            )
+            return sum(parts) / self.N
+
+    @staticmethod
+    def gradient(params, ctx, idx):
+        return [ctx[1]] if ctx[0] is None else list(torch.autograd.grad(ctx[0], ctx[1]))

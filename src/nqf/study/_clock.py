@@ -18,24 +18,31 @@ from ..curves import RealClock, real_clock
 __all__ = ["seeded_clock", "clock_sentences"]
 
 
-def seeded_clock(
-    enabled: bool, module, found, Xt, Yt, op, W0, lr, steps, save_every, pred, sim, timings, say
-) -> RealClock | None:
-    """The seeded NQF's drop times (:func:`nqf.dynamics.seeded_nqf`) read against the NQF run ``sim``."""
+def seeded_clock(enabled: bool, problem: tuple, run: tuple, pred, sim, say, timings: dict) -> RealClock | None:
+    """The seeded NQF's drop times (:func:`nqf.dynamics.seeded_nqf`) read against the NQF run ``sim``.
+
+    ``problem`` is ``(module, found, X, Y, op, W0)`` with ``op`` the operator on the data themselves;
+    ``run`` is ``(step, steps, time map)``: the seeded NQF runs at that step and its times are carried onto
+    ``sim``'s clock by the map (None: the same step).  Returns the clock (None when not run); its time goes
+    into ``timings["seeded_nqf"]``.
+    """
     from ..dynamics import seeded_nqf
 
+    module, found, Xt, Yt, op, W0 = problem
+    lr, steps, time_map = run
     if not enabled or pred.n_drops < 2 or not op.satisfies_zgz:
         return None
-    say(f"seeded NQF (the real network's clock): {steps} steps")
+    say(f"seeded NQF (the real network's clock): {steps} steps (η = {lr:.4g})")
     t0 = time.perf_counter()
-    net = copy.deepcopy(module)
-    run = seeded_nqf(
-        op, net, found.layout, Xt, Yt, W0=W0, lr=lr, steps=steps, save_every=save_every, save_W=False, save_M=False
-    )
+    every = max(1, steps // 600)
+    traj = seeded_nqf(
+        op, copy.deepcopy(module), found.layout, Xt, Yt, W0=W0, lr=lr, steps=steps, save_every=every,
+        save_W=False, save_M=False,
+    )  # fmt: skip
     timings["seeded_nqf"] = time.perf_counter() - t0
     say(f"seeded NQF: {timings['seeded_nqf']:.1f} s")
-    n = min(len(run), len(sim))
-    return real_clock(pred, run.t[:n].numpy(), run.loss[:n].numpy(), sim.t[:n].numpy(), sim.loss[:n].numpy())
+    t = traj.t.numpy() if time_map is None else time_map(traj.t.numpy())
+    return real_clock(pred, t, traj.loss.numpy(), sim.t.numpy(), sim.loss.numpy())
 
 
 def clock_sentences(clock: RealClock | None, t_real: np.ndarray) -> list[str]:

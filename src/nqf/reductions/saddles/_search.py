@@ -22,6 +22,10 @@ from ._results import Saddle, SaddleSequence
 __all__ = ["saddle_sequence"]
 
 _COMMUTE_RTOL = 1e-9  # largest relative commutator of two random adjoints taken as round-off (float64)
+#: Largest ``escape rate × offset`` of the first drop taken as exact: beyond ``ln(1/u)`` (``u`` the float64 unit
+#: round-off) of growth past the orbit's normalisation, directions the orbit did not seed have grown from
+#: round-off to O(1): the orbit lingers at an intermediate saddle and the crossing time measures round-off.
+_MAX_OFFSET_GROWTH = math.log(1.0 / float(np.finfo(np.float64).eps))
 
 
 def _saddle_at(prob: LossProblem, V: torch.Tensor, index: int, tau: float):
@@ -168,6 +172,15 @@ def saddle_sequence(
             n_grid=401,
         )
         first_offset = orbit.crossing(L0 - first_level * (L0 - L1))
+        if math.isfinite(first_offset) and saddles[0].escape_rate * first_offset > _MAX_OFFSET_GROWTH:
+            notes = [
+                *notes,
+                f"warning: the first heteroclinic orbit crosses the midpoint {first_offset:.3g} time units past its "
+                f"normalisation (escape rate × offset = {saddles[0].escape_rate * first_offset:.0f} > ln(1/u) = "
+                f"{_MAX_OFFSET_GROWTH:.0f}): it lingers at an intermediate saddle whose escape is seeded by round-off, "
+                "not by ε; drop 1 is given at leading order",
+            ]
+            first_offset = math.nan
     return SaddleSequence(
         saddles=tuple(saddles),
         global_minimum=lam <= tol * scale,
