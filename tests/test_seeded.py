@@ -189,3 +189,29 @@ def test_validity_later_drops_seeded_clock_and_floors(monkeypatch):
     assert sum(c.passed is True for c in floors) >= 1 and not any(c.passed is False for c in floors), floors
     planted = [c for c in later_checks(_later_sweep(monkeypatch, 1e-3), P) if "floor" in c.name]
     assert any(c.passed is not True for c in planted), [c.to_dict() for c in planted]
+
+
+def test_verdict_judges_a_slowly_approached_last_level_against_the_nqf():
+    """Issue 20 (breast_cancer): the NQF itself is 22 % above its predicted global minimum at the end of the run;
+    the verdict says so and judges the real network's last level against the level the NQF reaches."""
+    from types import SimpleNamespace
+
+    from nqf.study._verdict import judge
+
+    pred = SimpleNamespace(
+        n_drops=1, levels=np.array([0.2338, 0.05276]), times=np.array([3.0]), global_minimum=True,
+        method="saddle-sequence", time_rules=("exact offset",),
+    )  # fmt: skip
+    cmp = lambda levels: SimpleNamespace(  # noqa: E731
+        levels_measured=np.array(levels), times_measured=np.array([3.04]), time_errors=np.array([0.01]),
+        level_errors=np.abs(np.array(levels) / pred.levels - 1), flat=np.array([True, True]),
+        flatness=np.array([0.01, 0.02]), flat_threshold=0.25,
+    )  # fmt: skip
+    val = {"max_gap": 0.02, "left_step": None, "left_time": None}
+    found = SimpleNamespace(n_units=64, p=32)
+    slow = judge(pred, cmp([0.2334, 0.06429]), cmp([0.2334, 0.0650]), val, 1e-6, found, 64, 32)
+    assert any("approached slowly" in t and "21.9 %" in t for t in slow["text"]), slow["text"]
+    assert slow["max_level_error"] < 0.02  # judged against the NQF's 0.06429, not the minimum 0.05276
+    fast = judge(pred, cmp([0.2334, 0.0530]), cmp([0.2334, 0.0650]), val, 1e-6, found, 64, 32)
+    assert not any("approached slowly" in t for t in fast["text"])
+    assert fast["max_level_error"] > 0.2  # the NQF reaches its level: the real network is judged against it
