@@ -215,3 +215,17 @@ def test_verdict_judges_a_slowly_approached_last_level_against_the_nqf():
     fast = judge(pred, cmp([0.2334, 0.0530]), cmp([0.2334, 0.0650]), val, 1e-6, found, 64, 32)
     assert not any("approached slowly" in t for t in fast["text"])
     assert fast["max_level_error"] > 0.2  # the NQF reaches its level: the real network is judged against it
+
+
+def test_verdict_names_unscaled_regression_targets():
+    """Issue 20 (diabetes, target sd 77): leaving the regime at once is explained by the targets' scale."""
+    from types import SimpleNamespace
+
+    from nqf.study._pipeline import _target_scale
+
+    y = np.random.default_rng(0).normal(0.0, 77.0, size=(200, 1))
+    left, stayed = {"left_step": 10}, {"left_step": None}
+    assert "standard deviation 7" in _target_scale(SimpleNamespace(task="regression", Y=y), left)[0]
+    assert _target_scale(SimpleNamespace(task="regression", Y=y / y.std()), left) == []
+    assert _target_scale(SimpleNamespace(task="regression", Y=y), stayed) == []
+    assert _target_scale(SimpleNamespace(task="classification", Y=y), left) == []

@@ -244,7 +244,7 @@ def analyze(
     cmp_nqf, cmp_real, val, verdict, curves = _compare(pred, sim, real, eps, found, flat_threshold, gap_tolerance)
     problem, run = (module, found, Xt, Yt, op_data, W0), _seeded_steps(real, lr, steps)
     seeded = seeded_clock(clock, problem, run, pred, sim, say, timings)
-    warnings = [n for n in pred.notes if n.startswith("warning:")]
+    warnings = [n for n in pred.notes if n.startswith("warning:")] + _target_scale(data, val)
     verdict["text"].extend([*clock_sentences(seeded, cmp_real.times_measured), *notes, *warnings])
     return Analysis(
         model=desc,
@@ -307,6 +307,24 @@ def _data_line(data: Dataset) -> str:
         f"data: {data.name}: N = {data.n_samples}, input shape {data.input_shape}, C = {data.n_outputs}, "
         f"{data.task}" + (f" ({rule})" if rule else "") + names
     )
+
+
+def _target_scale(data: Dataset, val: dict) -> list[str]:
+    """A verdict sentence when regression targets of standard deviation above 1 go with leaving the regime.
+
+    The NQF's plateau weights grow like the square root of the targets' scale; with standardised inputs,
+    targets of standard deviation ``s > 1`` need pre-activations beyond 1, where the activation's next
+    orders act at once (diabetes: ``s ≈ 77``)."""
+    if data.task != "regression" or val.get("left_step") is None:
+        return []
+    sd = float(np.std(np.asarray(data.Y, dtype=float)))
+    if sd <= 1.0:
+        return []
+    return [
+        f"The regression targets have standard deviation {sd:.3g} (centred, not scaled): fitting them needs unit "
+        f"weights of size ~√{sd:.3g} = {math.sqrt(sd):.2g}, outside the quadratic regime, which is why the network "
+        "leaves it; analyse the scaled targets instead (nqf.analyze(model, X, Y / Y.std()) on the prepared data)."
+    ]
 
 
 def _training_only_notes(module, say) -> list[str]:
