@@ -197,7 +197,9 @@ def _execute(exp, params, *, out, seed, device, force, resume, as_json, threads,
         )
     except KeyboardInterrupt as exc:
         if getattr(exc, "previous_run_kept", None) is not None:
-            typer.echo(f"\ninterrupted: --force replaces a run only when the new one completes; {q} is as it was", err=True)
+            typer.echo(
+                f"\ninterrupted: --force replaces a run only when the new one completes; {q} is as it was", err=True
+            )
         elif getattr(exc, "run_directory", None) is not None:
             typer.echo(
                 f"\ninterrupted: partial results kept in {q}; continue with "

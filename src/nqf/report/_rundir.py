@@ -92,6 +92,7 @@ __all__ = [
     "RUN_MARKER",
     "RUN_ID_KEY",
     "is_run_directory",
+    "has_marker",
     "marker_text",
     "lock_path",
     "acquire_lock",

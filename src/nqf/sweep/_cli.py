@@ -9,6 +9,7 @@ finishes the rest).
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import typer
@@ -102,24 +103,25 @@ def _run(points, spec, base, root: Path, *, scheduler, workers, retries, as_json
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from ..errors import SweepError
-    from ._execute import execute, open_client
+    from ._execute import execute, finished_rows, open_client
     from ._points import is_finished
     from ._report import write_sweep_report
     from ._table import build_table, write_table
 
-    if root.exists() and not root.is_dir():
-        _fail(f"`--out` {root} exists and is not a directory")
-    root.mkdir(parents=True, exist_ok=True)
+    shown = root
+    root = _claim_root(root)  # absolute: the workers of a cluster write where the user named, not in their cwd
     lock = FileLock(str(root / ".sweep.lock"))
     try:
         lock.acquire(timeout=0)
     except Timeout:
-        _fail(f"another `nqf sweep` is running in {root}; wait for it or use another --out")
+        _fail(f"another `nqf sweep` is running in {shown}; wait for it or use another --out")
     experiment = base["experiment"]
     console = Console(stderr=True, highlight=False)
     state = None
+    done: dict[str, dict] = {}
     try:
-        write_table(root, build_table(points, {}, experiment=experiment, base=base, spec=spec, root=root))
+        done = finished_rows(points, root)  # what is on disk: a killed client's sweep.json never forgets it
+        write_table(root, build_table(points, done, experiment=experiment, base=base, spec=spec, root=root))
         progress = Progress(
             TextColumn("[bold]sweep"),
             BarColumn(),
@@ -135,6 +137,9 @@ def _run(points, spec, base, root: Path, *, scheduler, workers, retries, as_json
             task = progress.add_task("sweep", total=len(points), failed=0, running=0)
 
             def on_point(pt, row):
+                done[pt.short] = row
+                if row["status"] == "complete" and not row.get("reused"):
+                    write_table(root, build_table(points, done, experiment=experiment, base=base, spec=spec, root=root))
                 if not as_json:
                     progress.console.print(_point_line(pt, row), soft_wrap=True)
 
@@ -150,7 +155,7 @@ def _run(points, spec, base, root: Path, *, scheduler, workers, retries, as_json
             except SweepError as exc:
                 _fail(str(exc))
             except OSError as exc:
-                _fail(f"could not reach the Dask scheduler {scheduler!r}: {exc}")
+                _fail(f"`--scheduler` {scheduler}: could not reach the Dask scheduler ({exc})")
     except KeyboardInterrupt:
         console.print(
             f"\ninterrupted: finished points are kept in {root}/points; rerun the same command to finish the rest"
@@ -158,7 +163,7 @@ def _run(points, spec, base, root: Path, *, scheduler, workers, retries, as_json
         return 130
     finally:
         if state is not None or (root / "sweep.json").exists():
-            rows = state.rows if state is not None else {}
+            rows = {**done, **(state.rows if state is not None else {})}
             doc = build_table(points, rows, experiment=experiment, base=base, spec=spec, root=root)
             write_table(root, doc)
             write_sweep_report(root, doc)
@@ -173,6 +178,27 @@ def _run(points, spec, base, root: Path, *, scheduler, workers, retries, as_json
         )
         console.print(summary, soft_wrap=True)
     return 0 if counts["failed"] == 0 and counts["complete"] == counts["total"] else EXIT_SOME_FAILED
+
+
+def _claim_root(root: Path) -> Path:
+    """The sweep directory ``root`` made absolute, created and marked; refuses (exit 2) a folder that is not a
+    sweep of nqf and holds files, so that nothing nqf did not write is overwritten."""
+    from ._table import SWEEP_MARKER, is_sweep_directory, mark_sweep_directory
+
+    absolute = Path(os.path.abspath(root))
+    if absolute.exists() and not absolute.is_dir():
+        _fail(f"`--out` {root} exists and is not a directory")
+    if absolute.is_dir() and any(absolute.iterdir()) and not is_sweep_directory(absolute):
+        _fail(
+            f"`--out` {root} is not a sweep directory (no {SWEEP_MARKER} marker) and is not empty: nqf never "
+            "overwrites files it did not write, so nothing was changed; choose a new or empty --out"
+        )
+    try:
+        absolute.mkdir(parents=True, exist_ok=True)
+        mark_sweep_directory(absolute)
+    except OSError as exc:
+        _fail(f"`--out` {root}: cannot create the sweep directory ({exc.strerror or exc})")
+    return absolute
 
 
 def register_cli(app: typer.Typer) -> None:
