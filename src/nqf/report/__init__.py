@@ -6,7 +6,16 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from ._codec import CheckpointError
-from ._html import format_cell, rebuild_report, render_report, safe_figure_path, write_report
+from ._html import (
+    MAX_EMBED_BYTES,
+    MAX_EMBED_TOTAL,
+    format_cell,
+    rebuild_report,
+    render_report,
+    safe_figure_path,
+    svg_is_safe,
+    write_report,
+)
 from ._rundir import (
     ResumeMismatchError,
     RunDirectory,
@@ -54,6 +63,9 @@ __all__ = [
     "write_report",
     "rebuild_report",
     "safe_figure_path",
+    "svg_is_safe",
+    "MAX_EMBED_BYTES",
+    "MAX_EMBED_TOTAL",
     "format_cell",
     "acquire_lock",
     "figure_files",

@@ -155,7 +155,11 @@ def _run(points, spec, base, root: Path, *, scheduler, workers, retries, as_json
             except SweepError as exc:
                 _fail(str(exc))
             except OSError as exc:
-                _fail(f"`--scheduler` {scheduler}: could not reach the Dask scheduler ({exc})")
+                _fail(
+                    f"`--scheduler` {scheduler}: the Dask scheduler could not be reached or stopped answering "
+                    f"({exc}); finished points are kept in {shown}/sweep.json, rerun the same command to finish "
+                    "the rest"
+                )
     except KeyboardInterrupt:
         console.print(
             f"\ninterrupted: finished points are kept in {root}/points; rerun the same command to finish the rest"
@@ -164,6 +168,9 @@ def _run(points, spec, base, root: Path, *, scheduler, workers, retries, as_json
     finally:
         if state is not None or (root / "sweep.json").exists():
             rows = {**done, **(state.rows if state is not None else {})}
+            for short, row in finished_rows(points, root).items():  # the disk is the truth: complete is complete
+                if rows.get(short, {}).get("status") != "complete":
+                    rows[short] = dict(row, reused=False)
             doc = build_table(points, rows, experiment=experiment, base=base, spec=spec, root=root)
             write_table(root, doc)
             write_sweep_report(root, doc)
