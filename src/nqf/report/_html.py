@@ -160,9 +160,10 @@ _CSS_BAD = re.compile(r"@import|url\(\s*['\"]?\s*(?!#)|javascript:|expression\("
 
 
 def svg_is_safe(data: bytes) -> bool:
-    """True when an SVG holds nothing active: no entities (a DOCTYPE without internal subset is allowed), no ``<script>``, ``<foreignObject>``,
-    animation, ``<a>`` or event-handler attribute (``on…``), every ``href`` local (``#id``) or an embedded
-    PNG/JPEG/GIF, and no style that loads or runs anything.  Only such an SVG is linked from a report."""
+    """True when an SVG holds nothing active: no entities (a DOCTYPE without internal subset is allowed),
+    no ``<script>``, ``<foreignObject>``, animation, ``<a>`` or event-handler attribute (``on…``), every
+    ``href`` local (``#id``) or an embedded PNG/JPEG/GIF, and no style that loads or runs anything.  Only such
+    an SVG is linked from a report."""
     import xml.etree.ElementTree as ET
 
     low = data.lower()
