@@ -167,10 +167,7 @@ def _run(points, spec, base, root: Path, *, scheduler, workers, retries, as_json
         return 130
     finally:
         if state is not None or (root / "sweep.json").exists():
-            rows = {**done, **(state.rows if state is not None else {})}
-            for short, row in finished_rows(points, root).items():  # the disk is the truth: complete is complete
-                if rows.get(short, {}).get("status") != "complete":
-                    rows[short] = dict(row, reused=False)
+            rows = _final_rows(points, root, done, state)
             doc = build_table(points, rows, experiment=experiment, base=base, spec=spec, root=root)
             write_table(root, doc)
             write_sweep_report(root, doc)
@@ -185,6 +182,17 @@ def _run(points, spec, base, root: Path, *, scheduler, workers, retries, as_json
         )
         console.print(summary, soft_wrap=True)
     return 0 if counts["failed"] == 0 and counts["complete"] == counts["total"] else EXIT_SOME_FAILED
+
+
+def _final_rows(points, root: Path, done: dict, state) -> dict:
+    """The rows to record at the end: those seen, then the disk's word (a point complete there is complete)."""
+    from ._execute import finished_rows
+
+    rows = {**done, **(state.rows if state is not None else {})}
+    for short, row in finished_rows(points, root).items():
+        if rows.get(short, {}).get("status") != "complete":
+            rows[short] = dict(row, reused=False)
+    return rows
 
 
 def _claim_root(root: Path) -> Path:

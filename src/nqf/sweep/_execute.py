@@ -197,7 +197,7 @@ def _checked_row(root, pt: Point, row: dict) -> dict:
 def _scheduler_alive(client) -> bool:
     try:
         return client.status == "running" and client.scheduler_info().get("address") is not None
-    except Exception:  # noqa: BLE001 - any failure to ask counts as "not reachable now"
+    except (OSError, RuntimeError, ValueError):  # CommClosedError, timeouts, a closed client: not reachable now
         return False
 
 
@@ -293,7 +293,7 @@ def execute(
     except BaseException:
         try:
             client.cancel(list(pending))
-        except Exception:  # noqa: BLE001 - the scheduler may be gone; the interrupt is what matters
+        except (OSError, RuntimeError, ValueError):  # the scheduler may be gone; the interrupt is what matters
             pass
         raise
     state.running = 0
