@@ -98,9 +98,7 @@ def sweep(
 
 
 def _run(points, spec, base, root: Path, *, scheduler, workers, retries, as_json) -> int:
-    from filelock import FileLock, Timeout
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from ..errors import SweepError
     from ._execute import execute, finished_rows, open_client
@@ -109,12 +107,7 @@ def _run(points, spec, base, root: Path, *, scheduler, workers, retries, as_json
     from ._table import build_table, write_table
 
     shown = root
-    root = _claim_root(root)  # absolute: the workers of a cluster write where the user named, not in their cwd
-    lock = FileLock(str(root / ".sweep.lock"))
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        _fail(f"another `nqf sweep` is running in {shown}; wait for it or use another --out")
+    root, lock = _claim_root(root)  # absolute: the workers of a cluster write where the user named, not in their cwd
     experiment = base["experiment"]
     console = Console(stderr=True, highlight=False)
     state = None
@@ -122,17 +115,7 @@ def _run(points, spec, base, root: Path, *, scheduler, workers, retries, as_json
     try:
         done = finished_rows(points, root)  # what is on disk: a killed client's sweep.json never forgets it
         write_table(root, build_table(points, done, experiment=experiment, base=base, spec=spec, root=root))
-        progress = Progress(
-            TextColumn("[bold]sweep"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("failed {task.fields[failed]}  running {task.fields[running]}"),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
-            console=console,
-            disable=as_json,
-            transient=False,
-        )
+        progress = _progress(console, as_json)
         with progress:
             task = progress.add_task("sweep", total=len(points), failed=0, running=0)
 
@@ -184,6 +167,22 @@ def _run(points, spec, base, root: Path, *, scheduler, workers, retries, as_json
     return 0 if counts["failed"] == 0 and counts["complete"] == counts["total"] else EXIT_SOME_FAILED
 
 
+def _progress(console, as_json: bool):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    return Progress(
+        TextColumn("[bold]sweep"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("failed {task.fields[failed]}  running {task.fields[running]}"),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=console,
+        disable=as_json,
+        transient=False,
+    )
+
+
 def _final_rows(points, root: Path, done: dict, state) -> dict:
     """The rows to record at the end: those seen, then the disk's word (a point complete there is complete)."""
     from ._execute import finished_rows
@@ -195,9 +194,12 @@ def _final_rows(points, root: Path, done: dict, state) -> dict:
     return rows
 
 
-def _claim_root(root: Path) -> Path:
-    """The sweep directory ``root`` made absolute, created and marked; refuses (exit 2) a folder that is not a
-    sweep of nqf and holds files, so that nothing nqf did not write is overwritten."""
+def _claim_root(root: Path):
+    """``(directory, held lock)``: the sweep directory ``root`` made absolute, created, marked and locked;
+    refuses (exit 2) a folder that is not a sweep of nqf and holds files (nothing nqf did not write is
+    overwritten), and a directory another `nqf sweep` is writing."""
+    from filelock import FileLock, Timeout
+
     from ._table import SWEEP_MARKER, is_sweep_directory, mark_sweep_directory
 
     absolute = Path(os.path.abspath(root))
@@ -213,7 +215,12 @@ def _claim_root(root: Path) -> Path:
         mark_sweep_directory(absolute)
     except OSError as exc:
         _fail(f"`--out` {root}: cannot create the sweep directory ({exc.strerror or exc})")
-    return absolute
+    lock = FileLock(str(absolute / ".sweep.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        _fail(f"another `nqf sweep` is running in {root}; wait for it or use another --out")
+    return absolute, lock
 
 
 def register_cli(app: typer.Typer) -> None:
