@@ -196,7 +196,11 @@ def _execute(exp, params, *, out, seed, device, force, resume, as_json, threads,
             exp, params, out, seed=seed, device=device, force=force, resume=resume, show_progress=show
         )
     except KeyboardInterrupt as exc:
-        if getattr(exc, "run_directory", None) is not None:
+        if getattr(exc, "previous_run_kept", None) is not None:
+            typer.echo(
+                f"\ninterrupted: --force replaces a run only when the new one completes; {q} is as it was", err=True
+            )
+        elif getattr(exc, "run_directory", None) is not None:
             typer.echo(
                 f"\ninterrupted: partial results kept in {q}; continue with "
                 f"`{rerun or 'nqf run CONFIG'} --out {q} --resume` or rebuild the report with "
@@ -207,6 +211,13 @@ def _execute(exp, params, *, out, seed, device, force, resume, as_json, threads,
             typer.echo(f"\ninterrupted before anything was saved; {q} is as it was", err=True)
         raise typer.Exit(130) from None
     except Exception as exc:  # noqa: BLE001 - the group maps the type to the exit code; add where results are
+        if getattr(exc, "previous_run_kept", None) is not None and not _debug():
+            kind = "" if isinstance(exc, NQFError) else f"{type(exc).__name__}: "
+            _fail(
+                f"experiment {exp.name!r} failed: {kind}{exc} (--out {q}: the previous run is kept as it was; "
+                "--force replaces a run only when the new one completes)",
+                code=2 if isinstance(exc, NQFError) else 1,
+            )
         if getattr(exc, "run_directory", None) is not None and not _debug():
             kind = "" if isinstance(exc, NQFError) else f"{type(exc).__name__}: "
             _fail(

@@ -156,7 +156,9 @@ def run_experiment(
     :mod:`nqf.report._rundir`).  A ``KeyboardInterrupt`` stops the experiment, keeps
     everything it had finished (status ``"interrupted"``, checkpoints included, so
     ``resume=True`` continues it) and is re-raised; any other exception is recorded
-    as status ``"failed"`` and re-raised (with ``.run_directory`` set to the path).
+    as status ``"failed"`` and re-raised (with ``.run_directory`` set to the path).  With ``force=True`` over an
+    existing run, a run that does not complete is not committed: the previous run stays in place whole (the
+    exception's ``.previous_run_kept`` is the path, ``.run_directory`` is ``None``).
 
     Raises
     ------
@@ -169,6 +171,7 @@ def run_experiment(
     dev = resolve_device(device)
     identity = run_identity(exp, params, seed=seed, device=str(dev))
     rundir = RunDirectory(out_dir, force=force, resume=resume, identity=identity)
+    kept = False
     try:
         torch.manual_seed(seed)
         np.random.seed(seed)
@@ -203,7 +206,12 @@ def run_experiment(
                 started=started,
                 wall=time.perf_counter() - t0,
             )
-            rundir.commit()
+            if status != "complete" and rundir.force and rundir.previous is not None:
+                rundir.discard()  # --force swaps only on success: the previous run stays whole
+                kept = True
+            else:
+                rundir.commit()
+                kept = False
     except BaseException:
         rundir.discard()
         raise
@@ -212,7 +220,8 @@ def run_experiment(
     if error is not None:
         try:
             # any exception may propagate here; the CLI reads the path back with getattr
-            error.run_directory = rundir.path  # pyright: ignore[reportAttributeAccessIssue]
+            error.run_directory = None if kept else rundir.path  # pyright: ignore[reportAttributeAccessIssue]
+            error.previous_run_kept = rundir.path if kept else None  # pyright: ignore[reportAttributeAccessIssue]
         except AttributeError:  # pragma: no cover - exceptions without a __dict__
             pass
         raise error

@@ -6,7 +6,16 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from ._codec import CheckpointError
-from ._html import format_cell, rebuild_report, render_report, safe_figure_path, write_report
+from ._html import (
+    MAX_EMBED_BYTES,
+    MAX_EMBED_TOTAL,
+    format_cell,
+    rebuild_report,
+    render_report,
+    safe_figure_path,
+    svg_is_safe,
+    write_report,
+)
 from ._rundir import (
     ResumeMismatchError,
     RunDirectory,
@@ -17,6 +26,9 @@ from ._rundir import (
     atomic_write_bytes,
     atomic_write_text,
     figure_files,
+    has_marker,
+    is_run_directory,
+    marker_text,
     read_arrays,
     verify_run,
 )
@@ -51,10 +63,16 @@ __all__ = [
     "write_report",
     "rebuild_report",
     "safe_figure_path",
+    "svg_is_safe",
+    "MAX_EMBED_BYTES",
+    "MAX_EMBED_TOTAL",
     "format_cell",
     "acquire_lock",
     "figure_files",
     "read_arrays",
+    "has_marker",
+    "is_run_directory",
+    "marker_text",
     "CheckModel",
     "TableModel",
     "read_results_json",

@@ -105,5 +105,12 @@ def carry_entry(entry: Path, dst: Path) -> None:
 
 
 def remove_tree(path: Path) -> None:
-    """Delete the directory tree ``path``, ignoring what is already gone."""
+    """Delete the directory tree ``path``, ignoring what is already gone; a symbolic link is removed itself
+    (never what it points to)."""
+    if os.path.islink(path):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        return
     shutil.rmtree(path, ignore_errors=True)

@@ -7,6 +7,13 @@ links) with a known image extension and matching file contents; absolute
 paths, ``../`` traversal, URLs of any scheme (``javascript:``, ``http:``,
 ``file:``, ``data:``) and other files are refused: the report then says that
 the figure was not shown, without echoing the path.
+
+An SVG is linked only when :func:`svg_is_safe` finds nothing active in it
+(scripts, event handlers, ``<foreignObject>``, animation, external
+references); it is embedded (when there is no PNG) only as an ``<img>``, where
+a browser runs nothing.  A figure file over :data:`MAX_EMBED_BYTES` (5 MiB), or
+past :data:`MAX_EMBED_TOTAL` (25 MiB) for the whole report, is linked by its
+relative path and not embedded, with a note in the report.
 """
 
 from __future__ import annotations
@@ -21,7 +28,16 @@ from markupsafe import Markup
 
 from ._rundir import RUN_ID_KEY, atomic_write_text
 
-__all__ = ["render_report", "write_report", "rebuild_report", "safe_figure_path", "format_cell"]
+__all__ = [
+    "render_report",
+    "write_report",
+    "rebuild_report",
+    "safe_figure_path",
+    "format_cell",
+    "svg_is_safe",
+    "MAX_EMBED_BYTES",
+    "MAX_EMBED_TOTAL",
+]
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1100px;margin:2em auto;
@@ -52,7 +68,10 @@ started {{ r.started }} · run {{ r.run_id }}{% for k, v in r.versions.items() %
 {{ fmt(c.passed) }}</td><td>{{ c.get('reason') or '' }}</td></tr>
 {% endfor %}</table>
 {% endif %}{% for f in figures %}{% if f.src %}<figure><img alt='{{ f.name }}' src='{{ f.src }}'>\
-<figcaption>{{ f.name }}{% if f.svg %} (<a href='{{ f.svg }}'>SVG</a>){% endif %}</figcaption></figure>
+<figcaption>{{ f.name }}{% if f.svg %} (<a href='{{ f.svg }}'>SVG</a>){% endif %}\
+{% if f.note %} <span class='meta'>({{ f.note }})</span>{% endif %}</figcaption></figure>
+{% elif f.link or f.note %}<p class='meta'>figure {{ f.name }}: {{ f.note }}{% if f.link %}: \
+<a href='{{ f.link }}'>{{ f.link }}</a>{% endif %}{% if f.svg %} (<a href='{{ f.svg }}'>SVG</a>){% endif %}</p>
 {% else %}<p class='meta'>figure {{ f.name }} not shown: its file is not an image inside the run directory</p>
 {% endif %}{% endfor %}{% for t in r.tables %}<h2>{{ t.name }}</h2>
 {% if t.caption %}<p>{{ t.caption }}</p>
@@ -126,21 +145,93 @@ def safe_figure_path(rundir: Path, rel) -> Path | None:
     return p
 
 
+#: The largest figure file embedded in a report (bytes); a bigger one is linked (relative path inside the run
+#: directory), not embedded, and the report says so.
+MAX_EMBED_BYTES = 5 * 2**20
+#: The most figure bytes embedded in one report; figures past it are linked as above.
+MAX_EMBED_TOTAL = 25 * 2**20
+#: The largest SVG that is checked (and so linked); a bigger one is not linked.
+MAX_SVG_CHECK_BYTES = 20 * 2**20
+
+_SVG_BAD_TAGS = {"script", "foreignobject", "iframe", "embed", "object", "handler", "listener", "set", "animate"}
+_SVG_BAD_TAGS |= {"animatemotion", "animatetransform", "animatecolor", "a"}
+_SVG_DATA_OK = re.compile(r"^data:image/(png|jpeg|gif);base64,[A-Za-z0-9+/=\s]*$")
+_CSS_BAD = re.compile(r"@import|url\(\s*['\"]?\s*(?!#)|javascript:|expression\(", re.IGNORECASE)
+
+
+def svg_is_safe(data: bytes) -> bool:
+    """True when an SVG holds nothing active: no entities (a DOCTYPE without internal subset is allowed),
+    no ``<script>``, ``<foreignObject>``, animation, ``<a>`` or event-handler attribute (``on…``), every
+    ``href`` local (``#id``) or an embedded PNG/JPEG/GIF, and no style that loads or runs anything.  Only such
+    an SVG is linked from a report."""
+    import xml.etree.ElementTree as ET
+
+    low = data.lower()
+    if b"<!entity" in low or re.search(rb"<!doctype[^>]*\[", low):  # an internal DTD subset: entities
+        return False
+    try:
+        root = ET.fromstring(data)
+    except (ET.ParseError, ValueError):
+        return False
+    if root.tag.rsplit("}", 1)[-1].lower() != "svg":
+        return False
+    for el in root.iter():
+        tag = str(el.tag).rsplit("}", 1)[-1].lower()
+        if tag in _SVG_BAD_TAGS:
+            return False
+        if tag == "style" and _CSS_BAD.search(el.text or ""):
+            return False
+        for k, v in el.attrib.items():
+            attr = k.rsplit("}", 1)[-1].lower()
+            if attr.startswith("on"):
+                return False
+            if attr == "href" and not (v.startswith("#") or _SVG_DATA_OK.match(v)):
+                return False
+            if attr == "style" and _CSS_BAD.search(v):
+                return False
+            if "javascript:" in v.lower().replace(" ", ""):
+                return False
+    return True
+
+
+def _svg_link(rundir: Path, rel) -> tuple[str | None, str | None]:
+    """``(link, note)``: the SVG's relative path when it is a safe image inside the run, else a note why not."""
+    p = safe_figure_path(rundir, rel)
+    if p is None or p.suffix.lower() != ".svg":
+        return None, None
+    if p.stat().st_size > MAX_SVG_CHECK_BYTES:
+        return None, f"SVG not linked: larger than {MAX_SVG_CHECK_BYTES // 2**20} MiB"
+    if not svg_is_safe(p.read_bytes()):
+        return None, "SVG not linked: it carries scripts, event handlers or external references"
+    return rel, None
+
+
 def _figures(results: dict, rundir: Path) -> list[dict]:
     out = []
     figures = results.get("figures") or {}
-    for name, files in figures.items():
+    budget = MAX_EMBED_TOTAL
+    for name, files in figures.items() if isinstance(figures, dict) else []:
         files = files if isinstance(files, dict) else {}
-        src = svg = None
-        for key in ("png", "svg"):  # the PNG is embedded; an SVG only when there is no PNG
+        src = link = note = None
+        svg, svg_note = _svg_link(rundir, files.get("svg"))
+        for key in ("png", "svg"):  # the PNG is embedded; an SVG only when there is no PNG (as <img>: inert)
             p = safe_figure_path(rundir, files.get(key))
-            if p is not None:
-                mime = IMAGE_TYPES[p.suffix.lower()][0]
-                src = f"data:{mime};base64," + base64.b64encode(p.read_bytes()).decode("ascii")
+            if p is None:
+                continue
+            size = p.stat().st_size
+            if size > MAX_EMBED_BYTES or size > budget:
+                link = files[key] if key == "png" or svg else None
+                note = (
+                    f"figure of {size / 2**20:.1f} MiB not embedded (the cap is {MAX_EMBED_BYTES // 2**20} MiB a "
+                    f"figure, {MAX_EMBED_TOTAL // 2**20} MiB a report)" + ("; open the file" if link else "")
+                )
                 break
-        if safe_figure_path(rundir, files.get("svg")) is not None:
-            svg = files["svg"]
-        out.append({"name": str(name), "src": src, "svg": svg})
+            budget -= size
+            mime = IMAGE_TYPES[p.suffix.lower()][0]
+            src = f"data:{mime};base64," + base64.b64encode(p.read_bytes()).decode("ascii")
+            break
+        notes = "; ".join(n for n in (note, svg_note) if n)
+        out.append({"name": str(name), "src": src, "svg": svg, "link": link, "note": notes})
     return out
 
 

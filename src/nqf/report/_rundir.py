@@ -89,7 +89,11 @@ __all__ = [
     "verify_run",
     "read_run_ids",
     "RUN_OUTPUTS",
+    "RUN_MARKER",
     "RUN_ID_KEY",
+    "is_run_directory",
+    "has_marker",
+    "marker_text",
     "lock_path",
     "acquire_lock",
     "describe_differences",
@@ -97,8 +101,12 @@ __all__ = [
     "read_arrays",
 ]
 
+#: The marker file nqf writes into every run directory (``{"kind": "nqf-run", "version": 1}``): ``--force`` and
+#: ``--resume`` replace only a directory that carries it (or an empty one, or a run written before markers).
+RUN_MARKER = "nqf-run.json"
+MARKER_VERSION = 1
 #: Entries of a run directory that belong to the run (everything else is carried over by ``--force``).
-RUN_OUTPUTS = ("results.json", "arrays.npz", "report.html", "figures", "checkpoints")
+RUN_OUTPUTS = ("results.json", "arrays.npz", "report.html", "figures", "checkpoints", RUN_MARKER)
 _CKPT_SUFFIX = ".ckpt.npz"
 _PICKLE_SUFFIXES = (".pkl", ".pickle", ".pck", ".p")
 
@@ -155,6 +163,40 @@ def read_arrays(path) -> dict[str, np.ndarray]:
             return {k: z[k] for k in z.files}
     except (OSError, ValueError, zipfile.BadZipFile) as exc:
         raise RunDirectoryError(f"`{p}` is not a readable arrays file ({type(exc).__name__}: {exc})") from None
+
+
+# --------------------------------------------------------------------------- marker
+def marker_text(kind: str) -> str:
+    """The JSON text of the marker file of a directory nqf writes (``kind``: ``"nqf-run"`` or ``"nqf-sweep"``)."""
+    return json.dumps({"kind": kind, "version": MARKER_VERSION}) + "\n"
+
+
+def has_marker(path, name: str, kind: str) -> bool:
+    """True when ``path/name`` is a small regular file holding the marker JSON of ``kind``."""
+    p = Path(path) / name
+    try:
+        if p.is_symlink() or not p.is_file() or p.stat().st_size > 4096:
+            return False
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("kind") == kind
+
+
+def is_run_directory(path) -> bool:
+    """True when ``path`` is a run directory nqf wrote: it carries the ``nqf-run.json`` marker, or (a run written
+    before markers existed) its ``results.json`` is an nqf results file."""
+    path = Path(path)
+    if has_marker(path, RUN_MARKER, "nqf-run"):
+        return True
+    p = path / "results.json"
+    try:
+        if p.is_symlink() or not p.is_file() or p.stat().st_size > 64 * 2**20:
+            return False
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and str(data.get("schema", "")).startswith("nqf.results/") and "run_id" in data
 
 
 # --------------------------------------------------------------------------- lock
@@ -242,6 +284,7 @@ class RunDirectory:
     def __init__(self, path, *, force: bool = False, resume: bool = False, identity: dict | None = None):
         self.path = Path(path)
         self.resume = resume
+        self.force = force
         self.identity = dict(identity or {})
         self.run_id = secrets.token_hex(8)
         real = Path(os.path.realpath(self.path))
@@ -262,6 +305,13 @@ class RunDirectory:
                     f"run directory {self.path} already holds files; pass --force to overwrite them or "
                     "--resume to continue an interrupted run"
                 )
+            clash = sorted(e.name for e in real.iterdir() if e.name in RUN_OUTPUTS) if existing else []
+            if clash and not is_run_directory(real):
+                raise RunDirectoryExistsError(
+                    f"`--out` {self.path} is not a run directory (no {RUN_MARKER} marker) and holds "
+                    f"{', '.join(clash)}, which a run would replace: nqf never overwrites files it did not write, "
+                    "so nothing was changed; choose a new or empty --out"
+                )
             self.previous = real if existing else None
             stale = self._siblings("new") + self._siblings("old")
             self._reuse: dict[str, tuple[Path, dict]] = {}
@@ -269,6 +319,7 @@ class RunDirectory:
             self.staging.mkdir()
             try:
                 (self.staging / "figures").mkdir()
+                atomic_write_text(self.staging / RUN_MARKER, marker_text("nqf-run"))
                 if resume:
                     self._check_previous_results()
                     self._collect_checkpoints(stale)
@@ -302,8 +353,8 @@ class RunDirectory:
         """After a kill between the two renames of the fallback swap: put the old run back."""
         if self._real.exists():
             return
-        olds = self._siblings("old")
-        if olds:
+        olds = [p for p in self._siblings("old") if p.is_dir() and not p.is_symlink() and is_run_directory(p)]
+        if olds:  # only a run directory nqf wrote is put back (a foreign sibling is left alone, then removed)
             os.rename(olds[0], self._real)
 
     # ------------------------------------------------------------------ resume checks
@@ -364,21 +415,40 @@ class RunDirectory:
                 self._reuse[p.name] = (p, header)
         for s in stale:
             ck = s / "checkpoints"
-            if not ck.is_dir():
+            if s.is_symlink() or not s.name.startswith(f".{self._real.name}.nqf-new-") or not ck.is_dir():
                 continue
             for p in ck.iterdir():
-                if not p.name.endswith(_CKPT_SUFFIX) or p.name in self._reuse or not p.is_file():
+                if not p.name.endswith(_CKPT_SUFFIX) or p.name in self._reuse or p.is_symlink() or not p.is_file():
                     continue
-                try:
-                    header = codec.read_header(p.read_bytes(), p.name)
-                except codec.CheckpointError:
-                    continue
-                if self.identity and describe_differences(header, self.identity):
+                header = self._sibling_header(s, p)
+                if header is None:
                     continue
                 dst = self.staging / "checkpoints" / p.name
                 dst.parent.mkdir(exist_ok=True)
                 os.replace(p, dst)  # adopted: the sibling is deleted next
                 self._reuse[p.name] = (dst, header)
+
+    def _sibling_header(self, sibling: Path, p: Path) -> dict | None:
+        """The header of checkpoint ``p`` of a killed writer's ``sibling`` when it is one of this very run, else
+        ``None`` (ignored): the whole file must decode, its part key must be the one its name says, it must have
+        been written by the run that made the sibling (run id = the sibling's suffix) and record exactly this
+        run's identity (config hash, seed, nqf version, format)."""
+        if not self.identity:
+            return None
+        try:
+            header, _ = codec.loads(p.read_bytes(), p.name)
+        except (OSError, codec.CheckpointError):
+            return None
+        key = header.get("key")
+        if not isinstance(key, str) or not key or _checkpoint_name(key) != p.name:
+            return None
+        if header.get("run_id") != sibling.name.rsplit("-", 1)[-1]:
+            return None
+        if header.get("config_hash") != self.identity.get("config_hash"):
+            return None
+        if describe_differences(header, self.identity):
+            return None
+        return header
 
     # ------------------------------------------------------------------ writing
     def write_json(self, name: str, obj: Any) -> Path:

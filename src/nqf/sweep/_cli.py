@@ -9,6 +9,7 @@ finishes the rest).
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import typer
@@ -97,44 +98,31 @@ def sweep(
 
 
 def _run(points, spec, base, root: Path, *, scheduler, workers, retries, as_json) -> int:
-    from filelock import FileLock, Timeout
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from ..errors import SweepError
-    from ._execute import execute, open_client
+    from ._execute import execute, finished_rows, open_client
     from ._points import is_finished
     from ._report import write_sweep_report
     from ._table import build_table, write_table
 
-    if root.exists() and not root.is_dir():
-        _fail(f"`--out` {root} exists and is not a directory")
-    root.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(root / ".sweep.lock"))
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        _fail(f"another `nqf sweep` is running in {root}; wait for it or use another --out")
+    shown = root
+    root, lock = _claim_root(root)  # absolute: the workers of a cluster write where the user named, not in their cwd
     experiment = base["experiment"]
     console = Console(stderr=True, highlight=False)
     state = None
+    done: dict[str, dict] = {}
     try:
-        write_table(root, build_table(points, {}, experiment=experiment, base=base, spec=spec, root=root))
-        progress = Progress(
-            TextColumn("[bold]sweep"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("failed {task.fields[failed]}  running {task.fields[running]}"),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
-            console=console,
-            disable=as_json,
-            transient=False,
-        )
+        done = finished_rows(points, root)  # what is on disk: a killed client's sweep.json never forgets it
+        write_table(root, build_table(points, done, experiment=experiment, base=base, spec=spec, root=root))
+        progress = _progress(console, as_json)
         with progress:
             task = progress.add_task("sweep", total=len(points), failed=0, running=0)
 
             def on_point(pt, row):
+                done[pt.short] = row
+                if row["status"] == "complete" and not row.get("reused"):
+                    write_table(root, build_table(points, done, experiment=experiment, base=base, spec=spec, root=root))
                 if not as_json:
                     progress.console.print(_point_line(pt, row), soft_wrap=True)
 
@@ -150,7 +138,11 @@ def _run(points, spec, base, root: Path, *, scheduler, workers, retries, as_json
             except SweepError as exc:
                 _fail(str(exc))
             except OSError as exc:
-                _fail(f"could not reach the Dask scheduler {scheduler!r}: {exc}")
+                _fail(
+                    f"`--scheduler` {scheduler}: the Dask scheduler could not be reached or stopped answering "
+                    f"({exc}); finished points are kept in {shown}/sweep.json, rerun the same command to finish "
+                    "the rest"
+                )
     except KeyboardInterrupt:
         console.print(
             f"\ninterrupted: finished points are kept in {root}/points; rerun the same command to finish the rest"
@@ -158,7 +150,7 @@ def _run(points, spec, base, root: Path, *, scheduler, workers, retries, as_json
         return 130
     finally:
         if state is not None or (root / "sweep.json").exists():
-            rows = state.rows if state is not None else {}
+            rows = _final_rows(points, root, done, state)
             doc = build_table(points, rows, experiment=experiment, base=base, spec=spec, root=root)
             write_table(root, doc)
             write_sweep_report(root, doc)
@@ -173,6 +165,62 @@ def _run(points, spec, base, root: Path, *, scheduler, workers, retries, as_json
         )
         console.print(summary, soft_wrap=True)
     return 0 if counts["failed"] == 0 and counts["complete"] == counts["total"] else EXIT_SOME_FAILED
+
+
+def _progress(console, as_json: bool):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    return Progress(
+        TextColumn("[bold]sweep"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("failed {task.fields[failed]}  running {task.fields[running]}"),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=console,
+        disable=as_json,
+        transient=False,
+    )
+
+
+def _final_rows(points, root: Path, done: dict, state) -> dict:
+    """The rows to record at the end: those seen, then the disk's word (a point complete there is complete)."""
+    from ._execute import finished_rows
+
+    rows = {**done, **(state.rows if state is not None else {})}
+    for short, row in finished_rows(points, root).items():
+        if rows.get(short, {}).get("status") != "complete":
+            rows[short] = dict(row, reused=False)
+    return rows
+
+
+def _claim_root(root: Path):
+    """``(directory, held lock)``: the sweep directory ``root`` made absolute, created, marked and locked;
+    refuses (exit 2) a folder that is not a sweep of nqf and holds files (nothing nqf did not write is
+    overwritten), and a directory another `nqf sweep` is writing."""
+    from filelock import FileLock, Timeout
+
+    from ._table import SWEEP_MARKER, is_sweep_directory, mark_sweep_directory
+
+    absolute = Path(os.path.abspath(root))
+    if absolute.exists() and not absolute.is_dir():
+        _fail(f"`--out` {root} exists and is not a directory")
+    if absolute.is_dir() and any(absolute.iterdir()) and not is_sweep_directory(absolute):
+        _fail(
+            f"`--out` {root} is not a sweep directory (no {SWEEP_MARKER} marker) and is not empty: nqf never "
+            "overwrites files it did not write, so nothing was changed; choose a new or empty --out"
+        )
+    try:
+        absolute.mkdir(parents=True, exist_ok=True)
+        mark_sweep_directory(absolute)
+    except OSError as exc:
+        _fail(f"`--out` {root}: cannot create the sweep directory ({exc.strerror or exc})")
+    lock = FileLock(str(absolute / ".sweep.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        _fail(f"another `nqf sweep` is running in {root}; wait for it or use another --out")
+    return absolute, lock
 
 
 def register_cli(app: typer.Typer) -> None:

@@ -37,7 +37,19 @@ from ..errors import SweepError
 from ..results import Result
 from ._points import Point, is_finished, point_dir, read_results
 
-__all__ = ["DaskMissingError", "require_dask", "open_client", "run_point", "execute", "row_from_results", "SweepState"]
+__all__ = [
+    "DaskMissingError",
+    "require_dask",
+    "open_client",
+    "run_point",
+    "execute",
+    "row_from_results",
+    "finished_rows",
+    "SweepState",
+]
+
+#: Seconds without a scheduler before the client stops waiting (the unfinished points are then "interrupted").
+SCHEDULER_LOST_AFTER = 20.0
 
 DASK_MESSAGE = "nqf sweep needs Dask: install it with `pip install 'nqf[dask]'` (dask and distributed)"
 
@@ -144,6 +156,51 @@ def run_point(config: dict, out_dir: str) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- on the client
+def finished_rows(points: list[Point], root) -> dict[str, dict]:
+    """The rows of the points whose run directory under ``root`` is finished (read from disk, ``reused``)."""
+    return {
+        pt.short: dict(row_from_results(read_results(point_dir(root, pt)) or {}), reused=True)
+        for pt in points
+        if is_finished(root, pt)
+    }
+
+
+def _lost_row(root, pt: Point, error_type: str, error: str, status: str = "failed") -> dict:
+    """The row of a point whose future did not return a row: complete when its directory is (on this
+    machine), else ``status`` with the error."""
+    if is_finished(root, pt):
+        return dict(row_from_results(read_results(point_dir(root, pt)) or {}), reused=False)
+    return {
+        "status": status,
+        "wall_seconds": None,
+        "error_type": error_type,
+        "error": error or error_type,
+        "checks": [],
+        "metrics": {},
+    }
+
+
+def _checked_row(root, pt: Point, row: dict) -> dict:
+    """A worker's row, checked against the disk of the client: a point a worker finished where this machine
+    cannot see it is not complete here."""
+    if row.get("status") == "complete" and not is_finished(root, pt):
+        return {
+            **row,
+            "status": "failed",
+            "error_type": "SweepDirectoryNotShared",
+            "error": f"the worker finished the point but {point_dir(root, pt)} is not visible here: the workers "
+            "must see the sweep directory (a shared file system)",
+        }
+    return row
+
+
+def _scheduler_alive(client) -> bool:
+    try:
+        return client.status == "running" and client.scheduler_info().get("address") is not None
+    except (OSError, RuntimeError, ValueError):  # CommClosedError, timeouts, a closed client: not reachable now
+        return False
+
+
 @dataclass(repr=False)
 class SweepState(Result):
     """Counts for the progress display, and the row of every finished point.
@@ -176,7 +233,7 @@ def execute(
     are not touched.  Invalid points are recorded as failed without running.  ``on_point(point, row)``
     is called once per point as it finishes; ``on_tick(state)`` every ``poll`` seconds.
     """
-    root = Path(root)
+    root = Path(os.path.abspath(root))  # the workers (in their own working directories) write here
     state = SweepState(total=len(points))
     futures = {}
     for pt in points:
@@ -192,7 +249,7 @@ def execute(
             }
             _finish(state, pt, row, on_point)
         elif is_finished(root, pt):
-            row = dict(row_from_results(read_results(point_dir(root, pt)) or {}), reused=True)
+            row = finished_rows([pt], root)[pt.short]
             state.skipped += 1
             _finish(state, pt, row, on_point)
         else:
@@ -200,33 +257,44 @@ def execute(
             futures[client.submit(run_point, pt.config, str(point_dir(root, pt)), key=key, pure=False)] = pt
     pending = set(futures)
     last_running = 0.0
+    lost_since: float | None = None
     try:
         while pending:
             for fut in [f for f in pending if f.done()]:
                 pending.discard(fut)
                 pt = futures[fut]
                 try:
-                    row = fut.result()
-                except Exception as exc:  # noqa: BLE001 - e.g. KilledWorker after `retries` worker deaths
-                    row = {
-                        "status": "failed",
-                        "wall_seconds": None,
-                        "error_type": type(exc).__name__,
-                        "error": str(exc) or type(exc).__name__,
-                        "checks": [],
-                        "metrics": {},
-                    }
+                    row = _checked_row(root, pt, fut.result())
+                except (KeyboardInterrupt, SystemExit):
+                    raise
+                except BaseException as exc:  # noqa: BLE001 - KilledWorker, a cancelled future (scheduler lost)
+                    row = _lost_row(root, pt, type(exc).__name__, str(exc))
                 row["reused"] = False
                 _finish(state, pt, row, on_point)
             if time.perf_counter() - last_running > 1.0:
                 last_running = time.perf_counter()
                 state.running = _running(client, pending)
+                lost_since = None if _scheduler_alive(client) else (lost_since or time.perf_counter())
+                if lost_since is not None and time.perf_counter() - lost_since > SCHEDULER_LOST_AFTER:
+                    for fut in list(pending):
+                        pending.discard(fut)
+                        row = _lost_row(
+                            root,
+                            futures[fut],
+                            "SchedulerLost",
+                            "the Dask scheduler stopped answering; rerun the sweep to finish this point",
+                            status="interrupted",
+                        )
+                        _finish(state, futures[fut], dict(row, reused=False), on_point)
             if on_tick is not None:
                 on_tick(state)
             if pending:
                 time.sleep(poll)
     except BaseException:
-        client.cancel(list(pending))
+        try:
+            client.cancel(list(pending))
+        except (OSError, RuntimeError, ValueError):  # the scheduler may be gone; the interrupt is what matters
+            pass
         raise
     state.running = 0
     if on_tick is not None:

@@ -52,7 +52,7 @@ points.</p>{% endif %}
 <h2>Points</h2>
 <table><tr><th class="l">point</th>{% for k in doc["keys"] %}<th>{{ k }}</th>{% endfor %}<th>seed</th>
 <th>status</th><th>wall (s)</th>{% for q in quantities %}<th>{{ q }}</th>{% endfor %}<th class="l">error</th></tr>
-{% for r in doc.rows %}<tr><td class="l">{% if r.directory %}<a href="{{ r.directory }}/report.html">{{ r.point }}</a>
+{% for r in doc.rows %}<tr><td class="l">{% if link(r) %}<a href="{{ link(r) }}">{{ r.point }}</a>
 {% else %}{{ r.point }}{% endif %}</td>{% for k in doc["keys"] %}<td>{{ fmt(r.swept[k]) }}</td>{% endfor %}
 <td>{{ r.seed }}</td><td class="{{ r.status }}">{{ r.status }}</td><td>{{ fmt(r.wall_seconds) }}</td>
 {% for q in quantities %}<td>{{ fmt(r.measured.get(q)) }}</td>{% endfor %}
@@ -65,6 +65,15 @@ points.</p>{% endif %}
 def is_sweep_dir(path) -> bool:
     """True when ``path`` holds a ``sweep.json`` (a sweep directory rather than a run directory)."""
     return (Path(path) / "sweep.json").is_file()
+
+
+def _point_link(row) -> str | None:
+    """The relative link to a point's report, built from its short hash (never a path or URL read from
+    ``sweep.json``); ``None`` for a row without a point directory."""
+    point = row.get("point") if isinstance(row, dict) else None
+    if not row.get("directory") or not isinstance(point, str) or not re.fullmatch(r"[0-9a-f]{12}", point):
+        return None
+    return f"points/{point}/report.html"
 
 
 def _fmt(v) -> str:
@@ -233,7 +242,12 @@ def write_sweep_report(root, doc: dict | None = None) -> Path:
     quantities = list(dict.fromkeys(q for r in doc["rows"] for q in r["measured"]))
     env = Environment(autoescape=True)
     html = env.from_string(_TEMPLATE).render(
-        doc=doc, figures=figures, quantities=quantities, fmt=_fmt, base=json.dumps(doc.get("base_config"), indent=2)
+        doc=doc,
+        figures=figures,
+        quantities=quantities,
+        fmt=_fmt,
+        link=_point_link,
+        base=json.dumps(doc.get("base_config"), indent=2),
     )
     path = root / "report.html"
     atomic_write_text(path, html)

@@ -26,9 +26,46 @@ from typing import Any
 from ..errors import SweepError
 from ._points import Point
 
-__all__ = ["SCHEMA", "quantity_name", "build_table", "write_table", "read_table"]
+__all__ = [
+    "SCHEMA",
+    "SWEEP_MARKER",
+    "quantity_name",
+    "build_table",
+    "write_table",
+    "read_table",
+    "is_sweep_directory",
+    "mark_sweep_directory",
+]
 
 SCHEMA = "nqf.sweep/1"
+#: The marker file of a sweep directory (``{"kind": "nqf-sweep", "version": 1}``): ``nqf sweep --out DIR`` writes
+#: only into a new or empty folder, one carrying this marker, or a sweep written before markers (its sweep.json).
+SWEEP_MARKER = "nqf-sweep.json"
+
+
+def is_sweep_directory(root) -> bool:
+    """True when ``root`` carries the sweep marker, or (a sweep written before markers) an nqf ``sweep.json``."""
+    from ..report import has_marker
+
+    root = Path(root)
+    if has_marker(root, SWEEP_MARKER, "nqf-sweep"):
+        return True
+    p = root / "sweep.json"
+    try:
+        if p.is_symlink() or not p.is_file() or p.stat().st_size > 256 * 2**20:
+            return False
+        return json.loads(p.read_text(encoding="utf-8")).get("schema") == SCHEMA
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def mark_sweep_directory(root) -> None:
+    """Write the sweep marker into ``root`` (once)."""
+    from ..report import atomic_write_text, marker_text
+
+    if not (Path(root) / SWEEP_MARKER).is_file():
+        atomic_write_text(Path(root) / SWEEP_MARKER, marker_text("nqf-sweep"))
+
 
 _AT_VALUE = re.compile(r"\s+at\s+[^\s=()]+\s*=\s*[^\s()]+")
 _PAREN_VALUE = re.compile(r"\s*\([^()]*=[^()]*\)")
