@@ -8,12 +8,22 @@ import math
 import pytest
 import torch
 
-from nqf.modules import get_unit_weights, set_unit_weights
-from nqf.networks import TwoLayerMLP
+from nqf.errors import NormalFormError
+from nqf.modules import from_module, get_unit_weights, higher_order_terms, set_unit_weights
+from nqf.networks import (
+    ConvNet1d,
+    ConvNet2d,
+    Factorization,
+    MatrixSensing,
+    MixtureOfExperts,
+    MultiHeadAttention,
+    QKAttention,
+    TwoLayerMLP,
+)
 from nqf.structure import HigherOrderTerms, mlp, mlp_higher_order
 
 DT = torch.float64
-SCALES = (0.4, 0.2, 0.1, 0.05)
+SCALES = (0.1, 0.05, 0.025, 0.0125)
 #: The residual f(sW) − (f(0) + s²Q + s³T₃ + s⁴T₄) must shrink at least like s^{4.5} when s halves
 #: (it is O(s⁵); an error in the quartic leaves O(s⁴), ratio 16, log₂ = 4).
 MIN_ORDER = 4.5
@@ -111,3 +121,78 @@ def test_mlp_take_is_a_sample_subset():
     torch.testing.assert_close(sub.value(W), terms.value(W)[idx])
     with pytest.raises(AttributeError):
         terms.p = 3  # type: ignore[misc]
+
+
+# --------------------------------------------------------------------------- any module, by torch.func
+def _family(name):
+    torch.manual_seed(1)
+    if name == "mlp-gelu-bias":
+        return TwoLayerMLP(4, 3, 2, activation="gelu", bias=True, dtype=DT), torch.randn(10, 4, dtype=DT)
+    if name == "mlp-tanh":
+        return TwoLayerMLP(4, 3, 1, activation="tanh", dtype=DT), torch.randn(10, 4, dtype=DT)
+    if name == "conv1d":
+        return ConvNet1d(2, 3, 3, activation="silu", n_outputs=2, input_length=7, dtype=DT), torch.randn(
+            8, 2, 7, dtype=DT
+        )
+    if name == "conv2d":
+        return ConvNet2d(1, 2, 2, activation="tanh", input_size=(4, 4), dtype=DT), torch.randn(6, 1, 4, 4, dtype=DT)
+    if name == "attention":
+        return MultiHeadAttention(4, 2, 2, n_outputs=2, dtype=DT), torch.randn(6, 3, 4, dtype=DT)
+    if name == "qk-attention":
+        return QKAttention(4, 3, 2, torch.randn(2, 4, dtype=DT), dtype=DT), torch.randn(6, 3, 4, dtype=DT)
+    if name == "factorization":
+        return Factorization(3, 4, 3, dtype=DT), torch.randn(6, 3, 4, dtype=DT)
+    return MatrixSensing(3, 3, dtype=DT), torch.randn(6, 3, 3, dtype=DT)
+
+
+FAMILIES = ["mlp-gelu-bias", "mlp-tanh", "conv1d", "conv2d", "attention", "qk-attention", "factorization", "sensing"]
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_module_higher_order_against_the_real_module(name):
+    net, X = _family(name)
+    terms = higher_order_terms(net, X)
+    shape = get_unit_weights(net, net.units).shape
+    W = torch.randn(shape, dtype=DT, generator=torch.Generator().manual_seed(2))  # every unit of the module
+    assert (terms.N, terms.p) == (X.shape[0], shape[0])
+    quad = from_module(net, net.units, X, check=False).forward_factor(W).reshape(X.shape[0], -1)
+    orders, res = _observed_orders(net, X, W, quad, terms)
+    # exactly quadratic modules (factorization, sensing) leave round-off only
+    assert min(orders) > MIN_ORDER or max(res) < 1e-12, (orders, res)
+    if name == "mlp-tanh":  # and the planted error is seen
+        assert max(_observed_orders(net, X, W, quad, terms, flip_quartic=True)[0]) < MIN_ORDER
+
+
+@pytest.mark.parametrize("name", ["mlp-gelu-bias", "conv1d", "attention", "qk-attention"])
+def test_module_gradient_against_autograd(name):
+    net, X = _family(name)
+    terms = higher_order_terms(net, X, chunk=4)
+    W = torch.randn(terms.p, 2, dtype=DT, generator=torch.Generator().manual_seed(3))
+    R = torch.randn(terms.N, terms.C, dtype=DT, generator=torch.Generator().manual_seed(4))
+    for value, gradient in (
+        (terms.cubic, terms.cubic_gradient),
+        (terms.quartic, terms.quartic_gradient),
+        (terms.value, terms.gradient),
+    ):
+        Wr = W.clone().requires_grad_(True)
+        (g,) = torch.autograd.grad((value(Wr) * R).sum(), Wr)
+        torch.testing.assert_close(gradient(W, R), g, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("act,bias,C", [("tanh", False, 1), ("gelu", True, 3), ("silu", True, 2), ("sin", False, 3)])
+def test_module_matches_analytic_mlp(act, bias, C):
+    X, net, W = _mlp_case(act, bias, C)
+    analytic = mlp_higher_order(X, act, bias=bias, n_outputs=C)
+    terms = higher_order_terms(net, X)
+    R = torch.randn(X.shape[0], C, dtype=DT)
+    torch.testing.assert_close(terms.cubic(W), analytic.cubic(W), rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(terms.quartic(W), analytic.quartic(W), rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(terms.gradient(W, R), analytic.gradient(W, R), rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(terms.take([0, 3]).value(W), analytic.value(W)[[0, 3]], rtol=1e-10, atol=1e-12)
+
+
+def test_non_additive_module_is_refused():
+    torch.manual_seed(0)
+    net = MixtureOfExperts(3, 4, 1, dtype=DT)
+    with pytest.raises(NormalFormError, match="additive"):
+        higher_order_terms(net, torch.randn(6, 3, dtype=DT))
