@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import math
+import pickle
 
 import pytest
 import torch
@@ -121,6 +122,9 @@ def test_mlp_take_is_a_sample_subset():
     torch.testing.assert_close(sub.value(W), terms.value(W)[idx])
     with pytest.raises(AttributeError):
         terms.p = 3  # type: ignore[misc]
+    again = pickle.loads(pickle.dumps(terms))
+    assert (again.p, again.N, again.C) == (terms.p, terms.N, terms.C)
+    torch.testing.assert_close(again.value(W), terms.value(W))
 
 
 # --------------------------------------------------------------------------- any module, by torch.func

@@ -63,6 +63,14 @@ class HigherOrderTerms:
             raise AttributeError(f"`{name}` of {type(self).__name__} is frozen")
         object.__setattr__(self, name, value)
 
+    def __getstate__(self):
+        names = [k for c in type(self).__mro__ for k in getattr(c, "__slots__", ())]
+        return {k: getattr(self, k) for k in names if hasattr(self, k)}
+
+    def __setstate__(self, state):
+        for k, v in state.items():
+            object.__setattr__(self, k, v)
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(p={self.p}, N={self.N}, C={self.C})"
 
