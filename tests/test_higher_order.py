@@ -1,111 +1,202 @@
-"""The next orders of the normal form (cubic T₃ and quartic T₄ terms) against independent truth.
-
-* analytic MLP terms against the torch.func terms of the real module (two independent computations),
-  and their gradients against torch.autograd of the value;
-* the real module's remainder after the quartic order, ``f(sW) − f(0) − s²Q − s³T₃ − s⁴T₄``, must
-  vanish faster than ``s⁴`` (halving ``s`` divides it by more than 2^4.5); with the higher-order
-  terms' sign flipped (a planted error) it is ``O(s³)`` or ``O(s⁴)`` and the check fails;
-* every built-in additive family (MLP, conv channels, attention heads, factorisation) passes the same
-  remainder check with the torch.func terms; a softmax-gated mixture of experts is refused.
-"""
+"""The next orders of the normal form (cubic and quartic terms), analytic and by torch.func."""
 
 from __future__ import annotations
 
+import copy
 import math
+import pickle
 
 import pytest
 import torch
 
 from nqf.errors import NormalFormError
-from nqf.modules import from_module, higher_order_terms
-from nqf.networks import ConvNet1d, Factorization, MixtureOfExperts, MultiHeadAttention, TwoLayerMLP
-from nqf.structure import mlp_higher_order
+from nqf.modules import from_module, get_unit_weights, higher_order_terms, set_unit_weights
+from nqf.networks import (
+    ConvNet1d,
+    ConvNet2d,
+    Factorization,
+    MatrixSensing,
+    MixtureOfExperts,
+    MultiHeadAttention,
+    QKAttention,
+    TwoLayerMLP,
+)
+from nqf.structure import HigherOrderTerms, mlp, mlp_higher_order
 
 DT = torch.float64
-ORDER_GATE = 2**4.5  # remainder after T₄ is O(s⁵) or smaller: halving s divides it by ≥ 32 (16 if O(s⁴))
+SCALES = (0.1, 0.05, 0.025, 0.0125)
+#: The residual f(sW) − (f(0) + s²Q + s³T₃ + s⁴T₄) must shrink at least like s^{4.5} when s halves
+#: (it is O(s⁵); an error in the quartic leaves O(s⁴), ratio 16, log₂ = 4).
+MIN_ORDER = 4.5
 
 
-def _mlp_case(act, bias, C, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    X = torch.randn(24, 4, generator=g, dtype=DT)
-    net = TwoLayerMLP(4, 5, C, act, bias=bias)
-    W = 0.6 * torch.randn(C + 4 + int(bias), 5, generator=g, dtype=DT)
-    return net, X, W
+def _module_at(module, W):
+    m = copy.deepcopy(module)
+    set_unit_weights(m, m.units, W)
+    return m
 
 
-@pytest.mark.parametrize("act", ["tanh", "sin", "gelu", "silu"])
-@pytest.mark.parametrize("bias", [False, True])
-@pytest.mark.parametrize("C", [1, 3])
-def test_analytic_mlp_terms_equal_the_module_terms(act, bias, C):
-    net, X, W = _mlp_case(act, bias, C)
-    ana, mod = mlp_higher_order(X, act, bias=bias, n_outputs=C), higher_order_terms(net, X)
-    scale = 1.0 + float(ana.cubic(W).abs().max() + ana.quartic(W).abs().max())
-    torch.testing.assert_close(ana.cubic(W), mod.cubic(W), rtol=0, atol=1e-11 * scale)
-    torch.testing.assert_close(ana.quartic(W), mod.quartic(W), rtol=0, atol=1e-11 * scale)
-    R = torch.randn(X.shape[0], C, generator=torch.Generator().manual_seed(1), dtype=DT)
-    g = ana.gradient(W, R)
-    torch.testing.assert_close(g, mod.gradient(W, R), rtol=0, atol=1e-10 * (1 + float(g.abs().max())))
-    Wg = W.clone().requires_grad_(True)
-    (auto,) = torch.autograd.grad((R * ana.value(Wg)).sum(), Wg)
-    torch.testing.assert_close(g, auto, rtol=0, atol=1e-11 * (1 + float(g.abs().max())))
+def _outputs(module, X, output=None):
+    with torch.no_grad():
+        out = module(X)
+    out = out if output is None else output(out)
+    return out.reshape(X.shape[0], -1)
 
 
-def _remainder_ratio(net, units, X, W, terms, sign=1.0, s=0.05):
-    """``|r(s)| / |r(s/2)|`` of the remainder after the quartic order (max over samples and outputs)."""
-    op = from_module(net, units, X, matrix_free=False)
-    scatter_out = higher_order_terms(net, X, units=units)
-    f0 = scatter_out.f0
-
-    def r(h):
-        with torch.no_grad():
-            f = scatter_out.module_output(h * W)
-        quad = op.forward_factor(W).reshape(f.shape)
-        return f - f0 - h**2 * quad - sign * (h**3 * terms.cubic(W) + h**4 * terms.quartic(W))
-
-    return float(r(s).abs().max() / r(s / 2).abs().max())
-
-
-@pytest.mark.parametrize("act", ["tanh", "gelu"])
-def test_mlp_remainder_is_beyond_quartic_and_flipped_terms_fail(act):
-    net, X, W = _mlp_case(act, False, 3)
-    terms = mlp_higher_order(X, act, n_outputs=3)
-    assert _remainder_ratio(net, net.units, X, W, terms) > ORDER_GATE
-    assert _remainder_ratio(net, net.units, X, W, terms, sign=-1.0) < ORDER_GATE  # planted
+def _observed_orders(module, X, W, quad, terms: HigherOrderTerms, flip_quartic=False):
+    """log₂ of the residual's shrink factor when s halves, for consecutive scales."""
+    f0 = _outputs(_module_at(module, torch.zeros_like(W)), X)
+    c3, c4 = terms.cubic(W), terms.quartic(W)
+    if flip_quartic:
+        c4 = -c4
+    res = []
+    for s in SCALES:
+        fs = _outputs(_module_at(module, s * W), X)
+        r = fs - f0 - s**2 * quad - s**3 * c3 - s**4 * c4
+        res.append(float(r.abs().max()))
+    return [math.log2(a / b) for a, b in zip(res, res[1:], strict=False)], res
 
 
-def _conv():
-    g = torch.Generator().manual_seed(3)
-    net = ConvNet1d(2, 3, 3, activation="tanh", n_outputs=2, input_length=6)
-    return net, torch.randn(8, 2, 6, generator=g, dtype=DT)
+def _mlp_case(act, bias, C, seed=0, N=12, D=4, m=3):
+    torch.manual_seed(seed)
+    X = torch.randn(N, D, dtype=DT)
+    net = TwoLayerMLP(D, m, C, activation=act, bias=bias, dtype=DT)
+    W = torch.randn(get_unit_weights(net, net.units).shape, dtype=DT)
+    return X, net, W
 
 
-def _attention():
-    g = torch.Generator().manual_seed(4)
-    net = MultiHeadAttention(4, 2, 2, n_outputs=2)
-    return net, torch.randn(6, 3, 4, generator=g, dtype=DT)
+MLP_CASES = [
+    (act, bias, C)
+    for act in ("tanh", "sin", "gelu", "silu", "softplus-centred")
+    for bias in (False, True)
+    for C in (1, 3)
+]
 
 
-@pytest.mark.parametrize("family", ["conv", "attention"])
-def test_module_terms_pass_the_remainder_check_for_each_family(family):
-    net, X = _conv() if family == "conv" else _attention()
+@pytest.mark.parametrize("act,bias,C", MLP_CASES)
+def test_mlp_higher_order_against_the_real_module(act, bias, C):
+    X, net, W = _mlp_case(act, bias, C)
+    terms = mlp_higher_order(X, act, bias=bias, n_outputs=C)
+    assert (terms.p, terms.N, terms.C) == (W.shape[0], X.shape[0], C)
+    quad = mlp(X, act, bias=bias, n_outputs=C).forward_factor(W).reshape(X.shape[0], C)
+    orders, res = _observed_orders(net, X, W, quad, terms)
+    assert min(orders) > MIN_ORDER, (orders, res)
+
+
+@pytest.mark.parametrize("act", ["tanh", "sin"])
+def test_mlp_flipped_quartic_is_caught(act):
+    """Planted error: the quartic's sign flipped leaves an O(s⁴) residual, which the order check sees."""
+    X, net, W = _mlp_case(act, False, 2)
+    terms = mlp_higher_order(X, act, n_outputs=2)
+    quad = mlp(X, act, n_outputs=2).forward_factor(W)
+    orders, _ = _observed_orders(net, X, W, quad, terms, flip_quartic=True)
+    assert max(orders) < MIN_ORDER
+
+
+def test_mlp_odd_activation_has_no_cubic():
+    X, _, W = _mlp_case("tanh", True, 3)
+    assert float(mlp_higher_order(X, "tanh", bias=True, n_outputs=3).cubic(W).abs().max()) == 0.0
+
+
+@pytest.mark.parametrize("act,bias,C", [("gelu", True, 3), ("tanh", False, 1), ("silu", False, 2)])
+def test_mlp_gradient_against_autograd(act, bias, C):
+    X, _, W = _mlp_case(act, bias, C)
+    terms = mlp_higher_order(X, act, bias=bias, n_outputs=C)
+    R = torch.randn(X.shape[0], C, dtype=DT)
+    for value, gradient in (
+        (terms.cubic, terms.cubic_gradient),
+        (terms.quartic, terms.quartic_gradient),
+        (terms.value, terms.gradient),
+    ):
+        Wr = W.clone().requires_grad_(True)
+        (g,) = torch.autograd.grad((value(Wr) * R).sum(), Wr)
+        torch.testing.assert_close(gradient(W, R), g, rtol=1e-12, atol=1e-12)
+
+
+def test_mlp_take_is_a_sample_subset():
+    X, _, W = _mlp_case("gelu", True, 2)
+    terms = mlp_higher_order(X, "gelu", bias=True, n_outputs=2)
+    idx = torch.tensor([1, 5, 7])
+    sub = terms.take(idx)
+    assert sub.N == 3
+    torch.testing.assert_close(sub.value(W), terms.value(W)[idx])
+    with pytest.raises(AttributeError):
+        terms.p = 3  # type: ignore[misc]
+    again = pickle.loads(pickle.dumps(terms))
+    assert (again.p, again.N, again.C) == (terms.p, terms.N, terms.C)
+    torch.testing.assert_close(again.value(W), terms.value(W))
+
+
+# --------------------------------------------------------------------------- any module, by torch.func
+def _family(name):
+    torch.manual_seed(1)
+    if name == "mlp-gelu-bias":
+        return TwoLayerMLP(4, 3, 2, activation="gelu", bias=True, dtype=DT), torch.randn(10, 4, dtype=DT)
+    if name == "mlp-tanh":
+        return TwoLayerMLP(4, 3, 1, activation="tanh", dtype=DT), torch.randn(10, 4, dtype=DT)
+    if name == "conv1d":
+        return ConvNet1d(2, 3, 3, activation="silu", n_outputs=2, input_length=7, dtype=DT), torch.randn(
+            8, 2, 7, dtype=DT
+        )
+    if name == "conv2d":
+        return ConvNet2d(1, 2, 2, activation="tanh", input_size=(4, 4), dtype=DT), torch.randn(6, 1, 4, 4, dtype=DT)
+    if name == "attention":
+        return MultiHeadAttention(4, 2, 2, n_outputs=2, dtype=DT), torch.randn(6, 3, 4, dtype=DT)
+    if name == "qk-attention":
+        return QKAttention(4, 3, 2, torch.randn(2, 4, dtype=DT), dtype=DT), torch.randn(6, 3, 4, dtype=DT)
+    if name == "factorization":
+        return Factorization(3, 4, 3, dtype=DT), torch.randn(6, 3, 4, dtype=DT)
+    return MatrixSensing(3, 3, dtype=DT), torch.randn(6, 3, 3, dtype=DT)
+
+
+FAMILIES = ["mlp-gelu-bias", "mlp-tanh", "conv1d", "conv2d", "attention", "qk-attention", "factorization", "sensing"]
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_module_higher_order_against_the_real_module(name):
+    net, X = _family(name)
     terms = higher_order_terms(net, X)
-    W = 0.8 * torch.randn(terms.p, terms.n_units, generator=torch.Generator().manual_seed(5), dtype=DT)
-    assert float(terms.value(W).abs().max()) > 1e-6  # the family has higher-order terms to test
-    assert _remainder_ratio(net, net.units, X, W, terms) > ORDER_GATE
-    assert _remainder_ratio(net, net.units, X, W, terms, sign=-1.0) < ORDER_GATE
+    shape = get_unit_weights(net, net.units).shape
+    W = torch.randn(shape, dtype=DT, generator=torch.Generator().manual_seed(2))  # every unit of the module
+    assert (terms.N, terms.p) == (X.shape[0], shape[0])
+    quad = from_module(net, net.units, X, check=False).forward_factor(W).reshape(X.shape[0], -1)
+    orders, res = _observed_orders(net, X, W, quad, terms)
+    # exactly quadratic modules (factorization, sensing) leave round-off only
+    assert min(orders) > MIN_ORDER or max(res) < 1e-12, (orders, res)
+    if name == "mlp-tanh":  # and the planted error is seen
+        assert max(_observed_orders(net, X, W, quad, terms, flip_quartic=True)[0]) < MIN_ORDER
 
 
-def test_factorization_has_no_higher_orders():
-    g = torch.Generator().manual_seed(6)
-    net = Factorization(3, 4, 3)
-    X = torch.randn(5, 3, 4, generator=g, dtype=DT)
+@pytest.mark.parametrize("name", ["mlp-gelu-bias", "conv1d", "attention", "qk-attention"])
+def test_module_gradient_against_autograd(name):
+    net, X = _family(name)
+    terms = higher_order_terms(net, X, chunk=4)
+    W = torch.randn(terms.p, 2, dtype=DT, generator=torch.Generator().manual_seed(3))
+    R = torch.randn(terms.N, terms.C, dtype=DT, generator=torch.Generator().manual_seed(4))
+    for value, gradient in (
+        (terms.cubic, terms.cubic_gradient),
+        (terms.quartic, terms.quartic_gradient),
+        (terms.value, terms.gradient),
+    ):
+        Wr = W.clone().requires_grad_(True)
+        (g,) = torch.autograd.grad((value(Wr) * R).sum(), Wr)
+        torch.testing.assert_close(gradient(W, R), g, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("act,bias,C", [("tanh", False, 1), ("gelu", True, 3), ("silu", True, 2), ("sin", False, 3)])
+def test_module_matches_analytic_mlp(act, bias, C):
+    X, net, W = _mlp_case(act, bias, C)
+    analytic = mlp_higher_order(X, act, bias=bias, n_outputs=C)
     terms = higher_order_terms(net, X)
-    W = torch.randn(terms.p, 3, generator=g, dtype=DT)
-    assert float(terms.value(W).abs().max()) < 1e-12 * math.sqrt(terms.p)
+    R = torch.randn(X.shape[0], C, dtype=DT)
+    torch.testing.assert_close(terms.cubic(W), analytic.cubic(W), rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(terms.quartic(W), analytic.quartic(W), rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(terms.gradient(W, R), analytic.gradient(W, R), rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(terms.take([0, 3]).value(W), analytic.value(W)[[0, 3]], rtol=1e-10, atol=1e-12)
 
 
-def test_gated_mixture_of_experts_is_refused():
-    net = MixtureOfExperts(3, 3, 2, "tanh")
-    X = torch.randn(6, 3, generator=torch.Generator().manual_seed(7), dtype=DT)
+def test_non_additive_module_is_refused():
+    torch.manual_seed(0)
+    net = MixtureOfExperts(3, 4, 1, dtype=DT)
     with pytest.raises(NormalFormError, match="additive"):
-        higher_order_terms(net, X)
+        higher_order_terms(net, torch.randn(6, 3, dtype=DT))

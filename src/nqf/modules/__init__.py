@@ -15,7 +15,7 @@ from ._attention_layouts import attention_units
 from ._autodiff import from_module, is_non_smooth_layer
 from ._conv_layouts import conv_units
 from ._discover import ELEMENTWISE_MODULES, UnitCandidate, find_units, select_units
-from ._higher import ModuleHigherOrder, higher_order_terms
+from ._higher import higher_order_terms
 from ._layouts import mlp_units
 from ._units import UnitLayout, UnitScatter, UnitSlice, get_unit_weights, set_unit_weights
 
@@ -25,11 +25,10 @@ __all__ = [
     "UnitLayout",
     "UnitSlice",
     "UnitScatter",
-    "higher_order_terms",
-    "ModuleHigherOrder",
     "get_unit_weights",
     "set_unit_weights",
     "from_module",
+    "higher_order_terms",
     "check_truncation_order",
     "check_permutation_symmetry",
     "mlp_units",

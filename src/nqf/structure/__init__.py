@@ -28,7 +28,7 @@ from ._commute import COMMUTING_RTOL, commutator_defect, commutator_ratio, commu
 from ._conv import READOUTS as CONV_READOUTS
 from ._conv import conv1d, conv2d, conv_output_size
 from ._factorization import SensingStructure, factorization, linear_network, matrix_sensing
-from ._higher import HigherOrderTerms, MLPHigherOrder, mlp_higher_order
+from ._higher import HigherOrderTerms, mlp_higher_order
 from ._mlp import mlp
 from ._moe import mixture_of_experts
 from ._operator import DenseStructure, ProjectedStructure, StructureOperator, project_operator
@@ -63,9 +63,8 @@ __all__ = [
     "get_activation",
     "activation_of_module",
     "mlp",
-    "mlp_higher_order",
     "HigherOrderTerms",
-    "MLPHigherOrder",
+    "mlp_higher_order",
     "linear_network",
     "factorization",
     "matrix_sensing",
