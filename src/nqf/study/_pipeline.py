@@ -33,6 +33,7 @@ import torch
 from ..curves import FLAT_THRESHOLD, compare_staircase, stable_learning_rate, step_count
 from ..data import Dataset, prepare
 from ..dynamics import initial_weights
+from ..errors import InvalidParameterError
 from ..reductions import predict
 from ._checks import (
     check_activation_at_zero,
@@ -126,6 +127,7 @@ def analyze(
     units: str | None = None,
     lr: float | None = None,
     steps: int | None = None,
+    max_steps: int | None = None,
     loss: str = "mse",
     seed: int = 0,
     lr_fraction: float = 0.02,
@@ -154,6 +156,9 @@ def analyze(
     lr, steps : optional
         GD step and number of steps (default: ``0.02 / largest escape rate``, and
         steps to ``t = 1.5 t_K + 5``, ``t_K`` the last predicted drop).
+    max_steps : int, optional
+        Refuse (``InvalidParameterError``, before the timed runs) more steps than this, given or derived
+        from ``lr`` (``nqf analyze`` passes ``--max-steps``, default 10⁷).
     loss : {"mse"}
         Only the mean-squared error has a staircase prediction.
     seed : int
@@ -208,7 +213,19 @@ def analyze(
     if lr is None:
         lr = stable_learning_rate(pred.rates, lr_fraction)
     if steps is None:  # past the last drop far enough to see a network leave the NQF (width 64 on digits: t = 46)
-        steps = step_count(pred.times, lr, margin=HORIZON_MARGIN, extra=HORIZON_EXTRA)
+        try:
+            steps = step_count(pred.times, lr, margin=HORIZON_MARGIN, extra=HORIZON_EXTRA)
+        except (OverflowError, ValueError):  # lr so small that the count is not even a finite number
+            steps = None
+        if max_steps is not None and (steps is None or steps > max_steps):
+            raise InvalidParameterError(
+                f"`lr`: η = {lr:.4g} needs {'more than ' + str(max_steps) if steps is None else steps} GD steps to "
+                f"reach past the last predicted drop (t = {float(np.max(pred.times)):.4g}); at most max_steps="
+                f"{max_steps} (--max-steps) are run: choose a larger --lr, or --steps"
+            )
+        assert steps is not None
+    elif max_steps is not None and steps > max_steps:
+        raise InvalidParameterError(f"`steps`: at most max_steps={max_steps} (--max-steps); found {steps}")
     save_every = max(1, steps // save_points)
     form = "weights" if (eps <= WEIGHT_FORM_BELOW or m < p) else "order_parameter"
 
