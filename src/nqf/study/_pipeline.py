@@ -189,6 +189,8 @@ def analyze(
     """
     say = log or (lambda s: None)
     eps = _checked_options(eps, loss)
+    if steps is not None and max_steps is not None and steps > max_steps:  # before anything is computed
+        raise InvalidParameterError(f"`steps`: at most max_steps={max_steps} (--max-steps); found {steps}")
     timings = {}
     t0 = time.perf_counter()
     data, module, found, desc = prepare_analysis(model, X, Y, units=units, seed=seed, data_name=data_name)
@@ -224,8 +226,6 @@ def analyze(
                 f"{max_steps} (--max-steps) are run: choose a larger --lr, or --steps"
             )
         assert steps is not None
-    elif max_steps is not None and steps > max_steps:
-        raise InvalidParameterError(f"`steps`: at most max_steps={max_steps} (--max-steps); found {steps}")
     save_every = max(1, steps // save_points)
     form = "weights" if (eps <= WEIGHT_FORM_BELOW or m < p) else "order_parameter"
 

@@ -188,16 +188,13 @@ def parse_seeds(spec) -> list[int]:
         for part in (p.strip() for p in spec.split(",")):
             lo, sep, hi = part.partition("-")
             try:
-                if sep:
-                    a, b = int(lo), int(hi)
-                    if b < a:
-                        raise SweepError(f"`seeds`: range {part!r} is empty (end before start)")
-                    _check_seed_count(len(items) + b - a + 1, spec)
-                    items += list(range(a, b + 1))
-                else:
-                    items.append(int(part))
+                a, b = (int(lo), int(hi)) if sep else (int(part), int(part))
             except ValueError:
                 raise SweepError(f"`seeds`: expected a range like 0-9 or a list like 0,3,7; found {spec!r}") from None
+            if b < a:
+                raise SweepError(f"`seeds`: range {part!r} is empty (end before start)")
+            _check_seed_count(len(items) + b - a + 1, spec)
+            items += list(range(a, b + 1))
     else:
         raise SweepError(f"`seeds`: expected a range like 0-9 or a list like 0,3,7; found {spec!r}")
     _check_seed_count(len(items), spec)
