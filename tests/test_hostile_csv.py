@@ -87,7 +87,7 @@ REFUSED = [
     ),
     (
         "not-utf8",
-        lambda t: (_write(t, "latin.csv", "a,b,y\n".encode() + "é,1,2\n".encode("latin-1")), ["--target", "y"]),
+        lambda t: (_write(t, "latin.csv", b"a,b,y\n" + "é,1,2\n".encode("latin-1")), ["--target", "y"]),
         ["latin.csv", "UTF-8"],
     ),
     ("csv-that-is-binary", lambda t: (_write(t, "bin.csv", bytes(range(256)) * 4), ["--target", "y"]), ["bin.csv"]),
