@@ -44,8 +44,10 @@ MAX_INFLATED_BYTES = 4 * 2**30
 
 
 def check_regular_file(path: Path, what: str = "data", limit: int = MAX_FILE_BYTES) -> int:
-    """The size of ``path`` after checking that it is a regular file (symlinks followed) of at most ``limit``
-    bytes; a FIFO, a device (``/dev/zero``), a socket or a directory is refused without being opened."""
+    """Size of a path checked to be a regular file of at most ``limit`` bytes (never opened otherwise).
+
+    Symlinks are followed; a FIFO, a device (``/dev/zero``), a socket or a directory is refused
+    (:class:`nqf.errors.DataError` naming ``what`` and the path) without being opened, so nothing hangs."""
     try:
         st = os.stat(path)
     except OSError as exc:
