@@ -113,6 +113,31 @@ REFUSED = [
         lambda t: (_pt(t, "ragged.pt", {"X": [[1.0, 2.0], [3.0]], "Y": [0.0, 1.0]}), []),
         ["ragged.pt", "`X`"],
     ),
+    ("scalar-Y-pt", lambda t: (_pt(t, "scalar.pt", {"X": X20.tolist(), "Y": 3.0}), []), ["scalar.pt", "`Y`"]),
+    ("string-X-pt", lambda t: (_pt(t, "strx.pt", {"X": [["a", "b"], ["c", "d"]], "Y": [0, 1]}), []), ["strx.pt"]),
+    ("no-samples-npz", lambda t: (_npz(t, "empty.npz", X=np.zeros((0, 3)), Y=np.zeros(0)), []), ["empty.npz", "N ≥ 1"]),
+    ("one-dimensional-X-npz", lambda t: (_npz(t, "flat.npz", X=np.zeros(5), Y=np.arange(5)), []), ["flat.npz", "`X`"]),
+    (
+        "X-Y-lengths-differ-npz",
+        lambda t: (_npz(t, "len.npz", X=X20, Y=np.arange(19) % 2), []),
+        ["len.npz", "20 inputs"],
+    ),
+    (
+        "nan-in-X-npz",
+        lambda t: (_npz(t, "nan.npz", X=np.where(X20 > 1.5, np.nan, X20), Y=np.arange(20) % 2), []),
+        ["nan.npz", "finite"],
+    ),
+    ("header-only-csv", lambda t: (_write(t, "header.csv", "a,b,y\n"), ["--target", "y"]), ["header.csv", "data row"]),
+    (
+        "unknown-target-csv",
+        lambda t: (_write(t, "unk.csv", _csv_text(["a", "b", "y"], _rows())), ["--target", "zz"]),
+        ["unk.csv", "'zz'"],
+    ),
+    (
+        "unclosed-quote-csv",
+        lambda t: (_write(t, "quote.csv", 'a,b,y\n"1,2,0\n3,4,1\n'), ["--target", "y"]),
+        ["quote.csv"],
+    ),
     ("npz-missing-Y", lambda t: (_npz(t, "noy.npz", X=X20), []), ["noy.npz", "`Y`"]),
 ]
 

@@ -444,19 +444,20 @@ def prepare(
     """
     X, y = _as_float_inputs(X, y, name)
     if X.ndim < 2 or X.shape[0] == 0:
-        raise ShapeError(f"`X` must have shape (N, D) or (N, …) with N ≥ 1; found {X.shape}")
+        raise ShapeError(f"`X` must have shape (N, D) or (N, …) with N ≥ 1; found {X.shape} in {name}")
     if y.ndim not in (1, 2):
-        raise ShapeError(f"`Y` must have shape (N,) or (N, C); found {y.shape}")
+        raise ShapeError(f"`Y` must have shape (N,) or (N, C); found {y.shape} in {name}")
     if X.shape[0] != y.shape[0]:
         raise ShapeError(
-            f"`X` and `Y` must have the same number of samples; found {X.shape[0]} inputs and {y.shape[0]} targets"
+            f"`X` and `Y` must have the same number of samples; found {X.shape[0]} inputs and {y.shape[0]} targets "
+            f"in {name}"
         )
     for nm, a in (("X", X), ("Y", y)):
         if np.issubdtype(a.dtype, np.number) and not np.all(np.isfinite(a)):
             bad = np.argwhere(~np.isfinite(a))[0]
             raise NonFiniteError(
                 f"`{nm}` must be finite; found {a[tuple(bad)]} at index {tuple(int(i) for i in bad)} "
-                "(remove or impute missing values first)"
+                f"in {name} (remove or impute missing values first)"
             )
     task, how = _task_of(y, task, one_hot)
     _check_learnable(y, task, name)
