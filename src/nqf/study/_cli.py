@@ -93,8 +93,7 @@ def register_cli(app: typer.Typer) -> None:
         if list_units:
             _list_units(params, seed)
             return
-        if steps is not None and steps > max_steps:
-            _fail(f"--steps: at most --max-steps={max_steps} GD steps (raise --max-steps to allow more); found {steps}")
+        _check_steps(steps, max_steps)
         try:  # everything that can be wrong with the input fails here, before any run directory exists
             ds = load_data(params, seed)
             _check_output(model, ds, seed)
@@ -144,6 +143,11 @@ def _list_units(params, seed: int) -> None:
     typer.echo(f"{len(lines)} layer(s) of units (choose one with --units LAYER_NAME):")
     for line in lines:
         typer.echo(f"  {line}")
+
+
+def _check_steps(steps: int | None, max_steps: int) -> None:
+    if steps is not None and steps > max_steps:
+        _fail(f"--steps: at most --max-steps={max_steps} GD steps (raise --max-steps to allow more); found {steps}")
 
 
 def _check_output(model: str, ds, seed: int) -> None:

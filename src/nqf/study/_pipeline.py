@@ -188,9 +188,7 @@ def analyze(
         or a non-MSE loss.
     """
     say = log or (lambda s: None)
-    eps = _checked_options(eps, loss)
-    if steps is not None and max_steps is not None and steps > max_steps:  # before anything is computed
-        raise InvalidParameterError(f"`steps`: at most max_steps={max_steps} (--max-steps); found {steps}")
+    eps = _checked_options(eps, loss, steps, max_steps)  # before anything is computed
     timings = {}
     t0 = time.perf_counter()
     data, module, found, desc = prepare_analysis(model, X, Y, units=units, seed=seed, data_name=data_name)
@@ -214,18 +212,8 @@ def analyze(
     say(f"prediction: {pred.method}, {pred.n_drops} drops, levels {pred.levels[0]:.4g} → {pred.levels[-1]:.4g}")
     if lr is None:
         lr = stable_learning_rate(pred.rates, lr_fraction)
-    if steps is None:  # past the last drop far enough to see a network leave the NQF (width 64 on digits: t = 46)
-        try:
-            steps = step_count(pred.times, lr, margin=HORIZON_MARGIN, extra=HORIZON_EXTRA)
-        except (OverflowError, ValueError):  # lr so small that the count is not even a finite number
-            steps = None
-        if max_steps is not None and (steps is None or steps > max_steps):
-            raise InvalidParameterError(
-                f"`lr`: η = {lr:.4g} needs {'more than ' + str(max_steps) if steps is None else steps} GD steps to "
-                f"reach past the last predicted drop (t = {float(np.max(pred.times)):.4g}); at most max_steps="
-                f"{max_steps} (--max-steps) are run: choose a larger --lr, or --steps"
-            )
-        assert steps is not None
+    # default: past the last drop far enough to see a network leave the NQF (width 64 on digits: t = 46)
+    steps = _derived_steps(pred, lr, max_steps) if steps is None else steps
     save_every = max(1, steps // save_points)
     form = "weights" if (eps <= WEIGHT_FORM_BELOW or m < p) else "order_parameter"
 
@@ -279,6 +267,27 @@ def analyze(
         classes=tuple(data.classes),
         notes=tuple(notes),
     )
+
+
+def _check_max_steps(steps: int | None, max_steps: int | None) -> None:
+    if steps is not None and max_steps is not None and steps > max_steps:
+        raise InvalidParameterError(f"`steps`: at most max_steps={max_steps} (--max-steps); found {steps}")
+
+
+def _derived_steps(pred, lr: float, max_steps: int | None) -> int:
+    """Steps to ``1.5 t_K + 5`` at step ``lr``; refused (``InvalidParameterError``) above ``max_steps``."""
+    try:
+        steps = step_count(pred.times, lr, margin=HORIZON_MARGIN, extra=HORIZON_EXTRA)
+    except (OverflowError, ValueError):  # lr so small that the count is not even a finite number
+        steps = None
+    if max_steps is not None and (steps is None or steps > max_steps):
+        raise InvalidParameterError(
+            f"`lr`: η = {lr:.4g} needs {'more than ' + str(max_steps) if steps is None else steps} GD steps to "
+            f"reach past the last predicted drop (t = {float(np.max(pred.times)):.4g}); at most max_steps="
+            f"{max_steps} (--max-steps) are run: choose a larger --lr, or --steps"
+        )
+    assert steps is not None
+    return steps
 
 
 def _compare(pred, sim, real, eps: float, found, flat_threshold: float, gap_tolerance: float):
@@ -363,8 +372,10 @@ def _runs(module, found, Xt, Yt, op, Ynqf, W0_real, W0, lr, steps, form, save_ev
     return sim, real
 
 
-def _checked_options(eps, loss: str) -> float:
-    """``eps`` as a float in (0, 1); ``loss`` must be ``"mse"`` (the only loss with a predicted staircase)."""
+def _checked_options(eps, loss: str, steps: int | None = None, max_steps: int | None = None) -> float:
+    """``eps`` as a float in (0, 1); ``loss`` must be ``"mse"`` (the only loss with a predicted staircase);
+    ``steps`` at most ``max_steps``."""
+    _check_max_steps(steps, max_steps)
     from .._validation import float_param
     from ..errors import InvalidParameterError
 
