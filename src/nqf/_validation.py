@@ -284,7 +284,7 @@ def available_memory(device=None) -> int | None:
     if device is not None and torch.device(device).type == "cuda":
         try:
             return int(torch.cuda.mem_get_info(torch.device(device))[0])
-        except Exception:  # noqa: BLE001 - unknown is acceptable
+        except (RuntimeError, AssertionError, ValueError, AttributeError):  # unknown is acceptable
             return None
     try:
         with open("/proc/meminfo") as fh:
@@ -439,5 +439,5 @@ def divergence_curvature(
             top = lam1 if lam1 > 0 else power(lam1)
             best = max(top, top_S)
             return best if math.isfinite(best) and best > 0 else None
-    except Exception:  # noqa: BLE001 - an estimate for a message only
+    except (RuntimeError, ValueError, TypeError, AttributeError, ArithmeticError):  # an estimate for a message only
         return None

@@ -15,6 +15,7 @@ Error contract (by exception *type*, in :class:`_Group`, for every command):
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import json
 import os
 import shlex
@@ -97,17 +98,60 @@ class _Group(TyperGroup):
         except NQFError as exc:
             if _debug():
                 raise
-            typer.echo(f"error: {_one_line(exc)}", err=True)
+            typer.echo(f"error: {_one_line(exc)}{_kept(exc)}", err=True)
             raise typer.Exit(2) from None
-        except Exception as exc:  # noqa: BLE001 - one line for the user; --debug shows the traceback
+        except Exception as exc:  # noqa: BLE001 - the last-resort handler: one line; --debug shows the traceback
             if _debug():
                 raise
+            fault = _input_fault(exc)
+            if fault is not None:
+                typer.echo(f"error: {fault}{_kept(exc)}", err=True)
+                raise typer.Exit(2) from None
             typer.echo(
-                f"error: {type(exc).__name__}: {_one_line(exc)} (run `nqf --debug …` or set NQF_TRACEBACK=1 "
-                "for the traceback)",
+                f"error: {type(exc).__name__}: {_one_line(exc)}{_kept(exc)} (run `nqf --debug …` or set "
+                "NQF_TRACEBACK=1 for the traceback)",
                 err=True,
             )
             raise typer.Exit(1) from None
+
+
+#: OSErrors that say what is wrong with a path the user gave (``--out`` on a read-only file system, a name
+#: too long, a file where a folder is needed, a full disk): input faults, exit 2, naming the path.
+_PATH_ERRNOS = frozenset(
+    getattr(errno, n)
+    for n in ("EROFS", "EACCES", "EPERM", "ENAMETOOLONG", "ENOSPC", "EDQUOT", "ENOTDIR", "EISDIR", "EEXIST", "ELOOP")
+    if hasattr(errno, n)
+)
+
+
+def _input_fault(exc: BaseException) -> str | None:
+    """The one-line message of an exception that is the input's fault (exit 2), or None (nqf's own, exit 1):
+    an OSError about a path the user gave, and running out of memory for the sizes the input asks for."""
+    if isinstance(exc, OSError) and exc.errno in _PATH_ERRNOS:
+        name = exc.filename if exc.filename is not None else "a path given"
+        return f"{name}: {exc.strerror or _one_line(exc)} (check --out and the paths given)"
+    text = _one_line(exc)
+    if isinstance(exc, MemoryError) or (
+        isinstance(exc, RuntimeError) and ("alloc_cpu" in text or "out of memory" in text.lower())
+    ):
+        return (
+            f"out of memory: the sizes asked for (data set, --subset, model width, --steps) need more memory than "
+            f"is available ({type(exc).__name__}: {text[:200]})"
+        )
+    return None
+
+
+def _kept(exc: BaseException) -> str:
+    """`` (what was finished is in DIR)`` for a failure inside a run directory (or that the previous run was kept,
+    under ``--force``), else ``""``."""
+    kept = getattr(exc, "previous_run_kept", None)
+    if kept is not None:
+        return (
+            f" ({shlex.quote(str(kept))}: the previous run is kept as it was; --force replaces a run only when "
+            "the new one completes)"
+        )
+    rd = getattr(exc, "run_directory", None)
+    return "" if rd is None else f" (what was finished is in {shlex.quote(str(rd))})"
 
 
 def _silence_stdout() -> None:
@@ -210,27 +254,7 @@ def _execute(exp, params, *, out, seed, device, force, resume, as_json, threads,
         else:
             typer.echo(f"\ninterrupted before anything was saved; {q} is as it was", err=True)
         raise typer.Exit(130) from None
-    except Exception as exc:  # noqa: BLE001 - the group maps the type to the exit code; add where results are
-        if getattr(exc, "previous_run_kept", None) is not None and not _debug():
-            kind = "" if isinstance(exc, NQFError) else f"{type(exc).__name__}: "
-            _fail(
-                f"experiment {exp.name!r} failed: {kind}{exc} (--out {q}: the previous run is kept as it was; "
-                "--force replaces a run only when the new one completes)",
-                code=2 if isinstance(exc, NQFError) else 1,
-            )
-        if getattr(exc, "run_directory", None) is not None and not _debug():
-            kind = "" if isinstance(exc, NQFError) else f"{type(exc).__name__}: "
-            _fail(
-                f"experiment {exp.name!r} failed: {kind}{exc} (what was finished is in {q}"
-                + (
-                    ""
-                    if isinstance(exc, NQFError)
-                    else "; run `nqf --debug …` or set NQF_TRACEBACK=1 for the traceback"
-                )
-                + ")",
-                code=2 if isinstance(exc, NQFError) else 1,
-            )
-        raise
+    # any other failure reaches the group's handler, which adds where the finished part is (.run_directory)
     if as_json:
         typer.echo(json.dumps(results, indent=2))
     else:
@@ -256,7 +280,11 @@ _DEVICE = typer.Option(None, "--device", help="cpu, cuda, cuda:N or auto.")
 _SEED = typer.Option(
     None, "--seed", min=0, max=2**32 - 1, help="Random seed in [0, 2**32) (runs are bit-for-bit reproducible on CPU)."
 )
-_THREADS = typer.Option(1, "--threads", min=1, help="CPU threads for torch (1 is fastest for small problems).")
+#: ``--threads`` above this is a flag error (torch cannot start that many threads).
+MAX_THREADS = 1024
+_THREADS = typer.Option(
+    1, "--threads", min=1, max=MAX_THREADS, help="CPU threads for torch (1 is fastest for small problems)."
+)
 _SET = typer.Option(None, "--set", help="KEY=VALUE: override a config value, read as TOML (repeatable).")
 
 

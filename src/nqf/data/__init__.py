@@ -36,10 +36,38 @@ integers (integer dtype, or float values that are all integers) with at most
 :data:`MAX_CLASSES` distinct values, else ``"regression"``; pass ``task`` to override
 (``task="regression"`` keeps integer targets as numbers).  The rule that decided is
 ``Dataset.preprocessing["task_rule"]``.
+
+Refused before anything runs (one :class:`nqf.errors.DataError` naming the file):
+a path that is not a regular file (a FIFO, ``/dev/zero``, a directory:
+:func:`check_regular_file`, never opened), a file above :data:`MAX_FILE_BYTES`,
+an ``.npz``/``.pt`` archive whose members would inflate past
+:data:`MAX_INFLATED_BYTES`, a file that is not what its extension says, duplicate
+CSV column names, ragged rows, complex values, object arrays (pickle is never
+used), a single sample, one class only or a constant regression target.  A UTF-8
+byte-order mark before a CSV header is ignored; byte-string labels in an
+``.npz`` are decoded as class names.
 """
 
 from __future__ import annotations
 
-from ._datasets import BUILTIN, MAX_CLASSES, Dataset, load_dataset, prepare
+from ._datasets import (
+    BUILTIN,
+    MAX_CLASSES,
+    MAX_FILE_BYTES,
+    MAX_INFLATED_BYTES,
+    Dataset,
+    check_regular_file,
+    load_dataset,
+    prepare,
+)
 
-__all__ = ["Dataset", "load_dataset", "prepare", "BUILTIN", "MAX_CLASSES"]
+__all__ = [
+    "Dataset",
+    "load_dataset",
+    "prepare",
+    "check_regular_file",
+    "BUILTIN",
+    "MAX_CLASSES",
+    "MAX_FILE_BYTES",
+    "MAX_INFLATED_BYTES",
+]

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import csv
+import os
+import stat
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -10,7 +13,16 @@ import numpy as np
 
 from ..errors import DataError, NonFiniteError, ShapeError
 
-__all__ = ["Dataset", "load_dataset", "prepare", "BUILTIN", "MAX_CLASSES"]
+__all__ = [
+    "Dataset",
+    "load_dataset",
+    "prepare",
+    "check_regular_file",
+    "BUILTIN",
+    "MAX_CLASSES",
+    "MAX_FILE_BYTES",
+    "MAX_INFLATED_BYTES",
+]
 
 #: Bundled data sets: name → (scikit-learn loader, task).
 BUILTIN: dict[str, tuple[str, str]] = {
@@ -24,6 +36,57 @@ BUILTIN: dict[str, tuple[str, str]] = {
 
 #: Integer targets with at most this many distinct values are read as class labels.
 MAX_CLASSES = 100
+
+#: A data file larger than this on disk is refused before it is read (2 GiB).
+MAX_FILE_BYTES = 2 * 2**30
+#: A ``.npz``/``.pt`` archive whose members would inflate past this is refused before any member is read (4 GiB).
+MAX_INFLATED_BYTES = 4 * 2**30
+
+
+def check_regular_file(path: Path, what: str = "data", limit: int = MAX_FILE_BYTES) -> int:
+    """Size of a path checked to be a regular file of at most ``limit`` bytes (never opened otherwise).
+
+    Symlinks are followed; a FIFO, a device (``/dev/zero``), a socket or a directory is refused
+    (:class:`nqf.errors.DataError` naming ``what`` and the path) without being opened, so nothing hangs."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise DataError(f"`{what}`: {str(path)!r} cannot be read ({exc.strerror or exc})") from exc
+    if not stat.S_ISREG(st.st_mode):
+        kind = (
+            "a directory"
+            if stat.S_ISDIR(st.st_mode)
+            else "a FIFO (named pipe)"
+            if stat.S_ISFIFO(st.st_mode)
+            else "a device"
+            if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+            else "not a regular file"
+        )
+        raise DataError(f"`{what}`: {str(path)!r} must be a regular file; found {kind}")
+    if st.st_size > limit:
+        raise DataError(
+            f"`{what}`: {str(path)!r} is {st.st_size / 2**20:.0f} MiB; files above {limit / 2**20:.0f} MiB are refused"
+        )
+    return int(st.st_size)
+
+
+def _check_archive(path: Path, what: str, *, required: bool) -> None:
+    """Refuse a zip archive (``.npz``, ``.pt``) whose members would inflate past :data:`MAX_INFLATED_BYTES`
+    (sizes from the central directory, before any member is read); ``required``: it must be a zip."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            total = sum(max(int(i.file_size), 0) for i in zf.infolist())
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+        if required:
+            raise DataError(
+                f"`{what}`: {str(path)!r} is not a valid {path.suffix} file (not a zip archive: {exc})"
+            ) from exc
+        return
+    if total > MAX_INFLATED_BYTES:
+        raise DataError(
+            f"`{what}`: {str(path)!r} would inflate to {total / 2**20:.0f} MiB; archives above "
+            f"{MAX_INFLATED_BYTES / 2**20:.0f} MiB are refused"
+        )
 
 
 @dataclass(frozen=True)
@@ -145,16 +208,30 @@ def _label_column(values: list[str], name: str, path: Path) -> np.ndarray:
 
 def _read_csv(path: Path, target: str | None):
     """Inputs (numbers only) and targets (numbers, or strings read as class labels) of a CSV file."""
-    with open(path, newline="") as fh:
-        rows = [r for r in csv.reader(fh) if r]
+    try:  # utf-8-sig: a byte-order mark before the header (Excel's "CSV UTF-8") is not part of the first name
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            rows = [r for r in csv.reader(fh) if r]
+    except UnicodeDecodeError as exc:
+        raise DataError(
+            f"`data`: {path} is not a UTF-8 text file (byte {exc.start} cannot be decoded); save it as CSV UTF-8"
+        ) from exc
+    except csv.Error as exc:
+        raise DataError(f"`data`: {path} is not a readable CSV file ({exc})") from exc
     if len(rows) < 2:
         raise DataError(f"`data`: {path} needs a header row and at least one data row; found {len(rows)} rows")
     header = [h.strip() for h in rows[0]]
+    dup = next((h for i, h in enumerate(header) if h in header[:i]), None)
+    if dup is not None:
+        raise DataError(
+            f"`data`: column name {dup!r} appears {header.count(dup)} times in the header of {path}; "
+            "column names must be unique"
+        )
     idx = _split_columns(header, target, str(path))
     bad = next((i for i, r in enumerate(rows[1:]) if len(r) != len(header)), None)
     if bad is not None:
         raise DataError(
-            f"`data`: every row of {path} must have {len(header)} fields; row {bad + 1} has {len(rows[bad + 1])}"
+            f"`data`: every row of {path} must have {len(header)} fields like its header; data row {bad + 1} "
+            f"has {len(rows[bad + 1])}"
         )
     cols = [[r[j].strip() for r in rows[1:]] for j in range(len(header))]
     rest = [j for j in range(len(header)) if j not in idx]
@@ -193,25 +270,57 @@ def _pick(obj, path: Path):
     raise DataError(f"`data`: {path} must hold a dict with `X` and `Y` or a pair (X, Y); found {type(obj).__name__}")
 
 
-def _read_file(path: Path, target: str | None):
-    suffix = path.suffix.lower()
-    if suffix == ".npz":
+def _as_array(a, name: str, path: Path) -> np.ndarray:
+    """An array from what a file held (a tensor, an array, nested lists); ragged nesting named."""
+    if hasattr(a, "detach"):
+        return a.detach().cpu().numpy()
+    try:
+        return np.asarray(a)
+    except (ValueError, TypeError) as exc:
+        raise DataError(
+            f"`data`: `{name}` in {path} must be a rectangular array; found ragged or mixed nesting ({exc})"
+        ) from exc
+
+
+def _read_npz(path: Path):
+    _check_archive(path, "data", required=True)
+    try:
         with np.load(path, allow_pickle=False) as z:
             X, y = _pick({k: z[k] for k in z.files}, path)
-        return np.asarray(X), np.asarray(y), None
+    except ValueError as exc:  # object arrays (labels saved as dtype=object) need pickle, which is never used
+        raise DataError(
+            f"`data`: {path} holds an array of Python objects, which nqf does not unpickle; save string labels "
+            f"as np.array(labels, dtype=str) ({exc})"
+        ) from exc
+    except (OSError, zipfile.BadZipFile, EOFError) as exc:
+        raise DataError(f"`data`: {path} is not a readable .npz file ({exc})") from exc
+    return np.asarray(X), np.asarray(y), None
+
+
+def _read_pt(path: Path):
+    import torch
+
+    _check_archive(path, "data", required=False)
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - re-raised as DataError naming the file (torch.load of junk raises anything)
+        raise DataError(
+            f"`data`: {path} could not be read with torch.load(weights_only=True): {type(exc).__name__}: {exc}"
+        ) from exc
+    X, y = _pick(obj, path)
+    return _as_array(X, "X", path), _as_array(y, "Y", path), None
+
+
+def _read_file(path: Path, target: str | None):
+    suffix = path.suffix.lower()
+    if suffix in (".npz", ".csv", ".pt", ".pth"):
+        check_regular_file(path)
+    if suffix == ".npz":
+        return _read_npz(path)
     if suffix == ".csv":
         return _read_csv(path, target)
     if suffix in (".pt", ".pth"):
-        import torch
-
-        try:
-            obj = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as exc:  # noqa: BLE001 - one clear line for any unreadable file
-            raise DataError(f"`data`: {path} could not be read with torch.load(weights_only=True): {exc}") from exc
-        X, y = _pick(obj, path)
-        X = X.detach().cpu().numpy() if hasattr(X, "detach") else np.asarray(X)
-        y = y.detach().cpu().numpy() if hasattr(y, "detach") else np.asarray(y)
-        return X, y, None
+        return _read_pt(path)
     raise DataError(
         f"`data`: expected a bundled name ({', '.join(BUILTIN)}) or a .npz, .csv or .pt file; found {str(path)!r}"
     )
@@ -261,6 +370,44 @@ def _task_of(y: np.ndarray, task: str, one_hot: bool) -> tuple[str, str]:
     return task, "inferred: not integer class labels"
 
 
+def _as_float_inputs(X, y, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """``X`` as float64 and ``y`` as numbers or ``str`` names; complex values refused (never cast silently)."""
+    try:
+        if np.iscomplexobj(X) or np.iscomplexobj(y):
+            which = "X" if np.iscomplexobj(X) else "Y"
+            raise DataError(
+                f"`{which}` of {name} must be real; found complex values (pass the real and imaginary parts "
+                "as separate features)"
+            )
+        X = np.asarray(X, dtype=np.float64)
+        y = np.asarray(y)
+        if y.dtype == object:  # labels given as Python objects: their names
+            y = y.astype(str)
+        elif y.dtype.kind == "S":  # byte strings (np.savez of encoded names): decoded as names
+            y = np.char.decode(y, "utf-8")
+    except (TypeError, ValueError, UnicodeDecodeError) as exc:
+        if isinstance(exc, DataError):
+            raise
+        raise DataError(f"`data`: inputs and targets of {name} must be numeric arrays ({exc})") from exc
+    return X, y
+
+
+def _check_learnable(y: np.ndarray, task: str, name: str) -> None:
+    """Refuse, before anything runs, targets nothing can be learned from: a single sample, one class only,
+    or a regression target that is the same for every sample."""
+    if y.shape[0] < 2:
+        raise ShapeError(f"`Y` of {name}: at least 2 samples are needed to learn anything; found {y.shape[0]}")
+    if task == "classification":
+        n = len(np.unique(y.reshape(y.shape[0], -1)[:, 0]))
+        if n < 2:
+            raise DataError(f"`Y` of {name}: classification needs at least 2 classes; every target is {y.flat[0]!r}")
+    elif np.issubdtype(y.dtype, np.number) and np.all(y == y[:1]):
+        raise DataError(
+            f"`Y` of {name}: the target is constant ({y.flat[0]!r} for every sample); after centring there is "
+            "nothing to learn"
+        )
+
+
 def prepare(
     X, y, *, task: str = "auto", standardize: bool = True, one_hot: bool = True, center: bool = True, name: str = "data"
 ) -> Dataset:
@@ -295,29 +442,25 @@ def prepare(
         Unknown ``task``, class names with ``task="regression"`` or without one-hot encoding, or a
         one-hot encoding of several target columns.
     """
-    try:
-        X = np.asarray(X, dtype=np.float64)
-        y = np.asarray(y)
-        if y.dtype == object:  # labels given as Python objects: their names
-            y = y.astype(str)
-    except (TypeError, ValueError) as exc:
-        raise DataError(f"`data`: inputs and targets must be numeric arrays ({exc})") from exc
+    X, y = _as_float_inputs(X, y, name)
     if X.ndim < 2 or X.shape[0] == 0:
-        raise ShapeError(f"`X` must have shape (N, D) or (N, …) with N ≥ 1; found {X.shape}")
+        raise ShapeError(f"`X` must have shape (N, D) or (N, …) with N ≥ 1; found {X.shape} in {name}")
     if y.ndim not in (1, 2):
-        raise ShapeError(f"`Y` must have shape (N,) or (N, C); found {y.shape}")
+        raise ShapeError(f"`Y` must have shape (N,) or (N, C); found {y.shape} in {name}")
     if X.shape[0] != y.shape[0]:
         raise ShapeError(
-            f"`X` and `Y` must have the same number of samples; found {X.shape[0]} inputs and {y.shape[0]} targets"
+            f"`X` and `Y` must have the same number of samples; found {X.shape[0]} inputs and {y.shape[0]} targets "
+            f"in {name}"
         )
     for nm, a in (("X", X), ("Y", y)):
         if np.issubdtype(a.dtype, np.number) and not np.all(np.isfinite(a)):
             bad = np.argwhere(~np.isfinite(a))[0]
             raise NonFiniteError(
                 f"`{nm}` must be finite; found {a[tuple(bad)]} at index {tuple(int(i) for i in bad)} "
-                "(remove or impute missing values first)"
+                f"in {name} (remove or impute missing values first)"
             )
     task, how = _task_of(y, task, one_hot)
+    _check_learnable(y, task, name)
     rec = {
         "standardize": bool(standardize),
         "one_hot": False,

@@ -259,8 +259,8 @@ def _unit_kind(sub: nn.Module) -> str:
 def _own_units(sub: nn.Module):
     try:
         lay = getattr(sub, "units", None)
-    except Exception:  # a property that fails on this instance
-        return None
+    except (AttributeError, RuntimeError, TypeError, ValueError, NotImplementedError, KeyError, IndexError):
+        return None  # a property that fails on this instance
     return lay if isinstance(lay, UnitLayout) else None
 
 

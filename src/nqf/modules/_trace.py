@@ -155,12 +155,16 @@ def module_step(mod: nn.Module, conv: bool) -> Step | None:
     return None
 
 
+#: What probing a user's module may raise (a failing property, an op fx cannot trace): the probe says "no".
+_PROBE_ERRORS = (AttributeError, RuntimeError, TypeError, ValueError, NotImplementedError, KeyError, IndexError)
+
+
 def _has_units(mod: nn.Module) -> bool:
     try:
         from ._units import UnitLayout
 
         return isinstance(getattr(mod, "units", None), UnitLayout)
-    except Exception:  # noqa: BLE001 - a property that fails on this instance
+    except _PROBE_ERRORS:  # a property that fails on this instance
         return False
 
 
@@ -178,7 +182,7 @@ class _Tracer(fx.Tracer):
 def _trace(mod: nn.Module) -> fx.Graph | None:
     try:
         return _Tracer().trace(mod)
-    except Exception:  # noqa: BLE001 - data-dependent control flow, unsupported ops, …
+    except (*_PROBE_ERRORS, AssertionError):  # data-dependent control flow (fx's TraceError), unsupported ops, …
         return None
 
 

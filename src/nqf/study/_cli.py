@@ -7,14 +7,19 @@ nothing is run); 1 the analysis failed while running; 130 interrupted.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import NoReturn
 
 import typer
 
-__all__ = ["register_cli"]
+__all__ = ["register_cli", "MAX_STEPS", "MAX_THREADS"]
+
+#: ``--steps`` (given, or derived from ``--lr`` and the predicted drop times) above this is refused before
+#: anything runs unless ``--max-steps`` raises it: the printed estimate, not the user's patience, decides.
+MAX_STEPS = 10_000_000
+#: ``--threads`` above this is refused as a flag error (torch cannot start that many threads).
+MAX_THREADS = 1024
 
 
 def register_cli(app: typer.Typer) -> None:
@@ -40,13 +45,19 @@ def register_cli(app: typer.Typer) -> None:
         eps: float = typer.Option(1e-6, "--eps", help="Initial scale: M(0) = εI."),
         lr: float | None = typer.Option(None, "--lr", help="GD step (default 0.02 / largest escape rate)."),
         steps: int | None = typer.Option(None, "--steps", help="GD steps (default: past the last drop)."),
+        max_steps: int = typer.Option(
+            MAX_STEPS,
+            "--max-steps",
+            min=1,
+            help="Refuse a run of more GD steps than this (given by --steps or derived from --lr).",
+        ),
         subset: int | None = typer.Option(None, "--subset", help="Analyse a random subset of this many samples."),
         no_standardize: bool = typer.Option(False, "--no-standardize", help="Keep the inputs as they are."),
         out: Path | None = typer.Option(None, "--out", help="Run directory (default: runs/analyze-TIMESTAMP)."),
         force: bool = typer.Option(False, "--force", help="Overwrite an existing run directory."),
         as_json: bool = typer.Option(False, "--json", help="Print the analysis as JSON."),
         seed: int = typer.Option(0, "--seed", min=0, help="Seed of the model factory and the initial frame."),
-        threads: int = typer.Option(1, "--threads", min=1, help="CPU threads for torch."),
+        threads: int = typer.Option(1, "--threads", min=1, max=MAX_THREADS, help="CPU threads for torch."),
         list_units: bool = typer.Option(
             False, "--list-units", help="List the model's layers of units (name, kind, units, p) and exit."
         ),
@@ -72,6 +83,7 @@ def register_cli(app: typer.Typer) -> None:
                 eps=eps,
                 lr=lr,
                 steps=steps,
+                max_steps=max_steps,
                 subset=subset,
                 standardize=not no_standardize,
             )
@@ -81,8 +93,10 @@ def register_cli(app: typer.Typer) -> None:
         if list_units:
             _list_units(params, seed)
             return
+        _check_steps(steps, max_steps)
         try:  # everything that can be wrong with the input fails here, before any run directory exists
             ds = load_data(params, seed)
+            _check_output(model, ds, seed)
             _, _, found, _ = prepare_analysis(model, ds, units=units, seed=seed)
         except NQFError as exc:
             _fail(str(exc))
@@ -131,6 +145,21 @@ def _list_units(params, seed: int) -> None:
         typer.echo(f"  {line}")
 
 
+def _check_steps(steps: int | None, max_steps: int) -> None:
+    if steps is not None and steps > max_steps:
+        _fail(f"--steps: at most --max-steps={max_steps} GD steps (raise --max-steps to allow more); found {steps}")
+
+
+def _check_output(model: str, ds, seed: int) -> None:
+    """A model file's forward on the data: one tensor as wide as the data's targets (built once, see
+    :func:`nqf.study._models.build_model`)."""
+    if ".py:" not in str(model):
+        return
+    from ._models import build_model, check_model_output
+
+    check_model_output(build_model(model, ds.n_features, ds.n_outputs, seed=seed), ds.X, ds.n_outputs, model)
+
+
 def _fail(msg: str, code: int = 2) -> NoReturn:
     """One line ``error: MSG`` on stderr, then exit with ``code`` (2: bad input, 1: the analysis failed)."""
     typer.echo(f"error: {msg}", err=True)
@@ -151,7 +180,5 @@ def _run(exp, params, out: Path, *, seed: int, force: bool, as_json: bool) -> di
     except KeyboardInterrupt:
         typer.echo(f"\ninterrupted: partial results kept in {out}", err=True)
         raise typer.Exit(130) from None
-    except Exception as exc:  # noqa: BLE001
-        if os.environ.get("NQF_TRACEBACK"):
-            raise
-        _fail(f"analysis failed: {type(exc).__name__}: {exc} (set NQF_TRACEBACK=1 for the traceback)", code=1)
+    # anything else reaches the last-resort handler of `nqf` (nqf.cli): out of memory and an unwritable
+    # --out are input faults there (exit 2, naming the path), everything else is ours (exit 1)

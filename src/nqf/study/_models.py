@@ -17,6 +17,8 @@ both work.  The result must be a ``torch.nn.Module``; it is converted to float64
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import importlib.util
 import inspect
 import sys
@@ -25,10 +27,28 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..errors import ModelSpecError
+from ..errors import ModelSpecError, NQFError
 from ..structure import REGISTRY, ActivationModule, find_activation
 
-__all__ = ["build_model", "parse_spec", "load_factory", "Elementwise", "MODEL_KINDS"]
+__all__ = ["build_model", "parse_spec", "load_factory", "check_model_output", "Elementwise", "MODEL_KINDS"]
+
+#: A model file larger than this is refused before it is read (1 MiB of Python is not a model definition).
+MAX_MODEL_FILE_BYTES = 2**20
+#: The last model a factory built, by (file, its mtime and size, factory, D, C, seed): the factory runs once
+#: per ``nqf analyze`` even though the input checks and the run both build the model (a deep copy each time).
+_BUILT: dict[tuple, nn.Module] = {}
+
+
+@contextlib.contextmanager
+def _users_code(what: str):
+    """Run the user's code (import of a model file, a factory call): what it prints goes to stderr (stdout
+    stays one JSON document with ``--json``), ``sys.exit`` is reported as an error naming ``what``."""
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    except SystemExit as exc:
+        raise ModelSpecError(f"`model`: {what} called sys.exit({exc.code!r}); a model file must not exit") from None
+
 
 MODEL_KINDS = ("mlp",)
 #: An elementwise activation by name, for activations torch has no module for (the registry's module).
@@ -98,8 +118,14 @@ def load_factory(spec: str):
     path = Path(path_s)
     if not path_s or not name or path.suffix != ".py":
         raise ModelSpecError(f"`model`: expected FILE.py:FACTORY; found {spec!r}")
-    if not path.is_file():
+    if not path.exists():
         raise ModelSpecError(f"`model`: file {path_s!r} not found")
+    from ..data import check_regular_file
+
+    try:
+        check_regular_file(path, "model", MAX_MODEL_FILE_BYTES)
+    except NQFError as exc:
+        raise ModelSpecError(str(exc)) from None
     mod_name = f"_nqf_model_{abs(hash(str(path.resolve())))}"
     try:
         loader_spec = importlib.util.spec_from_file_location(mod_name, path)
@@ -107,7 +133,8 @@ def load_factory(spec: str):
             raise ModelSpecError(f"`model`: {path_s} cannot be imported as a Python module")
         module = importlib.util.module_from_spec(loader_spec)
         sys.modules[mod_name] = module
-        loader_spec.loader.exec_module(module)
+        with _users_code(f"importing {path_s}"):
+            loader_spec.loader.exec_module(module)
     except ModelSpecError:
         raise
     except Exception as exc:  # noqa: BLE001 - the user's file: one clear line
@@ -133,6 +160,67 @@ def _call_factory(fn, D: int, C: int):
     return fn(**kw)
 
 
+def _factory_key(spec: str, D: int, C: int, seed: int) -> tuple | None:
+    path_s = spec.rpartition(":")[0]
+    try:
+        st = Path(path_s).stat()
+    except OSError:
+        return None
+    return (str(Path(path_s).resolve()), st.st_mtime_ns, st.st_size, spec, D, C, seed)
+
+
+def _factory_model(spec: str, D: int, C: int, seed: int) -> nn.Module:
+    """The model of ``FILE.py:FACTORY``, built once per (file version, sizes, seed) and copied after."""
+    key = _factory_key(spec, D, C, seed)
+    if key is not None and key in _BUILT:
+        try:
+            return copy.deepcopy(_BUILT[key])
+        except (TypeError, RuntimeError, AttributeError, copy.Error):  # a module that cannot be copied
+            _BUILT.clear()
+    try:
+        fn = load_factory(spec)
+        with _users_code(f"the factory {spec}"):
+            model = _call_factory(fn, D, C)
+    except NQFError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - re-raised as ModelSpecError naming the factory
+        raise ModelSpecError(f"`model`: the factory {spec} raised {type(exc).__name__}: {exc}") from exc
+    if not isinstance(model, nn.Module):
+        raise ModelSpecError(f"`model`: the factory {spec} must return a torch.nn.Module; found {type(model).__name__}")
+    model = model.to(torch.float64)
+    _BUILT.clear()
+    if key is not None:
+        try:
+            _BUILT[key] = copy.deepcopy(model)
+        except (TypeError, RuntimeError, AttributeError, copy.Error):
+            pass
+    return model
+
+
+def check_model_output(model: nn.Module, X, n_outputs: int, spec: str) -> None:
+    """Run ``model`` on two samples of ``X`` and refuse, naming ``spec``, a forward that does not return one
+    tensor of shape ``(n, n_outputs)`` (a tuple, a dict, the wrong output width for the data's targets).
+    A forward that raises is left to the input checks that follow (they name the layer that does not fit)."""
+    x = torch.as_tensor(X[:2], dtype=torch.float64)
+    try:
+        with torch.no_grad(), _users_code(f"the forward of {spec}"):
+            out = model(x)
+    except (RuntimeError, ValueError, TypeError, IndexError, AttributeError):
+        return  # the input checks that follow name what does not fit (layer sizes, input shape)
+    if not isinstance(out, torch.Tensor):
+        raise ModelSpecError(
+            f"`model`: the forward of {spec} must return one tensor of shape (N, {n_outputs}); found "
+            f"{type(out).__name__} (return only the output, not a tuple)"
+        )
+    width = int(out.reshape(out.shape[0], -1).shape[1]) if out.ndim >= 1 and out.shape[0] == x.shape[0] else None
+    if width != n_outputs:
+        raise ModelSpecError(
+            f"`model`: {spec} has output width {width if width is not None else tuple(out.shape)}, but the data "
+            f"has {n_outputs} target column(s) (one-hot classes or regression targets); make the last layer output "
+            f"{n_outputs}"
+        )
+
+
 def build_model(spec, in_features: int, n_outputs: int, *, seed: int = 0) -> nn.Module:
     """A float64 ``nn.Module`` from a spec, a ``FILE.py:FACTORY`` string, or a module.
 
@@ -154,17 +242,7 @@ def build_model(spec, in_features: int, n_outputs: int, *, seed: int = 0) -> nn.
     spec = str(spec)
     torch.manual_seed(seed)
     if ".py:" in spec:
-        try:
-            model = _call_factory(load_factory(spec), in_features, n_outputs)
-        except ModelSpecError:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            raise ModelSpecError(f"`model`: the factory {spec} raised {type(exc).__name__}: {exc}") from exc
-        if not isinstance(model, nn.Module):
-            raise ModelSpecError(
-                f"`model`: the factory {spec} must return a torch.nn.Module; found {type(model).__name__}"
-            )
-        return model.to(torch.float64)
+        return _factory_model(spec, in_features, n_outputs, seed)
     kind, o = parse_spec(spec)
     return nn.Sequential(
         nn.Linear(in_features, o["width"], bias=o["bias"], dtype=torch.float64),

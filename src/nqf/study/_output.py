@@ -29,6 +29,7 @@ class AnalyzeParams(Params):
     eps: float = Field(default=1e-6, gt=0, lt=1, description="initial scale: M(0) = εI")
     lr: float | None = Field(default=None, gt=0, description="GD step (default 0.02 / largest escape rate)")
     steps: int | None = Field(default=None, ge=1, description="GD steps (default: to t = 1.5 t_K + 5)")
+    max_steps: int = Field(default=10_000_000, ge=1, description="refuse more GD steps than this (given or from lr)")
     subset: int | None = Field(default=None, ge=1, description="random subset of the samples")
     standardize: bool = Field(default=True, description="standardise the inputs")
     one_hot: bool = Field(default=True, description="classification targets as centred one-hot")
@@ -75,6 +76,7 @@ class AnalyzeExperiment(Experiment):
             units=params.units,
             lr=params.lr,
             steps=params.steps,
+            max_steps=params.max_steps,
             seed=ctx.seed,
             gap_tolerance=params.gap_tolerance,
             flat_threshold=params.flat_threshold,

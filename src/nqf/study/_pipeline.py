@@ -36,6 +36,7 @@ import torch
 from ..curves import FLAT_THRESHOLD, compare_staircase, stable_learning_rate, step_count
 from ..data import Dataset, prepare
 from ..dynamics import Trajectory, initial_weights
+from ..errors import InvalidParameterError
 from ..reductions import predict
 from ._checks import (
     check_activation_at_zero,
@@ -133,6 +134,7 @@ def analyze(
     units: str | None = None,
     lr: float | None = None,
     steps: int | None = None,
+    max_steps: int | None = None,
     loss: str = "mse",
     seed: int = 0,
     lr_fraction: float = 0.02,
@@ -163,6 +165,9 @@ def analyze(
     lr, steps : optional
         GD step and number of steps (default: ``0.02 / largest escape rate``, and
         steps to ``t = 1.5 t_K + 5``, ``t_K`` the last predicted drop).
+    max_steps : int, optional
+        Refuse (``InvalidParameterError``, before the timed runs) more steps than this, given or derived
+        from ``lr`` (``nqf analyze`` passes ``--max-steps``, default 10⁷).
     loss : {"mse"}
         Only the mean-squared error has a staircase prediction.
     seed : int
@@ -201,7 +206,7 @@ def analyze(
         or a non-MSE loss.
     """
     say = log or (lambda s: None)
-    eps = _checked_options(eps, loss)
+    eps = _checked_options(eps, loss, steps, max_steps)  # before anything is computed
     timings = {}
     t0 = time.perf_counter()
     data, module, found, desc = prepare_analysis(model, X, Y, units=units, seed=seed, data_name=data_name)
@@ -230,8 +235,8 @@ def analyze(
         real_step_factor = REAL_STEP_FACTOR if lr is None else 1.0
     if lr is None:
         lr = stable_learning_rate(pred.rates, lr_fraction)
-    if steps is None:  # past the last drop far enough to see a network leave the NQF (width 64 on digits: t = 46)
-        steps = step_count(pred.times, lr, margin=HORIZON_MARGIN, extra=HORIZON_EXTRA)
+    # default: past the last drop far enough to see a network leave the NQF (width 64 on digits: t = 46)
+    steps = _derived_steps(pred, lr, max_steps) if steps is None else steps
     save_every = max(1, steps // save_points)
     form = "weights" if (eps <= WEIGHT_FORM_BELOW or m < p) else "order_parameter"
 
@@ -271,6 +276,27 @@ def analyze(
         notes=tuple(notes),
         clock=seeded,
     )
+
+
+def _check_max_steps(steps: int | None, max_steps: int | None) -> None:
+    if steps is not None and max_steps is not None and steps > max_steps:
+        raise InvalidParameterError(f"`steps`: at most max_steps={max_steps} (--max-steps); found {steps}")
+
+
+def _derived_steps(pred, lr: float, max_steps: int | None) -> int:
+    """Steps to ``1.5 t_K + 5`` at step ``lr``; refused (``InvalidParameterError``) above ``max_steps``."""
+    try:
+        steps = step_count(pred.times, lr, margin=HORIZON_MARGIN, extra=HORIZON_EXTRA)
+    except (OverflowError, ValueError):  # lr so small that the count is not even a finite number
+        steps = None
+    if max_steps is not None and (steps is None or steps > max_steps):
+        raise InvalidParameterError(
+            f"`lr`: η = {lr:.4g} needs {'more than ' + str(max_steps) if steps is None else steps} GD steps to "
+            f"reach past the last predicted drop (t = {float(np.max(pred.times)):.4g}); at most max_steps="
+            f"{max_steps} (--max-steps) are run: choose a larger --lr, or --steps"
+        )
+    assert steps is not None
+    return steps
 
 
 def _compare(pred, sim, real: _RealRun, eps: float, found, flat_threshold: float, gap_tolerance: float):
@@ -542,8 +568,10 @@ def _shifted(traj, shift: float):
     return dataclasses.replace(traj, loss=traj.loss + shift) if shift else traj
 
 
-def _checked_options(eps, loss: str) -> float:
-    """``eps`` as a float in (0, 1); ``loss`` must be ``"mse"`` (the only loss with a predicted staircase)."""
+def _checked_options(eps, loss: str, steps: int | None = None, max_steps: int | None = None) -> float:
+    """``eps`` as a float in (0, 1); ``loss`` must be ``"mse"`` (the only loss with a predicted staircase);
+    ``steps`` at most ``max_steps``."""
+    _check_max_steps(steps, max_steps)
     from .._validation import float_param
     from ..errors import InvalidParameterError
 

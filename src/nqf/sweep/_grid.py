@@ -160,8 +160,23 @@ def parse_assignments(items, flag: str) -> dict[str, list]:
     return out
 
 
+#: At most this many seeds in one sweep (a range is counted before it is expanded, so that
+#: ``--seeds 0-10000000`` is refused at once instead of building ten million points).
+MAX_SEEDS = 100_000
+
+
+def _check_seed_count(n: int, spec) -> None:
+    if n > MAX_SEEDS:
+        raise SweepError(
+            f"`seeds`: at most {MAX_SEEDS} seeds in one sweep; {spec!r} asks for {n} "
+            "(split the sweep into several sweeps of fewer seeds)"
+        )
+
+
 def parse_seeds(spec) -> list[int]:
-    """``"0-9"``, ``"0,3,7"``, ``"0-3,7"``, an int or a list of ints → sorted-as-given list without repeats."""
+    """``"0-9"``, ``"0,3,7"``, ``"0-3,7"``, an int or a list of ints → sorted-as-given list without repeats.
+
+    More than :data:`MAX_SEEDS` seeds are refused (counted before a range is expanded)."""
     if isinstance(spec, bool):
         raise SweepError(f"`seeds`: expected a range like 0-9 or a list like 0,3,7; found {spec!r}")
     if isinstance(spec, int):
@@ -173,17 +188,16 @@ def parse_seeds(spec) -> list[int]:
         for part in (p.strip() for p in spec.split(",")):
             lo, sep, hi = part.partition("-")
             try:
-                if sep:
-                    a, b = int(lo), int(hi)
-                    if b < a:
-                        raise SweepError(f"`seeds`: range {part!r} is empty (end before start)")
-                    items += list(range(a, b + 1))
-                else:
-                    items.append(int(part))
+                a, b = (int(lo), int(hi)) if sep else (int(part), int(part))
             except ValueError:
                 raise SweepError(f"`seeds`: expected a range like 0-9 or a list like 0,3,7; found {spec!r}") from None
+            if b < a:
+                raise SweepError(f"`seeds`: range {part!r} is empty (end before start)")
+            _check_seed_count(len(items) + b - a + 1, spec)
+            items += list(range(a, b + 1))
     else:
         raise SweepError(f"`seeds`: expected a range like 0-9 or a list like 0,3,7; found {spec!r}")
+    _check_seed_count(len(items), spec)
     if any(not isinstance(s, int) or isinstance(s, bool) or s < 0 for s in items):
         raise SweepError(f"`seeds`: seeds must be non-negative integers; found {spec!r}")
     return list(dict.fromkeys(items))

@@ -1,0 +1,133 @@
+"""Runaway runs are refused from the estimate before they start (issue 23, class 4, and ``--threads``).
+
+``--steps`` above ``--max-steps`` (default 10⁷) is refused before anything runs;
+``--lr`` so small that the steps it needs exceed the cap is refused once the drop times are predicted,
+before any training; ``--threads`` above 1024 is a flag error; more than
+100 000 seeds (counted before a range is expanded) are refused at once.
+"""
+
+import pytest
+from typer.testing import CliRunner
+
+from helpers import toml_value
+from nqf.cli import app
+from nqf.errors import InvalidParameterError, SweepError
+from nqf.experiments import REGISTRY, get_experiment
+from nqf.sweep import parse_seeds
+
+MAX_STEPS = 10_000_000  # nqf analyze --max-steps default (nqf.study._cli.MAX_STEPS)
+MAX_SEEDS = 100_000  # nqf.sweep._grid.MAX_SEEDS
+
+get_experiment("demo")
+runner = CliRunner()
+
+
+def _assert_one_line(res, needles):
+    out = res.output
+    lines = [ln for ln in out.strip().splitlines() if ln.strip()]
+    assert res.exit_code == 2, out
+    assert lines and lines[-1].startswith("error: "), out
+    assert len([ln for ln in lines if ln.startswith("error: ")]) == 1, out
+    assert "Traceback" not in out
+    for s in needles:
+        assert s in lines[-1], (s, lines[-1])
+
+
+@pytest.fixture(scope="module")
+def demo_cfg(tmp_path_factory):
+    p = tmp_path_factory.mktemp("cfg") / "demo.toml"
+    lines = ['experiment = "demo"', "[params]"] + [f"{k} = {toml_value(v)}" for k, v in REGISTRY["demo"].tiny.items()]
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+ANALYZE = ["analyze", "--data", "iris", "--subset", "40", "--model", "mlp:width=4"]
+
+# (id, argv builder(tmp_path, cfg), substrings of the message)
+CASES = [
+    ("analyze-steps-1e12", lambda t, c: [*ANALYZE, "--steps", str(10**12)], ["--steps", str(10**12)]),
+    (
+        "analyze-steps-above-max-steps",
+        lambda t, c: [*ANALYZE, "--steps", "50", "--max-steps", "10"],
+        ["--steps", "--max-steps"],
+    ),
+    ("analyze-steps-just-above-default-cap", lambda t, c: [*ANALYZE, "--steps", str(MAX_STEPS + 1)], ["--steps"]),
+    ("analyze-max-steps-zero", lambda t, c: [*ANALYZE, "--max-steps", "0"], ["--max-steps"]),
+    ("analyze-threads-1e9", lambda t, c: [*ANALYZE, "--threads", str(10**9)], ["--threads"]),
+    ("analyze-threads-1025", lambda t, c: [*ANALYZE, "--threads", "1025"], ["--threads"]),
+    ("demo-threads-1e12", lambda t, c: ["demo", "--threads", str(10**12), "--out", str(t / "r")], ["--threads"]),
+    ("run-threads-1e6", lambda t, c: ["run", str(c), "--threads", str(10**6), "--out", str(t / "r")], ["--threads"]),
+    (
+        "sweep-seeds-ten-million-dry-run",
+        lambda t, c: ["sweep", str(c), "--seeds", "0-10000000", "--dry-run", "--out", str(t / "s")],
+        ["seeds", "0-10000000", "at most"],
+    ),
+    (
+        "sweep-seeds-two-ranges-over-the-cap",
+        lambda t, c: [
+            "sweep",
+            str(c),
+            "--seeds",
+            f"0-{MAX_SEEDS - 1},{MAX_SEEDS}-{MAX_SEEDS + 5}",
+            "--dry-run",
+            "--out",
+            str(t / "s"),
+        ],
+        ["seeds", "at most"],
+    ),
+    (
+        "sweep-seeds-range-of-1e18",
+        lambda t, c: ["sweep", str(c), "--seeds", f"0-{10**18}", "--dry-run", "--out", str(t / "s")],
+        ["seeds", "at most"],
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_refused_before_starting(case, tmp_path, demo_cfg):
+    _, argv, needles = case
+    res = runner.invoke(app, argv(tmp_path, demo_cfg))
+    _assert_one_line(res, needles)
+    assert not (tmp_path / "r").exists() and not (tmp_path / "s").exists()
+
+
+@pytest.mark.slow  # the drop times are predicted first (~30 s on a shared machine)
+def test_lr_1e_300_is_refused_from_the_predicted_steps_before_training(tmp_path):
+    out = tmp_path / "run"
+    res = runner.invoke(app, [*ANALYZE, "--lr", "1e-300", "--out", str(out)])
+    _assert_one_line(res, ["`lr`", "1e-300", "--max-steps"])
+
+
+def test_steps_within_the_cap_are_not_refused_by_it(tmp_path):
+    """The check can fail: a small --steps passes the cap (the run is cut short by --list-units)."""
+    res = runner.invoke(app, [*ANALYZE, "--steps", "20", "--max-steps", "20", "--list-units"])
+    assert res.exit_code == 0, res.output
+
+
+def test_api_analyze_refuses_steps_above_max_steps():
+    import nqf
+    from nqf.data import load_dataset
+
+    with pytest.raises(InvalidParameterError, match="max_steps"):
+        nqf.analyze("mlp:width=4", load_dataset("iris", subset=40), steps=100, max_steps=10)
+
+
+@pytest.mark.slow  # the drop times are predicted first
+def test_api_analyze_refuses_an_lr_whose_steps_exceed_max_steps():
+    import nqf
+    from nqf.data import load_dataset
+
+    with pytest.raises(InvalidParameterError, match="`lr`"):
+        nqf.analyze("mlp:width=4", load_dataset("iris", subset=40), lr=1e-300, max_steps=10_000)
+
+
+@pytest.mark.parametrize(
+    "spec", ["0-10000000", list(range(MAX_SEEDS + 1)), f"0-{MAX_SEEDS}", f"5,0-{MAX_SEEDS - 1}", f"0-{10**30}"]
+)
+def test_parse_seeds_refuses_more_than_the_cap_without_expanding(spec):
+    with pytest.raises(SweepError, match="at most"):  # a 10^30 range would never finish if it were expanded
+        parse_seeds(spec)
+
+
+def test_parse_seeds_at_the_cap_is_accepted():
+    assert len(parse_seeds(f"0-{MAX_SEEDS - 1}")) == MAX_SEEDS
