@@ -2,7 +2,8 @@ r"""What a discrete run saves (:class:`Save`) and the record of it (:class:`Reco
 
 A run of ``steps`` steps saves the full-data loss (and the step) at step 0, every ``every``
 steps and at the last step; ``M`` and (weight form, real networks) ``W`` at the same steps
-when asked for.  ``every=None`` means ``max(1, steps // 1000)`` (about a thousand states).
+when asked for.  ``every=None`` means ``max(1, steps // 1000)`` (about a thousand states), spaced further when the
+states are large (at most :data:`DEFAULT_STATE_BYTES` of them) or costly to form (:meth:`Save.resolve`).
 The keywords ``save_every``, ``save_M``, ``save_W`` of :func:`~nqf.dynamics.simulate`,
 :func:`~nqf.dynamics.train_network` and :func:`~nqf.dynamics.simulate_batched` are the
 string-free aliases of this object (:func:`as_save`).
@@ -11,6 +12,7 @@ string-free aliases of this object (:func:`as_save`).
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,7 +21,13 @@ import torch
 from .._validation import ParameterError, int_param
 from ._trajectory import Trajectory
 
-__all__ = ["Save", "as_save", "Recorder"]
+__all__ = ["Save", "as_save", "Recorder", "DEFAULT_STATE_BYTES", "COSTLY_SAVE_FLOPS"]
+
+#: the default save policy keeps at most this many bytes of saved states (``M``, ``W``)
+DEFAULT_STATE_BYTES = 256 * 2**20
+#: a save costing more than this (floating-point operations) is spaced by the default policy so that
+#: saving costs at most as much as the steps in between
+COSTLY_SAVE_FLOPS = 2.0**24
 
 
 def _flag(name: str, value) -> bool:
@@ -43,9 +51,24 @@ class Save:
         object.__setattr__(self, "M", _flag("save_M", self.M))
         object.__setattr__(self, "W", _flag("save_W", self.W))
 
-    def resolve(self, steps: int) -> Save:
-        """This policy with ``every`` fixed for a run of ``steps`` steps."""
-        return self if self.every is not None else dataclasses.replace(self, every=max(1, steps // 1000))
+    def resolve(self, steps: int, *, state_bytes: int = 0, save_flops: float = 0.0, step_flops: float = 0.0) -> Save:
+        """This policy with ``every`` fixed for a run of ``steps`` steps.
+
+        The default (``every=None``) saves about a thousand states, and fewer when they are large or
+        expensive: at most :data:`DEFAULT_STATE_BYTES` of saved states (``state_bytes`` each), and, once one
+        save costs more than :data:`COSTLY_SAVE_FLOPS` (``save_flops``, e.g. ``M = L Lᵀ``: ``p² r``), no more
+        often than one save per ``save_flops / step_flops`` steps (saving then costs at most as much as the
+        steps).  An explicit ``every`` is kept as it is (the memory estimate is checked before the run).
+        """
+        if self.every is not None:
+            return self
+        every = max(1, steps // 1000)
+        if state_bytes > 0:
+            fit = max(DEFAULT_STATE_BYTES // int(state_bytes) - 2, 1)
+            every = max(every, math.ceil(steps / fit))
+        if save_flops >= COSTLY_SAVE_FLOPS and step_flops > 0:
+            every = max(every, math.ceil(save_flops / step_flops))
+        return dataclasses.replace(self, every=max(1, min(every, max(steps, 1))))
 
     def count(self, steps: int) -> int:
         """How many states a run of ``steps`` steps saves (step 0, every ``every``-th, the last; ``every`` resolved)."""
