@@ -119,15 +119,18 @@ class Recorder:
         self.step: list[int] = []
         self.loss: list[float] = []
         self._buffers: dict[str, torch.Tensor] = {}
-        self._counts: dict[str, int] = {"M": 0, "W": 0, "mu": 0}
+        self._counts: dict[str, int] = {"M": 0, "W": 0, "mu": 0, "L": 0}
 
     def __len__(self) -> int:
         return len(self.step)
 
-    def add(self, k: int, loss: float, *, M=None, W=None, mu=None) -> None:
+    def add(self, k: int, loss: float, *, M=None, W=None, mu=None, M_factor=None) -> None:
+        """Store step ``k``; ``M_factor`` (``L`` with ``M = L Lᵀ``, instead of ``M``) is copied as it is and
+        multiplied out for all saved steps at once when the trajectory is built (one batched product instead
+        of a ``p × p`` product and its symmetrisation at every save)."""
         self.step.append(k)
         self.loss.append(loss)
-        for name, x in (("M", M), ("W", W), ("mu", mu)):
+        for name, x in (("M", M), ("W", W), ("mu", mu), ("L", M_factor)):
             if x is not None:
                 self._store(name, x)
 
@@ -150,6 +153,17 @@ class Recorder:
         buf = self._buffers[name]
         return buf if n == buf.shape[0] else buf[:n].clone()
 
+    def _products(self) -> torch.Tensor | None:
+        """``M = ½ (L Lᵀ + (L Lᵀ)ᵀ)`` of every saved factor (batched, symmetrised in chunks in place)."""
+        Ls = self.saved("L")
+        if Ls is None:
+            return self.saved("M")
+        M = torch.bmm(Ls, Ls.transpose(1, 2))
+        for i in range(0, M.shape[0], 64):
+            blk = M[i : i + 64]
+            blk.add_(blk.transpose(1, 2).clone()).mul_(0.5)
+        return M
+
     def trajectory(self, *, lr: float, dtype, device, status: int, message: str, info: dict) -> Trajectory:
         """The trajectory: ``t = η · step`` (``lr`` η), the stacked states (``None`` where none were saved)."""
         step = torch.tensor(self.step, dtype=torch.long)
@@ -157,7 +171,7 @@ class Recorder:
             t=step.to(dtype=dtype, device=device) * lr,
             loss=torch.tensor(self.loss, dtype=dtype, device=device),
             step=step,
-            M=self.saved("M"),
+            M=self._products(),
             W=self.saved("W"),
             mu=self.saved("mu"),
             status=status,

@@ -346,11 +346,14 @@ def _run(op, y, M0, W0, s: RunSpec, track_transfer: bool = False) -> Trajectory:
 
     def save(k, params, loss):
         (L,) = params
-        M = L @ L.T if keep.M else None
+        # M = L Lᵀ is formed for all saved steps at once (Recorder), from the factor when it is not wider than p + 1
+        by_factor = keep.M and L.shape[1] <= p + 1
+        M = L @ L.T if keep.M and not by_factor else None
         rec.add(
             k,
             loss,
             M=None if M is None else 0.5 * (M + M.T),
+            M_factor=L if by_factor else None,
             W=L.clone() if weights and keep.W else None,
             mu=mu_of(L),
         )
