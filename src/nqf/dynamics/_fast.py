@@ -62,14 +62,20 @@ def block_loop(
     N = op.n_samples
     lr, lam = opt.lr, opt.weight_decay
     decay, alpha = 1.0 - lr * lam, -lr * scale / N
+    mse, half_over_n = loss.name == "mse", 0.5 / N
     Ll, Lr = L[:p1].clone(), L[p1:].clone()
     spare = torch.empty_like(Lr)  # the other buffer of the large block
     check = DivergenceCheck(divergence_threshold, L.dtype)
     status, message, saved, previous = FINISHED, f"finished {steps} steps", 0, None
     for k in range(steps + 1):
         last = k == steps
-        Lb, r = loss.value_and_residual(forward(Ll @ Lr.T), y)
-        value = float(Lb)
+        if mse:  # ½‖r‖²/N with one reduction (as MSE.value_and_residual), read as a float for the check
+            r = torch.sub(forward(Ll @ Lr.T), y)
+            rf = r.view(-1)
+            value = torch.dot(rf, rf).item() * half_over_n
+        else:
+            Lb, r = loss.value_and_residual(forward(Ll @ Lr.T), y)
+            value = float(Lb)
         if not check.armed:
             check.arm(value)
         saving = last or k % save_every == 0
