@@ -32,7 +32,7 @@ from ._trajectory import DIVERGED, FINISHED
 __all__ = ["block_split", "block_loop"]
 
 
-def block_split(op, opt: Optimizer, *, weights: bool, zgz: bool, track_transfer: bool) -> int | None:
+def block_split(op, opt: Optimizer, weights: bool, zgz: bool, track_transfer: bool) -> int | None:
     """``p1`` when :func:`block_loop` runs this case (full-batch GD without momentum, order-parameter form,
     ZGZ, an operator with :meth:`~nqf.structure.BilinearStructure.factor_blocks` and ``factor_passes``), else None."""
     if weights or not zgz or track_transfer or type(opt) is not GD or opt.momentum or opt.batch_size is not None:

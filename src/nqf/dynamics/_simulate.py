@@ -346,8 +346,7 @@ def _run(op, y, M0, W0, s: RunSpec, track_transfer: bool = False) -> Trajectory:
 
     def save(k, params, loss):
         (L,) = params
-        # M = L Lᵀ is formed for all saved steps at once (Recorder), from the factor when it is not wider than p + 1
-        by_factor = keep.M and L.shape[1] <= p + 1
+        by_factor = keep.M and L.shape[1] <= p + 1  # M = L Lᵀ formed for all saves at once by the Recorder
         M = L @ L.T if keep.M and not by_factor else None
         rec.add(
             k,
@@ -361,22 +360,8 @@ def _run(op, y, M0, W0, s: RunSpec, track_transfer: bool = False) -> Trajectory:
             transfer["Phi"].append(st["Phi"].clone())
             transfer["a"].append(st["a"])
 
-    p1 = block_split(op, opt, weights=weights, zgz=zgz, track_transfer=track_transfer)
-    if p1 is not None:  # the hot path: two kernel passes and O(p1 p2 r) per step (nqf.dynamics._fast)
-        out = block_loop(
-            op,
-            y,
-            L,
-            p1,
-            opt=opt,
-            loss=loss,
-            steps=s.steps,
-            save_every=keep.every,  # type: ignore[arg-type]  # resolved
-            divergence_threshold=s.divergence_threshold,
-            save=save,
-            polish=(lambda L: _polished_or_none(L, st, p)) if polish else None,
-            polish_every=POLISH_EVERY,
-        )
+    if (p1 := block_split(op, opt, weights, zgz, track_transfer)) is not None:  # the hot path (nqf.dynamics._fast)
+        out = _run_blocks(op, y, L, p1, s, save, (lambda L: _polished_or_none(L, st, p)) if polish else None)
         return _trajectory_of(rec, out, s, transfer if track_transfer else None, lr, dt, dev)
     out = training_loop(
         [L],
@@ -397,6 +382,24 @@ def _run(op, y, M0, W0, s: RunSpec, track_transfer: bool = False) -> Trajectory:
         ),
     )
     return _trajectory_of(rec, out, s, transfer if track_transfer else None, lr, dt, dev)
+
+
+def _run_blocks(op, y, L, p1: int, s: RunSpec, save, polish):
+    """:func:`~nqf.dynamics._fast.block_loop` with the run's settings (the hot path of :func:`_run`)."""
+    return block_loop(
+        op,
+        y,
+        L,
+        p1,
+        opt=s.optimizer,
+        loss=s.loss,
+        steps=s.steps,
+        save_every=s.save.every,  # type: ignore[arg-type]  # resolved
+        divergence_threshold=s.divergence_threshold,
+        save=save,
+        polish=polish,
+        polish_every=POLISH_EVERY,
+    )
 
 
 def _trajectory_of(rec: Recorder, out, s: RunSpec, transfer: dict | None, lr: float, dt, dev) -> Trajectory:
