@@ -9,7 +9,7 @@ Prints, for a tanh MLP on N = 2048 inputs of width D ∈ {64, 1024} (``p = D + C
 * the speed-up, the ratio to two passes, and the largest relative difference of the saved ``M``
   (the results must agree to 1e-10).
 
-Run: ``python benchmarks/bench_simulate.py [--steps 40] [--ref acb10c4]`` (``--ref`` is the git revision
+Run: ``python benchmarks/bench_simulate.py [--steps 40] [--ref 439519e]`` (``--ref`` is the git revision
 of the previous implementation).
 """
 
@@ -71,37 +71,46 @@ def bench(D: int, N: int, C: int, steps: int, old) -> None:
     y = torch.tanh(X @ torch.randn(D, C, generator=g, dtype=torch.float64))
     op = mlp(X, "tanh", n_outputs=C)
     M0 = 1e-6 * torch.eye(op.p, dtype=torch.float64)
-    kw = dict(M0=M0, lr=0.05, steps=steps, save_every=steps)
+    kw = dict(M0=M0, lr=0.05)
+
+    def off(fn, n):  # saving off: the loss and M at step 0 and the last step only
+        return fn(op, y, **kw, steps=n, save_every=n, save_M=False)
 
     def per_step(fn, repeat):
-        # marginal cost of a step: runs of 2s and s steps, no saving (set-up and checks cancel)
-        t2 = best_of(lambda: fn(op, y, **dict(kw, steps=2 * steps, save_every=2 * steps), save_M=False), repeat)
-        t1 = best_of(lambda: fn(op, y, **kw, save_M=False), repeat)
+        # marginal cost of a step with saving off: runs of 2s and s steps (set-up and checks cancel)
+        t2 = best_of(lambda: off(fn, 2 * steps), repeat)
+        t1 = best_of(lambda: off(fn, steps), repeat)
         return max(t2 - t1, 1e-12) / steps
 
-    t_old = per_step(old.simulate, 2)
-    t_new = per_step(simulate, 3)
-    a, b = old.simulate(op, y, **kw), simulate(op, y, **kw)
-    diff = float(((a.M - b.M).flatten(1).norm(dim=1) / b.M.flatten(1).norm(dim=1)).max())
     v, r = torch.randn(D, C, dtype=torch.float64), torch.randn(N, C, dtype=torch.float64)
     t_pass = best_of(lambda: [(X @ v, X.T @ r) for _ in range(200)], 5) / 200
+    t_old = per_step(old.simulate, 2)
+    t_new = per_step(simulate, 3)
+    # default arguments: the whole run (set-up, checks, the default saves of M) divided by its steps
+    t_def = best_of(lambda: simulate(op, y, **kw, steps=steps), 2) / steps
+    every = simulate(op, y, **kw, steps=steps).info["save_every"]
+    a = old.simulate(op, y, **kw, steps=steps, save_every=steps)
+    b = simulate(op, y, **kw, steps=steps, save_every=steps)
+    diff = float(((a.M - b.M).flatten(1).norm(dim=1) / b.M.flatten(1).norm(dim=1)).max())
     print(
-        f"N = {N}, D = {D}, C = {C} (p = {op.p}): per step before {1e3 * t_old:8.3f} ms, now "
-        f"{1e3 * t_new:7.3f} ms  -> {t_old / t_new:6.1f}x faster; two passes over X {1e3 * t_pass:6.3f} ms "
-        f"(now / two passes = {t_new / t_pass:4.2f}); max rel. difference of M {diff:.1e}"
+        f"N = {N}, D = {D}, C = {C} (p = {op.p}), {steps} steps: two passes over X {1e3 * t_pass:6.3f} ms; "
+        f"per step, saving off: before {1e3 * t_old:7.3f} ms, now {1e3 * t_new:7.3f} ms "
+        f"({t_old / t_new:4.1f}x faster; now / two passes = {t_new / t_pass:4.2f}); "
+        f"default arguments (save_every={every}, whole run / steps): {1e3 * t_def:7.3f} ms "
+        f"(/ two passes = {t_def / t_pass:4.2f}); max rel. difference of M before/now {diff:.1e}"
     )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=40)
-    ap.add_argument("--ref", default="acb10c4", help="git revision of the previous implementation")
+    ap.add_argument("--ref", default="439519e", help="git revision of the previous implementation")
     args = ap.parse_args()
     torch.set_num_threads(1)
     old = load_previous(args.ref)
     print(f"nqf {getattr(nqf, '__version__', '')}; previous implementation from git {args.ref}; one thread")
-    bench(64, 2048, 1, args.steps * 10, old)
-    bench(1024, 2048, 1, args.steps, old)
+    bench(64, 2048, 1, args.steps * 100, old)
+    bench(1024, 2048, 1, args.steps * 5, old)
 
 
 if __name__ == "__main__":

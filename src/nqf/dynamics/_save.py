@@ -2,7 +2,8 @@ r"""What a discrete run saves (:class:`Save`) and the record of it (:class:`Reco
 
 A run of ``steps`` steps saves the full-data loss (and the step) at step 0, every ``every``
 steps and at the last step; ``M`` and (weight form, real networks) ``W`` at the same steps
-when asked for.  ``every=None`` means ``max(1, steps // 1000)`` (about a thousand states).
+when asked for.  ``every=None`` means ``max(1, steps // 1000)`` (about a thousand states), spaced further when the
+states are large (at most :data:`DEFAULT_STATE_BYTES` of them) or costly to form (:meth:`Save.resolve`).
 The keywords ``save_every``, ``save_M``, ``save_W`` of :func:`~nqf.dynamics.simulate`,
 :func:`~nqf.dynamics.train_network` and :func:`~nqf.dynamics.simulate_batched` are the
 string-free aliases of this object (:func:`as_save`).
@@ -11,6 +12,7 @@ string-free aliases of this object (:func:`as_save`).
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,7 +21,13 @@ import torch
 from .._validation import ParameterError, int_param
 from ._trajectory import Trajectory
 
-__all__ = ["Save", "as_save", "Recorder"]
+__all__ = ["Save", "as_save", "Recorder", "DEFAULT_STATE_BYTES", "COSTLY_SAVE_FLOPS"]
+
+#: the default save policy keeps at most this many bytes of saved states (``M``, ``W``)
+DEFAULT_STATE_BYTES = 256 * 2**20
+#: a save costing more than this (floating-point operations) is spaced by the default policy so that
+#: saving costs at most as much as the steps in between
+COSTLY_SAVE_FLOPS = 2.0**24
 
 
 def _flag(name: str, value) -> bool:
@@ -43,9 +51,24 @@ class Save:
         object.__setattr__(self, "M", _flag("save_M", self.M))
         object.__setattr__(self, "W", _flag("save_W", self.W))
 
-    def resolve(self, steps: int) -> Save:
-        """This policy with ``every`` fixed for a run of ``steps`` steps."""
-        return self if self.every is not None else dataclasses.replace(self, every=max(1, steps // 1000))
+    def resolve(self, steps: int, *, state_bytes: int = 0, save_flops: float = 0.0, step_flops: float = 0.0) -> Save:
+        """This policy with ``every`` fixed for a run of ``steps`` steps.
+
+        The default (``every=None``) saves about a thousand states, and fewer when they are large or
+        expensive: at most :data:`DEFAULT_STATE_BYTES` of saved states (``state_bytes`` each), and, once one
+        save costs more than :data:`COSTLY_SAVE_FLOPS` (``save_flops``, e.g. ``M = L Lᵀ``: ``p² r``), no more
+        often than one save per ``save_flops / step_flops`` steps (saving then costs at most as much as the
+        steps).  An explicit ``every`` is kept as it is (the memory estimate is checked before the run).
+        """
+        if self.every is not None:
+            return self
+        every = max(1, steps // 1000)
+        if state_bytes > 0:
+            fit = max(DEFAULT_STATE_BYTES // int(state_bytes) - 2, 1)
+            every = max(every, math.ceil(steps / fit))
+        if save_flops >= COSTLY_SAVE_FLOPS and step_flops > 0:
+            every = max(every, math.ceil(save_flops / step_flops))
+        return dataclasses.replace(self, every=max(1, min(every, max(steps, 1))))
 
     def count(self, steps: int) -> int:
         """How many states a run of ``steps`` steps saves (step 0, every ``every``-th, the last; ``every`` resolved)."""
@@ -96,15 +119,18 @@ class Recorder:
         self.step: list[int] = []
         self.loss: list[float] = []
         self._buffers: dict[str, torch.Tensor] = {}
-        self._counts: dict[str, int] = {"M": 0, "W": 0, "mu": 0}
+        self._counts: dict[str, int] = {"M": 0, "W": 0, "mu": 0, "L": 0}
 
     def __len__(self) -> int:
         return len(self.step)
 
-    def add(self, k: int, loss: float, *, M=None, W=None, mu=None) -> None:
+    def add(self, k: int, loss: float, *, M=None, W=None, mu=None, M_factor=None) -> None:
+        """Store step ``k``; ``M_factor`` (``L`` with ``M = L Lᵀ``, instead of ``M``) is copied as it is and
+        multiplied out for all saved steps at once when the trajectory is built (one batched product instead
+        of a ``p × p`` product and its symmetrisation at every save)."""
         self.step.append(k)
         self.loss.append(loss)
-        for name, x in (("M", M), ("W", W), ("mu", mu)):
+        for name, x in (("M", M), ("W", W), ("mu", mu), ("L", M_factor)):
             if x is not None:
                 self._store(name, x)
 
@@ -127,6 +153,17 @@ class Recorder:
         buf = self._buffers[name]
         return buf if n == buf.shape[0] else buf[:n].clone()
 
+    def _products(self) -> torch.Tensor | None:
+        """``M = ½ (L Lᵀ + (L Lᵀ)ᵀ)`` of every saved factor (batched, symmetrised in chunks in place)."""
+        Ls = self.saved("L")
+        if Ls is None:
+            return self.saved("M")
+        M = torch.bmm(Ls, Ls.transpose(1, 2))
+        for i in range(0, M.shape[0], 64):
+            blk = M[i : i + 64]
+            blk.add_(blk.transpose(1, 2).clone()).mul_(0.5)
+        return M
+
     def trajectory(self, *, lr: float, dtype, device, status: int, message: str, info: dict) -> Trajectory:
         """The trajectory: ``t = η · step`` (``lr`` η), the stacked states (``None`` where none were saved)."""
         step = torch.tensor(self.step, dtype=torch.long)
@@ -134,7 +171,7 @@ class Recorder:
             t=step.to(dtype=dtype, device=device) * lr,
             loss=torch.tensor(self.loss, dtype=dtype, device=device),
             step=step,
-            M=self.saved("M"),
+            M=self._products(),
             W=self.saved("W"),
             mu=self.saved("mu"),
             status=status,

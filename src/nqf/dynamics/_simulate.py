@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -71,6 +72,7 @@ from ._factored import (
     orthogonalize_columns,
     predictions,
 )
+from ._fast import block_loop, block_split
 from ._initial import check_psd, initial_state
 from ._loop import OPTIMIZERS, check_run_args, minibatch_indices, training_loop
 from ._loss import Loss, as_loss
@@ -84,6 +86,7 @@ FORMS = ("order_parameter", "weights")
 POLISH_MAX_RANK = 256  # factors with more columns are not re-orthogonalised (O(p r²) per polish)
 POLISH_FACTOR = 100.0  # re-orthogonalise when a column norm has changed by this factor since the last time
 POLISH_EVERY = 8  # … checked every this many steps
+_NO_MOMENTUM = SimpleNamespace(velocity=None)  # what `_polished` reads of a descent without momentum
 
 
 @dataclass(frozen=True)
@@ -221,7 +224,7 @@ def simulate(
         raise InvalidParameterError(f"`on_divergence` must be 'stop' or 'raise'; found {on_divergence!r}")
     loss = as_loss(loss)
     steps = steps_value(steps)
-    save = as_save(save, save_every=save_every, save_M=save_M, save_W=save_W).resolve(steps)
+    policy = as_save(save, save_every=save_every, save_M=save_M, save_W=save_W)
     opt = as_optimizer(
         optimizer,
         lr=lr,
@@ -241,17 +244,12 @@ def simulate(
     y = loss.prepare(y, op.n_samples, op.n_outputs, op.dtype, op.device)
     p = op.p
     divergence_threshold = divergence_threshold_value(divergence_threshold)
+    save = _resolved_save(policy, op, steps, form, width)
     itemsize = torch.empty((), dtype=op.dtype).element_size()
     check_saved_memory(
         steps,
         save.every,  # type: ignore[arg-type]  # resolved
-        itemsize
-        * (
-            (p * p if save.M else 0)
-            + (p if not op.satisfies_zgz else 0)
-            + (p * (width or 0) if form == "weights" and save.W else 0)
-        )
-        + 16,
+        itemsize * _state_numbers(save, p, form, width, op.satisfies_zgz) + 16,
         device=op.device,
     )
     settings = RunSpec(
@@ -272,6 +270,28 @@ def simulate(
     if on_divergence == "raise":
         traj.raise_for_status()
     return traj
+
+
+def _state_numbers(save: Save, p: int, form: str, width: int | None, zgz: bool) -> int:
+    """Numbers kept per saved state: ``M`` (``p²``), ``μ`` without ZGZ, ``W`` (``p × m``) in weight form."""
+    return (p * p if save.M else 0) + (0 if zgz else p) + (p * (width or 0) if form == "weights" and save.W else 0)
+
+
+def _resolved_save(policy: Save, op: StructureOperator, steps: int, form: str, width: int | None) -> Save:
+    """The save policy with ``every`` fixed (:meth:`Save.resolve`): the default spaces large or costly states.
+
+    A saved ``M`` is formed from the factor (``L Lᵀ``: ``p² r`` operations, ``r ≤ p``; ``W Wᵀ`` in weight form:
+    ``p² m``); a step costs about two passes over the data (``2 N C p``) plus ``O(p r)``.
+    """
+    p, r = op.p, (op.p + (0 if op.satisfies_zgz else 1))
+    cols = (width or r) if form == "weights" else r
+    itemsize = torch.empty((), dtype=op.dtype).element_size()
+    return policy.resolve(
+        steps,
+        state_bytes=itemsize * _state_numbers(policy, p, form, width, op.satisfies_zgz),
+        save_flops=float(p * p * cols) if policy.M else 0.0,
+        step_flops=float(2 * op.n_samples * op.n_outputs * p + 2 * p * cols),
+    )
 
 
 # --------------------------------------------------------------------------- the run
@@ -326,11 +346,13 @@ def _run(op, y, M0, W0, s: RunSpec, track_transfer: bool = False) -> Trajectory:
 
     def save(k, params, loss):
         (L,) = params
-        M = L @ L.T if keep.M else None
+        by_factor = keep.M and L.shape[1] <= p + 1  # M = L Lᵀ formed for all saves at once by the Recorder
+        M = L @ L.T if keep.M and not by_factor else None
         rec.add(
             k,
             loss,
             M=None if M is None else 0.5 * (M + M.T),
+            M_factor=L if by_factor else None,
             W=L.clone() if weights and keep.W else None,
             mu=mu_of(L),
         )
@@ -338,6 +360,9 @@ def _run(op, y, M0, W0, s: RunSpec, track_transfer: bool = False) -> Trajectory:
             transfer["Phi"].append(st["Phi"].clone())
             transfer["a"].append(st["a"])
 
+    if (p1 := block_split(op, opt, weights, zgz, track_transfer)) is not None:  # the hot path (nqf.dynamics._fast)
+        out = _run_blocks(op, y, L, p1, s, save, (lambda L: _polished_or_none(L, st, p)) if polish else None)
+        return _trajectory_of(rec, out, s, transfer if track_transfer else None, lr, dt, dev)
     out = training_loop(
         [L],
         opt,
@@ -356,8 +381,37 @@ def _run(op, y, M0, W0, s: RunSpec, track_transfer: bool = False) -> Trajectory:
             None if prev is None else divergence_curvature(op, prev[0], ctx["r"], lam, N, loss=loss.name)
         ),
     )
-    info = _run_info(s, L, transfer if track_transfer else None, dt)
+    return _trajectory_of(rec, out, s, transfer if track_transfer else None, lr, dt, dev)
+
+
+def _run_blocks(op, y, L, p1: int, s: RunSpec, save, polish):
+    """:func:`~nqf.dynamics._fast.block_loop` with the run's settings (the hot path of :func:`_run`)."""
+    return block_loop(
+        op,
+        y,
+        L,
+        p1,
+        opt=s.optimizer,
+        loss=s.loss,
+        steps=s.steps,
+        save_every=s.save.every,  # type: ignore[arg-type]  # resolved
+        divergence_threshold=s.divergence_threshold,
+        save=save,
+        polish=polish,
+        polish_every=POLISH_EVERY,
+    )
+
+
+def _trajectory_of(rec: Recorder, out, s: RunSpec, transfer: dict | None, lr: float, dt, dev) -> Trajectory:
+    """The recorded trajectory of a finished loop (``info`` from the final factor)."""
+    info = _run_info(s, out.params[0], transfer, dt)
     return rec.trajectory(lr=lr, dtype=dt, device=dev, status=out.status, message=out.message, info=info)
+
+
+def _polished_or_none(L, st: dict, p: int):
+    """:func:`_polished` without momentum buffers: the rotated factor, or None when no rotation was due."""
+    out = _polished(L, _NO_MOMENTUM, st, p)
+    return None if out is L else out
 
 
 def _loop_state(L, p: int, dtype, device) -> dict[str, Any]:

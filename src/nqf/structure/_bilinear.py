@@ -198,6 +198,29 @@ class BilinearStructure(StructureOperator):
         # Tr[L Lᵀ A_{n,c}] = ⟨L_left L_rightᵀ, K_{n,c}⟩: O(p1 p2 r) + one kernel pass
         return self.kernel.forward(L[self.left] @ L[self.right].T)
 
+    def factor_blocks(self) -> int | None:
+        """``p1`` when the left block is ``[0:p1]`` and the right block ``[p1:p]`` (the MLP layout), else None.
+
+        Then ``L = [L_left; L_right]`` and one closed step of ``M = L Lᵀ`` needs only the two kernel passes
+        ``kernel.forward(L_left L_rightᵀ)`` and ``K̄ = kernel.adjoint(R)`` plus ``K̄ L_right`` and
+        ``K̄ᵀ L_left`` (``𝒜*(R)`` has rank ``≤ 2 p1``): no ``p × p`` matrix (used by ``nqf.dynamics.simulate``).
+        """
+        lo, hi = range(self.p)[self.left], range(self.p)[self.right]
+        if lo.step == 1 and hi.step == 1 and lo.start == 0 and hi.start == lo.stop and hi.stop == self.p:
+            return len(lo)
+        return None
+
+    def factor_passes(self):
+        """``(forward, adjoint, scale)`` for a loop over the two blocks (:meth:`factor_blocks`):
+        ``forward(B) = offset + kernel.forward(B)`` (``B = L_l L_rᵀ``, shape ``(N, C)``) and
+        ``scale · adjoint(R) = kernel.adjoint(R)``, each one pass over the data; for an MLP-style kernel
+        (one row block per output, no appended one) a single ``addmm``/``mm`` each."""
+        k, offset = self.kernel, self.offset
+        if isinstance(k, OneHotKronKernel) and k.q == 1 and not k.append_one:
+            F2, s = k._F2, k.scale
+            return (lambda B: torch.addmm(offset, F2, B.T, alpha=s)), (lambda R: torch.mm(R.T, F2)), s
+        return (lambda B: offset + k.forward(B)), k.adjoint, 1.0
+
     def adjoint_apply(self, R, L):
         # 𝒜*(R) L = ½ [K̄ L_right; K̄ᵀ L_left] on the two blocks, zero elsewhere
         Kbar = 0.5 * self.kernel.adjoint(R)

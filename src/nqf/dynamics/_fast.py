@@ -1,0 +1,115 @@
+r"""The hot path of :func:`~nqf.dynamics.simulate`: full-batch GD in order-parameter form on a two-block operator.
+
+For a :class:`~nqf.structure.BilinearStructure` whose blocks tile the unit (``left = [0:p1]``,
+``right = [p1:p]``: every two-layer MLP) the factor ``M = L Lᵀ`` is kept as its two blocks
+``L = [L_l; L_r]`` and one step is
+
+    f = f(0) + kernel.forward(L_l L_rᵀ),     (ℓ, r) = loss(f, y),     K̄ = kernel.adjoint(r),
+    L_l ← (1 − ηλ) L_l − (η/N) K̄ L_r,        L_r ← (1 − ηλ) L_r − (η/N) K̄ᵀ L_l
+
+— the closed update ``L ← (I − ηS) L`` with ``S = 2G + λI``, ``2G = (1/N)[[0, K̄], [K̄ᵀ, 0]]``
+(:mod:`nqf.dynamics._factored`), whose ``𝒜*(r)`` has rank ``≤ 2 p1``.  The cost is the two
+kernel passes over the data plus ``O(p1 · p2 · r)`` (``O((C + D) r)`` for an MLP with ``C``
+outputs), about a dozen tensor operations per step; ``L_r`` (``p2 × r``, the large block) is
+written into one of two preallocated buffers (no allocation of ``p × r`` per step, and the
+previous factor survives for the divergence message).  Saving, the divergence check and the
+re-orthogonalisation of the columns are those of :func:`~nqf.dynamics._loop.training_loop`
+and :func:`~nqf.dynamics.simulate` (same steps, same messages); the states agree with the
+general loop to round-off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from .._validation import divergence_curvature, divergence_message
+from ._loop import DivergenceCheck, LoopOutcome
+from ._optim import GD, Optimizer
+from ._trajectory import DIVERGED, FINISHED
+
+__all__ = ["block_split", "block_loop"]
+
+
+def block_split(op, opt: Optimizer, weights: bool, zgz: bool, track_transfer: bool) -> int | None:
+    """``p1`` when :func:`block_loop` runs this case (full-batch GD without momentum, order-parameter form,
+    ZGZ, an operator with :meth:`~nqf.structure.BilinearStructure.factor_blocks` and ``factor_passes``), else None."""
+    if weights or not zgz or track_transfer or type(opt) is not GD or opt.momentum or opt.batch_size is not None:
+        return None
+    blocks = getattr(op, "factor_blocks", None)
+    return None if blocks is None or not hasattr(op, "factor_passes") else blocks()
+
+
+def block_loop(
+    op,
+    y: torch.Tensor,
+    L: torch.Tensor,
+    p1: int,
+    *,
+    opt: Optimizer,
+    loss,
+    steps: int,
+    save_every: int,
+    divergence_threshold: float,
+    save: Callable,
+    polish: Callable | None,
+    polish_every: int,
+) -> LoopOutcome:
+    """Run ``steps`` GD steps on the blocks of ``L`` (module docstring); ``save(k, L, loss)`` as the loop's,
+    ``polish(L) -> L`` (or None) every ``polish_every`` steps after the update, as ``simulate``'s."""
+    forward, adjoint, scale = op.factor_passes()
+    N = op.n_samples
+    lr, lam = opt.lr, opt.weight_decay
+    decay, alpha = 1.0 - lr * lam, -lr * scale / N
+    mse, half_over_n = loss.name == "mse", 0.5 / N
+    Ll, Lr = L[:p1].clone(), L[p1:].clone()
+    spare = torch.empty_like(Lr)  # the other buffer of the large block
+    check = DivergenceCheck(divergence_threshold, L.dtype)
+    status, message, saved, previous = FINISHED, f"finished {steps} steps", 0, None
+    for k in range(steps + 1):
+        last = k == steps
+        if mse:  # ½‖r‖²/N with one reduction (as MSE.value_and_residual), read as a float for the check
+            r = torch.sub(forward(Ll @ Lr.T), y)
+            rf = r.view(-1)
+            value = torch.dot(rf, rf).item() * half_over_n
+        else:
+            Lb, r = loss.value_and_residual(forward(Ll @ Lr.T), y)
+            value = float(Lb)
+        if not check.armed:
+            check.arm(value)
+        saving = last or k % save_every == 0
+        if check.exceeded(value) or (saving and not bool(torch.isfinite(Ll).all() & torch.isfinite(Lr).all())):
+            status = DIVERGED
+            curv = None
+            if previous is not None and opt.hessian_stability:
+                curv = divergence_curvature(op, torch.cat(previous, 0), r, lam, N, loss=loss.name)
+            message = divergence_message(
+                step=k,
+                t=k * lr,
+                loss=value,
+                limit=float(check.limit),
+                lr=lr,
+                saved=saved,
+                curvature=curv,
+                momentum=0.0,
+                optimizer=opt.name,
+            )
+            break
+        if saving:
+            save(k, [torch.cat([Ll, Lr], 0)], value)
+            saved += 1
+        if last:
+            break
+        Kb = adjoint(r)
+        previous = (Ll, Lr)
+        Ll, Lr, spare = (
+            torch.addmm(Ll, Kb, Lr, beta=decay, alpha=alpha),
+            torch.addmm(Lr, Kb.T, Ll, beta=decay, alpha=alpha, out=spare),
+            Lr,
+        )
+        if polish is not None and k % polish_every == 0:
+            Lp = polish(torch.cat([Ll, Lr], 0))
+            if Lp is not None:
+                Ll, Lr = Lp[:p1].clone(), Lp[p1:].clone()
+    return LoopOutcome(params=[torch.cat([Ll, Lr], 0)], status=status, message=message)
