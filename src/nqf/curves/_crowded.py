@@ -168,7 +168,7 @@ def _spectral(staircase, first: int, last: int) -> dict:
     }
 
 
-def crowded_prediction(staircase, *, n_grid: int = 20) -> CrowdedPrediction:
+def crowded_prediction(staircase, *, n_grid: int = 20, max_decades: float | None = None) -> CrowdedPrediction:
     """Detect crowded drops of ``staircase`` and predict the curve over the crowded window.
 
     Parameters
@@ -177,6 +177,8 @@ def crowded_prediction(staircase, *, n_grid: int = 20) -> CrowdedPrediction:
         A predicted staircase at its ``ε`` (``staircase.eps``); drops with a positive rate are modes.
     n_grid : int
         Points of the log grid over the window (≥ 3).
+    max_decades : float, optional
+        Keep only the first ``max_decades`` decades of the crowded run (``t_end ≤ t_start·10^max_decades``).
 
     Returns
     -------
@@ -196,6 +198,9 @@ def crowded_prediction(staircase, *, n_grid: int = 20) -> CrowdedPrediction:
             False, staircase.eps, (math.nan, math.nan), (0, 0), n_pairs, L_inf, empty, empty, empty, empty, empty
         )
     t0, t1 = float(t_all[first]), float(t_all[last])
+    if max_decades is not None:
+        t1 = min(t1, t0 * 10.0 ** float(max_decades))
+        last = max(int(np.searchsorted(t_all, t1, side="right")) - 1, first + 2)
     t = np.geomspace(t0, t1, int(n_grid))
     h = (t1 / t0) ** (0.5 / (n_grid - 1))
     fine = np.geomspace(t0 / h, t1 * h, _FINE * n_grid + 1)
