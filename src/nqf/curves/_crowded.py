@@ -246,8 +246,8 @@ class CrowdedComparison(Result):
     all_inside : bool
     worst : float
         Largest distance of the measured exponent outside the band (0 when all inside).
-    fit : PowerLawFit
-        Power law fitted to the measured curve over the window, with bootstrap CI.
+    fit : PowerLawFit or None
+        ``None`` when the measured loss reaches the predicted ``L_∞`` inside the window. Power law fitted to the measured curve over the window, with bootstrap CI.
     predicted : float
         The same fit of the mode sum (``prediction.window_exponent``).
     """
@@ -261,15 +261,17 @@ class CrowdedComparison(Result):
     predicted: float
 
     def __repr__(self) -> str:
+        f = self.fit
+        m = "None" if f is None else f"{f.exponent:.4g} [{f.ci[0]:.4g}, {f.ci[1]:.4g}]"
         return (
             f"CrowdedComparison(inside={int(self.inside.sum())}/{self.inside.size}, worst={self.worst:.3g}, "
-            f"measured={self.fit.exponent:.4g} [{self.fit.ci[0]:.4g}, {self.fit.ci[1]:.4g}], "
+            f"measured={m}, "
             f"predicted={self.predicted:.4g})"
         )
 
     def to_dict(self) -> dict:
         d = {f: getattr(self, f) for f in ("t", "local_exponent", "inside", "all_inside", "worst")}
-        d.update(fit=self.fit.to_dict(), predicted=self.predicted)
+        d.update(fit=None if self.fit is None else self.fit.to_dict(), predicted=self.predicted)
         return to_jsonable(d)
 
 
@@ -306,12 +308,14 @@ def compare_crowded(prediction: CrowdedPrediction, t, loss, *, n_boot: int = 200
     dist = np.maximum(prediction.band_low - loc, loc - prediction.band_high)
     inside = np.isfinite(loc) & (dist <= 0)
     fit_kw = {"window": prediction.window, "L_inf": prediction.L_inf, "n_boot": n_boot, "seed": seed}
+    sel = (t >= prediction.window[0]) & (t <= prediction.window[1])
+    fit = fit_power_law(t, loss, **fit_kw) if np.all(loss[sel] > prediction.L_inf) else None
     return CrowdedComparison(
         g,
         loc,
         inside,
         bool(inside.all()),
         float(np.nanmax(np.where(np.isfinite(dist), dist.clip(min=0), np.inf))),
-        fit_power_law(t, loss, **fit_kw),
+        fit,
         prediction.window_exponent,
     )

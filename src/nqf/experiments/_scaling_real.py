@@ -188,8 +188,8 @@ def crowded_checks(case: str, pred: dict, meas: dict) -> list[Check]:
             Check(
                 f"{case}: exponent over the window, {who} vs mode sum",
                 cp.window_exponent,
-                f.exponent,
-                0.5 * (f.ci[1] - f.ci[0]),
+                None if f is None else f.exponent,
+                0.0 if f is None else 0.5 * (f.ci[1] - f.ci[0]),
                 kind="absolute",
                 reference=f"{who}, fit_power_law with bootstrap CI over the window",
                 tolerance_origin="half-width of the fit's 95 % bootstrap CI",
@@ -203,6 +203,18 @@ def _row(case: str, P: ScalingRealParams, pred: dict, meas: dict) -> list:
     if not meas:
         return [case, P.eps, None, None, None, None, None, None, None]
     r, n = meas["real"], meas["nqf"]
+    if r.fit is None or n.fit is None:
+        return [
+            case,
+            P.eps,
+            f"[{cp.window[0]:.3g}, {cp.window[1]:.3g}]",
+            cp.window_exponent,
+            None,
+            "L ≤ L∞",
+            None,
+            None,
+            None,
+        ]
     return [
         case,
         P.eps,
@@ -239,11 +251,13 @@ def _record(out: Outcome, case: str, pred: dict, runs: dict, meas: dict) -> None
         a[f"{k}_local"] = meas[k].local_exponent
     out.arrays.update({f"{case}_{k}": v for k, v in a.items()})
     r = meas["real"]
-    out.metrics.update({f"{case}_real_in_band": int(r.inside.sum()), f"{case}_alpha_real": r.fit.exponent})
+    alpha = None if r.fit is None else r.fit.exponent
+    out.metrics.update({f"{case}_real_in_band": int(r.inside.sum()), f"{case}_alpha_real": alpha})
     out.metrics[f"{case}_alpha_mode_sum"] = cp.window_exponent
+    measured = "real loss below the predicted L∞" if r.fit is None else f"real α = {r.fit!r}"
     out.summary.append(
         f"{case}: window [{cp.window[0]:.3g}, {cp.window[1]:.3g}], mode sum α = {cp.window_exponent:.3f}, "
-        f"real α = {r.fit.exponent:.3f} [{r.fit.ci[0]:.3f}, {r.fit.ci[1]:.3f}], {int(r.inside.sum())}/{r.inside.size} in band"
+        f"{measured}, {int(r.inside.sum())}/{r.inside.size} grid points in band"
     )
 
 
