@@ -214,7 +214,11 @@ def crowded_prediction(staircase, *, n_grid: int = 20, max_decades: float | None
     hi = np.array([np.nanmax(loc[c]) for c in cells])
     L = _mode_sum(t, staircase)
     ok = (fine >= t0) & (fine <= t1) & (ex > 0)
-    wfit = fit_power_law(fine[ok], ex[ok] + L_inf, L_inf=L_inf, n_boot=0).exponent if ok.sum() >= 3 else math.nan
+    wfit = (
+        fit_power_law(fine[ok], ex[ok] + L_inf, window=(t0, t1), L_inf=L_inf, n_boot=0).exponent
+        if ok.sum() >= 3
+        else math.nan
+    )
     return CrowdedPrediction(
         True,
         staircase.eps,
