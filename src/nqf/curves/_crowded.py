@@ -251,7 +251,8 @@ class CrowdedComparison(Result):
     worst : float
         Largest distance of the measured exponent outside the band (0 when all inside).
     fit : PowerLawFit or None
-        ``None`` when the measured loss reaches the predicted ``L_∞`` inside the window. Power law fitted to the measured curve over the window, with bootstrap CI.
+        Power law fitted to the measured curve over the window, with bootstrap CI; ``None`` when
+        the measured loss reaches the predicted ``L_∞`` inside the window.
     predicted : float
         The same fit of the mode sum (``prediction.window_exponent``).
     """

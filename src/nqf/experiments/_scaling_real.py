@@ -1,4 +1,4 @@
-r"""Crowded drops on real data: the loss curve and its local exponent from the spectra (docs/analyze.md, "Crowded drops").
+r"""Crowded drops on real data: the loss curve and its local exponent from the spectra (docs/analyze.md).
 
 Two real cases built from scikit-learn's digits (a random subset of ``n_samples`` images;
 pixels constant over the full set removed: 61 remain; centred, divided by their global std):
@@ -123,8 +123,8 @@ def _problem(case: str, P: ScalingRealParams, ctx) -> dict:
 
 def _prediction(prob: dict, P: ScalingRealParams):
     """Staircase at ε (× the planted factor) and its crowded-regime prediction by the stated window rule."""
-    from ..reductions import predict
     from ..curves import crowded_prediction
+    from ..reductions import predict
 
     st = predict(prob["op_pred"], prob["Yp"], min(P.eps * P.planted_eps_factor, 0.5))
     return {"staircase": st, "crowded": crowded_prediction(st, n_grid=P.n_grid, max_decades=P.max_decades)}

@@ -46,6 +46,7 @@ from ._checks import (
     freeze_training_only,
     training_only_layers,
 )
+from ._crowded import add_crowded
 from ._discover import choose_units
 from ._models import build_model
 from ._operators import is_analytic, structure_of
@@ -275,6 +276,7 @@ def _compare(pred, sim, real, eps: float, found, flat_threshold: float, gap_tole
     strength = {key: _strengths(Q, tr, n) for key, tr in (("strength_real", real), ("strength_nqf", sim))}
     val = validity(t, Lr, Ln, torch.as_tensor(real.step)[:n].numpy(), pred, gap_tolerance)
     verdict = judge(pred, cmp_nqf, cmp_real, val, eps, found, found.n_units, found.p)
+    add_crowded(verdict, pred, t, Lr, Ln)
     curves = {"t": t, "loss_real": Lr, "loss_nqf": Ln, "loss_predicted": pred.loss_curve(t), **strength}
     return cmp_nqf, cmp_real, val, verdict, curves
 
