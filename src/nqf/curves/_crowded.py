@@ -33,7 +33,7 @@ from ..errors import InvalidParameterError, ShapeError
 from ..results import Result, to_jsonable
 from ._curves import as_curve
 from ._exponents import predict_exponent, predicted_curve
-from ._powerlaw import fit_power_law
+from ._powerlaw import PowerLawFit, fit_power_law
 
 __all__ = ["CrowdedPrediction", "CrowdedComparison", "crowded_prediction", "compare_crowded", "drop_widths"]
 
@@ -262,7 +262,7 @@ class CrowdedComparison(Result):
     inside: np.ndarray = field(repr=False)
     all_inside: bool
     worst: float
-    fit: object
+    fit: PowerLawFit | None
     predicted: float
 
     def __repr__(self) -> str:
