@@ -8,6 +8,8 @@
 * :func:`fit_power_law` — power-law fit over a chosen or automatic window, with a bootstrap interval;
 * :func:`predict_exponent` — ``(a − 1)/b`` from per-mode losses ``ℓ_k`` and rates ``ζ_k``;
 * :func:`predicted_curve` — the exact loss of a sum of logistic modes;
+* :func:`crowded_prediction`, :func:`compare_crowded` — crowded drops: the curve they make together,
+  its local exponent and ``(a − 1)/b``, against a measured curve;
 * :func:`validity_report`, :func:`validity_sweep`, :func:`remainder_ratio` — where the real
   network leaves its NQF (docs/theory.md §6).
 
@@ -16,6 +18,7 @@ Curves are taken as array_like or tensors; results are NumPy float64 arrays.
 """
 
 from ._compare import FLAT_THRESHOLD, StaircaseComparison, compare_staircase, level_read_times, regime_exit
+from ._crowded import CrowdedComparison, CrowdedPrediction, compare_crowded, crowded_prediction, drop_widths
 from ._exponents import ExponentPrediction, predict_exponent, predicted_curve
 from ._powerlaw import PowerLawFit, auto_window, fit_power_law
 from ._real_clock import RealClock, measured_floors, real_clock
@@ -42,6 +45,11 @@ __all__ = [
     "ExponentPrediction",
     "predict_exponent",
     "predicted_curve",
+    "CrowdedPrediction",
+    "CrowdedComparison",
+    "crowded_prediction",
+    "compare_crowded",
+    "drop_widths",
     "ValidityReport",
     "ValiditySweep",
     "remainder_ratio",

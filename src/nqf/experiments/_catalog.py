@@ -62,6 +62,10 @@ CATALOG: dict[str, CatalogEntry] = {
     "real-data": CatalogEntry(
         "_real_data", "real tanh MLP on scikit-learn digits and wine vs the greedy saddle sequence, at two ε"
     ),
+    "scaling-real": CatalogEntry(
+        "_scaling_real",
+        "crowded drops on real digits data: loss curve and local exponent from the spectra vs a real MLP",
+    ),
     "saddles": CatalogEntry(
         "_saddles",
         "non-commuting staircases (tanh MLP, QK attention, CNN): greedy saddle sequence vs the real networks",

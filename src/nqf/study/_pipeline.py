@@ -51,6 +51,7 @@ from ._checks import (
     training_only_layers,
 )
 from ._clock import clock_sentences, seeded_clock
+from ._crowded import add_crowded
 from ._discover import choose_units
 from ._models import build_model
 from ._operators import is_analytic, structure_of
@@ -321,6 +322,7 @@ def _compare(pred, sim, real: _RealRun, eps: float, found, flat_threshold: float
     strength = {"strength_real": s_real, "strength_nqf": _strengths(Q, sim, n)}
     val = validity(t, Lr, Ln, torch.as_tensor(sim.step)[:n].numpy(), pred, gap_tolerance)
     verdict = judge(pred, cmp_nqf, cmp_real, val, eps, found, found.n_units, found.p)
+    add_crowded(verdict, pred, t, Lr, Ln)
     curves = {"t": t, "loss_real": Lr, "loss_nqf": Ln, "loss_predicted": pred.loss_curve(t), **strength}
     return cmp_nqf, cmp_real, val, verdict, curves
 
