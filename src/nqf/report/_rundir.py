@@ -549,7 +549,7 @@ class RunDirectory:
     def __del__(self):  # pragma: no cover - a forgotten directory must not keep the lock
         try:
             self._release()
-        except Exception:  # noqa: BLE001
+        except (OSError, AttributeError, TypeError):  # a half-built object, or interpreter shutdown
             pass
 
 

@@ -305,7 +305,7 @@ def execute(
 def _running(client, pending) -> int:
     try:
         processing = client.processing()
-    except Exception:  # noqa: BLE001 - the count is cosmetic
+    except (OSError, RuntimeError, TimeoutError):  # a lost scheduler (CommClosedError is an OSError): cosmetic
         return 0
     keys = {f.key for f in pending}
     return sum(1 for tasks in processing.values() for k in tasks if k in keys)
