@@ -175,6 +175,15 @@ def _real_clock():
     return real_clock(st, sol.t.numpy(), sol.loss.numpy(), sol.t.numpy(), sol.loss.numpy())
 
 
+def _crowded():
+    from nqf.curves import compare_crowded, crowded_prediction
+
+    st = lv_system().staircase(1e-6)
+    pred = crowded_prediction(st)
+    t = np.geomspace(1.0, 3000.0, 400)  # covers the crowded window; the exact staircase curve as "measured"
+    return pred, compare_crowded(pred, t, st.loss_curve(t))
+
+
 def _validity_sweep():
     from nqf.curves._validity import validity_sweep
 
@@ -256,6 +265,8 @@ FACTORIES = {
     "nqf.curves._steps.Steps": (lambda f: _steps(), ()),
     "nqf.curves._compare.StaircaseComparison": (lambda f: _comparison(), ()),
     "nqf.curves._real_clock.RealClock": (lambda f: _real_clock(), ()),
+    "nqf.curves._crowded.CrowdedPrediction": (lambda f: _crowded()[0], ()),
+    "nqf.curves._crowded.CrowdedComparison": (lambda f: _crowded()[1], ()),
     "nqf.curves._validity.ValidityReport": (lambda f: _validity_sweep().reports[0], ()),
     "nqf.curves._validity.ValiditySweep": (lambda f: _validity_sweep(), ()),
     "nqf.study._result.Analysis": (lambda f: analysis(), ()),
