@@ -120,10 +120,25 @@ def prepare_analysis(model, X, Y=None, *, units: str | None = None, seed: int = 
     return data, module, found, desc
 
 
-def _timed_step_cost(fn) -> float:
+def _secs(x: float) -> str:
+    """Seconds for a progress line: two significant digits below 10 s, whole seconds above."""
+    return f"{x:.0f}" if x >= 10 else f"{x:.2g}"
+
+
+def _timed_step_cost(fn, steps: int) -> float:
+    """Seconds per step of a run of ``steps`` steps: ``fn(k)`` timed at ``k = 3`` and ``k = 13``; the difference
+    is the marginal cost of a step, the rest the run's fixed cost (set-up, saves), spread over ``steps``.
+    (A 3-step run divided by 3 counted the fixed cost 3 times per step: wine's NQF estimated at 2 s, ran in
+    0.1 s.)"""
     t0 = time.perf_counter()
-    fn()
-    return (time.perf_counter() - t0) / 3.0
+    fn(3)
+    t3 = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    fn(13)
+    t13 = time.perf_counter() - t0
+    per_step = max((t13 - t3) / 10.0, t13 / 13.0 * 0.1)
+    fixed = max(t3 - 3.0 * per_step, 0.0)
+    return per_step + fixed / max(int(steps), 1)
 
 
 def analyze(
@@ -417,7 +432,7 @@ def _estimate_and_run(ctx, init_factor, lr, steps, form, save_every, factor, row
     total = (c_real / factor + c_nqf * (1 + 1 / factor)) * steps
     rows.append(estimate_row(total, nbytes))
     say(
-        f"estimate: {steps} steps (η = {lr:.4g}; real network at {factor:g} η), ~{total:.0f} s, "
+        f"estimate: {steps} steps (η = {lr:.4g}; real network at {factor:g} η), ~{_secs(total)} s, "
         f"{nbytes / 2**20:.0f} MiB"
     )
     args = (init_factor * W0, W0, lr, steps, form, save_every, (c_nqf, c_real), timings, say)
@@ -435,13 +450,13 @@ def _runs(module, found, Xt, Yt, op, Ynqf, W0_real, W0, lr, steps, form, save_ev
 
     factor, shift = kw["factor"], kw["shift"]
     c_nqf, c_real = costs
-    say(f"NQF simulation: {steps} steps ({form} form), estimated ~{c_nqf * steps:.0f} s")
+    say(f"NQF simulation: {steps} steps ({form} form), estimated ~{_secs(c_nqf * steps)} s")
     t0 = time.perf_counter()
     keep = _saved_state(found)
     sim = _shifted(simulate(op, Ynqf, W0=W0, lr=lr, steps=steps, form=form, save_every=save_every, **keep), shift)
     timings["nqf_simulation"] = time.perf_counter() - t0
     timings["nqf_step"] = timings["nqf_simulation"] / max(steps, 1)
-    say(f"NQF simulation: {timings['nqf_simulation']:.1f} s")
+    say(f"NQF simulation: {_secs(timings['nqf_simulation'])} s")
     anchors, big_steps = ((0.0,), (0.0,)), steps
     if factor > 1:
         t0 = time.perf_counter()
@@ -473,14 +488,14 @@ def _train(module, found, Xt, Yt, W0, lr, steps, keep, save_every, c_real, timin
     """Full-batch GD of the real network's units (a copy of ``module``), announced and timed."""
     from ..dynamics import train_network
 
-    say(f"real network: {steps} steps of full-batch GD (η = {lr:.4g}), estimated ~{c_real * steps:.0f} s")
+    say(f"real network: {steps} steps of full-batch GD (η = {lr:.4g}), estimated ~{_secs(c_real * steps)} s")
     t0 = time.perf_counter()
     net = copy.deepcopy(module)
     every = max(1, min(save_every, steps // 300))
     real = train_network(net, found.layout, Xt, Yt, W0=W0, lr=lr, steps=steps, save_every=every, **keep)
     timings["real_training"] = time.perf_counter() - t0
     timings["real_step"] = timings["real_training"] / max(steps, 1)
-    say(f"real network: {timings['real_training']:.1f} s")
+    say(f"real network: {_secs(timings['real_training'])} s")
     return real
 
 
@@ -606,15 +621,18 @@ def _assumption_checks(module, found, Xt, op, f0, how: str, *, seed: int):
 
 
 def _cost(module, found, Xt, Yt, op, Ynqf, W0, *, lr: float, steps: int, form: str, save_every: int):
-    """Seconds per step of the real and the NQF run (three timed steps of each), and bytes of both runs."""
+    """Seconds per step of the real and the NQF run (timed runs of 3 and 13 steps of each), and bytes of both runs."""
     from ..dynamics import simulate, train_network
 
     c_real = _timed_step_cost(
-        lambda: train_network(
-            copy.deepcopy(module), found.layout, Xt, Yt, W0=W0, lr=lr, steps=3, save_W=False, save_M=False
-        )
+        lambda k: train_network(
+            copy.deepcopy(module), found.layout, Xt, Yt, W0=W0, lr=lr, steps=k, save_W=False, save_M=False
+        ),
+        steps,
     )
-    c_nqf = _timed_step_cost(lambda: simulate(op, Ynqf, W0=W0, lr=lr, steps=3, form=form, save_M=False, save_W=False))
+    c_nqf = _timed_step_cost(
+        lambda k: simulate(op, Ynqf, W0=W0, lr=lr, steps=k, form=form, save_M=False, save_W=False), steps
+    )
     n_saved = steps // save_every + 2
     per_state = found.p * min(found.p, found.n_units)  # the smaller of M (p × p) and W (p × m): _saved_state
     nbytes = 2 * n_saved * per_state * 8 + sum(v.numel() * 8 for v in module.parameters()) * 3
