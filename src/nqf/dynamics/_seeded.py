@@ -36,6 +36,7 @@ from .._validation import check_inputs, divergence_threshold_value, steps_value
 from ..errors import InvalidParameterError, InvalidTypeError, NormalFormError
 from ..modules import UnitLayout, UnitScatter
 from ..structure import StructureOperator
+from ._factored import apply_G
 from ._initial import initial_state
 from ._loop import training_loop
 from ._loss import Loss, as_loss
@@ -165,8 +166,8 @@ def seeded_nqf(
 
     def gradient(params, ctx, idx):
         Wk = params[0]
-        r = loss.residual(nqf_fn(Wk), yt) / N
-        g_nqf = 2.0 * op.adjoint_apply(r.reshape(N, -1), Wk)  # ∇_W L = 2 𝒜*(r/N) W
+        r = loss.residual(nqf_fn(Wk), yt).reshape(N, -1)
+        g_nqf = 2.0 * apply_G(op, r, Wk, N)  # ∇_W L = 2 G W, G = 𝒜*(r)/N (ZGZ: no cross term)
         k = state.get("k", 0)
         if k % every == 0:
             g_mod = _grad(lambda V: loss.value(module_fn(V, X), yt), Wk)
