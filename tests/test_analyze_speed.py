@@ -64,7 +64,7 @@ def test_real_network_at_ten_times_the_step_reads_the_same_drops(monkeypatch):
     """Wine, tanh width 24: the real network at 10 η, its times carried onto the clock of η by the NQF at
     both steps, lands on the drop times and levels of the real network at η itself (0.1 %, the size of
     the second-order rest: gap to the NQF × GD's delay); read on its own clock, 10 η is several per cent late."""
-    import nqf.study._pipeline as pipeline
+    import nqf.study._runs as runs
 
     wine = load_dataset("wine")
     ref = nqf.analyze("mlp:width=24,act=tanh", wine, eps=1e-6, real_step_factor=1.0)
@@ -76,7 +76,7 @@ def test_real_network_at_ten_times_the_step_reads_the_same_drops(monkeypatch):
     np.testing.assert_allclose(fast.real.levels_measured, ref.real.levels_measured, rtol=2e-3)
     assert fast.timings["real_step"] > 0 and fast.timings["nqf_clock"] >= 0
     # planted: the identity clock (the larger step's times as they are) misses by GD's delay
-    monkeypatch.setattr(pipeline, "_clock_map", lambda sim, big: ((0.0,), (0.0,)))
+    monkeypatch.setattr(runs, "_clock_map", lambda sim, big: ((0.0,), (0.0,)))
     late = nqf.analyze("mlp:width=24,act=tanh", wine, eps=1e-6, real_step_factor=10.0)
     assert not np.allclose(late.real.times_measured, t_ref, rtol=1e-2)
 

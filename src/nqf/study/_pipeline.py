@@ -28,14 +28,13 @@ import copy
 import dataclasses
 import math
 import time
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from ..curves import FLAT_THRESHOLD, compare_staircase, stable_learning_rate, step_count
 from ..data import Dataset, prepare
-from ..dynamics import Trajectory, initial_weights
+from ..dynamics import initial_weights
 from ..errors import InvalidParameterError
 from ..reductions import predict
 from ._checks import (
@@ -46,7 +45,6 @@ from ._checks import (
     check_training_only,
     check_width,
     check_zgz,
-    estimate_row,
     freeze_training_only,
     training_only_layers,
 )
@@ -56,6 +54,7 @@ from ._discover import choose_units
 from ._models import build_model
 from ._operators import is_analytic, structure_of
 from ._result import Analysis
+from ._runs import _estimate_and_run, _prediction_estimate, _RealRun, _seeded_steps
 from ._verdict import judge, validity
 
 __all__ = ["analyze", "prepare_analysis"]
@@ -64,9 +63,6 @@ __all__ = ["analyze", "prepare_analysis"]
 HORIZON_MARGIN, HORIZON_EXTRA = 1.5, 5.0
 #: Below this ε the NQF is simulated in weight form (the order-parameter form is exact at larger ε).
 WEIGHT_FORM_BELOW = 1e-13
-#: Operator evaluations (``forward_factor`` + ``adjoint_apply``) of the saddle search and its first orbit
-#: (the cost model of :func:`_prediction_estimate`).
-PREDICT_EVALUATIONS = 12_000
 #: The real network trains at this multiple of the table's step ``η`` (the default ``lr_fraction``'s); its
 #: times are carried onto the clock of ``η`` by the NQF simulated at both steps (:func:`_clock_map`).
 REAL_STEP_FACTOR = 20.0
@@ -118,27 +114,6 @@ def prepare_analysis(model, X, Y=None, *, units: str | None = None, seed: int = 
     found = choose_units(module, units)
     check_activation_at_zero(found)
     return data, module, found, desc
-
-
-def _secs(x: float) -> str:
-    """Seconds for a progress line: two significant digits below 10 s, whole seconds above."""
-    return f"{x:.0f}" if x >= 10 else f"{x:.2g}"
-
-
-def _timed_step_cost(fn, steps: int) -> float:
-    """Seconds per step of a run of ``steps`` steps: ``fn(k)`` timed at ``k = 3`` and ``k = 13``; the difference
-    is the marginal cost of a step, the rest the run's fixed cost (set-up, saves), spread over ``steps``.
-    (A 3-step run divided by 3 counted the fixed cost 3 times per step: wine's NQF estimated at 2 s, ran in
-    0.1 s.)"""
-    t0 = time.perf_counter()
-    fn(3)
-    t3 = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    fn(13)
-    t13 = time.perf_counter() - t0
-    per_step = max((t13 - t3) / 10.0, t13 / 13.0 * 0.1)
-    fixed = max(t3 - 3.0 * per_step, 0.0)
-    return per_step + fixed / max(int(steps), 1)
 
 
 def analyze(
@@ -384,187 +359,6 @@ def _training_only_notes(module, say) -> list[str]:
     return [note]
 
 
-def _prediction_estimate(op, n_outputs: int, commuting: bool) -> str:
-    """The time of the saddle search and its first orbit, from three timed operator evaluations.
-
-    Cost model: the search with its first heteroclinic orbit takes about :data:`PREDICT_EVALUATIONS`
-    pairs ``forward_factor`` + ``adjoint_apply`` (measured 6.7·10³–3.1·10⁴ on iris, wine, digits, a
-    deep MLP, attention and a CNN; 1.9·10⁵ on breast_cancer with SiLU, whose first orbit is long);
-    the O(1) clock of later drops is announced by :func:`nqf.predict` once their number is known.
-    """
-    gen = torch.Generator().manual_seed(0)
-    L = torch.randn(op.p, 2, generator=gen, dtype=op.dtype)
-    R = torch.randn(op.n_samples, op.n_outputs, generator=gen, dtype=op.dtype)
-    t0 = time.perf_counter()
-    for _ in range(3):
-        op.forward_factor(L)
-        op.adjoint_apply(R, L)
-    pair = (time.perf_counter() - t0) / 3
-    method = "Lotka–Volterra" if commuting else "saddle sequence"
-    return (
-        f"prediction ({method}, p = {op.p}, at most {min(op.p, n_outputs)} drops): saddle search and first drop "
-        f"~{PREDICT_EVALUATIONS * pair:.0f} s ({PREDICT_EVALUATIONS} operator evaluations of {pair * 1e3:.2f} ms)"
-    )
-
-
-@dataclass(frozen=True)
-class _RealRun:
-    """The real network's run read on the table's clock: ``t`` (times of its saved states on the clock of ``η``),
-    its trajectory, the clock's anchors and a note when the run fell back to ``η``."""
-
-    t: np.ndarray
-    traj: Trajectory
-    anchors: tuple = ()
-    note: str = ""
-
-    @property
-    def loss(self) -> np.ndarray:
-        return self.traj.loss.numpy()
-
-
-def _estimate_and_run(ctx, init_factor, lr, steps, form, save_every, factor, rows, timings, say, **kw):
-    """Memory and time before the long runs (sizes and three timed steps of each; a row of the checks), then
-    :func:`_runs`."""
-    module, found, Xt, Yt, op, Ynqf, W0 = ctx
-    (c_real, c_nqf), nbytes = _cost(
-        module, found, Xt, Yt, op, Ynqf, W0, lr=lr, steps=steps, form=form, save_every=save_every
-    )
-    total = (c_real / factor + c_nqf * (1 + 1 / factor)) * steps
-    rows.append(estimate_row(total, nbytes))
-    say(
-        f"estimate: {steps} steps (η = {lr:.4g}; real network at {factor:g} η), ~{_secs(total)} s, "
-        f"{nbytes / 2**20:.0f} MiB"
-    )
-    args = (init_factor * W0, W0, lr, steps, form, save_every, (c_nqf, c_real), timings, say)
-    return _runs(module, found, Xt, Yt, op, Ynqf, *args, factor=factor, **kw)
-
-
-def _runs(module, found, Xt, Yt, op, Ynqf, W0_real, W0, lr, steps, form, save_every, costs, timings, say, **kw):
-    """The NQF simulation and the real training, each announced with its estimate (timed steps × steps).
-
-    With ``factor > 1`` the real network trains at ``factor × lr`` (``factor`` times fewer steps) and its times
-    are carried onto the clock of ``lr`` by :func:`_clock_map`; a run that diverges at the larger step is
-    repeated at ``lr``.
-    """
-    from ..dynamics import simulate
-
-    factor, shift = kw["factor"], kw["shift"]
-    c_nqf, c_real = costs
-    say(f"NQF simulation: {steps} steps ({form} form), estimated ~{_secs(c_nqf * steps)} s")
-    t0 = time.perf_counter()
-    keep = _saved_state(found)
-    sim = _shifted(simulate(op, Ynqf, W0=W0, lr=lr, steps=steps, form=form, save_every=save_every, **keep), shift)
-    timings["nqf_simulation"] = time.perf_counter() - t0
-    timings["nqf_step"] = timings["nqf_simulation"] / max(steps, 1)
-    say(f"NQF simulation: {_secs(timings['nqf_simulation'])} s")
-    anchors, big_steps = ((0.0,), (0.0,)), steps
-    if factor > 1:
-        t0 = time.perf_counter()
-        n_big = int(math.ceil(steps / factor * 1.1)) + 2  # GD's delay at the larger step: a few per cent
-        big = simulate(
-            op, Ynqf, W0=W0, lr=lr * factor, steps=n_big, form=form, save_every=1, save_M=False, save_W=False
-        )
-        big = _shifted(big, shift)
-        anchors = _clock_map(sim, big)
-        t_end = steps * lr
-        big_steps = max(1, int(math.ceil(_inverse_clock(t_end, anchors) / (lr * factor))))
-        timings["nqf_clock"] = time.perf_counter() - t0
-        say(
-            f"clock: the NQF at {factor:g} η reaches its loss levels {_delay_text(anchors)} later; "
-            f"real network: {big_steps} steps at {factor:g} η"
-        )
-    real = _train(module, found, Xt, Yt, W0_real, lr * factor, big_steps, keep, save_every, c_real, timings, say)
-    if factor > 1 and real.status == 0:
-        return sim, _RealRun(_clock(real.t.numpy(), anchors), real, anchors)
-    if factor > 1:  # diverged at the larger step: the real network at η itself
-        say(f"real network diverged at {factor:g} η ({real.message}); repeated at η")
-        real = _train(module, found, Xt, Yt, W0_real, lr, steps, keep, save_every, c_real, timings, say)
-        note = f"The real network diverged at {factor:g}× the step η and was trained at η."
-        return sim, _RealRun(real.t.numpy(), real, note=note)
-    return sim, _RealRun(real.t.numpy(), real)
-
-
-def _train(module, found, Xt, Yt, W0, lr, steps, keep, save_every, c_real, timings, say):
-    """Full-batch GD of the real network's units (a copy of ``module``), announced and timed."""
-    from ..dynamics import train_network
-
-    say(f"real network: {steps} steps of full-batch GD (η = {lr:.4g}), estimated ~{_secs(c_real * steps)} s")
-    t0 = time.perf_counter()
-    net = copy.deepcopy(module)
-    every = max(1, min(save_every, steps // 300))
-    real = train_network(net, found.layout, Xt, Yt, W0=W0, lr=lr, steps=steps, save_every=every, **keep)
-    timings["real_training"] = time.perf_counter() - t0
-    timings["real_step"] = timings["real_training"] / max(steps, 1)
-    say(f"real network: {_secs(timings['real_training'])} s")
-    return real
-
-
-def _seeded_steps(real: _RealRun, lr: float, steps: int) -> tuple:
-    """``(step, steps, time map)`` of the seeded NQF: the real network's step and count, and the same clock map
-    onto ``η`` (the seeded NQF follows the NQF's discrete dynamics, whose delay the map measures)."""
-    if not real.anchors:
-        return lr, steps, None
-    assert real.traj.step is not None  # train_network saves its steps
-    big_steps = int(real.traj.step[-1])
-    big_lr = float(real.traj.t[-1]) / big_steps
-    return big_lr, big_steps, (lambda t: _clock(t, real.anchors))
-
-
-#: Loss levels at which the two NQF runs are matched (:func:`_clock_map`).
-CLOCK_LEVELS = 200
-
-
-def _clock_map(sim, big) -> tuple:
-    """Anchors ``(times at the larger step, times at η)`` of the clock map: ``(0, 0)`` and the first downward
-    crossings of :data:`CLOCK_LEVELS` loss levels, evenly spaced over the range both NQF runs cover, by each run.
-
-    GD at step ``η`` reaches a drop later than the gradient flow (a mode grows by ``1 + η r/2`` per step instead
-    of ``e^{η r/2}``); the NQF at both steps measures that delay along the whole staircase, and the real network,
-    which follows the NQF, is delayed the same way up to the product of its gap to the NQF and the delay
-    (digits, width 256: the same table to 0.05 %, with the real network at 10× and 12.5× the step).
-    """
-    tb, Lb, ts, Ls = big.t.numpy(), big.loss.numpy(), sim.t.numpy(), sim.loss.numpy()
-    lo, hi = max(Lb.min(), Ls.min()), min(Lb[0], Ls[0])
-    xs, ys = [0.0], [0.0]
-    for level in np.linspace(hi, lo, CLOCK_LEVELS)[1:-1]:
-        x, y = _first_crossing(tb, Lb, level), _first_crossing(ts, Ls, level)
-        if np.isfinite(x) and np.isfinite(y) and x > xs[-1] and y > ys[-1]:
-            xs.append(x)
-            ys.append(y)
-    return tuple(xs), tuple(ys)
-
-
-def _first_crossing(t: np.ndarray, L: np.ndarray, level: float) -> float:
-    """The first time ``L`` falls to ``level`` (linear between saved points); NaN if it never does."""
-    below = np.flatnonzero(level >= L)
-    i = int(below[0]) if below.size else 0
-    if i == 0:
-        return math.nan
-    return float(t[i - 1] + (level - L[i - 1]) * (t[i] - t[i - 1]) / (L[i] - L[i - 1]))
-
-
-def _clock(t: np.ndarray, anchors: tuple) -> np.ndarray:
-    """Times of the larger-step run on the clock of ``η``: linear between anchors, shifted beyond the last."""
-    xs, ys = (np.asarray(a) for a in anchors)
-    out = np.interp(t, xs, ys)
-    over = t > xs[-1]
-    out[over] = t[over] - xs[-1] + ys[-1]
-    return out
-
-
-def _inverse_clock(t: float, anchors: tuple) -> float:
-    xs, ys = anchors
-    return float(np.interp(t, ys, xs)) if t <= ys[-1] else t - ys[-1] + xs[-1]
-
-
-def _delay_text(anchors: tuple) -> str:
-    xs, ys = (np.asarray(a[1:]) for a in anchors)
-    if not xs.size:
-        return "(no common loss level)"
-    d = 100 * (xs / ys - 1)
-    return f"{d.min():.1f}–{d.max():.1f} %"
-
-
 def _moments(module, found, Xt, op, Ynqf, how: str, say):
     """The NQF's operator and targets on ``D`` moment rows when that is exact (:mod:`nqf.study._moments`),
     with the loss offset ``c``; else ``(op, Ynqf, 0.0)``."""
@@ -578,11 +372,6 @@ def _moments(module, found, Xt, op, Ynqf, how: str, say):
         return op, Ynqf, 0.0
     say(f"NQF data: {Xt.shape[0]} samples → {Xc.shape[0]} moment rows (exact for this MLP; loss offset {shift:.4g})")
     return op_c, Yc, shift
-
-
-def _shifted(traj, shift: float):
-    """``traj`` with ``shift`` added to its losses (the NQF on moment rows: :mod:`nqf.study._moments`)."""
-    return dataclasses.replace(traj, loss=traj.loss + shift) if shift else traj
 
 
 def _checked_options(eps, loss: str, steps: int | None = None, max_steps: int | None = None) -> float:
@@ -618,32 +407,6 @@ def _assumption_checks(module, found, Xt, op, f0, how: str, *, seed: int):
     rows.append(check_width(found.n_units, found.p))
     rows.append(check_training_only(training_only_layers(module)))
     return rows, commuting
-
-
-def _cost(module, found, Xt, Yt, op, Ynqf, W0, *, lr: float, steps: int, form: str, save_every: int):
-    """Seconds per step of the real and the NQF run (timed runs of 3 and 13 steps of each), and bytes of both runs."""
-    from ..dynamics import simulate, train_network
-
-    c_real = _timed_step_cost(
-        lambda k: train_network(
-            copy.deepcopy(module), found.layout, Xt, Yt, W0=W0, lr=lr, steps=k, save_W=False, save_M=False
-        ),
-        steps,
-    )
-    c_nqf = _timed_step_cost(
-        lambda k: simulate(op, Ynqf, W0=W0, lr=lr, steps=k, form=form, save_M=False, save_W=False), steps
-    )
-    n_saved = steps // save_every + 2
-    per_state = found.p * min(found.p, found.n_units)  # the smaller of M (p × p) and W (p × m): _saved_state
-    nbytes = 2 * n_saved * per_state * 8 + sum(v.numel() * 8 for v in module.parameters()) * 3
-    return (c_real, c_nqf), nbytes
-
-
-def _saved_state(found) -> dict:
-    """Save the smaller of ``M`` (``p × p``) and ``W`` (``p × m``) at each saved step: the mode strengths
-    ``qᵀ M q = ‖Wᵀ q‖²`` need only one (a CNN on digits, p = 650, m = 16: 50 MB of ``W`` instead of 4 GB of ``M``)."""
-    small_w = found.n_units < found.p
-    return {"save_M": not small_w, "save_W": small_w}
 
 
 def _strengths(Q: torch.Tensor, tr, n: int) -> np.ndarray:
