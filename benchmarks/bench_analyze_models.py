@@ -4,8 +4,10 @@ Each row runs ``nqf analyze`` in a fresh process (``/usr/bin/time`` measures its
 peak resident memory) and reads the run's ``results.json``: the structure operator used, the
 time of the prediction and of the real training, *NQF step ÷ real step* (each run's time over
 its steps: the real network takes larger steps, see docs/analyze.md), the trust of the verdict,
-and the largest per-plateau time and level errors (relative) of the real network against the
-prediction (in the quadratic regime).
+the largest per-plateau time and level errors (relative) of the real network against the
+prediction (in the quadratic regime), and for each stage the estimate printed before it ÷ the
+time it took (``est/<stage>``, with that time), and the peak memory of the process estimated before
+the long runs ÷ the peak ``/usr/bin/time`` measured (``est/peak``, with that peak).
 
 Rows (digits: all 1797 samples; models written to a temporary ``models.py``):
 
@@ -115,7 +117,10 @@ def _row(name: str, tmp: Path, eps: float, timeout: int) -> dict:
     if res.returncode != 0:
         last = [ln for ln in res.stderr.splitlines() if ln.strip() and not ln.startswith("TIME")]
         return {**row, "status": f"exit {res.returncode}: {last[-1] if last else ''}"[:160]}
-    return {**row, **_read_results(out / "results.json")}
+    row = {**row, **_read_results(out / "results.json")}
+    if row.get("est_peak_MiB") and row.get("peak_MiB"):  # the whole process's peak, report and figure included
+        row["est/peak"] = f"{row['est_peak_MiB'] / row['peak_MiB']:.2f} ({row['peak_MiB']:.0f} MiB)"
+    return row
 
 
 def _read_results(path: Path) -> dict:
@@ -132,7 +137,25 @@ def _read_results(path: Path) -> dict:
         "trust": m.get("trust"),
         "max_t_err": m.get("max_time_error_real"),
         "max_L_err": m.get("max_level_error_real"),
+        **_estimate_ratios(m),
     }
+
+
+#: Stages whose time ``nqf analyze`` estimates before it starts them (metrics ``seconds_estimate_<stage>``).
+STAGES = ("prediction", "nqf_simulation", "nqf_clock", "real_training", "seeded_nqf")
+
+
+def _estimate_ratios(m: dict) -> dict:
+    """Estimate ÷ measured of each stage's time (``est/<stage>``, with the measured seconds) and of the
+    process's peak memory (``est/peak``)."""
+    out = {}
+    for stage in STAGES:
+        est, took = m.get(f"seconds_estimate_{stage}"), m.get(f"seconds_{stage}")
+        if est is not None and took:
+            out[f"est/{stage}"] = f"{est / took:.2f} ({took:.2g} s)"
+    if m.get("memory_estimate_peak_mib"):
+        out["est_peak_MiB"] = m["memory_estimate_peak_mib"]
+    return out
 
 
 def _print(rows: list[dict]) -> None:
@@ -140,11 +163,11 @@ def _print(rows: list[dict]) -> None:
     from rich.table import Table
 
     cols = ["row", "status", "operator", "p", "wall_s", "peak_MiB", "predict_s", "real_s", "nqf_over_real", "trust"]
-    cols += ["max_t_err", "max_L_err"]
+    cols += ["max_t_err", "max_L_err", *(f"est/{s}" for s in STAGES), "est/peak"]
     table = Table(*cols)
     for r in rows:
         table.add_row(*(f"{r[c]:.3g}" if isinstance(r.get(c), float) else str(r.get(c, "")) for c in cols))
-    Console(width=200).print(table)
+    Console(width=320).print(table)
 
 
 def main() -> None:

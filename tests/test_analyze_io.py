@@ -257,6 +257,27 @@ def test_progress_lines_come_before_the_long_stages(wine_run):
     assert "classes barbera, barolo, grignolino" in lines[at("data: ")]
 
 
+def test_every_timed_stage_has_the_estimate_printed_before_it_and_the_peak_memory_is_recorded(wine_run):
+    """Each long stage's estimate is recorded beside its measured time (``estimate_<stage>``), printed on the
+    stage's first line; the process's peak memory estimated before the runs and measured at the end are both
+    in the results (``memory_*`` metrics): bench_analyze_models.py prints their ratios."""
+    a, lines = wine_run
+    stages = ("prediction", "nqf_simulation", "nqf_clock", "real_training", "seeded_nqf")
+    for stage in stages:
+        if stage in a.timings:
+            assert a.timings[f"estimate_{stage}"] > 0, stage
+    assert {"prediction", "nqf_simulation", "real_training"} <= set(a.timings)
+    starts = {"nqf_clock": "clock: the NQF at", "seeded_nqf": "seeded NQF (the real network's clock)"}
+    for stage, prefix in starts.items():
+        if stage in a.timings:
+            assert "estimated ~" in next(ln for ln in lines if ln.startswith(prefix)), stage
+    est, peak = a.memory["estimate_peak_mib"], a.memory["peak_mib"]
+    assert 0.5 < est / peak < 2  # from what the process held before the runs and the saved states
+    assert f"process peak ~{est:.0f} MiB" in next(ln for ln in lines if ln.startswith("estimate: "))
+    d = a.to_dict()
+    assert d["memory"] == a.memory and d["timings"]["estimate_real_training"] == a.timings["estimate_real_training"]
+
+
 # --------------------------------------------------------------------------- training-only layers
 def test_dropout_is_switched_off_named_and_trains_like_the_model_without_it(tmp_path):
     body = (

@@ -312,6 +312,26 @@ def memory_limit(device=None) -> int | None:
     return None if avail is None else avail // 4
 
 
+def process_memory() -> tuple[int | None, int | None]:
+    """``(resident bytes now, peak resident bytes so far)`` of this process: ``/proc/self/statm`` and
+    ``getrusage``'s ``ru_maxrss`` (KiB on Linux, bytes on macOS); ``None`` for what the platform does not tell."""
+    now = peak = None
+    try:
+        with open("/proc/self/statm") as fh:
+            now = int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError, AttributeError):
+        pass
+    try:
+        import resource
+        import sys
+
+        maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        peak = int(maxrss) if sys.platform == "darwin" else int(maxrss) * 1024
+    except (ImportError, OSError, ValueError, AttributeError):
+        pass
+    return now, peak
+
+
 def _saved_states(steps: int, save_every: int) -> int:
     return steps // save_every + 2  # step 0, every save_every-th step, and the last step
 

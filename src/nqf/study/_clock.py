@@ -14,6 +14,7 @@ import time
 import numpy as np
 
 from ..curves import RealClock, real_clock
+from ._runs import secs, timed_step_cost
 
 __all__ = ["seeded_clock", "clock_sentences"]
 
@@ -32,15 +33,23 @@ def seeded_clock(enabled: bool, problem: tuple, run: tuple, pred, sim, say, timi
     lr, steps, time_map = run
     if not enabled or pred.n_drops < 2 or not op.satisfies_zgz:
         return None
-    say(f"seeded NQF (the real network's clock): {steps} steps (η = {lr:.4g})")
-    t0 = time.perf_counter()
     every = max(1, steps // 600)
-    traj = seeded_nqf(
-        op, copy.deepcopy(module), found.layout, Xt, Yt, W0=W0, lr=lr, steps=steps, save_every=every,
-        save_W=False, save_M=False,
-    )  # fmt: skip
+
+    def go(k: int, save_every: int = every):
+        return seeded_nqf(
+            op, copy.deepcopy(module), found.layout, Xt, Yt, W0=W0, lr=lr, steps=k, save_every=save_every,
+            save_W=False, save_M=False,
+        )  # fmt: skip
+
+    timings["estimate_seeded_nqf"] = timed_step_cost(lambda k: go(k, 1), steps) * steps
+    say(
+        f"seeded NQF (the real network's clock): {steps} steps (η = {lr:.4g}), "
+        f"estimated ~{secs(timings['estimate_seeded_nqf'])} s"
+    )
+    t0 = time.perf_counter()
+    traj = go(steps)
     timings["seeded_nqf"] = time.perf_counter() - t0
-    say(f"seeded NQF: {timings['seeded_nqf']:.1f} s")
+    say(f"seeded NQF: {secs(timings['seeded_nqf'])} s")
     t = traj.t.numpy() if time_map is None else time_map(traj.t.numpy())
     return real_clock(pred, t, traj.loss.numpy(), sim.t.numpy(), sim.loss.numpy())
 

@@ -154,6 +154,7 @@ def fill_outcome(a: Analysis, out: Outcome) -> None:
             "max_time_error_real": a.verdict["max_time_error"],
             "max_level_error_real": a.verdict["max_level_error"],
             **{f"seconds_{k}": s for k, s in a.timings.items()},
+            **{f"memory_{k}": v for k, v in a.memory.items()},
         }
     )
     out.arrays.update({k: v for k, v in a.curves.items()})

@@ -32,6 +32,7 @@ import time
 import numpy as np
 import torch
 
+from .._validation import process_memory
 from ..curves import FLAT_THRESHOLD, compare_staircase, stable_learning_rate, step_count
 from ..data import Dataset, prepare
 from ..dynamics import initial_weights
@@ -198,7 +199,7 @@ def analyze(
     """
     say = log or (lambda s: None)
     eps = _checked_options(eps, loss, steps, max_steps)  # before anything is computed
-    timings = {}
+    timings, memory = {}, {}
     t0 = time.perf_counter()
     data, module, found, desc = prepare_analysis(model, X, Y, units=units, seed=seed, data_name=data_name)
     say(_data_line(data))
@@ -213,7 +214,8 @@ def analyze(
     p, m = found.p, found.n_units
     timings["setup"] = time.perf_counter() - t0
 
-    say(_prediction_estimate(op, data.n_outputs, commuting))
+    timings["estimate_prediction"], line = _prediction_estimate(op, data.n_outputs, commuting)
+    say(line)
     t0 = time.perf_counter()
     W0 = initial_weights(p, m, eps, seed=seed)
     M0 = W0 @ W0.T if m < p else None
@@ -232,7 +234,7 @@ def analyze(
     form = "weights" if (eps <= WEIGHT_FORM_BELOW or m < p) else "order_parameter"
 
     ctx = (module, found, Xt, Yt, op, Ynqf, W0)
-    run_args = (init_factor, lr, steps, form, save_every, float(real_step_factor), rows, timings, say)
+    run_args = (init_factor, lr, steps, form, save_every, float(real_step_factor), rows, timings, say, memory)
     sim, real = _estimate_and_run(ctx, *run_args, shift=shift)
     if real.note:
         notes.append(real.note)
@@ -266,7 +268,14 @@ def analyze(
         classes=tuple(data.classes),
         notes=tuple(notes),
         clock=seeded,
+        memory={**memory, "peak_mib": _peak_mib()},
     )
+
+
+def _peak_mib() -> float | None:
+    """The process's peak resident memory so far, MiB (None where the platform does not tell)."""
+    peak = process_memory()[1]
+    return None if peak is None else round(peak / 2**20, 1)
 
 
 def _check_max_steps(steps: int | None, max_steps: int | None) -> None:
@@ -379,7 +388,6 @@ def _checked_options(eps, loss: str, steps: int | None = None, max_steps: int | 
     ``steps`` at most ``max_steps``."""
     _check_max_steps(steps, max_steps)
     from .._validation import float_param
-    from ..errors import InvalidParameterError
 
     eps = float_param("eps", eps, positive=True)
     if not eps < 1:

@@ -78,6 +78,9 @@ class Analysis(Result):
     clock : nqf.curves.RealClock or None
         The real network's clock (the seeded NQF's drop times, seeds and seeding floors,
         docs/theory.md §7); None when fewer than two drops are predicted or it was not asked for.
+    memory : dict
+        MiB: ``estimate_peak_mib``, the process's peak resident memory estimated before the long runs
+        (printed with the estimate), and ``peak_mib``, the peak measured at the end.
     """
 
     model: str
@@ -103,6 +106,7 @@ class Analysis(Result):
     classes: tuple = field(default=(), repr=False)
     notes: tuple = field(default=(), repr=False)
     clock: RealClock | None = field(default=None, repr=False)
+    memory: dict = field(default_factory=dict, repr=False)
 
     def __repr__(self) -> str:
         return (
@@ -137,6 +141,7 @@ class Analysis(Result):
                 "classes": [c if isinstance(c, (int, float, str)) else str(c) for c in self.classes],
                 "notes": list(self.notes),
                 "clock": None if self.clock is None else self.clock.to_dict(),
+                "memory": dict(self.memory),
             }
         )
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .._validation import process_memory
 from ..dynamics import Trajectory
 from ._checks import estimate_row
 
@@ -21,12 +22,12 @@ from ._checks import estimate_row
 PREDICT_EVALUATIONS = 12_000
 
 
-def _secs(x: float) -> str:
+def secs(x: float) -> str:
     """Seconds for a progress line: two significant digits below 10 s, whole seconds above."""
     return f"{x:.0f}" if x >= 10 else f"{x:.2g}"
 
 
-def _timed_step_cost(fn, steps: int) -> float:
+def timed_step_cost(fn, steps: int) -> float:
     """Seconds per step of a run of ``steps`` steps: ``fn(k)`` timed at ``k = 3`` and ``k = 13``; the difference
     is the marginal cost of a step, the rest the run's fixed cost (set-up, saves), spread over ``steps``.
     (A 3-step run divided by 3 counted the fixed cost 3 times per step: wine's NQF estimated at 2 s, ran in
@@ -42,7 +43,7 @@ def _timed_step_cost(fn, steps: int) -> float:
     return per_step + fixed / max(int(steps), 1)
 
 
-def _prediction_estimate(op, n_outputs: int, commuting: bool) -> str:
+def _prediction_estimate(op, n_outputs: int, commuting: bool) -> tuple[float, str]:
     """The time of the saddle search and its first orbit, from three timed operator evaluations.
 
     Cost model: the search with its first heteroclinic orbit takes about :data:`PREDICT_EVALUATIONS`
@@ -59,9 +60,10 @@ def _prediction_estimate(op, n_outputs: int, commuting: bool) -> str:
         op.adjoint_apply(R, L)
     pair = (time.perf_counter() - t0) / 3
     method = "Lotka–Volterra" if commuting else "saddle sequence"
-    return (
+    seconds = PREDICT_EVALUATIONS * pair
+    return seconds, (
         f"prediction ({method}, p = {op.p}, at most {min(op.p, n_outputs)} drops): saddle search and first drop "
-        f"~{PREDICT_EVALUATIONS * pair:.0f} s ({PREDICT_EVALUATIONS} operator evaluations of {pair * 1e3:.2f} ms)"
+        f"~{secs(seconds)} s ({PREDICT_EVALUATIONS} operator evaluations of {pair * 1e3:.2f} ms)"
     )
 
 
@@ -80,20 +82,23 @@ class _RealRun:
         return self.traj.loss.numpy()
 
 
-def _estimate_and_run(ctx, init_factor, lr, steps, form, save_every, factor, rows, timings, say, **kw):
+def _estimate_and_run(ctx, init_factor, lr, steps, form, save_every, factor, rows, timings, say, memory, **kw):
     """Memory and time before the long runs (sizes and three timed steps of each; a row of the checks), then
     :func:`_runs`."""
     module, found, Xt, Yt, op, Ynqf, W0 = ctx
-    (c_real, c_nqf), nbytes = _cost(
+    (c_real, c_nqf, c_plain), nbytes = _cost(
         module, found, Xt, Yt, op, Ynqf, W0, lr=lr, steps=steps, form=form, save_every=save_every
     )
-    total = (c_real / factor + c_nqf * (1 + 1 / factor)) * steps
+    n_real = max(1, int(steps / factor))
+    total = _real_seconds(c_real, n_real, save_every) + (c_nqf + c_plain / factor) * steps
     rows.append(estimate_row(total, nbytes))
+    now, peak = process_memory()
+    memory["estimate_peak_mib"] = round(max(peak or 0, (now or peak or 0) + nbytes) / 2**20, 1)
     say(
-        f"estimate: {steps} steps (η = {lr:.4g}; real network at {factor:g} η), ~{_secs(total)} s, "
-        f"{nbytes / 2**20:.0f} MiB"
+        f"estimate: {steps} steps (η = {lr:.4g}; real network at {factor:g} η), ~{secs(total)} s, "
+        f"{nbytes / 2**20:.0f} MiB of saved states: process peak ~{memory['estimate_peak_mib']:.0f} MiB"
     )
-    args = (init_factor * W0, W0, lr, steps, form, save_every, (c_nqf, c_real), timings, say)
+    args = (init_factor * W0, W0, lr, steps, form, save_every, (c_nqf, c_real, c_plain), timings, say)
     return _runs(module, found, Xt, Yt, op, Ynqf, *args, factor=factor, **kw)
 
 
@@ -107,18 +112,21 @@ def _runs(module, found, Xt, Yt, op, Ynqf, W0_real, W0, lr, steps, form, save_ev
     from ..dynamics import simulate
 
     factor, shift = kw["factor"], kw["shift"]
-    c_nqf, c_real = costs
-    say(f"NQF simulation: {steps} steps ({form} form), estimated ~{_secs(c_nqf * steps)} s")
+    c_nqf, c_real, c_plain = costs
+    timings["estimate_nqf_simulation"] = c_nqf * steps
+    say(f"NQF simulation: {steps} steps ({form} form), estimated ~{secs(c_nqf * steps)} s")
     t0 = time.perf_counter()
     keep = _saved_state(found)
     sim = _shifted(simulate(op, Ynqf, W0=W0, lr=lr, steps=steps, form=form, save_every=save_every, **keep), shift)
     timings["nqf_simulation"] = time.perf_counter() - t0
     timings["nqf_step"] = timings["nqf_simulation"] / max(steps, 1)
-    say(f"NQF simulation: {_secs(timings['nqf_simulation'])} s")
+    say(f"NQF simulation: {secs(timings['nqf_simulation'])} s")
     anchors, big_steps = ((0.0,), (0.0,)), steps
     if factor > 1:
         t0 = time.perf_counter()
         n_big = int(math.ceil(steps / factor * 1.1)) + 2  # GD's delay at the larger step: a few per cent
+        timings["estimate_nqf_clock"] = c_plain * n_big
+        say(f"clock: the NQF at {factor:g} η, {n_big} steps, estimated ~{secs(c_plain * n_big)} s")
         big = simulate(
             op, Ynqf, W0=W0, lr=lr * factor, steps=n_big, form=form, save_every=1, save_M=False, save_W=False
         )
@@ -146,15 +154,30 @@ def _train(module, found, Xt, Yt, W0, lr, steps, keep, save_every, c_real, timin
     """Full-batch GD of the real network's units (a copy of ``module``), announced and timed."""
     from ..dynamics import train_network
 
-    say(f"real network: {steps} steps of full-batch GD (η = {lr:.4g}), estimated ~{_secs(c_real * steps)} s")
+    every = _real_save_every(steps, save_every)
+    timings["estimate_real_training"] = _real_seconds(c_real, steps, save_every)
+    say(
+        f"real network: {steps} steps of full-batch GD (η = {lr:.4g}), "
+        f"estimated ~{secs(timings['estimate_real_training'])} s"
+    )
     t0 = time.perf_counter()
     net = copy.deepcopy(module)
-    every = max(1, min(save_every, steps // 300))
     real = train_network(net, found.layout, Xt, Yt, W0=W0, lr=lr, steps=steps, save_every=every, **keep)
     timings["real_training"] = time.perf_counter() - t0
     timings["real_step"] = timings["real_training"] / max(steps, 1)
-    say(f"real network: {_secs(timings['real_training'])} s")
+    say(f"real network: {secs(timings['real_training'])} s")
     return real
+
+
+def _real_save_every(steps: int, save_every: int) -> int:
+    """The real run saves every this many steps: at least 300 saved states, at most the NQF's cadence."""
+    return max(1, min(save_every, steps // 300))
+
+
+def _real_seconds(c_real: tuple, steps: int, save_every: int) -> float:
+    """Estimated seconds of the real run: ``c_real = (per step, per step saving every step)``."""
+    plain, each = c_real
+    return (plain + max(each - plain, 0.0) / _real_save_every(steps, save_every)) * steps
 
 
 def _seeded_steps(real: _RealRun, lr: float, steps: int) -> tuple:
@@ -229,22 +252,32 @@ def _shifted(traj, shift: float):
 
 
 def _cost(module, found, Xt, Yt, op, Ynqf, W0, *, lr: float, steps: int, form: str, save_every: int):
-    """Seconds per step of the real and the NQF run (timed runs of 3 and 13 steps of each), and bytes of both runs."""
+    """Seconds per step of the real run, of the NQF run with its saves and without, and bytes of both runs.
+
+    Each from timed runs of 3 and 13 steps (:func:`timed_step_cost`); a run's saves cost what a run that saves
+    every step spends beyond one that saves nothing, divided by ``save_every`` (iris: the NQF simulation's
+    estimate was a third of its time when the saves were left out).
+    """
     from ..dynamics import simulate, train_network
 
-    c_real = _timed_step_cost(
-        lambda k: train_network(
-            copy.deepcopy(module), found.layout, Xt, Yt, W0=W0, lr=lr, steps=k, save_W=False, save_M=False
-        ),
-        steps,
+    keep = _saved_state(found)
+
+    def real(k: int, saving: dict):
+        return train_network(copy.deepcopy(module), found.layout, Xt, Yt, W0=W0, lr=lr, steps=k, **saving)
+
+    c_real = (
+        timed_step_cost(lambda k: real(k, {"save_W": False, "save_M": False}), steps),
+        timed_step_cost(lambda k: real(k, keep), steps),
     )
-    c_nqf = _timed_step_cost(
+    c_plain = timed_step_cost(
         lambda k: simulate(op, Ynqf, W0=W0, lr=lr, steps=k, form=form, save_M=False, save_W=False), steps
     )
+    c_each = timed_step_cost(lambda k: simulate(op, Ynqf, W0=W0, lr=lr, steps=k, form=form, **keep), steps)
+    c_nqf = c_plain + max(c_each - c_plain, 0.0) / max(save_every, 1)
     n_saved = steps // save_every + 2
     per_state = found.p * min(found.p, found.n_units)  # the smaller of M (p × p) and W (p × m): _saved_state
     nbytes = 2 * n_saved * per_state * 8 + sum(v.numel() * 8 for v in module.parameters()) * 3
-    return (c_real, c_nqf), nbytes
+    return (c_real, c_nqf, c_plain), nbytes
 
 
 def _saved_state(found) -> dict:
