@@ -216,7 +216,7 @@ def _loop():
 
 def _upper_bound_check():
     """The real-data experiment's one-sided check, on the gap of the p = 1000 analysis."""
-    from nqf.experiments._real_data import UpperBoundCheck
+    from nqf.experiments._real_data_checks import UpperBoundCheck
 
     a = analysis()
     return UpperBoundCheck(
@@ -297,7 +297,7 @@ FACTORIES = {
     ),
     "nqf.sweep._execute.SweepState": (_sweep_state, ()),
     "nqf.dynamics._loop.LoopOutcome": (lambda f: _loop(), ()),
-    "nqf.experiments._real_data.UpperBoundCheck": (lambda f: _upper_bound_check(), ()),
+    "nqf.experiments._real_data_checks.UpperBoundCheck": (lambda f: _upper_bound_check(), ()),
 }
 
 #: Public dataclasses that are not results of a computation (inputs, specifications, run contexts).
