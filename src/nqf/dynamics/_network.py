@@ -19,7 +19,6 @@ the one of :func:`~nqf.dynamics._loop.training_loop` (shared with
 from __future__ import annotations
 
 import torch
-from torch.func import functional_call
 
 from .._validation import check_inputs, check_saved_memory, divergence_threshold_value, steps_value
 from ..errors import InvalidTypeError
@@ -189,10 +188,7 @@ class _Objective:
         )
 
     def predict(self, Wt, xb):
-        out = functional_call(self.module, self.scatter(Wt), (xb,))
-        if self.output is not None:
-            out = self.output(out)
-        return out.reshape(out.shape[0], -1)
+        return self.scatter.module_output(self.module, Wt, xb, self.output)
 
     def evaluate(self, params, idx):
         Wl = params[0].detach().requires_grad_(True)

@@ -30,7 +30,6 @@ and 1.2 % on digits restricted to five classes for ε = 1e-4 … 1e-20, where th
 from __future__ import annotations
 
 import torch
-from torch.func import functional_call
 
 from .._validation import check_inputs, divergence_threshold_value, steps_value
 from ..errors import InvalidParameterError, InvalidTypeError, NormalFormError
@@ -153,7 +152,10 @@ def seeded_nqf(
     W = initial_state(scatter.p, W0=W0, width=scatter.m, dtype=dt, device=op.device).W0
     assert W is not None
     X = X.to(device=op.device, dtype=dt)
-    module_fn = _module_predictions(module, scatter, output)
+
+    def module_fn(Wt, xb):
+        return scatter.module_output(module, Wt, xb, output)
+
     with torch.no_grad():
         f0 = module_fn(torch.zeros_like(W), X)
     yt = loss.prepare(y, N, f0.shape[1], dt, op.device)
@@ -202,16 +204,6 @@ def _grad(fn, W: torch.Tensor) -> torch.Tensor:
         V = W.detach().requires_grad_(True)
         (g,) = torch.autograd.grad(fn(V), V)
     return g.detach()
-
-
-def _module_predictions(module, scatter: UnitScatter, output):
-    def predict(Wt, xb):
-        out = functional_call(module, scatter(Wt), (xb,))
-        if output is not None:
-            out = output(out)
-        return out.reshape(out.shape[0], -1)
-
-    return predict
 
 
 def _nqf_predictions(op: StructureOperator, f0: torch.Tensor):

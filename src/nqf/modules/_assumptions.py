@@ -16,7 +16,7 @@ import math
 
 import torch
 from torch import nn
-from torch.func import functional_call, jacrev, jvp, vmap
+from torch.func import jacrev, jvp, vmap
 
 from .._validation import tolerance
 from ..errors import NormalFormError
@@ -74,8 +74,7 @@ def check_permutation_symmetry(module: nn.Module, layout: UnitLayout, X, *, outp
     swap[[0, 1]] = swap[[1, 0]]
 
     def f(Wt):
-        out = functional_call(mod, scatter(Wt), (X64,))
-        return output(out) if output is not None else out
+        return scatter.module_output(mod, Wt, X64, output)
 
     with evaluation_mode(), torch.no_grad():
         ref = f(W)

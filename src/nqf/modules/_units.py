@@ -246,6 +246,19 @@ class UnitScatter:
             out[name] = flat.reshape(t.shape)
         return out
 
+    def module_output(self, module: torch.nn.Module, W: torch.Tensor, x: torch.Tensor, output=None) -> torch.Tensor:
+        """``module(x)`` with the units at ``W`` (every other parameter as in :attr:`base`), shape ``(n, C)``.
+
+        ``output`` (optional) maps the module's raw output first (e.g. picks one element of a tuple);
+        the result is flattened per sample.  Differentiable in ``W`` (:func:`torch.func.functional_call`).
+        """
+        from torch.func import functional_call
+
+        out = functional_call(module, self(W), (x,))
+        if output is not None:
+            out = output(out)
+        return out.reshape(out.shape[0], -1)
+
     def gather(self, params: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor:
         """``W`` of shape ``(p, m)`` read from ``params`` (default: :attr:`base`)."""
         params = self.base if params is None else params
