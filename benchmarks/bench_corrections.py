@@ -10,6 +10,7 @@ the seeded prediction against training the real network to the same horizon.
 
     python benchmarks/bench_corrections.py            # all set-ups (several minutes)
     python benchmarks/bench_corrections.py iris demo  # a subset
+    python benchmarks/bench_corrections.py planted    # planted changes of the seeded NQF's source
 
 Set-ups: ``iris`` (tanh MLP width 64), ``digits5`` (digits restricted to classes 0–4, width
 64), ``demo`` (the demo's whitened teacher task, N = 300, D = 6, singular values 2, 1, 0.5,
@@ -18,7 +19,10 @@ half-saturation crossings of its strength, as in ``nqf run demo``), ``balanced``
 one unit per mode; drop times of the loss, as the other set-ups; not in the default list: the
 seeded NQF does not predict a single unit's own switch, docs/theory.md §7), ``widths`` (the
 demo's set-up at ε = 1e-12, widths 9, 18, 36, 72, 144: how the departure depends on how many
-units share a mode).  After each ε sweep: the seeding floor of each later drop, predicted
+units share a mode), ``planted`` (iris, width 64, ε = 1e-12: the seeded NQF written out in this file from
+public pieces, and with its source's sign flipped, computed on a Gaussian sample with the data's joint
+``(x, y)`` mean and covariance, scaled by 1e-3, or left out: which of these planted errors move a drop
+past 5 %).  After each ε sweep: the seeding floor of each later drop, predicted
 (``real_clock``) and measured model-free from the real network's slope ``Δt_k/Δln(1/ε)``.
 """
 
@@ -144,10 +148,80 @@ def bench(name: str, widths=(64,), eps_list=EPS) -> float:
     return worst
 
 
+def _variant(X, Y, W0, m: int, lr: float, steps: int, *, sign=1.0, scale=1.0, source=None, refresh=10):
+    """The seeded NQF written out here from public pieces (``op.forward_factor``/``adjoint_apply``,
+    ``UnitScatter.module_output``, ``unlearned_projector``), with a planted change of its source
+    ``P (∇_W L_module − ∇_W L_NQF)``: ``sign`` and ``scale`` multiply it; ``source = (Xs, Ys)`` computes it
+    on other data (both gradients there).  Returns ``(t, NQF loss)`` every 10 steps."""
+    from nqf.dynamics import unlearned_projector
+    from nqf.modules import UnitScatter
+
+    C = Y.shape[1]
+    net = TwoLayerMLP(X.shape[1], m, C, activation="tanh", dtype=torch.float64)
+    scatter = UnitScatter(net, net.units)
+    Xs, Ys = (X, Y) if source is None else source
+    op, op_s = mlp(X, "tanh", n_outputs=C), mlp(Xs, "tanh", n_outputs=C)
+
+    def nqf_grad(o, W, Xd, Yd):
+        r = o.forward_factor(W).reshape(Yd.shape) - Yd  # f(0) = 0 for this MLP
+        return 2.0 * o.adjoint_apply(r / Xd.shape[0], W), r
+
+    W, out, S = W0.clone(), [], torch.zeros_like(W0)
+    for k in range(steps + 1):
+        g, r = nqf_grad(op, W, X, Y)
+        if k % refresh == 0:
+            Wg = W.clone().requires_grad_(True)
+            L_mod = 0.5 * (scatter.module_output(net, Wg, Xs) - Ys).pow(2).sum() / Xs.shape[0]
+            (g_mod,) = torch.autograd.grad(L_mod, Wg)
+            S = sign * scale * unlearned_projector(W) @ (g_mod - nqf_grad(op_s, W, Xs, Ys)[0])
+        if k % 10 == 0:
+            out.append((k * lr, 0.5 * float(r.pow(2).sum()) / X.shape[0]))
+        W = W - lr * (g + S)
+    return np.array(out)
+
+
+def planted(eps: float = 1e-12, m: int = 64) -> None:
+    """Iris, width 64: which planted changes of the seeded NQF's source move its drops past 5 %."""
+    X, Y, _ = _data("iris")
+    op = mlp(X, "tanh", n_outputs=Y.shape[1])
+    st = nqf.predict(op, Y, eps)
+    W0 = initial_weights(op.p, m, eps, seed=1)
+    lr = 0.02 / float(st.rates.max())
+    steps = int((1.3 * float(np.nanmax(st.times)) + 5) / lr)
+    net = TwoLayerMLP(X.shape[1], m, Y.shape[1], activation="tanh", dtype=torch.float64)
+    real = train_network(net, net.units, X, Y, W0=W0, lr=lr, steps=steps, save_every=10, save_W=False, save_M=False)
+    t_real = compare_staircase(real.t.numpy(), real.loss.numpy(), st).times_measured
+    Z = torch.cat([X, Y], 1).numpy()
+
+    def gauss(n: int, seed: int):  # the data's joint (x, y) mean and covariance, nothing else
+        Zg = torch.as_tensor(np.random.default_rng(seed).multivariate_normal(Z.mean(0), np.cov(Z.T), n))
+        return Zg[:, : X.shape[1]].contiguous(), Zg[:, X.shape[1] :].contiguous()
+
+    print(f"\nplanted errors (iris, width {m}, ε = {eps:g}): drop times and error against the real network")
+    print(f"{'variant':>34} " + " ".join(f"{'drop ' + str(k + 1):>16}" for k in range(st.n_drops)))
+    print(f"{'real network':>34} " + " ".join(f"{t:16.3f}" for t in t_real))
+    cases = {
+        "seeded NQF (written out here)": {},
+        "source sign flipped": {"sign": -1.0},
+        **{f"source: Gaussian, 3e3 samples ({s})": {"source": gauss(3000, s)} for s in (1, 2, 5)},
+        "source: Gaussian, 3e4 samples": {"source": gauss(30000, 3)},
+        "source amplitude × 1e-3": {"scale": 1e-3},
+        "no source (the NQF)": {"scale": 0.0},
+    }
+    for label, kw in cases.items():
+        tr = _variant(X, Y, W0, m, lr, steps, **kw)
+        t = compare_staircase(tr[:, 0], tr[:, 1], st).times_measured
+        print(f"{label:>34} " + " ".join(f"{a:8.3f} ({a / b - 1:+.3f})" for a, b in zip(t, t_real, strict=True)))
+        sys.stdout.flush()
+
+
 def main(argv) -> None:
     torch.set_num_threads(1)
     names = argv or ["iris", "digits5", "demo", "widths"]
     for name in names:
+        if name == "planted":
+            planted()
+            continue
         if name == "widths":  # finite width: how the units share a mode, at one ε
             worst = bench("widths", (9, 18, 36, 72, 144), (1e-12,))
         else:
