@@ -77,7 +77,7 @@ class ActiveSetQP:
         How often the factor was recomputed from scratch because of drift.
     """
 
-    CHECK_EVERY = 32  # solves between two residual checks
+    CHECK_EVERY = 64  # solves between two residual checks
 
     def __init__(self, C: np.ndarray, beta: np.ndarray, rtol: float = 1e-11):
         self.beta = np.asarray(beta, dtype=float)
