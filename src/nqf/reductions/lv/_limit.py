@@ -35,7 +35,8 @@ from ...errors import InvalidParameterError, ShapeError
 from ...results import Result
 from .._staircase import Staircase
 from .._timing import leading_switch_time
-from ._qp import ActiveSetQP, UnboundedError
+from ._qp import ActiveSetQP
+from ._walk import Walk
 
 __all__ = ["limit", "LimitResult", "LimitEvent"]
 
@@ -236,50 +237,20 @@ def limit(beta, C, s0=None, *, y2: float | None = None, max_events: int | None =
     K = b.shape[0]
     qp = ActiveSetQP(Cn, b)
     vtol = 1e-12 * max(float(np.max(np.abs(b))), scale, 1e-300)
-    stol = 1e-12
     max_events = 10 * K + 10 if max_events is None else int(max_events)
-    events: list[LimitEvent] = []
-    z_after: list[np.ndarray] = []
-    path_tau, path_s = [0.0], [s.copy()]
-
     # the velocities 4(β − Cz) vanish on the active set (free_gradient), so `v > vthr` selects
     # inactive modes only; modes with s = −inf (z(0) = 0) never move
-    vthr = 4 * vtol
-    finite = np.isfinite(s)
-    step = np.empty(K)
-
-    tau = 0.0
-    _process(qp, s, tau, vthr, stol, b, events, z_after)
-    while len(events) <= max_events:
-        v = 4.0 * qp.free_gradient()
-        idx = np.flatnonzero((v > vthr) & finite)
-        if not idx.size:
-            break
-        dt = -s[idx] / v[idx]
-        jj = int(np.argmin(dt))
-        j = int(idx[jj])
-        dtau = max(float(dt[jj]), 0.0)
-        tau += dtau
-        # s ← min(s + v dτ, 0): unchanged on the active set (s = v = 0) and at s = −inf
-        np.multiply(v, dtau, out=step)
-        step += s
-        np.minimum(step, 0.0, out=s)
-        s[j] = 0.0
-        path_tau.append(tau)
-        path_s.append(s.copy())
-        _process(qp, s, tau, vthr, stol, b, events, z_after)
-    else:
-        raise InvalidParameterError(f"`limit` exceeded `max_events` = {max_events}")
+    walk = Walk(qp, b, s, vthr=4 * vtol, stol=1e-12)
+    walk.run(max_events)
     # extension for plotting
-    end, s_end = _extended(qp, s, tau)
-    path_tau.append(end)
-    path_s.append(s_end)
+    end, s_end = walk.extended()
+    path_tau, path_s = walk.path_tau + [end], walk.path_s + [s_end]
     zf = qp.z.copy()
     if y2 is None:
         shift = -_plateau(b, zf)
     else:
         shift = 0.5 * float(y2)
-    events = [LimitEvent(e.tau, e.mode, e.kind, e.active, float(e.loss + shift), e.value) for e in events]
+    events = [LimitEvent(t, k, kind, act, float(loss + shift), value) for t, k, kind, act, loss, value in walk.events]
     return LimitResult(
         events,
         torch.as_tensor(zf),
@@ -287,7 +258,7 @@ def limit(beta, C, s0=None, *, y2: float | None = None, max_events: int | None =
         torch.as_tensor(np.array(path_s)),
         float(shift),
         None,
-        z_after,
+        walk.z_after,
     )
 
 
@@ -343,49 +314,3 @@ def _is_psd(C: np.ndarray, shift: float) -> bool:
 def _plateau(b: np.ndarray, z: np.ndarray) -> float:
     """Loss ``−βᵀz + ½zᵀCz`` at a restricted optimum, without the constant: ``−½ β_Pᵀ z_P`` (``C_PP z_P = β_P``)."""
     return -0.5 * float(b @ z)
-
-
-def _process(qp: ActiveSetQP, s: np.ndarray, tau: float, vthr: float, stol: float, b, events: list, z_after: list):
-    """All joins and leaves at ``τ``: add every mode that reached ``s = 0`` with a positive velocity, in turn.
-
-    Sets ``s_k = 0`` of the modes that join, and appends to ``events`` (and the state after
-    each to ``z_after``) the modes that changed membership at this ``τ``, on before off.
-    """
-    was = {}  # membership before this τ of every mode that joins or leaves at this τ
-    for _ in range(3 * s.shape[0] + 10):
-        v = 4.0 * qp.free_gradient()
-        idx = np.flatnonzero((v > vthr) & (s >= -stol))
-        if not idx.size:
-            break
-        k = int(idx[np.argmax(v[idx])])
-        s[k] = 0.0
-        was.setdefault(k, False)
-        try:
-            removed = qp.add(k)
-        except UnboundedError as exc:
-            raise InvalidParameterError(f"`beta`, `C`: {exc}") from None
-        for r in removed:
-            was.setdefault(r, True)
-    in_p = qp.in_p
-    on = sorted(k for k, w in was.items() if not w and in_p[k])
-    off = sorted(k for k, w in was.items() if w and not in_p[k])
-    if on or off:
-        z = qp.z.copy()
-        val = _plateau(b, z)
-        act = tuple(np.flatnonzero(in_p).tolist())
-        for k in on:
-            events.append(LimitEvent(tau, k, "on", act, val, float(z[k])))
-            z_after.append(z)
-        for k in off:
-            events.append(LimitEvent(tau, k, "off", act, val, 0.0))
-            z_after.append(z)
-
-
-def _extended(qp: ActiveSetQP, s: np.ndarray, tau: float):
-    """The path continued past the last event for plotting: ``(1.25 τ, s)`` (``(1, s)`` when ``τ = 0``)."""
-    v = 4.0 * qp.free_gradient()
-    end = 1.25 * tau if tau > 0 else 1.0
-    s_end = s.copy()
-    fin = ~qp.in_p & np.isfinite(s)
-    s_end[fin] = np.minimum(s[fin] + v[fin] * (end - tau), 0.0)
-    return end, s_end

@@ -90,6 +90,8 @@ class ActiveSetQP:
         self._bs = self.beta.copy()  # β by slot
         self._g = self._bs.copy()  # β − C x by slot (x the restricted optimum), on slots ≥ m when valid
         self._gvalid = True
+        self._d = np.diag(self._C).copy()  # Schur pivots C_kk − ‖L_kP‖² by slot, on slots ≥ m when valid
+        self._dvalid = True
         self._mode = np.arange(K)  # slot -> mode
         self._slot = np.arange(K)  # mode -> slot
         self._m = 0
@@ -118,17 +120,18 @@ class ActiveSetQP:
         col = Lt[:m, a].copy()
         Lt[:m, a] = Lt[:m, b]
         Lt[:m, b] = col
-        for arr in (self._bs, self._g):
+        for arr in (self._bs, self._g, self._d):
             arr[a], arr[b] = arr[b], arr[a]
         ka, kb = self._mode[a], self._mode[b]
         self._mode[a], self._mode[b] = kb, ka
         self._slot[ka], self._slot[kb] = b, a
 
-    def _grow(self) -> None:
+    def _grow(self, n: int = 1) -> None:
+        """Room for ``n`` more pivots."""
         m, cap = self._m, self._Lt.shape[0]
-        if m + 1 <= cap:
+        if m + n <= cap:
             return
-        cap = min(self.K, max(2 * cap, m + 1))
+        cap = min(self.K, max(2 * cap, m + n))
         Lt = np.zeros((cap, self.K))
         Lt[:m] = self._Lt[:m]
         self._Lt = Lt
@@ -162,6 +165,8 @@ class ActiveSetQP:
         self._y[m] = ym
         if self._gvalid:
             self._g[m + 1 :] -= ym * col
+        if self._dvalid:
+            self._d[m + 1 :] -= col * col
         self._m = m + 1
         self.in_p[k] = True
         self._free = None
@@ -176,7 +181,7 @@ class ActiveSetQP:
         off = start * (start + 1) // 2
         self._ap[off : off + cols.shape[0]] = self._Lt.ravel()[cols * K + np.repeat(rows, cnt)]
         self._y[:m] = dtpsv(m, self._ap, self._bs[:m], lower=0, trans=1) if m else 0.0
-        self._gvalid = False
+        self._gvalid = self._dvalid = False
         self._free = None
 
     def _delete(self, pos: int) -> None:
@@ -200,7 +205,7 @@ class ActiveSetQP:
         Lt[m - 1] = 0.0
         cyc = np.concatenate([np.arange(pos + 1, m), [pos]])
         Lt[: m - 1, pos:m] = Lt[: m - 1, cyc]
-        for arr in (self._mode, self._bs, self._g):
+        for arr in (self._mode, self._bs, self._g, self._d):
             arr[pos:m] = arr[cyc]
         self._slot[self._mode[pos:m]] = np.arange(pos, m)
         k = int(self._mode[m - 1])
@@ -237,6 +242,15 @@ class ActiveSetQP:
         self._free = None
         scale = max(float(np.max(np.abs(self.beta))), 1e-300)
         return not np.max(np.abs(h[self._mode[:m]]), initial=0.0) > 1e-10 * scale
+
+    def schur_diag(self) -> np.ndarray:
+        """Schur pivots ``C_kk − ‖L_{kP}‖²`` by slot (entries of slots ≥ ``|P|`` are meaningful; do not modify)."""
+        if not self._dvalid:
+            m = self._m
+            blk = self._Lt[:m, m:]
+            self._d[m:] = np.diag(self._C)[self._mode[m:]] - np.einsum("ij,ij->j", blk, blk)
+            self._dvalid = True
+        return self._d
 
     # ------------------------------------------------------------------ API
     def gradient(self) -> np.ndarray:
@@ -311,6 +325,17 @@ class ActiveSetQP:
         if self._residual_ok():
             return True
         self._refresh()
+        return False
+
+    def _check_drift(self) -> bool:
+        """Residual check at the restricted optimum; on drift the factor is recomputed and ``z_P`` solved anew."""
+        if self._residual_ok():
+            return True
+        self._refresh()
+        x = self._solve_beta()
+        if np.all(x > 0):
+            self.z[self._mode[: self._m]] = x
+            self._free = None
         return False
 
     def add(self, k: int) -> list[int]:
