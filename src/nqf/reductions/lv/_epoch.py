@@ -4,184 +4,164 @@ Between two events the incremental solver of :class:`~nqf.reductions.lv._qp.Acti
 its whole factor (``O(K·|P|)`` numbers) to update every inactive velocity; for ``K`` in the
 thousands that is memory-bound.  An *epoch* instead freezes the factor of the passive set ``P₀``
 at its start and works on the Schur complement ``S = C − L Lᵀ`` (the interaction of the
-inactive modes once ``P₀`` has relaxed):
+inactive modes ``I`` once ``P₀`` has relaxed):
 
-* a set ``J`` of candidate modes (those that can reach ``s = 0`` first) gets ``S_JJ`` and
-  ``W_J = C_{P₀P₀}⁻¹ C_{P₀J}`` from two BLAS-3 products; while modes ``N ⊂ J`` join, the plateau
-  is ``x_N = S_NN⁻¹ g⁰_N``, ``x_{P₀} = x⁰ − W_N x_N`` and the candidates' velocities and log
-  coordinates are exact: ``v_J = v⁰_J − 4 S_JN x_N``, ``s_J = s⁰_J + v⁰_J (τ − τ₀) − 4 S_JN X_N`` with
-  ``X_N = ∫ x_N dτ``;
-* every other inactive mode ``i`` is bounded with ``|S_ij| ≤ √(S_ii S_jj)`` (``S`` is positive
-  semi-definite): ``s_i(τ) ≤ s⁰_i + v⁰_i (τ − τ₀) + 4 √S_ii Ψ(τ)``, ``Ψ = Σ_{j∈N} √S_jj X_j``;
-  the epoch ends before an event at which one bound reaches ``−stol``;
-* at the end the new factor columns of ``N`` and the exact gradient and ``s`` of every inactive
-  mode follow from one product ``S_{N,I} = C_{N,I} − L_{N P₀} L_{I P₀}ᵀ`` (BLAS-3).
+* for a set ``J ⊂ I`` of candidate modes (the earliest to reach ``s = 0`` at the start) two BLAS-3
+  products give ``S_{IJ} = C_{IJ} − L_{IP₀} L_{JP₀}ᵀ`` and ``W_J = C_{P₀P₀}⁻¹ C_{P₀J}``;
+* while modes ``N ⊂ J`` join, the plateau is ``x_N = S_NN⁻¹ g⁰_N``, ``x_{P₀} = x⁰ − W_N x_N``, and
+  every inactive velocity and log coordinate is exact at ``O(|I|·|N|)`` per event:
+  ``v_I = v⁰_I − 4 S_IN x_N``, ``s_I = s⁰_I + v⁰_I (τ − τ₀) − 4 S_IN X_N`` with ``X_N = ∫ x_N dτ``;
+* at the end the factor gains the rows ``F⁻¹ S_{N,I}`` (``F`` the Cholesky factor of ``S_NN``).
 
-An epoch also ends before a join that needs an active-set step (a mode of ``P₀ ∪ N`` would hit
-zero, or a singular pivot); the caller then takes that event with the exact per-event solver.
+An epoch ends before an event whose mode is not a candidate, or a join that needs an active-set
+step (a mode of ``P₀ ∪ N`` would reach zero, or a singular pivot); the caller then takes that
+event with the exact per-event solver.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from scipy.linalg import solve_triangular
+from scipy.linalg.blas import dtrsv
 
 from ._qp import ActiveSetQP
 
 CANDIDATES = 96  # |J|
-MAX_JOINS = 48  # |N| at most per epoch
+MAX_JOINS = 64  # |N| at most per epoch
 
 
 class Epoch:
     """One epoch from the restricted optimum of ``qp`` at ``τ₀`` with log coordinates ``s`` (by mode)."""
 
-    def __init__(self, qp: ActiveSetQP, s: np.ndarray, tau: float, phi: float, q: int = CANDIDATES):
+    def __init__(self, qp: ActiveSetQP, s: np.ndarray, tau: float, q: int = CANDIDATES):
         self.qp = qp
         m0 = self.m0 = qp._m
-        self.v0 = 4.0 * qp.free_gradient()
-        self.sc, self.tc = s.copy(), tau
-        inactive = qp._mode[m0:]
-        self.sqd = np.zeros(qp.K)
-        self.sqd[inactive] = np.sqrt(np.maximum(qp.schur_diag()[m0:], 0.0))
-        elig = inactive[np.isfinite(s[inactive])]
-        # candidates: the earliest bound-crossing times with the previous epoch's rate of Ψ
-        den = self.v0[elig] + 4.0 * self.sqd[elig] * phi
-        t = np.where(den > 0, -s[elig] / np.where(den > 0, den, 1.0), np.inf)
-        J = elig[np.argpartition(t, q - 1)[:q]] if elig.shape[0] > q else elig
-        self.J = J
-        rest = np.ones(qp.K, dtype=bool)
-        rest[J] = False
-        self.nc = elig[rest[elig]]  # bounded, non-candidate modes
+        K = qp.K
+        g = qp.free_gradient()
+        self.I = qp._mode[m0:].copy()  # the inactive modes, in slot order (s = −inf ones never move)
+        self.col = np.full(K, -1)  # mode -> column of S_JI
+        self.col[self.I] = np.arange(self.I.shape[0])
+        self.v0 = 4.0 * g[self.I]
+        self.s0, self.tc = s[self.I].copy(), tau
+        up = self.v0 > 0
+        t = np.where(up, -self.s0 / np.where(up, self.v0, 1.0), np.inf)
+        Jc = np.argpartition(t, q - 1)[:q] if t.shape[0] > q else np.arange(t.shape[0])
+        self.Jc = Jc = Jc[np.isfinite(t[Jc])]  # candidates, as columns of I
+        self.isJ = np.full(self.I.shape[0], -1)  # column of I -> position in J
+        self.isJ[Jc] = np.arange(Jc.shape[0])
+        J = self.I[Jc]
         BJ = qp._Lt[:m0, qp._slot[J]]
+        self.S = qp._C[J][:, self.I] - BJ.T @ qp._Lt[:m0, m0:]  # S_JI, (|J|, |I|)
         if m0 and J.shape[0]:
             self.W = solve_triangular(np.ascontiguousarray(qp._Lt[:m0, :m0]), BJ, lower=False, check_finite=False)
         else:
             self.W = np.zeros((m0, J.shape[0]))
-        self.S = qp._C[np.ix_(J, J)] - BJ.T @ BJ
         self.P0 = qp._mode[:m0].copy()
         self.x0 = qp.z[self.P0].copy()
-        self.xP0 = self.x0
         self.N: list[int] = []  # positions in J, in join order
-        self.inN = np.zeros(J.shape[0], dtype=bool)
-        self.F = np.zeros((0, 0))  # Cholesky factor of S_NN
+        self.active = np.zeros(self.I.shape[0], dtype=bool)  # joined, by column of I
+        # Cholesky factor of S_NN in the leading block, identity after it (so that solves with the
+        # whole buffer and zero-padded right-hand sides give the leading solution)
+        self.F = np.eye(MAX_JOINS, order="F")
+        self.SN = np.zeros((MAX_JOINS, self.I.shape[0]))  # rows S_{N,I} in join order
+        self.WN = np.zeros((m0, MAX_JOINS), order="F")  # columns W_N in join order
         self.xN = self.XN = np.zeros(0)
-        self.psi = 0.0
-        self.rows: list[tuple[float, np.ndarray, np.ndarray]] = []  # (τ, path row, X_N) per breakpoint
 
-    def candidates(self, tau: float):
-        """``(s_J, v_J)`` at ``τ`` (exact)."""
-        J, SJN = self.J, self.S[:, self.N]
-        v = self.v0[J] - 4.0 * (SJN @ self.xN)
-        s = self.sc[J] + self.v0[J] * (tau - self.tc) - 4.0 * (SJN @ self.XN)
+    def state(self, tau: float):
+        """``(s_I, v_I)`` at ``τ`` (exact)."""
+        SN = self.SN[: len(self.N)]
+        v = self.v0 - 4.0 * (self.xN @ SN)
+        s = self.s0 + self.v0 * (tau - self.tc) - 4.0 * (self.XN @ SN)
         return s, v
 
-    def advance(self, tau: float, vthr: float, stol: float):
-        """Move to the next candidate event: its ``τ`` and ``s_J`` there, or None (no candidate, or a bound fails)."""
-        s, v = self.candidates(tau)
-        ok = ~self.inN & (v > vthr)
+    def advance(self, tau: float, vthr: float):
+        """Move to the next event if its mode is a candidate: ``(τ, s_I)`` there, else None."""
+        s, v = self.state(tau)
+        ok = ~self.active & (v > vthr) & np.isfinite(s)
         if not ok.any():
             return None
         dt = np.where(ok, -s / np.where(ok, v, 1.0), np.inf)
         i = int(np.argmin(dt))
+        if self.isJ[i] < 0:
+            return None
         dtau = max(float(dt[i]), 0.0)
-        tnew = tau + dtau
-        psi = self.psi + dtau * float(self.sqd[self.J[self.N]] @ self.xN)
-        nc = self.nc
-        if nc.shape[0]:
-            lin = self.sc[nc] + self.v0[nc] * (tnew - self.tc)
-            bound = 4.0 * self.sqd[nc] * psi
-            slack = stol + 1e-9 * (np.abs(lin) + bound)
-            if np.any(lin + bound + slack >= 0.0):
-                return None
         self.XN = self.XN + dtau * self.xN
-        self.psi = psi
         s = np.minimum(s + dtau * v, 0.0)
         s[i] = 0.0
-        return tnew, s, i
+        s[self.active] = 0.0
+        return tau + dtau, s, v
 
-    def record(self, tau: float, sJ: np.ndarray) -> np.ndarray:
-        """The path row at a breakpoint ``τ`` (non-candidates completed at :meth:`commit`)."""
-        row = self.sc + self.v0 * (tau - self.tc)
-        row[self.J] = sJ
-        row[self.J[self.N]] = 0.0
-        self.rows.append((tau, row, self.XN.copy()))
-        return row
+    def join(self, c: int, rtol: float) -> bool:
+        """Mode ``I[c]`` joins if it is a candidate, the plateau stays positive and the pivot regular.
 
-    def join(self, i: int, rtol: float) -> bool:
-        """Candidate ``J[i]`` joins if the plateau stays positive and the pivot regular; False leaves all unchanged."""
+        False leaves everything unchanged.
+        """
+        i = int(self.isJ[c])
+        if i < 0:
+            return False
         N = self.N
-        col = self.S[N, i]
-        f = solve_triangular(self.F, col, lower=True, check_finite=False) if N else np.zeros(0)
-        k = int(self.J[i])
-        piv = float(self.S[i, i]) - float(f @ f)
+        n = len(N)
+        k = int(self.I[c])
+        F = self.F
+        f = _tri(F, self.SN[:n, c], 0)
+        piv = float(self.S[i, c]) - float(f @ f)
         if not piv > rtol * max(float(self.qp._C[k, k]), 1e-300):
             return False
-        n = len(N)
-        F = np.zeros((n + 1, n + 1))
-        F[:n, :n] = self.F
         F[n, :n] = f
         F[n, n] = np.sqrt(piv)
         idx = N + [i]
-        r = 0.25 * self.v0[self.J[idx]]
-        xN = solve_triangular(F, solve_triangular(F, r, lower=True, check_finite=False), lower=True, trans="T")
-        xP0 = self.x0 - self.W[:, idx] @ xN
+        r = 0.25 * self.v0[self.Jc[idx]]
+        xN = _tri(F, _tri(F, r, 0), 1)
+        self.WN[:, n] = self.W[:, i]
+        xP0 = self.x0 - self.WN[:, : n + 1] @ xN
         thr = 1e-13 * max(1.0, float(np.max(np.abs(xN))), float(np.max(np.abs(xP0), initial=0.0)))
         if np.any(xN <= thr) or np.any(xP0 <= thr):
+            F[n, :n] = 0.0
+            F[n, n] = 1.0
             return False
         N.append(i)
-        self.inN[i] = True
-        self.F, self.xN, self.xP0 = F, xN, xP0
+        self.SN[n] = self.S[i]
+        self.active[c] = True
+        self.xN = xN
         self.XN = np.append(self.XN, 0.0)
         qp = self.qp
         qp.z[self.P0] = xP0
-        qp.z[self.J[idx]] = xN
+        qp.z[self.I[self.Jc[idx]]] = xN
         qp.in_p[k] = True
         return True
 
-    def commit(self, tau: float, s: np.ndarray) -> float:
-        """Write the joins into the factor of ``qp``, complete the path rows and ``s`` (by mode) at ``τ``.
-
-        Returns the rate ``Ψ/(τ − τ₀)`` of the bound (0 for an empty epoch).
-        """
+    def commit(self, tau: float, s: np.ndarray) -> None:
+        """Write the joins into the factor of ``qp``, and ``s`` (by mode) at ``τ``."""
         qp, m0 = self.qp, self.m0
-        Nm = self.J[self.N]
+        st, v = self.state(tau)
+        fin = np.isfinite(st)
+        s[self.I[fin]] = np.minimum(st[fin], 0.0)
+        Nm = self.I[self.Jc[self.N]]
+        s[Nm] = 0.0
         b = Nm.shape[0]
+        if not b:
+            return
         qp._grow(b)
         for i, k in enumerate(Nm):
             qp._swap_slots(qp._slot[k], m0 + i)
-        Lt = qp._Lt
-        rest = qp._mode[m0 + b :]
-        LN = Lt[:m0, m0 : m0 + b]
-        SNr = qp._C[Nm][:, rest] - LN.T @ Lt[:m0, m0 + b :]  # S_{N, rest}
-        if b:
-            self._factor_rows(LN, SNr)
-        # inactive modes: exact s on the recorded rows and now, and the gradient at the new plateau
-        cols = np.flatnonzero(np.isfinite(self.sc[rest]))
-        fin = rest[cols]
-        if self.rows:
-            X = np.zeros((len(self.rows), b))
-            for t, (_, _, xb) in enumerate(self.rows):
-                X[t, : xb.shape[0]] = xb
-            corr = 4.0 * (X @ SNr[:, cols])
-            for t, (tb, row, _) in enumerate(self.rows):
-                row[fin] = np.minimum(self.sc[fin] + self.v0[fin] * (tb - self.tc) - corr[t], 0.0)
-        s[fin] = np.minimum(self.sc[fin] + self.v0[fin] * (tau - self.tc) - 4.0 * (self.XN @ SNr[:, cols]), 0.0)
-        s[Nm] = 0.0
-        if b:
-            qp._g[m0 + b :] -= self.xN @ SNr
-            qp._m = m0 + b
-            qp._free = None
-            qp._solves += b
-            if qp._solves >= qp.CHECK_EVERY:
-                qp._solves = 0
-                qp._check_drift()
-        return self.psi / (tau - self.tc) if tau > self.tc else 0.0
+        SNr = self.SN[:b][:, self.col[qp._mode[m0 + b :]]]
+        self._factor_rows(SNr)
+        g = qp._g
+        g[m0 + b :] -= self.xN @ SNr
+        qp._m = m0 + b
+        qp._free = None
+        qp._solves += qp.CHECK_EVERY // 4  # a check every fourth epoch
+        if qp._solves >= qp.CHECK_EVERY:
+            qp._solves = 0
+            qp._check_drift()
 
-    def _factor_rows(self, LN: np.ndarray, SNr: np.ndarray) -> None:
+    def _factor_rows(self, SNr: np.ndarray) -> None:
         """Factor rows of the new pivots ``N`` (slots ``m₀ …``): ``[L_{N P₀}, F]`` and ``F⁻¹ S_{N,rest}``."""
-        qp, m0, F = self.qp, self.m0, self.F
-        b = F.shape[0]
+        qp, m0 = self.qp, self.m0
+        b = len(self.N)
+        F = np.ascontiguousarray(self.F[:b, :b])
         Lt = qp._Lt
+        LN = Lt[:m0, m0 : m0 + b]
         Lt[m0 : m0 + b, : m0 + b] = 0.0
         Lt[m0 : m0 + b, m0 : m0 + b] = F.T
         new = solve_triangular(F, SNr, lower=True, check_finite=False)
@@ -194,3 +174,11 @@ class Epoch:
         y[m0 : m0 + b] = solve_triangular(F, qp._bs[m0 : m0 + b] - LN.T @ y[:m0], lower=True, check_finite=False)
         if qp._dvalid:
             qp._d[m0 + b :] -= np.einsum("ij,ij->j", new, new)
+
+
+def _tri(F: np.ndarray, r: np.ndarray, trans: int) -> np.ndarray:
+    """``F⁻¹ r`` (``trans = 0``) or ``F⁻ᵀ r`` (1) for the leading ``len(r)`` block of the padded factor ``F``."""
+    n = r.shape[0]
+    x = np.zeros(F.shape[0])
+    x[:n] = r
+    return dtrsv(F, x, lower=1, trans=trans, overwrite_x=1)[:n]

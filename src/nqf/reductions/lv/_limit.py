@@ -299,7 +299,8 @@ def _max_asymmetry(C: np.ndarray, block: int = 256) -> float:
     worst = 0.0
     for i in range(0, K, block):
         for j in range(i, K, block):
-            worst = max(worst, float(np.max(np.abs(C[i : i + block, j : j + block] - C[j : j + block, i : i + block].T))))
+            d = C[i : i + block, j : j + block] - C[j : j + block, i : i + block].T
+            worst = max(worst, float(np.max(np.abs(d))))
     return worst
 
 

@@ -29,7 +29,6 @@ class Walk:
         self.z_after: list[np.ndarray] = []
         self.path_tau, self.path_s = [0.0], [s.copy()]
         self.finite = np.isfinite(s)
-        self.phi = 0.0  # rate of the epochs' bound Ψ, for choosing candidates
         self.skip = 0
 
     def run(self, max_events: int) -> None:
@@ -110,39 +109,40 @@ class Walk:
         if self.skip:
             self.skip -= 1
             return False
-        ep = Epoch(self.qp, self.s, self.tau, self.phi)
+        ep = Epoch(self.qp, self.s, self.tau)
         n0 = len(self.events)
         while len(ep.N) < MAX_JOINS:
-            nxt = ep.advance(self.tau, self.vthr, self.stol)
+            nxt = ep.advance(self.tau, self.vthr)
             if nxt is None:
                 break
-            self.tau, sJ, _ = nxt
+            self.tau, sI, v = nxt
+            row = self.s.copy()
+            row[ep.I] = sI
             self.path_tau.append(self.tau)
-            self.path_s.append(ep.record(self.tau, sJ))
-            if not self._joins(ep, sJ):
+            self.path_s.append(row)
+            if not self._joins(ep, sI, v):
                 break
-        self.phi = ep.commit(self.tau, self.s)
+        ep.commit(self.tau, self.s)
         done = len(self.events) > n0
         done = self.process() or done  # joins the epoch left to the exact solver
         if not done:
             self.skip = SKIP
         return done
 
-    def _joins(self, ep: Epoch, sJ: np.ndarray) -> bool:
+    def _joins(self, ep: Epoch, sI: np.ndarray, v: np.ndarray) -> bool:
         """Joins at ``τ`` within the epoch, most positive velocity first; False if one needs the exact solver."""
-        _, v = ep.candidates(self.tau)
         joined = []
         complete = True
         while True:
-            ok = ~ep.inN & (v > self.vthr) & (sJ >= -self.stol)
+            ok = ~ep.active & (v > self.vthr) & (sI >= -self.stol)
             if not ok.any():
                 break
-            i = int(np.argmax(np.where(ok, v, -np.inf)))
-            if not ep.join(i, self.qp.rtol):
+            c = int(np.argmax(np.where(ok, v, -np.inf)))
+            if not ep.join(c, self.qp.rtol):
                 complete = False
                 break
-            joined.append(int(ep.J[i]))
-            sJ, v = ep.candidates(self.tau)
+            joined.append(int(ep.I[c]))
+            sI, v = ep.state(self.tau)
         self.emit(sorted(joined), [])
         return complete
 
