@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+import scipy.sparse as sp
+from scipy.linalg import cholesky_banded
 from scipy.linalg.lapack import dpotrf
 
 from ..._validation import as_tensor
@@ -35,6 +37,7 @@ from ...errors import InvalidParameterError, ShapeError
 from ...results import Result
 from .._staircase import Staircase
 from .._timing import leading_switch_time
+from ._banded import BandedWalk, band_of
 from ._qp import ActiveSetQP
 from ._walk import Walk
 
@@ -81,8 +84,10 @@ class LimitResult(Result):
     path_tau : torch.Tensor, shape (B,)
         Breakpoints of the piecewise-linear paths ``s(τ)`` (0, every event time, and an end
         point 25 % beyond the last event).
-    path_s : torch.Tensor, shape (B, K)
-        ``s_k`` at the breakpoints (linear in between; ``−inf`` for modes starting at ``z = 0``).
+    path_s : torch.Tensor, shape (B, K), or None
+        ``s_k`` at the breakpoints (linear in between; ``−inf`` for modes starting at ``z = 0``);
+        None for a sparse (banded) ``C``, whose paths are kept as the knots where a velocity
+        changes — read them with :meth:`s_at`.
     initial_loss : float
         Loss of the initial plateau (``z = 0``).
     eps : float or None
@@ -92,10 +97,11 @@ class LimitResult(Result):
     events: list
     z_final: torch.Tensor
     path_tau: torch.Tensor
-    path_s: torch.Tensor
+    path_s: torch.Tensor | None
     initial_loss: float
     eps: float | None = None
     _z_after: list = field(default_factory=list, repr=False)
+    _knots: object = field(default=None, repr=False)
 
     @property
     def taus(self) -> torch.Tensor:
@@ -129,7 +135,7 @@ class LimitResult(Result):
 
     def switch_on_times(self) -> torch.Tensor:
         """First switch-on ``τ`` of every mode, shape (K,) (``inf`` if it never switches on)."""
-        K = self.path_s.shape[1]
+        K = self.z_final.shape[0]
         out = np.full(K, np.inf)
         for e in reversed(self.events):
             if e.kind == "on":
@@ -187,6 +193,8 @@ class LimitResult(Result):
         Beyond the last breakpoint the paths continue with their final velocities.
         """
         tq = as_tensor("tau", tau, ndim=(0, 1), dtype=torch.float64).reshape(-1).numpy()
+        if self.path_s is None:  # banded C: the paths are stored as knots
+            return torch.as_tensor(self._knots.at(tq))
         bt = self.path_tau.numpy()
         bs = self.path_s.numpy()
         out = np.empty((tq.shape[0], bs.shape[1]))
@@ -207,8 +215,12 @@ def limit(beta, C, s0=None, *, y2: float | None = None, max_events: int | None =
     ----------
     beta : array_like, shape (K,)
         ``β`` (growth rates ``ζ = 4β``).
-    C : array_like, shape (K, K)
-        Symmetric positive semi-definite interaction matrix.
+    C : array_like or scipy.sparse matrix, shape (K, K)
+        Symmetric positive semi-definite interaction matrix.  A sparse ``C`` must be banded
+        (half-bandwidth ``w ≤ 64``); it is never densified: each event costs one banded solve on
+        the component of the active set it changes (``C_SS`` must then be positive definite on
+        every support visited), and the active sets, plateau states and paths of the result
+        are compact logs materialised on demand (``path_s`` is None).
     s0 : array_like, shape (K,), optional
         Initial log coordinates ``s_k(0) = ln z_k(0) / ln(1/ε) ≤ 0``; default ``−1`` for every
         mode (``z(0) = ε``).  ``−inf`` marks a mode that starts at exactly 0; ``0`` a mode
@@ -233,6 +245,8 @@ def limit(beta, C, s0=None, *, y2: float | None = None, max_events: int | None =
     ValueError
         ``C`` not symmetric or not PSD; ``s0 > 0``; the loss unbounded below.
     """
+    if sp.issparse(C):
+        return _banded_limit(beta, C, s0, y2, max_events)
     b, Cn, s, scale = _checked_inputs(beta, C, s0)
     K = b.shape[0]
     qp = ActiveSetQP(Cn, b)
@@ -262,6 +276,34 @@ def limit(beta, C, s0=None, *, y2: float | None = None, max_events: int | None =
     )
 
 
+def _banded_limit(beta, C, s0, y2, max_events) -> LimitResult:
+    """:func:`limit` for a banded sparse ``C`` (:mod:`nqf.reductions.lv._banded`)."""
+    b = as_tensor("beta", beta, ndim=1, dtype=torch.float64).numpy().copy()
+    K = b.shape[0]
+    if K == 0:
+        raise ShapeError("`beta` must have at least one mode (K ≥ 1); found shape (0,)")
+    w, diags = band_of(C, K, 64)
+    scale = max(float(np.max(np.abs(diags[0]))), 1e-300)
+    ab = np.zeros((w + 1, K))
+    for d in range(w + 1):
+        ab[w - d, d:] = diags[d]
+    ab[w] += 1e-10 * scale
+    try:
+        cholesky_banded(ab, check_finite=False)
+    except np.linalg.LinAlgError:
+        raise InvalidParameterError("`C` must be positive semi-definite; its banded Cholesky factor fails") from None
+    s = _checked_s0(s0, K)
+    vtol = 1e-12 * max(float(np.max(np.abs(b))), scale, 1e-300)
+    walk = BandedWalk(b, w, diags, s, vthr=4 * vtol, stol=1e-12)
+    walk.run(10 * K + 10 if max_events is None else int(max_events))
+    zf = walk.z.copy()
+    shift = 0.5 * float(b @ zf) if y2 is None else 0.5 * float(y2)
+    events = [LimitEvent(t, k, kind, act, float(loss + shift), value) for t, k, kind, act, loss, value in walk.events]
+    end = 1.25 * walk.tau if walk.tau > 0 else 1.0
+    path_tau = torch.as_tensor(np.array(walk.path_tau + [end]))
+    return LimitResult(events, torch.as_tensor(zf), path_tau, None, float(shift), None, walk.states(), walk.knots())
+
+
 def _checked_inputs(beta, C, s0):
     """Checked ``β`` (K,), symmetric PSD ``C`` (K, K), ``s(0)`` (default −1; ≤ 0, −inf allowed), scale of ``C``."""
     b = as_tensor("beta", beta, ndim=1, dtype=torch.float64).numpy().copy()
@@ -280,6 +322,11 @@ def _checked_inputs(beta, C, s0):
         raise InvalidParameterError(
             f"`C` must be positive semi-definite; found smallest eigenvalue {lam:.3e}"
         ) from None
+    return b, Cn, _checked_s0(s0, K), scale
+
+
+def _checked_s0(s0, K: int) -> np.ndarray:
+    """``s(0)``: default −1; shape (K,), ≤ 0, −inf allowed."""
     if s0 is None:
         s = -np.ones(K)
     else:
@@ -290,7 +337,7 @@ def _checked_inputs(beta, C, s0):
             raise InvalidParameterError("`s0` must not contain NaN or +inf")
         if (s > 0).any():
             raise InvalidParameterError(f"`s0` must be ≤ 0 (z(0) ≤ 1 in units of ε); found max {s.max():.3e}")
-    return b, Cn, s, scale
+    return s
 
 
 def _max_asymmetry(C: np.ndarray, block: int = 256) -> float:
