@@ -16,6 +16,7 @@ changes ``z`` only on its component, and ``Cz`` only within ``w`` of it, so an e
 from __future__ import annotations
 
 import heapq
+import math
 
 import numpy as np
 import scipy.sparse as sp
@@ -64,13 +65,15 @@ class BandedWalk:
         self.vthr, self.stol, self.rtol = vthr, stol, 1e-11
         self.z = np.zeros(K)
         self.act = np.zeros(K, dtype=bool)
-        self.srec, self.trec = s0.copy(), np.zeros(K)  # s at the time of the last velocity change
-        self.v = 4.0 * beta  # velocities (0 on the active set)
-        self.ver = np.zeros(K, dtype=np.int64)
+        # per mode, as Python lists (scalar access): s at the time of its last velocity change,
+        # that time, the velocity (0 on the active set), the version of its heap entry
+        self.srec, self.trec = s0.tolist(), [0.0] * K
+        self.v = (4.0 * beta).tolist()
+        self.ver = [0] * K
         self.heap: list = []
         self.tau = 0.0
         fin = np.isfinite(s0)
-        self.knots0 = (np.zeros(int(fin.sum())), np.flatnonzero(fin), s0[fin], self.v[fin])
+        self.knots0 = (np.zeros(int(fin.sum())), np.flatnonzero(fin), s0[fin], 4.0 * beta[fin])
         self.s_init = s0.copy()
         self.kt, self.km, self.ks, self.kv = [], [], [], []
         self.events: list = []
@@ -81,29 +84,41 @@ class BandedWalk:
         self.bz = 0.0  # βᵀz
         self.ev_idx: list = []  # state changes per event
         self.ev_val: list = []
-        for k in np.flatnonzero(fin & (self.v > vthr)):
-            self._push(int(k))
+        for k in np.flatnonzero(fin & (4.0 * beta > vthr)).tolist():
+            self._push(k)
 
     # ---------------------------------------------------------------- velocities and the heap
     def _push(self, k: int) -> None:
         self.ver[k] += 1
-        if self.v[k] > self.vthr and not self.act[k] and np.isfinite(self.srec[k]):
-            heapq.heappush(self.heap, (self.trec[k] - self.srec[k] / self.v[k], k, int(self.ver[k])))
+        v = self.v[k]
+        if v > self.vthr and not self.act[k] and self.srec[k] > -math.inf:
+            heapq.heappush(self.heap, (self.trec[k] - self.srec[k] / v, k, self.ver[k]))
 
     def s_now(self, k: int) -> float:
         return min(self.srec[k] + self.v[k] * (self.tau - self.trec[k]), 0.0)
 
     def _set_velocity(self, k: int, v: float, s: float | None = None) -> None:
         """Mode ``k`` moves with velocity ``v`` from ``τ`` on (from ``s``, default its current value)."""
-        self.srec[k] = self.s_now(k) if s is None else s
+        s = self.s_now(k) if s is None else s
+        self.srec[k] = s
         self.trec[k] = self.tau
         self.v[k] = v
-        if np.isfinite(self.srec[k]):
+        if s > -math.inf:
             self.kt.append(self.tau)
             self.km.append(k)
-            self.ks.append(self.srec[k])
+            self.ks.append(s)
             self.kv.append(v)
         self._push(k)
+
+    def _cz1(self, i: int) -> float:
+        """``(Cz)_i`` for a tridiagonal ``C``."""
+        z, D = self.z, self.D
+        out = float(D[0][i] * z[i])
+        if i + 1 < self.K:
+            out += float(D[1][i] * z[i + 1])
+        if i:
+            out += float(D[1][i - 1] * z[i - 1])
+        return out
 
     def _Cz(self, lo: int, hi: int) -> np.ndarray:
         """``(Cz)_i`` for ``i`` in ``[lo, hi)``."""
@@ -247,7 +262,7 @@ class BandedWalk:
             bad = x <= thr
             if not bad.any():
                 self.z[S] = x
-                self._touch(a, b, S)
+                self._touch(a, b, bool(removed))
                 return removed
             zS = self.z[S]
             denom = np.where(bad, np.maximum(zS - x, 1e-300), 1.0)
@@ -263,17 +278,23 @@ class BandedWalk:
                 removed.append(int(j))
         raise InvalidParameterError("`C` (banded): active-set steps did not terminate")  # pragma: no cover
 
-    def _touch(self, a: int, b: int, S: np.ndarray) -> None:
+    def _touch(self, a: int, b: int, dropped: bool) -> None:
         """After a solve on ``[a, b]``: the state log, and new velocities within ``w`` of it."""
         self.zidx.append(np.arange(a, b + 1))
         self.zval.append(self.z[a : b + 1].copy())
         self.bz += float(self.b[a : b + 1] @ (self.zval[-1] - self._zold))
         lo, hi = max(a - self.w, 0), min(b + self.w + 1, self.K)
-        g = 4.0 * (self.b[lo:hi] - self._Cz(lo, hi))
-        for i in np.flatnonzero(~self.act[lo:hi]):
-            k = lo + int(i)
-            if g[i] != self.v[k]:
-                self._set_velocity(k, float(g[i]))
+        if self.w == 1 and not dropped:  # the two neighbours of the run, when inactive
+            out = [i for i in (a - 1, b + 1) if 0 <= i < self.K and not self.act[i]]
+            for k in out:
+                g = 4.0 * (float(self.b[k]) - self._cz1(k))
+                if g != self.v[k]:
+                    self._set_velocity(k, g)
+            return
+        g = (4.0 * (self.b[lo:hi] - self._Cz(lo, hi))).tolist()
+        for i in np.flatnonzero(~self.act[lo:hi]).tolist():
+            if g[i] != self.v[lo + i]:
+                self._set_velocity(lo + i, g[i])
 
     def process(self) -> bool:
         """All joins and leaves at ``τ`` (as :meth:`nqf.reductions.lv._walk.Walk.process`)."""

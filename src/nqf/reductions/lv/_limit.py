@@ -27,8 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 import scipy.sparse as sp
+import torch
 from scipy.linalg import cholesky_banded
 from scipy.linalg.lapack import dpotrf
 
