@@ -256,9 +256,9 @@ class BandedWalk:
         self._zold = self.z[a : b + 1].copy()
         removed: list[int] = []
         for _ in range(b - a + 3):
-            S = np.flatnonzero(self.act[a : b + 1]) + a
+            S = np.arange(a, b + 1) if self.w == 1 and not removed else np.flatnonzero(self.act[a : b + 1]) + a
             x = self._solve_fast(S)
-            thr = 1e-13 * max(1.0, float(np.max(np.abs(x))))
+            thr = 1e-13 * max(1.0, float(abs(x).max()))
             bad = x <= thr
             if not bad.any():
                 self.z[S] = x
@@ -362,7 +362,7 @@ class BandedWalk:
             t, k, _ = self.heap[0]
             self.tau = max(t, self.tau)
             self.path_tau.append(self.tau)
-            self._set_velocity(k, self.v[k], 0.0)  # it reaches s = 0 (as the dense loop sets it)
+            self.srec[k], self.trec[k] = 0.0, self.tau  # it reaches s = 0 (as the dense loop sets it)
             self.process()
         raise InvalidParameterError(f"`limit` exceeded `max_events` = {max_events}")
 
