@@ -114,8 +114,9 @@ class Epoch:
         xN = _tri(F, _tri(F, r, 0), 1)
         self.WN[:, n] = self.W[:, i]
         xP0 = self.x0 - self.WN[:, : n + 1] @ xN
-        thr = 1e-13 * max(1.0, float(np.max(np.abs(xN))), float(np.max(np.abs(xP0), initial=0.0)))
-        if np.any(xN <= thr) or np.any(xP0 <= thr):
+        big = max(1.0, float(abs(xN).max()), float(abs(xP0).max()) if xP0.size else 0.0)
+        thr = 1e-13 * big
+        if xN.min() <= thr or (xP0.size and xP0.min() <= thr):
             F[n, :n] = 0.0
             F[n, n] = 1.0
             return False
