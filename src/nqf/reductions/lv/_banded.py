@@ -20,11 +20,12 @@ import math
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.linalg import LinAlgError, solveh_banded
-from scipy.linalg.lapack import dptsv
+from scipy.linalg import LinAlgError, get_lapack_funcs, solveh_banded
 
 from ...errors import InvalidParameterError
 from ._lazy import Knots, States, Support
+
+(dptsv,) = get_lapack_funcs(["ptsv"], dtype=np.float64)
 
 
 def band_of(C, K: int, w_max: int):

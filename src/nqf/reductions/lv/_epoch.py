@@ -21,11 +21,11 @@ event with the exact per-event solver.
 from __future__ import annotations
 
 import numpy as np
-from scipy.linalg import solve_triangular
-from scipy.linalg.blas import dtrsv
+from scipy.linalg import get_blas_funcs, solve_triangular
 
 from ._qp import ActiveSetQP
 
+(dtrsv,) = get_blas_funcs(["trsv"], dtype=np.float64)
 CANDIDATES = 96  # |J|
 MAX_JOINS = 64  # |N| at most per epoch
 

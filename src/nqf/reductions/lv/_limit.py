@@ -24,13 +24,13 @@ the block ``C_{IS}``, ``O((K − |S|)·|S|)``), which makes ``K`` in the thousan
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
 import torch
-from scipy.linalg import cholesky_banded
-from scipy.linalg.lapack import dpotrf
+from scipy.linalg import cholesky_banded, get_lapack_funcs
 
 from ..._validation import as_tensor
 from ...errors import InvalidParameterError, ShapeError
@@ -38,10 +38,13 @@ from ...results import Result
 from .._staircase import Staircase
 from .._timing import leading_switch_time
 from ._banded import BandedWalk, band_of
+from ._lazy import Knots
 from ._qp import ActiveSetQP
 from ._walk import Walk
 
 __all__ = ["limit", "LimitResult", "LimitEvent"]
+
+(dpotrf,) = get_lapack_funcs(["potrf"], dtype=np.float64)
 
 
 @dataclass(frozen=True, repr=False)
@@ -100,8 +103,8 @@ class LimitResult(Result):
     path_s: torch.Tensor | None
     initial_loss: float
     eps: float | None = None
-    _z_after: list = field(default_factory=list, repr=False)
-    _knots: object = field(default=None, repr=False)
+    _z_after: Sequence = field(default_factory=list, repr=False)
+    _knots: Knots | None = field(default=None, repr=False)
 
     @property
     def taus(self) -> torch.Tensor:
@@ -194,6 +197,7 @@ class LimitResult(Result):
         """
         tq = as_tensor("tau", tau, ndim=(0, 1), dtype=torch.float64).reshape(-1).numpy()
         if self.path_s is None:  # banded C: the paths are stored as knots
+            assert self._knots is not None
             return torch.as_tensor(self._knots.at(tq))
         bt = self.path_tau.numpy()
         bs = self.path_s.numpy()

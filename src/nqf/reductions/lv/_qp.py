@@ -26,10 +26,11 @@ starting from the previous restricted optimum, and the final state of a dense
 from __future__ import annotations
 
 import numpy as np
-from scipy.linalg import solve_triangular
-from scipy.linalg.blas import dtpsv
+from scipy.linalg import get_blas_funcs, solve_triangular
 
 from ...errors import NQFError
+
+(dtpsv,) = get_blas_funcs(["tpsv"], dtype=np.float64)  # packed triangular solve
 
 
 class UnboundedError(NQFError, ValueError):
