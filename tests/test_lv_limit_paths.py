@@ -137,3 +137,18 @@ def test_banded_rejects_wide_or_asymmetric_or_indefinite():
     indef = sp.diags([np.full(K - 1, 0.9), np.ones(K), np.full(K - 1, 0.9)], [-1, 0, 1])
     with pytest.raises(InvalidParameterError, match="positive semi-definite"):
         limit(rng.uniform(0.1, 1, K), indef)
+
+
+def test_lotka_volterra_limit_on_sparse_c_uses_the_banded_path():
+    """``LotkaVolterra(β, sparse C).limit`` and ``.plateaus`` equal those of the dense system."""
+    from nqf.reductions.lv import LotkaVolterra
+
+    beta, C = banded_problem(150, 2, 9)
+    dense = LotkaVolterra(beta, C, 1e-8)
+    band = LotkaVolterra(beta, sp.csr_matrix(C), 1e-8)
+    a, b = band.limit(), dense.limit()
+    assert a.path_s is None and a.eps == b.eps
+    assert same_limits(a, b, 150) < TAU
+    pa, pb = band.plateaus(), dense.plateaus()
+    assert pa.modes.tolist() == pb.modes.tolist()
+    assert np.allclose(pa.losses.numpy(), pb.losses.numpy(), rtol=0, atol=1e-12)

@@ -40,7 +40,8 @@ def band_of(C, K: int, w_max: int):
     w = int(np.max(np.abs(off), initial=0))
     if w > w_max:
         raise InvalidParameterError(
-            f"`C` (sparse) must be banded with half-bandwidth ≤ {w_max} for the structured limit; found {w}"
+            f"`C` (sparse) must be banded with half-bandwidth ≤ {w_max} for the structured limit; found {w} "
+            "(convert with `C.toarray()` for the dense path)"
         )
     A = sp.dia_matrix(A)
     diags = []

@@ -16,10 +16,15 @@ in ``O(1)`` time ``t`` — zero time ``τ`` — to the minimiser ``z_S`` of the 
   ``min_{z ≥ 0} L`` hold, so the final ``z_S`` is the global minimiser.
 
 Each join strictly decreases the loss, so no support repeats and the algorithm ends
-after finitely many events.  The restricted optimum is maintained by the incremental
-active-set solver :class:`nqf.reductions.lv._qp.ActiveSetQP` (an inverse Cholesky factor of
-``C_SS`` updated in ``O(|S|²)`` per event, plus the exact velocities of the inactive modes from
-the block ``C_{IS}``, ``O((K − |S|)·|S|)``), which makes ``K`` in the thousands cheap.
+after finitely many events.  For a dense ``C`` the restricted optimum is maintained by the
+incremental active-set solver :class:`nqf.reductions.lv._qp.ActiveSetQP` (a partial Cholesky
+factor of ``C`` with the active modes as pivots), driven in blocked epochs of many events
+(:mod:`nqf.reductions.lv._epoch`: BLAS-3 products on the Schur complement of candidate modes,
+exact velocities of every inactive mode) with single exact steps in between
+(:mod:`nqf.reductions.lv._walk`); for K = 2000 all events cost about 7 Cholesky factorisations
+of ``C`` (``benchmarks/bench_lv.py``).  A sparse banded ``C`` is never densified
+(:mod:`nqf.reductions.lv._banded`: one banded solve per event on the component of the active
+set it changes).
 """
 
 from __future__ import annotations
