@@ -535,8 +535,7 @@ class LotkaVolterra:
     def limit(self, eps: float | None = None):
         """ε → 0 limit of this system (:func:`nqf.reductions.lv.limit`), with ``s_k(0) = ln z_k(0)/ln(1/ε)``.
 
-        A sparse ``C`` takes the banded path of :func:`~nqf.reductions.lv.limit` (half-bandwidth
-        ≤ 64, never densified; the result's ``path_s`` is None).
+        A sparse ``C`` takes the banded path (half-bandwidth ≤ 64, never densified; ``path_s`` None).
 
         Parameters
         ----------
@@ -550,10 +549,5 @@ class LotkaVolterra:
             raise InvalidParameterError(f"`eps` must lie in (0, 1); found {eps}")
         with np.errstate(divide="ignore"):
             s0 = np.log(self._z0) / (-np.log(eps))
-        if self._dense is not None:
-            C = self._dense
-        elif self.is_diagonal:
-            C = np.diag(self._diag)
-        else:  # sparse: the banded path of `limit` (half-bandwidth ≤ 64), never densified
-            C = self._sparse
+        C = self._dense if self._dense is not None else np.diag(self._diag) if self.is_diagonal else self._sparse
         return dataclasses.replace(limit(self._beta, C, s0, y2=self.y2), eps=eps)
