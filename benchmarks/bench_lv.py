@@ -13,12 +13,15 @@ Prints wall-clock times for
 3. the ε → 0 limit (active-set construction) for K = 2000 interacting modes with a dense
    diagonal-plus-low-rank C — checked against scipy's NNLS on the square-root factor, and side by
    side with the previous implementation (``benchmarks/lv_limit_reference.py``: explicit inverse of
-   ``C_SS``, ``β − Cz`` recomputed in ``O(K²)`` after every event), same events required.
+   ``C_SS``, ``β − Cz`` recomputed in ``O(K²)`` after every event), same events required;
+4. the ε → 0 limit for the K = 10 000 tridiagonal C of part 2 given as a scipy.sparse matrix (the
+   banded path: never densified) — checked against the sparse solve of the final state, and on its
+   first ``--K-banded-check`` modes against the dense path on the same matrix (same events, times).
 
 Times are wall-clock and CPU (``time.process_time``) with single-threaded BLAS by default, so
 that the ratios measured in one run are meaningful on a shared machine.
 
-Run: ``python benchmarks/bench_lv.py [--K 10000] [--K-limit 2000] [--parts limit] [--no-before]``.
+Run: ``python benchmarks/bench_lv.py [--K 10000] [--K-limit 2000] [--parts limit,banded] [--no-before]``.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
+import scipy.sparse.linalg as spla
 from scipy.optimize import nnls
 
 try:
@@ -147,14 +151,54 @@ def bench_limit(K: int, rng, before: bool = True) -> None:
         )
 
 
+def tridiagonal(K: int, rng):
+    """The tridiagonal ``(β, C)`` of part 2 (``β = C z*`` with ``z* > 0``)."""
+    main = rng.uniform(1.0, 2.0, K)
+    off = 0.25 * rng.standard_normal(K - 1)
+    C = sp.diags([off, main, off], [-1, 0, 1]).tocsr()
+    return C @ rng.uniform(0.2, 1.0, K), C
+
+
+def bench_banded(K: int, K_check: int, rng) -> None:
+    beta, C = tridiagonal(K, rng)
+    res, dt, cpu = _timed(limit, beta, C)
+    zs = spla.spsolve(C.tocsc(), beta)
+    n_on = sum(e.kind == "on" for e in res.events)
+    dz = float(np.max(np.abs(res.z_final.numpy() - zs)))
+    print(
+        f"[eps -> 0 limit] K = {K} tridiagonal C (scipy.sparse, banded path): {len(res.events)} events "
+        f"({n_on} on) in {dt:.2f} s (cpu {cpu:.2f} s); max |z_final - C^-1 beta| = {dz:.1e}"
+    )
+    b2, C2 = beta[:K_check], C[:K_check, :K_check].tocsr()
+    band, dt_b, _ = _timed(limit, b2, C2)
+    dense, dt_d, _ = _timed(limit, b2, C2.toarray())
+    same = [(e.mode, e.kind) for e in band.events] == [(e.mode, e.kind) for e in dense.events]
+    msg = "different event sequence!"
+    if same:
+        t_b, t_d = band.taus.numpy(), dense.taus.numpy()
+        dtau = float(np.max(np.abs(t_b - t_d)) / max(float(np.max(np.abs(t_d))), 1e-300))
+        dzf = float(np.max(np.abs(band.z_final.numpy() - dense.z_final.numpy())))
+        msg = (
+            f"same {len(band.events)} events, max rel. |tau_banded - tau_dense| = {dtau:.1e}, "
+            f"max |dz_final| = {dzf:.1e}"
+        )
+    print(
+        f"    first {K_check} modes: banded path {dt_b:.3f} s, dense path (C.toarray()) {dt_d:.3f} s "
+        f"-> banded {dt_d / dt_b:.1f}x faster; {msg}"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--K", type=int, default=10_000)
     ap.add_argument("--K-limit", type=int, default=2000)
+    ap.add_argument("--K-banded-check", type=int, default=2000, help="modes of the banded-vs-dense check")
     ap.add_argument("--eps", type=float, default=1e-30)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-before", action="store_true", help="skip the slow runs of the previous implementation")
-    ap.add_argument("--parts", default="diagonal,sparse,limit", help="comma-separated subset of diagonal,sparse,limit")
+    ap.add_argument(
+        "--parts", default="diagonal,sparse,limit,banded", help="comma-separated subset of diagonal,sparse,limit,banded"
+    )
     ap.add_argument("--threads", type=int, default=1, help="BLAS threads (via threadpoolctl when installed)")
     args = ap.parse_args()
     parts = set(args.parts.split(","))
@@ -167,6 +211,8 @@ def main() -> None:
             bench_sparse(args.K, args.eps, np.random.default_rng([args.seed, 1]), before=not args.no_before)
         if "limit" in parts:
             bench_limit(args.K_limit, np.random.default_rng([args.seed, 2]), before=not args.no_before)
+        if "banded" in parts:
+            bench_banded(args.K, args.K_banded_check, np.random.default_rng([args.seed, 1]))
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
 """The incremental ε → 0 limit (``nqf.reductions.lv.limit``) against independent dense references.
 
-The active-set construction keeps an inverse Cholesky factor of ``C_SS`` updated by
-rank-one additions and Givens deletions and the velocities of the inactive modes from a
-permuted block of ``C``; here every output is recomputed from scratch with dense linear
-algebra (docs/theory.md §4.3):
+The active-set construction keeps a partial Cholesky factor of ``C`` (the active modes as
+pivots), updated by one column per addition and by Givens rotations per deletion, and the
+velocities of the inactive modes from it; here every output is recomputed from scratch with
+dense linear algebra (docs/theory.md §4.3):
 
 * the final state against scipy's NNLS on a square-root factor of ``C`` (KKT conditions of
   ``min_{z ≥ 0} −βᵀz + ½zᵀCz``: ``z ≥ 0``, ``β − Cz ≤ 0``, ``= 0`` on the support);

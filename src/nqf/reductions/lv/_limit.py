@@ -16,27 +16,40 @@ in ``O(1)`` time ``t`` — zero time ``τ`` — to the minimiser ``z_S`` of the 
   ``min_{z ≥ 0} L`` hold, so the final ``z_S`` is the global minimiser.
 
 Each join strictly decreases the loss, so no support repeats and the algorithm ends
-after finitely many events.  The restricted optimum is maintained by the incremental
-active-set solver :class:`nqf.reductions.lv._qp.ActiveSetQP` (an inverse Cholesky factor of
-``C_SS`` updated in ``O(|S|²)`` per event, plus the exact velocities of the inactive modes from
-the block ``C_{IS}``, ``O((K − |S|)·|S|)``), which makes ``K`` in the thousands cheap.
+after finitely many events.  For a dense ``C`` the restricted optimum is maintained by the
+incremental active-set solver :class:`nqf.reductions.lv._qp.ActiveSetQP` (a partial Cholesky
+factor of ``C`` with the active modes as pivots), driven in blocked epochs of many events
+(:mod:`nqf.reductions.lv._epoch`: BLAS-3 products on the Schur complement of candidate modes,
+exact velocities of every inactive mode) with single exact steps in between
+(:mod:`nqf.reductions.lv._walk`); for K = 2000 all events cost about 7 Cholesky factorisations
+of ``C`` (``benchmarks/bench_lv.py``).  A sparse banded ``C`` is never densified
+(:mod:`nqf.reductions.lv._banded`: one banded solve per event on the component of the active
+set it changes).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import scipy.sparse as sp
 import torch
+from scipy.linalg import cholesky_banded, get_lapack_funcs
 
 from ..._validation import as_tensor
 from ...errors import InvalidParameterError, ShapeError
 from ...results import Result
 from .._staircase import Staircase
 from .._timing import leading_switch_time
-from ._qp import ActiveSetQP, UnboundedError
+from ._banded import BandedWalk, band_of
+from ._lazy import Knots
+from ._qp import ActiveSetQP
+from ._walk import Walk
 
 __all__ = ["limit", "LimitResult", "LimitEvent"]
+
+(dpotrf,) = get_lapack_funcs(["potrf"], dtype=np.float64)
 
 
 @dataclass(frozen=True, repr=False)
@@ -79,8 +92,10 @@ class LimitResult(Result):
     path_tau : torch.Tensor, shape (B,)
         Breakpoints of the piecewise-linear paths ``s(τ)`` (0, every event time, and an end
         point 25 % beyond the last event).
-    path_s : torch.Tensor, shape (B, K)
-        ``s_k`` at the breakpoints (linear in between; ``−inf`` for modes starting at ``z = 0``).
+    path_s : torch.Tensor, shape (B, K), or None
+        ``s_k`` at the breakpoints (linear in between; ``−inf`` for modes starting at ``z = 0``);
+        None for a sparse (banded) ``C``, whose paths are kept as the knots where a velocity
+        changes — read them with :meth:`s_at`.
     initial_loss : float
         Loss of the initial plateau (``z = 0``).
     eps : float or None
@@ -90,10 +105,11 @@ class LimitResult(Result):
     events: list
     z_final: torch.Tensor
     path_tau: torch.Tensor
-    path_s: torch.Tensor
+    path_s: torch.Tensor | None
     initial_loss: float
     eps: float | None = None
-    _z_after: list = field(default_factory=list, repr=False)
+    _z_after: Sequence = field(default_factory=list, repr=False)
+    _knots: Knots | None = field(default=None, repr=False)
 
     @property
     def taus(self) -> torch.Tensor:
@@ -127,7 +143,7 @@ class LimitResult(Result):
 
     def switch_on_times(self) -> torch.Tensor:
         """First switch-on ``τ`` of every mode, shape (K,) (``inf`` if it never switches on)."""
-        K = self.path_s.shape[1]
+        K = self.z_final.shape[0]
         out = np.full(K, np.inf)
         for e in reversed(self.events):
             if e.kind == "on":
@@ -185,6 +201,9 @@ class LimitResult(Result):
         Beyond the last breakpoint the paths continue with their final velocities.
         """
         tq = as_tensor("tau", tau, ndim=(0, 1), dtype=torch.float64).reshape(-1).numpy()
+        if self.path_s is None:  # banded C: the paths are stored as knots
+            assert self._knots is not None
+            return torch.as_tensor(self._knots.at(tq))
         bt = self.path_tau.numpy()
         bs = self.path_s.numpy()
         out = np.empty((tq.shape[0], bs.shape[1]))
@@ -205,8 +224,12 @@ def limit(beta, C, s0=None, *, y2: float | None = None, max_events: int | None =
     ----------
     beta : array_like, shape (K,)
         ``β`` (growth rates ``ζ = 4β``).
-    C : array_like, shape (K, K)
-        Symmetric positive semi-definite interaction matrix.
+    C : array_like or scipy.sparse matrix, shape (K, K)
+        Symmetric positive semi-definite interaction matrix.  A sparse ``C`` must be banded
+        (half-bandwidth ``w ≤ 64``); it is never densified: each event costs one banded solve on
+        the component of the active set it changes (``C_SS`` must then be positive definite on
+        every support visited), and the active sets, plateau states and paths of the result
+        are compact logs materialised on demand (``path_s`` is None).
     s0 : array_like, shape (K,), optional
         Initial log coordinates ``s_k(0) = ln z_k(0) / ln(1/ε) ≤ 0``; default ``−1`` for every
         mode (``z(0) = ε``).  ``−inf`` marks a mode that starts at exactly 0; ``0`` a mode
@@ -231,54 +254,26 @@ def limit(beta, C, s0=None, *, y2: float | None = None, max_events: int | None =
     ValueError
         ``C`` not symmetric or not PSD; ``s0 > 0``; the loss unbounded below.
     """
+    if sp.issparse(C):
+        return _banded_limit(beta, C, s0, y2, max_events)
     b, Cn, s, scale = _checked_inputs(beta, C, s0)
     K = b.shape[0]
     qp = ActiveSetQP(Cn, b)
     vtol = 1e-12 * max(float(np.max(np.abs(b))), scale, 1e-300)
-    stol = 1e-12
     max_events = 10 * K + 10 if max_events is None else int(max_events)
-    events: list[LimitEvent] = []
-    z_after: list[np.ndarray] = []
-    path_tau, path_s = [0.0], [s.copy()]
-
     # the velocities 4(β − Cz) vanish on the active set (free_gradient), so `v > vthr` selects
     # inactive modes only; modes with s = −inf (z(0) = 0) never move
-    vthr = 4 * vtol
-    finite = np.isfinite(s)
-    step = np.empty(K)
-
-    tau = 0.0
-    _process(qp, s, tau, vthr, stol, b, events, z_after)
-    while len(events) <= max_events:
-        v = 4.0 * qp.free_gradient()
-        idx = np.flatnonzero((v > vthr) & finite)
-        if not idx.size:
-            break
-        dt = -s[idx] / v[idx]
-        jj = int(np.argmin(dt))
-        j = int(idx[jj])
-        dtau = max(float(dt[jj]), 0.0)
-        tau += dtau
-        # s ← min(s + v dτ, 0): unchanged on the active set (s = v = 0) and at s = −inf
-        np.multiply(v, dtau, out=step)
-        step += s
-        np.minimum(step, 0.0, out=s)
-        s[j] = 0.0
-        path_tau.append(tau)
-        path_s.append(s.copy())
-        _process(qp, s, tau, vthr, stol, b, events, z_after)
-    else:
-        raise InvalidParameterError(f"`limit` exceeded `max_events` = {max_events}")
+    walk = Walk(qp, b, s, vthr=4 * vtol, stol=1e-12)
+    walk.run(max_events)
     # extension for plotting
-    end, s_end = _extended(qp, s, tau)
-    path_tau.append(end)
-    path_s.append(s_end)
+    end, s_end = walk.extended()
+    path_tau, path_s = walk.path_tau + [end], walk.path_s + [s_end]
     zf = qp.z.copy()
     if y2 is None:
         shift = -_plateau(b, zf)
     else:
         shift = 0.5 * float(y2)
-    events = [LimitEvent(e.tau, e.mode, e.kind, e.active, float(e.loss + shift), e.value) for e in events]
+    events = [LimitEvent(t, k, kind, act, float(loss + shift), value) for t, k, kind, act, loss, value in walk.events]
     return LimitResult(
         events,
         torch.as_tensor(zf),
@@ -286,8 +281,36 @@ def limit(beta, C, s0=None, *, y2: float | None = None, max_events: int | None =
         torch.as_tensor(np.array(path_s)),
         float(shift),
         None,
-        z_after,
+        walk.z_after,
     )
+
+
+def _banded_limit(beta, C, s0, y2, max_events) -> LimitResult:
+    """:func:`limit` for a banded sparse ``C`` (:mod:`nqf.reductions.lv._banded`)."""
+    b = as_tensor("beta", beta, ndim=1, dtype=torch.float64).numpy().copy()
+    K = b.shape[0]
+    if K == 0:
+        raise ShapeError("`beta` must have at least one mode (K ≥ 1); found shape (0,)")
+    w, diags = band_of(C, K, 64)
+    scale = max(float(np.max(np.abs(diags[0]))), 1e-300)
+    ab = np.zeros((w + 1, K))
+    for d in range(w + 1):
+        ab[w - d, d:] = diags[d]
+    ab[w] += 1e-10 * scale
+    try:
+        cholesky_banded(ab, check_finite=False)
+    except np.linalg.LinAlgError:
+        raise InvalidParameterError("`C` must be positive semi-definite; its banded Cholesky factor fails") from None
+    s = _checked_s0(s0, K)
+    vtol = 1e-12 * max(float(np.max(np.abs(b))), scale, 1e-300)
+    walk = BandedWalk(b, w, diags, s, vthr=4 * vtol, stol=1e-12)
+    walk.run(10 * K + 10 if max_events is None else int(max_events))
+    zf = walk.z.copy()
+    shift = 0.5 * float(b @ zf) if y2 is None else 0.5 * float(y2)
+    events = [LimitEvent(t, k, kind, act, float(loss + shift), value) for t, k, kind, act, loss, value in walk.events]
+    end = 1.25 * walk.tau if walk.tau > 0 else 1.0
+    path_tau = torch.as_tensor(np.array(walk.path_tau + [end]))
+    return LimitResult(events, torch.as_tensor(zf), path_tau, None, float(shift), None, walk.states(), walk.knots())
 
 
 def _checked_inputs(beta, C, s0):
@@ -300,16 +323,19 @@ def _checked_inputs(beta, C, s0):
     if Cn.shape != (K, K):
         raise ShapeError(f"`C` must have shape ({K}, {K}) to match `beta`; found {Cn.shape}")
     scale = max(float(np.max(np.abs(np.diag(Cn)))) if K else 0.0, 1e-300)
-    asym = float(np.max(np.abs(Cn - Cn.T))) if K else 0.0
+    asym = _max_asymmetry(Cn)
     if asym > 1e-10 * max(float(np.max(np.abs(Cn))), 1e-300):
         raise InvalidParameterError(f"`C` must be symmetric; found max |C − Cᵀ| = {asym:.3e}")
-    try:
-        np.linalg.cholesky(Cn + 1e-10 * scale * np.eye(K))
-    except np.linalg.LinAlgError:
+    if not _is_psd(Cn, 1e-10 * scale):
         lam = float(np.linalg.eigvalsh(Cn)[0])
         raise InvalidParameterError(
             f"`C` must be positive semi-definite; found smallest eigenvalue {lam:.3e}"
         ) from None
+    return b, Cn, _checked_s0(s0, K), scale
+
+
+def _checked_s0(s0, K: int) -> np.ndarray:
+    """``s(0)``: default −1; shape (K,), ≤ 0, −inf allowed."""
     if s0 is None:
         s = -np.ones(K)
     else:
@@ -320,55 +346,28 @@ def _checked_inputs(beta, C, s0):
             raise InvalidParameterError("`s0` must not contain NaN or +inf")
         if (s > 0).any():
             raise InvalidParameterError(f"`s0` must be ≤ 0 (z(0) ≤ 1 in units of ε); found max {s.max():.3e}")
-    return b, Cn, s, scale
+    return s
+
+
+def _max_asymmetry(C: np.ndarray, block: int = 256) -> float:
+    """``max |C − Cᵀ|`` by pairs of ``block × block`` tiles (each pair stays in cache)."""
+    K = C.shape[0]
+    worst = 0.0
+    for i in range(0, K, block):
+        for j in range(i, K, block):
+            d = C[i : i + block, j : j + block] - C[j : j + block, i : i + block].T
+            worst = max(worst, float(np.max(np.abs(d))))
+    return worst
+
+
+def _is_psd(C: np.ndarray, shift: float) -> bool:
+    """Whether ``C + shift·I`` has a Cholesky factor (LAPACK ``potrf`` on a copy, lower triangle only)."""
+    A = np.array(C, dtype=np.float64, copy=True)
+    A.flat[:: A.shape[0] + 1] += shift
+    _, info = dpotrf(A.T, lower=1, clean=0, overwrite_a=1)  # Aᵀ (= A) is Fortran-ordered: no copy
+    return info == 0
 
 
 def _plateau(b: np.ndarray, z: np.ndarray) -> float:
     """Loss ``−βᵀz + ½zᵀCz`` at a restricted optimum, without the constant: ``−½ β_Pᵀ z_P`` (``C_PP z_P = β_P``)."""
     return -0.5 * float(b @ z)
-
-
-def _process(qp: ActiveSetQP, s: np.ndarray, tau: float, vthr: float, stol: float, b, events: list, z_after: list):
-    """All joins and leaves at ``τ``: add every mode that reached ``s = 0`` with a positive velocity, in turn.
-
-    Sets ``s_k = 0`` of the modes that join, and appends to ``events`` (and the state after
-    each to ``z_after``) the modes that changed membership at this ``τ``, on before off.
-    """
-    was = {}  # membership before this τ of every mode that joins or leaves at this τ
-    for _ in range(3 * s.shape[0] + 10):
-        v = 4.0 * qp.free_gradient()
-        idx = np.flatnonzero((v > vthr) & (s >= -stol))
-        if not idx.size:
-            break
-        k = int(idx[np.argmax(v[idx])])
-        s[k] = 0.0
-        was.setdefault(k, False)
-        try:
-            removed = qp.add(k)
-        except UnboundedError as exc:
-            raise InvalidParameterError(f"`beta`, `C`: {exc}") from None
-        for r in removed:
-            was.setdefault(r, True)
-    in_p = qp.in_p
-    on = sorted(k for k, w in was.items() if not w and in_p[k])
-    off = sorted(k for k, w in was.items() if w and not in_p[k])
-    if on or off:
-        z = qp.z.copy()
-        val = _plateau(b, z)
-        act = tuple(np.flatnonzero(in_p).tolist())
-        for k in on:
-            events.append(LimitEvent(tau, k, "on", act, val, float(z[k])))
-            z_after.append(z)
-        for k in off:
-            events.append(LimitEvent(tau, k, "off", act, val, 0.0))
-            z_after.append(z)
-
-
-def _extended(qp: ActiveSetQP, s: np.ndarray, tau: float):
-    """The path continued past the last event for plotting: ``(1.25 τ, s)`` (``(1, s)`` when ``τ = 0``)."""
-    v = 4.0 * qp.free_gradient()
-    end = 1.25 * tau if tau > 0 else 1.0
-    s_end = s.copy()
-    fin = ~qp.in_p & np.isfinite(s)
-    s_end[fin] = np.minimum(s[fin] + v[fin] * (end - tau), 0.0)
-    return end, s_end

@@ -535,6 +535,8 @@ class LotkaVolterra:
     def limit(self, eps: float | None = None):
         """ε → 0 limit of this system (:func:`nqf.reductions.lv.limit`), with ``s_k(0) = ln z_k(0)/ln(1/ε)``.
 
+        A sparse ``C`` takes the banded path (half-bandwidth ≤ 64, never densified; ``path_s`` None).
+
         Parameters
         ----------
         eps : float in (0, 1), optional
@@ -542,12 +544,10 @@ class LotkaVolterra:
         """
         from ._limit import limit
 
-        if self._dense is None and not self.is_diagonal:
-            raise InvalidParameterError("`limit` needs a dense `C`; convert with `C.toarray()`")
         eps = float(np.max(self._z0)) if eps is None else float(eps)
         if not 0 < eps < 1:
             raise InvalidParameterError(f"`eps` must lie in (0, 1); found {eps}")
         with np.errstate(divide="ignore"):
             s0 = np.log(self._z0) / (-np.log(eps))
-        C = self._dense if self._dense is not None else np.diag(self._diag)
+        C = self._dense if self._dense is not None else np.diag(self._diag) if self.is_diagonal else self._sparse
         return dataclasses.replace(limit(self._beta, C, s0, y2=self.y2), eps=eps)
