@@ -13,6 +13,7 @@ from ..dynamics import initial_weights
 from ..report import new_figure
 from ._base import Check, Outcome, Table
 from ._common import mark_stop_at, mark_unfinished, stop_reason, to_cpu
+from ._power_law_modes import fourier_task, isotropic_mode_sum, ols_exponent
 
 if TYPE_CHECKING:
     from ._power_law import PowerLawParams
@@ -22,7 +23,6 @@ def _network_problem(P: PowerLawParams, ctx) -> dict:
     """Fourier-feature task, its two-layer modes (the prediction), fit window, step, run length and ``W0``."""
     from ..reductions.svd_modes import two_layer_modes
     from ..structure import mlp
-    from ._power_law import fourier_task
 
     K = P.n_modes
     X, Y, _ = fourier_task(K, P.gamma)
@@ -91,7 +91,6 @@ def _network_runs(net: dict, P: PowerLawParams, ctx) -> dict:
 def _network_measurement(net: dict, runs: dict, P: PowerLawParams, ctx) -> dict:
     """Exact-sum exponent at this K and ε, and the power-law fits of the NQF (and real network) losses."""
     from ..curves import fit_power_law
-    from ._power_law import isotropic_mode_sum, ols_exponent
 
     sim, window = runs["nqf"], net["window"]
     t, L_sim = sim.t.numpy()[1:], sim.loss.numpy()[1:]
