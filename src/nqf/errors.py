@@ -69,7 +69,8 @@ class ModelSpecError(NQFError, ValueError):
 
 
 class SweepError(NQFError, ValueError):
-    """A sweep specification (``--grid``, ``--zip``, ``--seeds`` or the ``[sweep]`` table) is invalid."""
+    """A sweep specification (``--grid``, ``--zip``, ``--seeds`` or the ``[sweep]`` table) is invalid, or a
+    ``sweep.json`` cannot be read as a sweep table (the message names the file and the field)."""
 
 
 class NoUnitsError(NQFError, ValueError):

@@ -222,7 +222,7 @@ def analyze(
         or a non-MSE loss.
     """
     say = log or (lambda s: None)
-    eps = _checked_options(eps, loss, steps, max_steps)  # before anything is computed
+    eps = _checked_options(eps, loss, steps, max_steps, lr)  # before anything is computed
     timings = {}
     t0 = time.perf_counter()
     data, module, found, desc = prepare_analysis(model, X, Y, units=units, seed=seed, data_name=data_name)
@@ -294,9 +294,23 @@ def analyze(
     )
 
 
-def _check_max_steps(steps: int | None, max_steps: int | None) -> None:
-    if steps is not None and max_steps is not None and steps > max_steps:
-        raise InvalidParameterError(f"`steps`: at most max_steps={max_steps} (--max-steps); found {steps}")
+def check_step_budget(steps: int | None, max_steps: int | None, lr: float | None = None) -> None:
+    """Refuse (``InvalidParameterError``) a run past ``max_steps`` before anything is computed: ``steps`` when
+    given; else, with ``lr`` given, when even the fixed part of the horizon (``t = HORIZON_EXTRA``, reached by
+    every run: ``t_end = 1.5 t_K + 5``) needs more steps.  ``--lr 1e-300`` is refused here, before the prediction;
+    an ``lr`` that passes may still be refused from the predicted drop times (:func:`_derived_steps`)."""
+    if max_steps is None:
+        return
+    if steps is not None:
+        if steps > max_steps:
+            raise InvalidParameterError(f"`steps`: at most max_steps={max_steps} (--max-steps); found {steps}")
+        return
+    if lr is not None and HORIZON_EXTRA / float(lr) > max_steps:
+        raise InvalidParameterError(
+            f"`lr`: η = {float(lr):.4g} needs more than {HORIZON_EXTRA / float(lr):.4g} GD steps (every run goes "
+            f"past t = {HORIZON_EXTRA:g}); at most max_steps={max_steps} (--max-steps) are run: choose a larger "
+            "--lr, or --steps"
+        )
 
 
 def _derived_steps(pred, lr: float, max_steps: int | None) -> int:
@@ -585,13 +599,14 @@ def _shifted(traj, shift: float):
     return dataclasses.replace(traj, loss=traj.loss + shift) if shift else traj
 
 
-def _checked_options(eps, loss: str, steps: int | None = None, max_steps: int | None = None) -> float:
+def _checked_options(eps, loss: str, steps: int | None = None, max_steps: int | None = None, lr=None) -> float:
     """``eps`` as a float in (0, 1); ``loss`` must be ``"mse"`` (the only loss with a predicted staircase);
-    ``steps`` at most ``max_steps``."""
-    _check_max_steps(steps, max_steps)
+    ``steps`` (or the steps ``lr`` needs at least) at most ``max_steps``."""
     from .._validation import float_param
-    from ..errors import InvalidParameterError
 
+    if lr is not None:
+        lr = float_param("lr", lr, positive=True)
+    check_step_budget(steps, max_steps, lr)
     eps = float_param("eps", eps, positive=True)
     if not eps < 1:
         raise InvalidParameterError(f"`eps` must lie in (0, 1); found {eps}")

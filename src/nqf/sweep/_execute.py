@@ -123,7 +123,13 @@ def row_from_results(results: dict) -> dict[str, Any]:
 
 
 def run_point(config: dict, out_dir: str) -> dict[str, Any]:
-    """Run one point (on a worker): validate ``config``, run it into ``out_dir``; never raises for the experiment.
+    """Run one point (on a worker): validate ``config``, run it into ``out_dir``.
+
+    A point refused or failing for its input (an :class:`~nqf.errors.NQFError`: a bad value, a device this
+    machine lacks, a divergence, sizes past the memory limit), for memory or for the file system
+    (``MemoryError``, ``OSError``) returns a failed row with its wall time.  Anything else is a fault of nqf:
+    it is raised, and the client records the point as failed from the future's exception (error type and
+    message), so the sweep goes on either way.
 
     Returns
     -------
@@ -132,6 +138,7 @@ def run_point(config: dict, out_dir: str) -> dict[str, Any]:
     """
     import torch
 
+    from ..errors import NQFError
     from ..experiments import parse_config, run_experiment
 
     torch.set_num_threads(1)
@@ -143,7 +150,7 @@ def run_point(config: dict, out_dir: str) -> dict[str, Any]:
         results = run_experiment(
             exp, params, Path(out_dir), seed=cfg.seed, device=cfg.device, resume=True, show_progress=False
         )
-    except Exception as exc:  # noqa: BLE001 - recorded in the sweep table, the sweep goes on
+    except (NQFError, MemoryError, OSError) as exc:  # the point's fault: recorded in the sweep table
         return {
             "status": "failed",
             "wall_seconds": round(time.perf_counter() - t0, 3),
