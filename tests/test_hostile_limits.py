@@ -1,8 +1,9 @@
 """Runaway runs are refused from the estimate before they start (issue 23, class 4, and ``--threads``).
 
 ``--steps`` above ``--max-steps`` (default 10⁷) is refused before anything runs;
-``--lr`` so small that the steps it needs exceed the cap is refused once the drop times are predicted,
-before any training; ``--threads`` above 1024 is a flag error; more than
+``--lr`` so small that even ``5/lr`` steps (every run goes past ``t = 5``) exceed the cap is refused before
+anything is loaded, a smaller excess once the drop times are predicted, before any training, and no run
+directory is left behind; ``--threads`` above 1024 is a flag error; more than
 100 000 seeds (counted before a range is expanded) are refused at once.
 """
 
@@ -52,6 +53,21 @@ CASES = [
         ["--steps", "--max-steps"],
     ),
     ("analyze-steps-just-above-default-cap", lambda t, c: [*ANALYZE, "--steps", str(MAX_STEPS + 1)], ["--steps"]),
+    (
+        "analyze-lr-1e-300-before-the-prediction",
+        lambda t, c: [*ANALYZE, "--lr", "1e-300", "--out", str(t / "r")],
+        ["`lr`", "1e-300", "--max-steps"],
+    ),
+    (
+        "analyze-lr-needing-more-than-max-steps",
+        lambda t, c: [*ANALYZE, "--lr", "0.001", "--max-steps", "1000", "--out", str(t / "r")],
+        ["`lr`", "0.001", "max_steps=1000", "--max-steps"],
+    ),
+    (
+        "analyze-lr-1e-7-past-the-default-cap",
+        lambda t, c: [*ANALYZE, "--lr", "1e-7", "--out", str(t / "r")],
+        ["`lr`", "1e-07", "max_steps=10000000"],
+    ),
     ("analyze-max-steps-zero", lambda t, c: [*ANALYZE, "--max-steps", "0"], ["--max-steps"]),
     ("analyze-threads-1e9", lambda t, c: [*ANALYZE, "--threads", str(10**9)], ["--threads"]),
     ("analyze-threads-1025", lambda t, c: [*ANALYZE, "--threads", "1025"], ["--threads"]),
@@ -92,10 +108,13 @@ def test_refused_before_starting(case, tmp_path, demo_cfg):
 
 
 @pytest.mark.slow  # the drop times are predicted first (~30 s on a shared machine)
-def test_lr_1e_300_is_refused_from_the_predicted_steps_before_training(tmp_path):
+def test_an_lr_refused_from_the_predicted_steps_leaves_no_run_directory(tmp_path):
+    """5/η = 5·10⁶ steps pass the cap; the predicted drop times (t_K ≈ 28 on iris) need more: refused after the
+    prediction, before training, and the staged run is dropped."""
     out = tmp_path / "run"
-    res = runner.invoke(app, [*ANALYZE, "--lr", "1e-300", "--out", str(out)])
-    _assert_one_line(res, ["`lr`", "1e-300", "--max-steps"])
+    res = runner.invoke(app, [*ANALYZE, "--lr", "1e-6", "--out", str(out)])
+    _assert_one_line(res, ["`lr`", "1e-06", "past the last predicted drop", "--max-steps"])
+    assert not out.exists() and not [p.name for p in tmp_path.iterdir() if "nqf-new" in p.name]
 
 
 def test_steps_within_the_cap_are_not_refused_by_it(tmp_path):
