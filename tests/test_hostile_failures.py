@@ -110,9 +110,8 @@ def test_exceptions_outside_the_recorded_failures_propagate_without_a_record(tmp
 
 
 def test_the_cli_says_nothing_was_left_for_a_refusal(tmp_path, monkeypatch):
-    from nqf.experiments import REGISTRY
-
     from helpers import toml_value
+    from nqf.experiments import REGISTRY
 
     exp = REGISTRY["lv-staircase"]
     cfg = tmp_path / "c.toml"
