@@ -347,6 +347,24 @@ def check_saved_memory(
     )
 
 
+def check_memory(nbytes: float, names: str, what: str, *, device=None, limit: int | None = None) -> float:
+    """Refuse sizes whose arrays cannot fit, from an estimate, before anything is allocated.
+
+    ``nbytes`` is a lower bound of what the sizes allocate (``what`` says which arrays), ``names`` the
+    parameters with their values (``"`width` = 10⁹"``).  Above ``limit`` (default :func:`memory_limit`: a
+    quarter of the available memory, or ``NQF_MEMORY_LIMIT`` bytes, the override) raises
+    :class:`ParameterError` naming them; returns ``nbytes``.  The same limit as :func:`check_saved_memory`.
+    """
+    if limit is None:
+        limit = memory_limit(device)
+    if limit is None or nbytes <= limit:
+        return nbytes
+    raise ParameterError(
+        f"{names}: needs at least {_bytes(nbytes)} ({what}), above the memory limit of {_bytes(limit)} (a quarter "
+        "of the available memory; set NQF_MEMORY_LIMIT=BYTES to allow more); choose smaller sizes"
+    )
+
+
 def _bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":

@@ -71,7 +71,7 @@ from pydantic import Field
 
 from ..errors import InvalidParameterError
 from ..report import new_figure
-from ._base import Check, EpsList, Experiment, Outcome, Params, Table, register
+from ._base import Check, EpsList, Experiment, Outcome, Params, Table, register, size_estimate
 from ._catalog import CATALOG
 from ._common import to_cpu
 
@@ -89,6 +89,10 @@ class UpperBoundCheck(Check):
         if p is None or m is None or not (self._finite(p) and self._finite(m)):
             return None
         return max(0.0, float(m) - float(p))
+
+
+#: (samples, features) of the data sets ``datasets`` may name (scikit-learn's bundled copies).
+_DATA_SIZES = {"iris": (150, 4), "wine": (178, 13), "breast_cancer": (569, 30), "digits": (1797, 64)}
 
 
 class RealDataParams(Params):
@@ -149,6 +153,14 @@ class RealData(Experiment):
         "times of a real network, with errors that shrink like 1/ln(1/ε)"
     )
     Params = RealDataParams
+
+    def memory_estimate(self, params):
+        """The largest of the data sets (``N`` samples, ``D`` features; ``subset`` caps ``N``) at ``width``."""
+        subset = params.subset  # pyright: ignore[reportAttributeAccessIssue]
+        N, D = max(_DATA_SIZES[d] for d in params.datasets)  # pyright: ignore[reportAttributeAccessIssue]
+        nbytes, named, what = size_estimate(params, {"N": min(N, subset or N), "D": D})
+        return nbytes, {**named, **({"subset": subset} if subset else {})}, what
+
     tiny = {"datasets": ["wine"], "eps": [1e-4, 1e-8], "width": 20, "lr_fraction": 0.05, "save_points": 150}
     checks = (
         "drop time per drop and ε (rule per drop: exact offset / O(1) recursion / leading order) — real "

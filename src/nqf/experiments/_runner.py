@@ -26,12 +26,20 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._validation import ParameterError, seed_value
+from .._validation import ParameterError, check_memory, seed_value
 from ..errors import NQFError
 from ..report import SCHEMA_VERSION, RunDirectory, write_report
 from ._base import Experiment, Outcome, Params
 
-__all__ = ["RunContext", "run_experiment", "resolve_device", "versions", "run_identity", "RECORDED_FAILURES"]
+__all__ = [
+    "RunContext",
+    "run_experiment",
+    "resolve_device",
+    "versions",
+    "run_identity",
+    "check_sizes",
+    "RECORDED_FAILURES",
+]
 
 #: The failures of an experiment that a run records (status ``"failed"``, what was finished kept) before they are
 #: re-raised: an input refused (:class:`~nqf.errors.NQFError`), the numbers (``ArithmeticError``), memory and the
@@ -184,13 +192,15 @@ def run_experiment(
     Raises
     ------
     ParameterError
-        ``seed`` not an int in ``[0, 2**32)``, an unknown or unavailable ``device``.
+        ``seed`` not an int in ``[0, 2**32)``, an unknown or unavailable ``device``; sizes whose arrays cannot
+        fit in memory (:func:`check_sizes`).
     RunDirectoryExistsError, RunDirectoryLockedError, ResumeMismatchError
         See :class:`~nqf.report.RunDirectory`.
     """
     seed = seed_value(seed)
     dev = resolve_device(device)
     identity = run_identity(exp, params, seed=seed, device=str(dev))
+    check_sizes(exp, params, dev)  # before the run directory: a refusal leaves nothing behind
     rundir = RunDirectory(out_dir, force=force, resume=resume, identity=identity)
     kept = False
     try:
@@ -246,6 +256,15 @@ def run_experiment(
         raise error
     assert results is not None  # written whenever nothing was refused
     return results
+
+
+def check_sizes(exp: Experiment, params: Params, device=None) -> None:
+    """Refuse ``params`` whose sizes cannot fit in memory, from :meth:`Experiment.memory_estimate` (a lower
+    bound), before anything is allocated: :class:`ParameterError` naming the size parameters, above the
+    memory limit (a quarter of the available memory, or ``NQF_MEMORY_LIMIT`` bytes)."""
+    nbytes, named, what = exp.memory_estimate(params)
+    names = ", ".join(f"`params.{k}` = {v}" for k, v in named.items()) or f"the sizes of {exp.name}"
+    check_memory(nbytes, names, f"{exp.name}: {what}", device=device)
 
 
 def _commit_or_keep(rundir: RunDirectory, status: str, refused: bool) -> bool:

@@ -135,7 +135,7 @@ def _list_units(params, seed: int) -> None:
 
     try:
         ds = load_data(params, seed)
-        lines = unit_listing(build_model(params.model, ds.n_features, ds.n_outputs, seed=seed))
+        lines = unit_listing(build_model(params.model, ds.n_features, ds.n_outputs, seed=seed, n_samples=ds.n_samples))
     except NQFError as exc:
         _fail(str(exc))
     if not lines:

@@ -110,7 +110,7 @@ def prepare_analysis(model, X, Y=None, *, units: str | None = None, seed: int = 
     data = _as_data(X, Y, data_name)
     desc = model if isinstance(model, str) else type(model).__name__
     _check_builtin_shape(model, data)
-    module = build_model(model, data.n_features, data.n_outputs, seed=seed)
+    module = build_model(model, data.n_features, data.n_outputs, seed=seed, n_samples=data.n_samples)
     if not isinstance(model, str):
         module = copy.deepcopy(module)
     freeze_training_only(module)
