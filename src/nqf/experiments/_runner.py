@@ -259,9 +259,10 @@ def run_experiment(
 
 
 def check_sizes(exp: Experiment, params: Params, device=None) -> None:
-    """Refuse ``params`` whose sizes cannot fit in memory, from :meth:`Experiment.memory_estimate` (a lower
-    bound), before anything is allocated: :class:`ParameterError` naming the size parameters, above the
-    memory limit (a quarter of the available memory, or ``NQF_MEMORY_LIMIT`` bytes)."""
+    """Refuse ``params`` whose sizes cannot fit in memory, before anything is allocated.
+
+    The bytes are :meth:`Experiment.memory_estimate`'s lower bound; above the memory limit (a quarter of the
+    available memory, or ``NQF_MEMORY_LIMIT`` bytes) raises :class:`ParameterError` naming the size parameters."""
     nbytes, named, what = exp.memory_estimate(params)
     names = ", ".join(f"`params.{k}` = {v}" for k, v in named.items()) or f"the sizes of {exp.name}"
     check_memory(nbytes, names, f"{exp.name}: {what}", device=device)
