@@ -516,7 +516,7 @@ def load_dataset(
     source : str or Path
         A name in :data:`BUILTIN` or a ``.npz``/``.csv``/``.pt`` file.
     target : str, optional
-        CSV target columns (names or 0-based indices, comma-separated).
+        CSV target columns (names or 0-based indices, comma-separated); refused for any other source.
     task, standardize, one_hot, center
         See :func:`prepare`.
     subset : int, optional
@@ -530,10 +530,18 @@ def load_dataset(
 
     Raises
     ------
-    DataError, ShapeError, NonFiniteError
+    DataError
+        An unknown name, a missing or unreadable file, ``target`` given for a source that is not a CSV file.
+    ShapeError, NonFiniteError
     """
     src = str(source)
     rule = None
+    if target is not None and (src in BUILTIN or Path(src).suffix.lower() != ".csv"):
+        what = "a bundled data set" if src in BUILTIN else "not a CSV file"
+        raise DataError(
+            f"`target`: --target names the target column(s) of a CSV file; {src!r} is {what}, whose targets are "
+            f"its own (Y); found target={target!r}"
+        )
     if src in BUILTIN:
         X, y, builtin_task = _builtin(src)
         if task == "auto":
