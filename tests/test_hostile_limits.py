@@ -3,7 +3,8 @@
 ``--steps`` above ``--max-steps`` (default 10⁷) is refused before anything runs;
 ``--lr`` so small that even ``5/lr`` steps (every run goes past ``t = 5``) exceed the cap is refused before
 anything is loaded, a smaller excess once the drop times are predicted, before any training, and no run
-directory is left behind; ``--threads`` above 1024 is a flag error; more than
+directory is left behind; ``nqf run``/``demo``/sweep points refuse a GD loop of more steps than ``--max-steps`` (default 10⁷) when it
+starts; ``--threads`` above 1024 is a flag error; more than
 100 000 seeds (counted before a range is expanded) are refused at once.
 """
 
@@ -69,6 +70,25 @@ CASES = [
         ["`lr`", "1e-07", "max_steps=10000000"],
     ),
     ("analyze-max-steps-zero", lambda t, c: [*ANALYZE, "--max-steps", "0"], ["--max-steps"]),
+    (
+        "run-demo-t-max-1e8-ten-billion-steps",
+        lambda t, c: [
+            *("run", str(c), "--set", "params.t_max=1e8", "--set", "params.save_every=100000000"),
+            *("--out", str(t / "r")),
+        ],
+        ["`steps`", "10000000000", "max_steps=10000000", "--max-steps"],
+    ),
+    (
+        "run-demo-tiny-above-max-steps-1000",
+        lambda t, c: ["run", str(c), "--max-steps", "1000", "--out", str(t / "r")],
+        ["`steps`", "1200", "max_steps=1000"],
+    ),
+    (
+        "demo-max-steps-10",
+        lambda t, c: ["demo", "--max-steps", "10", "--out", str(t / "r")],
+        ["`steps`", "max_steps=10"],
+    ),
+    ("run-max-steps-zero", lambda t, c: ["run", str(c), "--max-steps", "0", "--out", str(t / "r")], ["--max-steps"]),
     ("analyze-threads-1e9", lambda t, c: [*ANALYZE, "--threads", str(10**9)], ["--threads"]),
     ("analyze-threads-1025", lambda t, c: [*ANALYZE, "--threads", "1025"], ["--threads"]),
     ("demo-threads-1e12", lambda t, c: ["demo", "--threads", str(10**12), "--out", str(t / "r")], ["--threads"]),
@@ -115,6 +135,30 @@ def test_an_lr_refused_from_the_predicted_steps_leaves_no_run_directory(tmp_path
     res = runner.invoke(app, [*ANALYZE, "--lr", "1e-6", "--out", str(out)])
     _assert_one_line(res, ["`lr`", "1e-06", "past the last predicted drop", "--max-steps"])
     assert not out.exists() and not [p.name for p in tmp_path.iterdir() if "nqf-new" in p.name]
+
+
+def test_a_run_within_max_steps_is_not_refused(tmp_path, demo_cfg):
+    """The cap can pass: the tiny demo takes t_max / lr = 1200 steps per loop."""
+    res = runner.invoke(app, ["run", str(demo_cfg), "--max-steps", "1200", "--out", str(tmp_path / "r")])
+    assert res.exit_code == 0, res.output
+
+
+def test_a_sweep_point_past_max_steps_is_a_failed_row_without_a_directory(tmp_path):
+    from nqf.sweep._execute import run_point
+
+    config = {"experiment": "demo", "seed": 0, "params": dict(REGISTRY["demo"].tiny)}
+    row = run_point(config, str(tmp_path / "p"), max_steps=100)
+    assert row["status"] == "failed" and row["error_type"] == "ParameterError" and "max_steps=100" in row["error"]
+    assert not (tmp_path / "p").exists()
+
+
+def test_the_python_api_has_no_step_cap_unless_one_is_set():
+    from nqf._validation import step_cap, steps_value
+
+    assert steps_value(10**12) == 10**12
+    with step_cap(100), pytest.raises(InvalidParameterError, match="max_steps=100"):
+        steps_value(101)
+    assert steps_value(10**12) == 10**12  # the cap ends with its block
 
 
 def test_steps_within_the_cap_are_not_refused_by_it(tmp_path):

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._validation import ParameterError, check_memory, seed_value
+from .._validation import ParameterError, check_memory, seed_value, step_cap
 from ..errors import NQFError
 from ..report import SCHEMA_VERSION, RunDirectory, write_report
 from ._base import Experiment, Outcome, Params
@@ -176,6 +176,7 @@ def run_experiment(
     force: bool = False,
     resume: bool = False,
     show_progress: bool = False,
+    max_steps: int | None = None,
 ) -> dict[str, Any]:
     """Run ``exp`` and write its run directory; returns the results dictionary.
 
@@ -188,6 +189,9 @@ def run_experiment(
     exception's ``.previous_run_kept`` is the path, ``.run_directory`` is ``None``).  An input refused
     (an :class:`~nqf.errors.NQFError`) before the run finished anything leaves no run directory behind
     (``.run_directory`` is ``None``; a previous run stays as it was).
+
+    ``max_steps`` caps the GD steps of every loop the experiment starts (:func:`nqf._validation.step_cap`;
+    ``nqf run``/``demo``/``sweep`` pass ``--max-steps``, default 10⁷; ``None``: no cap).
 
     Raises
     ------
@@ -211,7 +215,8 @@ def run_experiment(
         started, t0 = _now(), time.perf_counter()
         status, message, error = "complete", "", None
         try:
-            exp.run(params, ctx, out)
+            with step_cap(max_steps):  # a loop of more steps is refused when it starts
+                exp.run(params, ctx, out)
         except KeyboardInterrupt as exc:
             status, error = "interrupted", exc
             q = shlex.quote(str(rundir.path))

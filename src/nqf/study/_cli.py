@@ -13,13 +13,9 @@ from typing import NoReturn
 
 import typer
 
-__all__ = ["register_cli", "MAX_STEPS", "MAX_THREADS"]
+from .._limits import MAX_STEPS, MAX_THREADS
 
-#: ``--steps`` (given, or derived from ``--lr`` and the predicted drop times) above this is refused before
-#: anything runs unless ``--max-steps`` raises it: the printed estimate, not the user's patience, decides.
-MAX_STEPS = 10_000_000
-#: ``--threads`` above this is refused as a flag error (torch cannot start that many threads).
-MAX_THREADS = 1024
+__all__ = ["register_cli", "MAX_STEPS", "MAX_THREADS"]
 
 
 def register_cli(app: typer.Typer) -> None:

@@ -122,8 +122,8 @@ def row_from_results(results: dict) -> dict[str, Any]:
     }
 
 
-def run_point(config: dict, out_dir: str) -> dict[str, Any]:
-    """Run one point (on a worker): validate ``config``, run it into ``out_dir``.
+def run_point(config: dict, out_dir: str, max_steps: int | None = None) -> dict[str, Any]:
+    """Run one point (on a worker): validate ``config``, run it into ``out_dir`` (GD loops capped at ``max_steps``).
 
     A point refused or failing for its input (an :class:`~nqf.errors.NQFError`: a bad value, a device this
     machine lacks, a divergence, sizes past the memory limit), for memory or for the file system
@@ -148,7 +148,14 @@ def run_point(config: dict, out_dir: str) -> dict[str, Any]:
         # resume: a point rerun after a failure or a killed worker reuses the finished parts of the same
         # config (the directory is named by the config hash); a fresh directory starts from scratch
         results = run_experiment(
-            exp, params, Path(out_dir), seed=cfg.seed, device=cfg.device, resume=True, show_progress=False
+            exp,
+            params,
+            Path(out_dir),
+            seed=cfg.seed,
+            device=cfg.device,
+            resume=True,
+            show_progress=False,
+            max_steps=max_steps,
         )
     except (NQFError, MemoryError, OSError) as exc:  # the point's fault: recorded in the sweep table
         return {
@@ -233,12 +240,14 @@ def execute(
     on_point: Callable[[Point, dict], None] | None = None,
     on_tick: Callable[[SweepState], None] | None = None,
     poll: float = 0.25,
+    max_steps: int | None = None,
 ) -> SweepState:
     """Run every unfinished point on ``client``; returns the state with one row per point (by short hash).
 
     Finished points (see :func:`nqf.sweep.is_finished`) are read, not rerun, and their files
     are not touched.  Invalid points are recorded as failed without running.  ``on_point(point, row)``
-    is called once per point as it finishes; ``on_tick(state)`` every ``poll`` seconds.
+    is called once per point as it finishes; ``on_tick(state)`` every ``poll`` seconds.  ``max_steps`` caps the
+    GD loops of every point (:func:`run_point`).
     """
     root = Path(os.path.abspath(root))  # the workers (in their own working directories) write here
     state = SweepState(total=len(points))
@@ -261,7 +270,8 @@ def execute(
             _finish(state, pt, row, on_point)
         else:
             key = f"nqf-point-{pt.short}-{uuid.uuid4().hex[:8]}"
-            futures[client.submit(run_point, pt.config, str(point_dir(root, pt)), key=key, pure=False)] = pt
+            fut = client.submit(run_point, pt.config, str(point_dir(root, pt)), max_steps, key=key, pure=False)
+            futures[fut] = pt
     pending = set(futures)
     last_running = 0.0
     lost_since: float | None = None
