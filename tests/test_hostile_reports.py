@@ -268,6 +268,16 @@ MALFORMED_SWEEP_JSON = [
     ("sweep null", _put(None, "sweep"), "`sweep`"),
     ("seeds a string", _put("0-3", "sweep", "seeds"), "`sweep.seeds`"),
     ("experiment a list", _put([1], "experiment"), "`experiment`"),
+    (
+        "a swept value nested 500 deep",
+        _put(json.loads("[" * 500 + "1" + "]" * 500), "rows", 0, "swept", "eps"),
+        "`rows.0.swept.eps.0.0",
+    ),
+    (
+        "a metric nested 60 deep",
+        _put(json.loads('{"a":' * 60 + "1" + "}" * 60), "rows", 1, "metrics"),
+        "`rows.1.metrics.a.a",
+    ),
 ]
 
 

@@ -24,6 +24,8 @@ SCHEMA = "nqf.sweep/1"
 MAX_SWEEP_FILE_BYTES = 256 * 2**20
 
 Number = float | None
+#: Nesting deeper than this is refused: nqf writes at most 6 levels (rows → row → swept → a list value → …).
+MAX_DEPTH = 32
 
 
 class _Loose(BaseModel):
@@ -96,6 +98,20 @@ def _load(path: Path) -> Any:
         raise SweepError(f"{path} is nested too deeply to be a sweep table") from None
 
 
+def _deep_path(doc: Any, limit: int = MAX_DEPTH) -> str | None:
+    """The dotted path of the first value nested deeper than ``limit`` (walked without recursion), else None."""
+    stack: list[tuple[Any, tuple]] = [(doc, ())]
+    while stack:
+        value, where = stack.pop()
+        if len(where) > limit:
+            return ".".join(str(p) for p in where[: limit + 1])
+        if isinstance(value, dict):
+            stack.extend((v, (*where, k)) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, (*where, i)) for i, v in enumerate(value))
+    return None
+
+
 def read_sweep_file(path) -> dict[str, Any]:
     """The document of a ``sweep.json``, checked against :class:`SweepFile`; :class:`SweepError` on any problem."""
     path = Path(path)
@@ -104,6 +120,9 @@ def read_sweep_file(path) -> dict[str, Any]:
         raise SweepError(f"{path} must hold a JSON object; found a {type(doc).__name__}")
     if doc.get("schema") != SCHEMA:
         raise SweepError(f"{path}: expected schema {SCHEMA!r}; found {doc.get('schema')!r}")
+    deep = _deep_path(doc)
+    if deep is not None:
+        raise SweepError(f"{path}: `{deep}` is nested more than {MAX_DEPTH} levels deep; not a sweep table")
     try:
         checked = SweepFile.model_validate({**doc, "schema_version": doc["schema"]})
     except ValidationError as exc:
