@@ -3,9 +3,10 @@
 ``--steps`` above ``--max-steps`` (default 10⁷) is refused before anything runs;
 ``--lr`` so small that even ``5/lr`` steps (every run goes past ``t = 5``) exceed the cap is refused before
 anything is loaded, a smaller excess once the drop times are predicted, before any training, and no run
-directory is left behind; ``nqf run``/``demo``/sweep points refuse a GD loop of more steps than ``--max-steps`` (default 10⁷) when it
-starts; ``--threads`` above 1024 is a flag error; more than
-100 000 seeds (counted before a range is expanded) are refused at once.
+directory is left behind; an ``--lr`` so large that a run stops at its first step is named; ``nqf run``,
+``demo`` and sweep points refuse a GD loop of more steps than ``--max-steps`` (default 10⁷) when it starts;
+``--threads`` above 1024 is a flag error; more than 100 000 seeds (counted before a range is expanded) are
+refused at once.
 """
 
 import pytest
@@ -68,6 +69,11 @@ CASES = [
         "analyze-lr-1e-7-past-the-default-cap",
         lambda t, c: [*ANALYZE, "--lr", "1e-7", "--out", str(t / "r")],
         ["`lr`", "1e-07", "max_steps=10000000"],
+    ),
+    (
+        "analyze-lr-1e6-diverges-at-its-first-step",
+        lambda t, c: [*ANALYZE, "--lr", "1e6", "--out", str(t / "r")],
+        ["`lr`", "1e+06", "saved state", "smaller --lr"],
     ),
     ("analyze-max-steps-zero", lambda t, c: [*ANALYZE, "--max-steps", "0"], ["--max-steps"]),
     (

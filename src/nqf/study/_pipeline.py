@@ -259,6 +259,7 @@ def analyze(
     ctx = (module, found, Xt, Yt, op, Ynqf, W0)
     run_args = (init_factor, lr, steps, form, save_every, float(real_step_factor), rows, timings, say)
     sim, real = _estimate_and_run(ctx, *run_args, shift=shift)
+    _check_curves(sim, real, lr, steps)
     if real.note:
         notes.append(real.note)
 
@@ -327,6 +328,18 @@ def _derived_steps(pred, lr: float, max_steps: int | None) -> int:
         )
     assert steps is not None
     return steps
+
+
+def _check_curves(sim, real, lr: float, steps: int) -> None:
+    """Both runs saved at least two states (a curve to compare), else ``InvalidParameterError`` naming ``lr``:
+    a step so large that a run stopped (diverged) at its first step, or a run of one step."""
+    n_sim, n_real = len(sim.t), len(real.t)
+    if min(n_sim, n_real) < 2:
+        raise InvalidParameterError(
+            f"`lr`: η = {float(lr):.4g} over {steps} GD step(s) leaves {min(n_sim, n_real)} saved state(s) of the "
+            f"{'NQF simulation' if n_sim < 2 else 'real network'} (it diverged at its first step, or the run is one "
+            "step long): nothing to compare; choose a smaller --lr or more --steps"
+        )
 
 
 def _compare(pred, sim, real: _RealRun, eps: float, found, flat_threshold: float, gap_tolerance: float):
