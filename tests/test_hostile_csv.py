@@ -139,6 +139,16 @@ REFUSED = [
         ["quote.csv"],
     ),
     ("npz-missing-Y", lambda t: (_npz(t, "noy.npz", X=X20), []), ["noy.npz", "`Y`"]),
+    (
+        "target-given-for-an-npz",
+        lambda t: (_npz(t, "tg.npz", X=X20, Y=np.arange(20) % 2), ["--target", "y"]),
+        ["tg.npz", "`target`", "CSV", "'y'"],
+    ),
+    (
+        "target-given-for-a-pt",
+        lambda t: (_pt(t, "tg.pt", {"X": X20.tolist(), "Y": [0, 1] * 10}), ["--target", "0"]),
+        ["tg.pt", "`target`", "CSV"],
+    ),
 ]
 
 
@@ -179,6 +189,14 @@ def test_the_api_raises_an_nqf_error(case, tmp_path):
     with pytest.raises(NQFError) as info:
         load_dataset(path, target=target, task=task)
     assert path.name in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["iris", "digits"])
+def test_target_given_for_a_bundled_data_set_is_refused_not_ignored(name, tmp_path):
+    out = tmp_path / "run"
+    argv = ["analyze", "--data", name, "--target", "zz", "--model", "mlp:width=4", "--out", str(out)]
+    _assert_one_line(runner.invoke(app, argv), ["`target`", f"'{name}'", "bundled", "'zz'"])
+    assert not out.exists()
 
 
 def test_utf8_bom_before_the_header_is_not_part_of_the_first_column_name(tmp_path):

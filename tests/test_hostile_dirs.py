@@ -190,6 +190,8 @@ SWEEP_FOLDERS = {
     "sweep.json not of nqf": {"sweep.json": b'{"rows": []}'},
     "a project": {"points/readme.txt": b"mine", "figures/x.png": b"x"},
     "a marker of another kind": {"nqf-sweep.json": b'{"kind": "other"}', "sweep.csv": b"x"},
+    "sweep.json nested 100 000 deep": {"sweep.json": b"[" * 100_000 + b"]" * 100_000, "sweep.csv": b"x"},
+    "sweep.json a list": {"sweep.json": b"[1, 2]"},
 }
 
 

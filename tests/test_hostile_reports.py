@@ -217,3 +217,90 @@ def test_the_sweep_report_escapes_strings_and_builds_links_itself(sweep_dir, cas
         assert ref.startswith("points/") and ref.endswith("/report.html") and ".." not in ref, ref
         assert len(ref.split("/")[1]) == 12
     assert not any(s in ref for ref in p.refs for s in ("javascript:", "data:", "http:"))
+
+
+# --------------------------------------------------------------------------- a malformed sweep.json
+def _pop(*path):
+    def edit(doc):
+        *parents, last = path
+        for k in parents:
+            doc = doc[k]
+        doc.pop(last)
+
+    return edit
+
+
+def _put(value, *path):
+    def edit(doc):
+        *parents, last = path
+        for k in parents:
+            doc = doc[k]
+        doc[last] = value
+
+    return edit
+
+
+# (id, the file's text or an edit of the good document, what the message names besides the file)
+MALFORMED_SWEEP_JSON = [
+    ("a list instead of an object", "[1, 2]", "JSON object"),
+    ("a string", '"sweep"', "JSON object"),
+    ("null", "null", "JSON object"),
+    ("not JSON", "{rows: [", "not valid JSON"),
+    ("truncated", '{"schema": "nqf.sweep/1", "rows": [', "not valid JSON"),
+    ("nested too deeply", "[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    ("not UTF-8", b"\xff\xfe{}", "UTF-8"),
+    ("no schema", _pop("schema"), "schema"),
+    ("no rows", _pop("rows"), "`rows`"),
+    ("rows a dict", _put({}, "rows"), "`rows`"),
+    ("rows that are not dicts", _put([1, "a"], "rows"), "`rows.0`"),
+    ("a row without measured", _pop("rows", 0, "measured"), "`rows.0.measured`"),
+    ("a row without status", _pop("rows", 1, "status"), "`rows.1.status`"),
+    ("a row without swept", _pop("rows", 0, "swept"), "`rows.0.swept`"),
+    ("measured a list", _put([1.0], "rows", 0, "measured"), "`rows.0.measured`"),
+    ("a measured value that is text", _put({"t_1": "abc"}, "rows", 0, "measured"), "`rows.0.measured.t_1`"),
+    ("predicted a string", _put("x", "rows", 0, "predicted"), "`rows.0.predicted`"),
+    ("swept a list", _put([1], "rows", 0, "swept"), "`rows.0.swept`"),
+    ("status a number", _put(3, "rows", 0, "status"), "`rows.0.status`"),
+    ("no keys", _pop("keys"), "`keys`"),
+    ("keys a string", _put("eps", "keys"), "`keys`"),
+    ("no counts", _pop("counts"), "`counts`"),
+    ("counts.total text", _put("many", "counts", "total"), "`counts.total`"),
+    ("sweep null", _put(None, "sweep"), "`sweep`"),
+    ("seeds a string", _put("0-3", "sweep", "seeds"), "`sweep.seeds`"),
+    ("experiment a list", _put([1], "experiment"), "`experiment`"),
+    (
+        "a swept value nested 500 deep",
+        _put(json.loads("[" * 500 + "1" + "]" * 500), "rows", 0, "swept", "eps"),
+        "`rows.0.swept.eps.0.0",
+    ),
+    (
+        "a metric nested 60 deep",
+        _put(json.loads('{"a":' * 60 + "1" + "}" * 60), "rows", 1, "metrics"),
+        "`rows.1.metrics.a.a",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", MALFORMED_SWEEP_JSON, ids=[c[0] for c in MALFORMED_SWEEP_JSON])
+def test_a_malformed_sweep_json_is_one_line_naming_the_file_and_the_field(sweep_dir, case):
+    _, content, needle = case
+    path = sweep_dir / "sweep.json"
+    if callable(content):
+        doc = json.loads(path.read_text())
+        content(doc)
+        content = json.dumps(doc)
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    before = {p.name: p.read_bytes() for p in sweep_dir.iterdir() if p.is_file()}
+    r = runner.invoke(app, ["report", str(sweep_dir)])
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert r.exit_code == 2, r.output
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in r.output, r.output
+    assert str(path) in lines[0] and needle in lines[0], lines[0]
+    assert {p.name: p.read_bytes() for p in sweep_dir.iterdir() if p.is_file()} == before  # nothing written
+
+
+def test_a_well_formed_sweep_json_still_renders(sweep_dir):
+    """The check can pass: the table written by nqf is accepted (no field is over-constrained)."""
+    r = runner.invoke(app, ["report", str(sweep_dir)])
+    assert r.exit_code == 0, r.output
+    assert (sweep_dir / "report.html").is_file()

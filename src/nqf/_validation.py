@@ -9,10 +9,12 @@ caller's autograd graph (:func:`as_tensor` detaches them).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import numbers
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -198,11 +200,33 @@ def seed_value(value, name: str = "seed") -> int:
     return int_param(name, value, minimum=0, maximum=2**32 - 1)
 
 
+_STEP_CAP: contextvars.ContextVar[int | None] = contextvars.ContextVar("nqf_step_cap", default=None)
+
+
+@contextlib.contextmanager
+def step_cap(max_steps: int | None) -> Iterator[None]:
+    """Within the block, :func:`steps_value` refuses more than ``max_steps`` steps (``None``: no cap, the default
+    of the Python API); :func:`nqf.experiments.run_experiment` sets it around an experiment."""
+    token = _STEP_CAP.set(None if max_steps is None else int(max_steps))
+    try:
+        yield
+    finally:
+        _STEP_CAP.reset(token)
+
+
 def steps_value(value, name: str = "steps") -> int:
-    """A number of steps: an ``int`` ≥ 0 (``inf``, ``None``, floats and bools refused)."""
+    """A number of steps: an ``int`` ≥ 0 (``inf``, ``None``, floats and bools refused), at most the cap of
+    :func:`step_cap` when one is set."""
     if isinstance(value, float) and value.is_integer() and not isinstance(value, bool):
         raise ParameterError(f"`{name}` must be an integer (write {int(value)}, not {value!r})")
-    return int_param(name, value, minimum=0)
+    steps = int_param(name, value, minimum=0)
+    cap = _STEP_CAP.get()
+    if cap is not None and steps > cap:
+        raise ParameterError(
+            f"`{name}`: the run asks for {steps} GD steps, more than max_steps={cap} (--max-steps) allows; change "
+            "the parameters that set its length (lr, t_max, horizon, ε) or raise --max-steps"
+        )
+    return steps
 
 
 def check_run_scalars(lr, steps, momentum, weight_decay, save_every, divergence_threshold=None):
@@ -364,6 +388,24 @@ def check_saved_memory(
         f"`save_every`={save_every} keeps {n} states of {_bytes(per)} each = {_bytes(total)}, above the limit of "
         f"{_bytes(limit)} (a quarter of the available memory, or NQF_MEMORY_LIMIT); use save_every ≥ {fit}, "
         f"or save fewer arrays (save_M=False / save_W=False)"
+    )
+
+
+def check_memory(nbytes: float, names: str, what: str, *, device=None, limit: int | None = None) -> float:
+    """Refuse sizes whose arrays cannot fit, from an estimate, before anything is allocated.
+
+    ``nbytes`` is a lower bound of what the sizes allocate (``what`` says which arrays), ``names`` the
+    parameters with their values (``"`width` = 10⁹"``).  Above ``limit`` (default :func:`memory_limit`: a
+    quarter of the available memory, or ``NQF_MEMORY_LIMIT`` bytes, the override) raises
+    :class:`ParameterError` naming them; returns ``nbytes``.  The same limit as :func:`check_saved_memory`.
+    """
+    if limit is None:
+        limit = memory_limit(device)
+    if limit is None or nbytes <= limit:
+        return nbytes
+    raise ParameterError(
+        f"{names}: needs at least {_bytes(nbytes)} ({what}), above the memory limit of {_bytes(limit)} (a quarter "
+        "of the available memory; set NQF_MEMORY_LIMIT=BYTES to allow more); choose smaller sizes"
     )
 
 

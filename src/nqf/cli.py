@@ -26,6 +26,7 @@ import typer
 from typer.core import TyperGroup
 
 from . import __version__
+from ._limits import MAX_STEPS, MAX_THREADS
 from .errors import NQFError
 
 _DEBUG = {"on": False}
@@ -222,7 +223,9 @@ def _print_human(results: dict, rundir: Path) -> None:
     typer.echo(f"run directory: {rundir}   report: {rundir / 'report.html'}   ({results['wall_seconds']} s)")
 
 
-def _execute(exp, params, *, out, seed, device, force, resume, as_json, threads, rerun: str | None = None) -> None:
+def _execute(
+    exp, params, *, out, seed, device, force, resume, as_json, threads, max_steps, rerun: str | None = None
+) -> None:
     """Run and print; ``rerun`` is the command that repeats this run (for the ``--resume`` hint)."""
     import torch
 
@@ -237,7 +240,15 @@ def _execute(exp, params, *, out, seed, device, force, resume, as_json, threads,
     q = shlex.quote(str(out))
     try:
         results = run_experiment(
-            exp, params, out, seed=seed, device=device, force=force, resume=resume, show_progress=show
+            exp,
+            params,
+            out,
+            seed=seed,
+            device=device,
+            force=force,
+            resume=resume,
+            show_progress=show,
+            max_steps=max_steps,
         )
     except KeyboardInterrupt as exc:
         if getattr(exc, "previous_run_kept", None) is not None:
@@ -280,12 +291,13 @@ _DEVICE = typer.Option(None, "--device", help="cpu, cuda, cuda:N or auto.")
 _SEED = typer.Option(
     None, "--seed", min=0, max=2**32 - 1, help="Random seed in [0, 2**32) (runs are bit-for-bit reproducible on CPU)."
 )
-#: ``--threads`` above this is a flag error (torch cannot start that many threads).
-MAX_THREADS = 1024
 _THREADS = typer.Option(
     1, "--threads", min=1, max=MAX_THREADS, help="CPU threads for torch (1 is fastest for small problems)."
 )
 _SET = typer.Option(None, "--set", help="KEY=VALUE: override a config value, read as TOML (repeatable).")
+_MAX_STEPS = typer.Option(
+    MAX_STEPS, "--max-steps", min=1, help="Refuse a run whose GD loops take more steps than this (default 10⁷)."
+)
 
 
 @app.command()
@@ -298,6 +310,7 @@ def demo(
     device: str | None = _DEVICE,
     threads: int = _THREADS,
     set_: list[str] | None = _SET,
+    max_steps: int = _MAX_STEPS,
 ):
     """The main job: a real tanh MLP learns in steps at the predicted times (under a minute)."""
     from .experiments import ConfigError, apply_overrides, parse_config, parse_set
@@ -318,6 +331,7 @@ def demo(
         resume=resume,
         as_json=as_json,
         threads=threads,
+        max_steps=max_steps,
         rerun=_rerun(["nqf", "demo"], set_, seed, device),
     )
 
@@ -333,6 +347,7 @@ def run_cmd(
     device: str | None = _DEVICE,
     threads: int = _THREADS,
     set_: list[str] | None = _SET,
+    max_steps: int = _MAX_STEPS,
 ):
     """Run a named experiment from a TOML config file."""
     from .experiments import ConfigError, load_config, parse_set
@@ -351,6 +366,7 @@ def run_cmd(
         resume=resume,
         as_json=as_json,
         threads=threads,
+        max_steps=max_steps,
         rerun=_rerun(["nqf", "run", str(config)], set_, seed, device),
     )
 

@@ -69,7 +69,9 @@ class ModelSpecError(NQFError, ValueError):
 
 
 class SweepError(NQFError, ValueError):
-    """A sweep specification (``--grid``, ``--zip``, ``--seeds`` or the ``[sweep]`` table) is invalid."""
+    """A sweep specification (``--grid``, ``--zip``, ``--seeds``, ``[sweep]``) or a ``sweep.json`` is invalid.
+
+    For a ``sweep.json`` (``nqf report SWEEP``) the message names the file and the field."""
 
 
 class NoUnitsError(NQFError, ValueError):

@@ -498,6 +498,15 @@ def prepare(
     )
 
 
+def _no_target(target: str | None, src: str, what: str) -> None:
+    """``target`` names CSV columns: refused (not ignored) for any other source."""
+    if target is not None:
+        raise DataError(
+            f"`target`: --target names the target column(s) of a CSV file; {src!r} is {what}, whose targets are "
+            f"its own (Y); found target={target!r}"
+        )
+
+
 def load_dataset(
     source,
     *,
@@ -516,7 +525,7 @@ def load_dataset(
     source : str or Path
         A name in :data:`BUILTIN` or a ``.npz``/``.csv``/``.pt`` file.
     target : str, optional
-        CSV target columns (names or 0-based indices, comma-separated).
+        CSV target columns (names or 0-based indices, comma-separated); refused for any other source.
     task, standardize, one_hot, center
         See :func:`prepare`.
     subset : int, optional
@@ -530,11 +539,14 @@ def load_dataset(
 
     Raises
     ------
-    DataError, ShapeError, NonFiniteError
+    DataError
+        An unknown name, a missing or unreadable file, ``target`` given for a source that is not a CSV file.
+    ShapeError, NonFiniteError
     """
     src = str(source)
     rule = None
     if src in BUILTIN:
+        _no_target(target, src, "a bundled data set")
         X, y, builtin_task = _builtin(src)
         if task == "auto":
             task, rule = builtin_task, "bundled data set"
@@ -545,6 +557,8 @@ def load_dataset(
                 f"`data`: {src!r} is neither a bundled data set ({', '.join(BUILTIN)}) nor an existing file"
             )
         X, y, _ = _read_file(path, target)
+        if path.suffix.lower() != ".csv":  # after the file itself was found readable: its faults come first
+            _no_target(target, src, "not a CSV file")
     if subset is not None and np.asarray(X).shape[:1] == np.asarray(y).shape[:1]:
         n = int(np.asarray(X).shape[0])
         if not 1 <= int(subset) <= n:

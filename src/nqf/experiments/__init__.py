@@ -37,6 +37,8 @@ _LAZY_ATTRS: dict[str, str] = {
     "format_validation_error": "_config",
     "RunContext": "_runner",
     "run_experiment": "_runner",
+    "RECORDED_FAILURES": "_runner",
+    "check_sizes": "_runner",
     "redraw": "_runner",
     "resolve_device": "_runner",
     "versions": "_runner",
@@ -70,6 +72,8 @@ __all__ = [
     "format_validation_error",
     "RunContext",
     "run_experiment",
+    "RECORDED_FAILURES",
+    "check_sizes",
     "redraw",
     "resolve_device",
     "versions",
@@ -102,7 +106,9 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these are reso
     from ._config import read_config_data as read_config_data
     from ._config import resolved_config as resolved_config
     from ._demo import teacher_task as teacher_task
+    from ._runner import RECORDED_FAILURES as RECORDED_FAILURES
     from ._runner import RunContext as RunContext
+    from ._runner import check_sizes as check_sizes
     from ._runner import redraw as redraw
     from ._runner import resolve_device as resolve_device
     from ._runner import run_experiment as run_experiment

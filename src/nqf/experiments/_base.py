@@ -253,6 +253,18 @@ class Experiment:
         """Fill ``out`` in place (so that an interruption keeps what is done)."""
         raise NotImplementedError
 
+    def memory_estimate(self, params: Params) -> tuple[float, dict[str, int], str]:
+        """A lower bound of the bytes a run allocates, from its size parameters, checked by the runner before
+        anything is allocated (:func:`nqf.experiments.run_experiment`).
+
+        Returns ``(bytes, {parameter: value}, what the bytes are)``.  The default reads the size parameters
+        by their conventional names: ``n_samples`` (N), ``dim``/``in_features`` (D), ``tokens`` (T), ``width``
+        (m), ``n_points``, each 1 when absent, and counts the float64 inputs ``N·T·D``, one value per sample of
+        each of the ``m`` units ``N·m``, the first layer's weights ``m·D`` and ``n_points`` values.  An experiment
+        whose sizes have other names overrides it.
+        """
+        return size_estimate(params, {})
+
     def plot(self, arrays: dict[str, np.ndarray], params: Params) -> dict[str, Any]:
         """The figures (name → matplotlib Figure), drawn from the saved arrays and the parameters alone.
 
@@ -261,3 +273,22 @@ class Experiment:
         Raises ``KeyError`` when an array it needs is missing (an interrupted run).
         """
         return {}
+
+
+#: The size parameters :meth:`Experiment.memory_estimate` reads by name, and the size each stands for.
+SIZE_FIELDS = {"n_samples": "N", "dim": "D", "in_features": "D", "tokens": "T", "width": "m", "n_points": "n"}
+
+
+def size_estimate(params: Params, derived: dict[str, int]) -> tuple[float, dict[str, int], str]:
+    """The default :meth:`Experiment.memory_estimate` of ``params``, with sizes in ``derived`` (``{"m": …}``)
+    taking the place of those read from the parameters."""
+    sizes = {"N": 1, "D": 1, "T": 1, "m": 1, "n": 0}
+    named = {}
+    for field_name, size in SIZE_FIELDS.items():
+        value = getattr(params, field_name, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            sizes[size], named[field_name] = value, value
+    sizes.update(derived)
+    N, D, T, m, n = (sizes[k] for k in ("N", "D", "T", "m", "n"))
+    nbytes = 8.0 * (N * T * D + N * m + m * D + n)
+    return nbytes, named, "float64 inputs N·T·D, hidden activations N·m, weights m·D"

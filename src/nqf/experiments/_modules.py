@@ -21,7 +21,7 @@ from pydantic import Field, model_validator
 
 from ..errors import InvalidParameterError
 from ..report import new_figure
-from ._base import Check, Experiment, Outcome, Params, Table, register
+from ._base import Check, Experiment, Outcome, Params, Table, register, size_estimate
 from ._catalog import CATALOG
 from ._common import mark_stop_at, stop_reason, to_cpu
 
@@ -241,6 +241,14 @@ class ModulesVsNQF(Experiment):
     description = CATALOG[name].description
     reproduces = "Theorem 1: every family trained from small initialisation follows its quadratic form Tr[WWᵀA(x)]"
     Params = ModulesParams
+
+    def memory_estimate(self, params):
+        """The default, with ``tokens`` counted only when an attention family runs (the others read ``N × D``)."""
+        if {"attention", "qk-attention"} & set(params.families):  # pyright: ignore[reportAttributeAccessIssue]
+            return size_estimate(params, {})
+        nbytes, named, what = size_estimate(params, {"T": 1})
+        return nbytes, {k: v for k, v in named.items() if k != "tokens"}, what
+
     tiny = {
         "families": list(FAMILIES),
         "n_samples": 24,

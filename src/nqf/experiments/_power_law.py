@@ -35,7 +35,7 @@ from pydantic import Field, model_validator
 
 from ..errors import InvalidParameterError
 from ..report import new_figure
-from ._base import Check, Experiment, Outcome, Params, Table, register
+from ._base import Check, Experiment, Outcome, Params, Table, register, size_estimate
 from ._catalog import CATALOG
 from ._power_law_modes import exact_mode_sum, fourier_task, isotropic_mode_sum, ols_exponent
 from ._power_law_network import (
@@ -112,6 +112,14 @@ class PowerLaw(Experiment):
         "Theorems 8–11: when many modes switch on at nearby times the steps merge into L − L∞ ~ (t/ln(1/ε))^(−(a−1)/b)"
     )
     Params = PowerLawParams
+
+    def memory_estimate(self, params):
+        """The network part's sizes: ``N = 2K + 2`` samples of ``D = K`` features, width ``m = width_factor · 2K``."""
+        K = params.n_modes  # pyright: ignore[reportAttributeAccessIssue]
+        factor = params.width_factor  # pyright: ignore[reportAttributeAccessIssue]
+        nbytes, named, what = size_estimate(params, {"N": 2 * K + 2, "D": K, "m": factor * 2 * K})
+        return nbytes, {**named, "n_modes": K, "width_factor": factor}, what
+
     tiny = {
         "asymptotic_modes": 1000,
         "grid_modes": [1000],

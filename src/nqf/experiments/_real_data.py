@@ -71,12 +71,16 @@ from pydantic import Field
 
 from ..errors import InvalidParameterError
 from ..report import new_figure
-from ._base import EpsList, Experiment, Outcome, Params, Table, register
+from ._base import EpsList, Experiment, Outcome, Params, Table, register, size_estimate
 from ._catalog import CATALOG
 from ._common import to_cpu
 from ._real_data_checks import UpperBoundCheck, _tolerances, eps_checks, trend_checks
 
 __all__ = ["RealData", "UpperBoundCheck"]
+
+
+#: (samples, features) of the data sets ``datasets`` may name (scikit-learn's bundled copies).
+_DATA_SIZES = {"iris": (150, 4), "wine": (178, 13), "breast_cancer": (569, 30), "digits": (1797, 64)}
 
 
 class RealDataParams(Params):
@@ -137,6 +141,14 @@ class RealData(Experiment):
         "times of a real network, with errors that shrink like 1/ln(1/ε)"
     )
     Params = RealDataParams
+
+    def memory_estimate(self, params):
+        """The largest of the data sets (``N`` samples, ``D`` features; ``subset`` caps ``N``) at ``width``."""
+        subset = params.subset  # pyright: ignore[reportAttributeAccessIssue]
+        N, D = max(_DATA_SIZES[d] for d in params.datasets)  # pyright: ignore[reportAttributeAccessIssue]
+        nbytes, named, what = size_estimate(params, {"N": min(N, subset or N), "D": D})
+        return nbytes, {**named, **({"subset": subset} if subset else {})}, what
+
     tiny = {"datasets": ["wine"], "eps": [1e-4, 1e-8], "width": 20, "lr_fraction": 0.05, "save_points": 150}
     checks = (
         "drop time per drop and ε (rule per drop: exact offset / O(1) recursion / leading order) — real "

@@ -26,11 +26,38 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._validation import ParameterError, seed_value
+from .._validation import ParameterError, check_memory, seed_value, step_cap
+from ..errors import NQFError
 from ..report import SCHEMA_VERSION, RunDirectory, write_report
 from ._base import Experiment, Outcome, Params
 
-__all__ = ["RunContext", "run_experiment", "resolve_device", "versions", "run_identity"]
+__all__ = [
+    "RunContext",
+    "run_experiment",
+    "resolve_device",
+    "versions",
+    "run_identity",
+    "check_sizes",
+    "RECORDED_FAILURES",
+]
+
+#: The failures of an experiment that a run records (status ``"failed"``, what was finished kept) before they are
+#: re-raised: an input refused (:class:`~nqf.errors.NQFError`), the numbers (``ArithmeticError``), memory and the
+#: file system (``MemoryError``, ``OSError``: a full disk), torch's ``RuntimeError`` and the built-in errors a fault
+#: of nqf raises.  Any other exception (a user's own exception class from a model file, ``SystemExit``) propagates
+#: without a record: the staged run is dropped, a previous run stays as it was.
+RECORDED_FAILURES: tuple[type[BaseException], ...] = (
+    NQFError,
+    ArithmeticError,
+    MemoryError,
+    OSError,
+    RuntimeError,
+    ValueError,
+    TypeError,
+    LookupError,
+    AttributeError,
+    AssertionError,
+)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -149,27 +176,35 @@ def run_experiment(
     force: bool = False,
     resume: bool = False,
     show_progress: bool = False,
+    max_steps: int | None = None,
 ) -> dict[str, Any]:
     """Run ``exp`` and write its run directory; returns the results dictionary.
 
     The run directory appears all at once when the run ends (see
     :mod:`nqf.report._rundir`).  A ``KeyboardInterrupt`` stops the experiment, keeps
     everything it had finished (status ``"interrupted"``, checkpoints included, so
-    ``resume=True`` continues it) and is re-raised; any other exception is recorded
+    ``resume=True`` continues it) and is re-raised; a failure (:data:`RECORDED_FAILURES`) is recorded
     as status ``"failed"`` and re-raised (with ``.run_directory`` set to the path).  With ``force=True`` over an
     existing run, a run that does not complete is not committed: the previous run stays in place whole (the
-    exception's ``.previous_run_kept`` is the path, ``.run_directory`` is ``None``).
+    exception's ``.previous_run_kept`` is the path, ``.run_directory`` is ``None``).  An input refused
+    (an :class:`~nqf.errors.NQFError`) before the run finished anything leaves no run directory behind
+    (``.run_directory`` is ``None``; a previous run stays as it was).
+
+    ``max_steps`` caps the GD steps of every loop the experiment starts (:func:`nqf._validation.step_cap`;
+    ``nqf run``/``demo``/``sweep`` pass ``--max-steps``, default 10⁷; ``None``: no cap).
 
     Raises
     ------
     ParameterError
-        ``seed`` not an int in ``[0, 2**32)``, an unknown or unavailable ``device``.
+        ``seed`` not an int in ``[0, 2**32)``, an unknown or unavailable ``device``; sizes whose arrays cannot
+        fit in memory (:func:`check_sizes`).
     RunDirectoryExistsError, RunDirectoryLockedError, ResumeMismatchError
         See :class:`~nqf.report.RunDirectory`.
     """
     seed = seed_value(seed)
     dev = resolve_device(device)
     identity = run_identity(exp, params, seed=seed, device=str(dev))
+    check_sizes(exp, params, dev)  # before the run directory: a refusal leaves nothing behind
     rundir = RunDirectory(out_dir, force=force, resume=resume, identity=identity)
     kept = False
     try:
@@ -180,7 +215,8 @@ def run_experiment(
         started, t0 = _now(), time.perf_counter()
         status, message, error = "complete", "", None
         try:
-            exp.run(params, ctx, out)
+            with step_cap(max_steps):  # a loop of more steps is refused when it starts
+                exp.run(params, ctx, out)
         except KeyboardInterrupt as exc:
             status, error = "interrupted", exc
             q = shlex.quote(str(rundir.path))
@@ -189,29 +225,27 @@ def run_experiment(
                 f"`nqf run CONFIG --out {q} --resume` (finished parts are reused) "
                 f"or rebuild the report with `nqf report {q}`"
             )
-        except Exception as exc:  # noqa: BLE001 - recorded, then re-raised
+        except RECORDED_FAILURES as exc:  # recorded, then re-raised
             status, error = "failed", exc
             message = f"{type(exc).__name__}: {exc}"
+        refused = _refused(error, out, rundir)  # before the figures are drawn (a note would count as output)
         with _deferred_interrupts() as late:  # a second Ctrl-C must not lose what is being saved
-            results = _write_outputs(
-                exp,
-                params,
-                out,
-                rundir,
-                identity=identity,
-                seed=seed,
-                device=str(dev),
-                status=status,
-                message=message,
-                started=started,
-                wall=time.perf_counter() - t0,
-            )
-            if status != "complete" and rundir.force and rundir.previous is not None:
-                rundir.discard()  # --force swaps only on success: the previous run stays whole
-                kept = True
-            else:
-                rundir.commit()
-                kept = False
+            results = None
+            if not refused:
+                results = _write_outputs(
+                    exp,
+                    params,
+                    out,
+                    rundir,
+                    identity=identity,
+                    seed=seed,
+                    device=str(dev),
+                    status=status,
+                    message=message,
+                    started=started,
+                    wall=time.perf_counter() - t0,
+                )
+            kept = _commit_or_keep(rundir, status, refused)
     except BaseException:
         rundir.discard()
         raise
@@ -220,12 +254,47 @@ def run_experiment(
     if error is not None:
         try:
             # any exception may propagate here; the CLI reads the path back with getattr
-            error.run_directory = None if kept else rundir.path  # pyright: ignore[reportAttributeAccessIssue]
+            error.run_directory = None if kept or refused else rundir.path  # pyright: ignore[reportAttributeAccessIssue]
             error.previous_run_kept = rundir.path if kept else None  # pyright: ignore[reportAttributeAccessIssue]
         except AttributeError:  # pragma: no cover - exceptions without a __dict__
             pass
         raise error
+    assert results is not None  # written whenever nothing was refused
     return results
+
+
+def check_sizes(exp: Experiment, params: Params, device=None) -> None:
+    """Refuse ``params`` whose sizes cannot fit in memory, before anything is allocated.
+
+    The bytes are :meth:`Experiment.memory_estimate`'s lower bound; above the memory limit (a quarter of the
+    available memory, or ``NQF_MEMORY_LIMIT`` bytes) raises :class:`ParameterError` naming the size parameters."""
+    nbytes, named, what = exp.memory_estimate(params)
+    names = ", ".join(f"`params.{k}` = {v}" for k, v in named.items()) or f"the sizes of {exp.name}"
+    check_memory(nbytes, names, f"{exp.name}: {what}", device=device)
+
+
+def _commit_or_keep(rundir: RunDirectory, status: str, refused: bool) -> bool:
+    """Commit the staged run, or drop it; True when a previous run at the path is kept as it was.
+
+    Dropped: a refused input (no run directory is left behind) and, under ``--force``, a run that did not
+    complete (``--force`` swaps only on success)."""
+    if refused or (status != "complete" and rundir.force and rundir.previous is not None):
+        rundir.discard()
+        return rundir.previous is not None
+    rundir.commit()
+    return False
+
+
+def _refused(error: BaseException | None, out: Outcome, rundir: RunDirectory) -> bool:
+    """True when the run failed on an input refused (an :class:`~nqf.errors.NQFError`: a step count past its cap,
+    sizes past the memory limit) before it finished anything: no checkpoint, no array, metric, check, table or
+    summary line.  Such a run leaves no run directory (and a previous run as it was)."""
+    if not isinstance(error, NQFError):
+        return False
+    if out.arrays or out.metrics or out.checks or out.tables or out.summary or out.figures:
+        return False
+    ckpt = rundir.staging / "checkpoints"
+    return not (ckpt.is_dir() and any(ckpt.iterdir()))
 
 
 def _draw(exp: Experiment, params: Params, out: Outcome) -> None:

@@ -28,7 +28,7 @@ from pydantic import Field, model_validator
 
 from ..errors import InvalidParameterError
 from ..report import new_figure
-from ._base import Check, EpsList, Experiment, Outcome, Params, Table, register
+from ._base import Check, EpsList, Experiment, Outcome, Params, Table, register, size_estimate
 from ._catalog import CATALOG
 from ._common import mark_unfinished
 from ._later_drops import later_checks, later_problem, later_runs, later_table, plot_later, record_later
@@ -148,6 +148,7 @@ def _combine(parts, eps: np.ndarray) -> SimpleNamespace:
 @register
 class Validity(Experiment):
     name = "validity"
+
     description = CATALOG[name].description
     reproduces = (
         "the reviewers' test of Theorem 1's transfer claim: the NQF is exact as ε → 0 at fixed early "
@@ -178,6 +179,13 @@ class Validity(Experiment):
         "predicted by the seeded clock vs measured from the real network's slope Δt_k/Δln(1/ε), within "
         "`floor_factor` in ε (10⁴, issue 20)",
     )
+
+    def memory_estimate(self, params):
+        """The default, with ``tokens`` counted only for the attention model (the MLP's inputs are ``N × D``)."""
+        if params.model == "qk-attention":  # pyright: ignore[reportAttributeAccessIssue]
+            return size_estimate(params, {})
+        nbytes, named, what = size_estimate(params, {"T": 1})
+        return nbytes, {k: v for k, v in named.items() if k != "tokens"}, what
 
     def plot(self, arrays: dict, params: ValidityParams) -> dict:
         figs = {"validity": _figure(arrays, params)}

@@ -13,13 +13,9 @@ from typing import NoReturn
 
 import typer
 
-__all__ = ["register_cli", "MAX_STEPS", "MAX_THREADS"]
+from .._limits import MAX_STEPS, MAX_THREADS
 
-#: ``--steps`` (given, or derived from ``--lr`` and the predicted drop times) above this is refused before
-#: anything runs unless ``--max-steps`` raises it: the printed estimate, not the user's patience, decides.
-MAX_STEPS = 10_000_000
-#: ``--threads`` above this is refused as a flag error (torch cannot start that many threads).
-MAX_THREADS = 1024
+__all__ = ["register_cli", "MAX_STEPS", "MAX_THREADS"]
 
 
 def register_cli(app: typer.Typer) -> None:
@@ -93,7 +89,7 @@ def register_cli(app: typer.Typer) -> None:
         if list_units:
             _list_units(params, seed)
             return
-        _check_steps(steps, max_steps)
+        _check_steps(steps, max_steps, lr)
         try:  # everything that can be wrong with the input fails here, before any run directory exists
             ds = load_data(params, seed)
             _check_output(model, ds, seed)
@@ -135,7 +131,7 @@ def _list_units(params, seed: int) -> None:
 
     try:
         ds = load_data(params, seed)
-        lines = unit_listing(build_model(params.model, ds.n_features, ds.n_outputs, seed=seed))
+        lines = unit_listing(build_model(params.model, ds.n_features, ds.n_outputs, seed=seed, n_samples=ds.n_samples))
     except NQFError as exc:
         _fail(str(exc))
     if not lines:
@@ -145,9 +141,18 @@ def _list_units(params, seed: int) -> None:
         typer.echo(f"  {line}")
 
 
-def _check_steps(steps: int | None, max_steps: int) -> None:
+def _check_steps(steps: int | None, max_steps: int, lr: float | None) -> None:
+    """``--steps``, or the steps ``--lr`` needs at least, past ``--max-steps``: refused before anything is loaded
+    (:func:`nqf.study._pipeline.check_step_budget`)."""
+    from ..errors import InvalidParameterError
+    from ._pipeline import check_step_budget
+
     if steps is not None and steps > max_steps:
         _fail(f"--steps: at most --max-steps={max_steps} GD steps (raise --max-steps to allow more); found {steps}")
+    try:
+        check_step_budget(steps, max_steps, lr)
+    except InvalidParameterError as exc:
+        _fail(str(exc))
 
 
 def _check_output(model: str, ds, seed: int) -> None:

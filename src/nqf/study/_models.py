@@ -221,7 +221,17 @@ def check_model_output(model: nn.Module, X, n_outputs: int, spec: str) -> None:
         )
 
 
-def build_model(spec, in_features: int, n_outputs: int, *, seed: int = 0) -> nn.Module:
+def check_builtin_memory(width: int, D: int, C: int, N: int = 0) -> None:
+    """Refuse the built-in MLP of ``width`` units on ``N`` samples of ``D`` features and ``C`` targets when its
+    float64 weights ``width·(D + C)`` and hidden activations ``N·width`` (a lower bound of what the analysis
+    allocates) exceed the memory limit (:func:`nqf._validation.check_memory`)."""
+    from .._validation import check_memory
+
+    acts = f" and hidden activations {N}·{width}" if N else ""
+    check_memory(8.0 * width * (D + C + N), f"`model`: width={width}", f"float64 weights {width}·({D} + {C}){acts}")
+
+
+def build_model(spec, in_features: int, n_outputs: int, *, seed: int = 0, n_samples: int = 0) -> nn.Module:
     """A float64 ``nn.Module`` from a spec, a ``FILE.py:FACTORY`` string, or a module.
 
     Parameters
@@ -232,10 +242,20 @@ def build_model(spec, in_features: int, n_outputs: int, *, seed: int = 0) -> nn.
     seed : int
         Seed of ``torch.manual_seed`` before building (parameters outside the
         units keep these values).
+    n_samples : int
+        ``N`` of the data, for the memory check of a built-in spec (0: the weights alone).
 
     Returns
     -------
     torch.nn.Module (float64)
+
+    Raises
+    ------
+    ModelSpecError
+        A bad spec, a model file or factory that fails.
+    ParameterError
+        A built-in spec whose weights and hidden activations cannot fit in memory (:func:`check_builtin_memory`),
+        refused before anything is allocated.
     """
     if isinstance(spec, nn.Module):
         return spec.to(torch.float64)
@@ -244,6 +264,7 @@ def build_model(spec, in_features: int, n_outputs: int, *, seed: int = 0) -> nn.
     if ".py:" in spec:
         return _factory_model(spec, in_features, n_outputs, seed)
     kind, o = parse_spec(spec)
+    check_builtin_memory(o["width"], in_features, n_outputs, n_samples)
     return nn.Sequential(
         nn.Linear(in_features, o["width"], bias=o["bias"], dtype=torch.float64),
         _activation_module(o["act"]),

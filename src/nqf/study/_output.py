@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from .._limits import MAX_STEPS
 from ..experiments import Check, Experiment, Outcome, Params, Table
 from ._result import Analysis
 
@@ -29,7 +30,7 @@ class AnalyzeParams(Params):
     eps: float = Field(default=1e-6, gt=0, lt=1, description="initial scale: M(0) = εI")
     lr: float | None = Field(default=None, gt=0, description="GD step (default 0.02 / largest escape rate)")
     steps: int | None = Field(default=None, ge=1, description="GD steps (default: to t = 1.5 t_K + 5)")
-    max_steps: int = Field(default=10_000_000, ge=1, description="refuse more GD steps than this (given or from lr)")
+    max_steps: int = Field(default=MAX_STEPS, ge=1, description="refuse more GD steps than this (given or from lr)")
     subset: int | None = Field(default=None, ge=1, description="random subset of the samples")
     standardize: bool = Field(default=True, description="standardise the inputs")
     one_hot: bool = Field(default=True, description="classification targets as centred one-hot")

@@ -107,7 +107,7 @@ def prepare_analysis(model, X, Y=None, *, units: str | None = None, seed: int = 
     data = _as_data(X, Y, data_name)
     desc = model if isinstance(model, str) else type(model).__name__
     _check_builtin_shape(model, data)
-    module = build_model(model, data.n_features, data.n_outputs, seed=seed)
+    module = build_model(model, data.n_features, data.n_outputs, seed=seed, n_samples=data.n_samples)
     if not isinstance(model, str):
         module = copy.deepcopy(module)
     freeze_training_only(module)
@@ -198,7 +198,7 @@ def analyze(
         or a non-MSE loss.
     """
     say = log or (lambda s: None)
-    eps = _checked_options(eps, loss, steps, max_steps)  # before anything is computed
+    eps = _checked_options(eps, loss, steps, max_steps, lr)  # before anything is computed
     timings, memory = {}, {}
     t0 = time.perf_counter()
     data, module, found, desc = prepare_analysis(model, X, Y, units=units, seed=seed, data_name=data_name)
@@ -236,6 +236,7 @@ def analyze(
     ctx = (module, found, Xt, Yt, op, Ynqf, W0)
     run_args = (init_factor, lr, steps, form, save_every, float(real_step_factor), rows, timings, say, memory)
     sim, real = _estimate_and_run(ctx, *run_args, shift=shift)
+    _check_curves(sim, real, lr, steps)
     if real.note:
         notes.append(real.note)
 
@@ -278,9 +279,23 @@ def _peak_mib() -> float | None:
     return None if peak is None else round(peak / 2**20, 1)
 
 
-def _check_max_steps(steps: int | None, max_steps: int | None) -> None:
-    if steps is not None and max_steps is not None and steps > max_steps:
-        raise InvalidParameterError(f"`steps`: at most max_steps={max_steps} (--max-steps); found {steps}")
+def check_step_budget(steps: int | None, max_steps: int | None, lr: float | None = None) -> None:
+    """Refuse (``InvalidParameterError``) a run past ``max_steps`` before anything is computed: ``steps`` when
+    given; else, with ``lr`` given, when even the fixed part of the horizon (``t = HORIZON_EXTRA``, reached by
+    every run: ``t_end = 1.5 t_K + 5``) needs more steps.  ``--lr 1e-300`` is refused here, before the prediction;
+    an ``lr`` that passes may still be refused from the predicted drop times (:func:`_derived_steps`)."""
+    if max_steps is None:
+        return
+    if steps is not None:
+        if steps > max_steps:
+            raise InvalidParameterError(f"`steps`: at most max_steps={max_steps} (--max-steps); found {steps}")
+        return
+    if lr is not None and HORIZON_EXTRA / float(lr) > max_steps:
+        raise InvalidParameterError(
+            f"`lr`: η = {float(lr):.4g} needs more than {HORIZON_EXTRA / float(lr):.4g} GD steps (every run goes "
+            f"past t = {HORIZON_EXTRA:g}); at most max_steps={max_steps} (--max-steps) are run: choose a larger "
+            "--lr, or --steps"
+        )
 
 
 def _derived_steps(pred, lr: float, max_steps: int | None) -> int:
@@ -297,6 +312,18 @@ def _derived_steps(pred, lr: float, max_steps: int | None) -> int:
         )
     assert steps is not None
     return steps
+
+
+def _check_curves(sim, real, lr: float, steps: int) -> None:
+    """Both runs saved at least two states (a curve to compare), else ``InvalidParameterError`` naming ``lr``:
+    a step so large that a run stopped (diverged) at its first step, or a run of one step."""
+    n_sim, n_real = len(sim.t), len(real.t)
+    if min(n_sim, n_real) < 2:
+        raise InvalidParameterError(
+            f"`lr`: η = {float(lr):.4g} over {steps} GD step(s) leaves {min(n_sim, n_real)} saved state(s) of the "
+            f"{'NQF simulation' if n_sim < 2 else 'real network'} (it diverged at its first step, or the run is one "
+            "step long): nothing to compare; choose a smaller --lr or more --steps"
+        )
 
 
 def _compare(pred, sim, real: _RealRun, eps: float, found, flat_threshold: float, gap_tolerance: float):
@@ -383,12 +410,14 @@ def _moments(module, found, Xt, op, Ynqf, how: str, say):
     return op_c, Yc, shift
 
 
-def _checked_options(eps, loss: str, steps: int | None = None, max_steps: int | None = None) -> float:
+def _checked_options(eps, loss: str, steps: int | None = None, max_steps: int | None = None, lr=None) -> float:
     """``eps`` as a float in (0, 1); ``loss`` must be ``"mse"`` (the only loss with a predicted staircase);
-    ``steps`` at most ``max_steps``."""
-    _check_max_steps(steps, max_steps)
+    ``steps`` (or the steps ``lr`` needs at least) at most ``max_steps``."""
     from .._validation import float_param
 
+    if lr is not None:
+        lr = float_param("lr", lr, positive=True)
+    check_step_budget(steps, max_steps, lr)
     eps = float_param("eps", eps, positive=True)
     if not eps < 1:
         raise InvalidParameterError(f"`eps` must lie in (0, 1); found {eps}")

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import typer
 
+from .._limits import MAX_STEPS
+
 __all__ = ["register_cli", "sweep"]
 
 EXIT_SOME_FAILED = 3
@@ -57,6 +59,9 @@ def sweep(
     retries: int = typer.Option(3, "--retries", min=0, help="Reruns of a point whose worker died."),
     dry_run: bool = typer.Option(False, "--dry-run", help="List the points and exit."),
     as_json: bool = typer.Option(False, "--json", help="Print the final table as JSON (no progress)."),
+    max_steps: int = typer.Option(
+        MAX_STEPS, "--max-steps", min=1, help="Refuse a point whose GD loops take more steps than this."
+    ),
 ):
     """Run an experiment over a grid of parameters and seeds, in parallel (Dask), one run directory per point.
 
@@ -93,11 +98,21 @@ def sweep(
             typer.echo(f"{pt.short}  {_swept_text(pt)}" + (f"  invalid: {pt.error}" if pt.error else ""))
         typer.echo(f"{len(points)} points → {root}/points/")
         return
-    code = _run(points, spec, data, root, scheduler=scheduler, workers=workers, retries=retries, as_json=as_json)
+    code = _run(
+        points,
+        spec,
+        data,
+        root,
+        scheduler=scheduler,
+        workers=workers,
+        retries=retries,
+        as_json=as_json,
+        max_steps=max_steps,
+    )
     raise typer.Exit(code)
 
 
-def _run(points, spec, base, root: Path, *, scheduler, workers, retries, as_json) -> int:
+def _run(points, spec, base, root: Path, *, scheduler, workers, retries, as_json, max_steps=None) -> int:
     from rich.console import Console
 
     from ..errors import SweepError

@@ -122,8 +122,14 @@ def row_from_results(results: dict) -> dict[str, Any]:
     }
 
 
-def run_point(config: dict, out_dir: str) -> dict[str, Any]:
-    """Run one point (on a worker): validate ``config``, run it into ``out_dir``; never raises for the experiment.
+def run_point(config: dict, out_dir: str, max_steps: int | None = None) -> dict[str, Any]:
+    """Run one point (on a worker): validate ``config``, run it into ``out_dir`` (GD loops capped at ``max_steps``).
+
+    A point refused or failing for its input (an :class:`~nqf.errors.NQFError`: a bad value, a device this
+    machine lacks, a divergence, sizes past the memory limit), for memory or for the file system
+    (``MemoryError``, ``OSError``) returns a failed row with its wall time.  Anything else is a fault of nqf:
+    it is raised, and the client records the point as failed from the future's exception (error type and
+    message), so the sweep goes on either way.
 
     Returns
     -------
@@ -132,6 +138,7 @@ def run_point(config: dict, out_dir: str) -> dict[str, Any]:
     """
     import torch
 
+    from ..errors import NQFError
     from ..experiments import parse_config, run_experiment
 
     torch.set_num_threads(1)
@@ -141,9 +148,16 @@ def run_point(config: dict, out_dir: str) -> dict[str, Any]:
         # resume: a point rerun after a failure or a killed worker reuses the finished parts of the same
         # config (the directory is named by the config hash); a fresh directory starts from scratch
         results = run_experiment(
-            exp, params, Path(out_dir), seed=cfg.seed, device=cfg.device, resume=True, show_progress=False
+            exp,
+            params,
+            Path(out_dir),
+            seed=cfg.seed,
+            device=cfg.device,
+            resume=True,
+            show_progress=False,
+            max_steps=max_steps,
         )
-    except Exception as exc:  # noqa: BLE001 - recorded in the sweep table, the sweep goes on
+    except (NQFError, MemoryError, OSError) as exc:  # the point's fault: recorded in the sweep table
         return {
             "status": "failed",
             "wall_seconds": round(time.perf_counter() - t0, 3),
@@ -226,12 +240,14 @@ def execute(
     on_point: Callable[[Point, dict], None] | None = None,
     on_tick: Callable[[SweepState], None] | None = None,
     poll: float = 0.25,
+    max_steps: int | None = None,
 ) -> SweepState:
     """Run every unfinished point on ``client``; returns the state with one row per point (by short hash).
 
     Finished points (see :func:`nqf.sweep.is_finished`) are read, not rerun, and their files
     are not touched.  Invalid points are recorded as failed without running.  ``on_point(point, row)``
-    is called once per point as it finishes; ``on_tick(state)`` every ``poll`` seconds.
+    is called once per point as it finishes; ``on_tick(state)`` every ``poll`` seconds.  ``max_steps`` caps the
+    GD loops of every point (:func:`run_point`).
     """
     root = Path(os.path.abspath(root))  # the workers (in their own working directories) write here
     state = SweepState(total=len(points))
@@ -254,7 +270,8 @@ def execute(
             _finish(state, pt, row, on_point)
         else:
             key = f"nqf-point-{pt.short}-{uuid.uuid4().hex[:8]}"
-            futures[client.submit(run_point, pt.config, str(point_dir(root, pt)), key=key, pure=False)] = pt
+            fut = client.submit(run_point, pt.config, str(point_dir(root, pt)), max_steps, key=key, pure=False)
+            futures[fut] = pt
     pending = set(futures)
     last_running = 0.0
     lost_since: float | None = None

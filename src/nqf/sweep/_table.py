@@ -25,6 +25,7 @@ from typing import Any
 
 from ..errors import SweepError
 from ._points import Point
+from ._schema import SCHEMA, read_sweep_file
 
 __all__ = [
     "SCHEMA",
@@ -37,7 +38,6 @@ __all__ = [
     "mark_sweep_directory",
 ]
 
-SCHEMA = "nqf.sweep/1"
 #: The marker file of a sweep directory (``{"kind": "nqf-sweep", "version": 1}``): ``nqf sweep --out DIR`` writes
 #: only into a new or empty folder, one carrying this marker, or a sweep written before markers (its sweep.json).
 SWEEP_MARKER = "nqf-sweep.json"
@@ -55,7 +55,7 @@ def is_sweep_directory(root) -> bool:
         if p.is_symlink() or not p.is_file() or p.stat().st_size > 256 * 2**20:
             return False
         return json.loads(p.read_text(encoding="utf-8")).get("schema") == SCHEMA
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):  # not JSON, not an object, nested too deeply
         return False
 
 
@@ -195,11 +195,15 @@ def write_table(root, doc: dict) -> tuple[Path, Path]:
 
 
 def read_table(root) -> dict:
-    """The ``sweep.json`` of a sweep directory."""
+    """The ``sweep.json`` of a sweep directory, checked (:func:`nqf.sweep._schema.read_sweep_file`).
+
+    Raises
+    ------
+    SweepError
+        No ``sweep.json``, or one that is unreadable, not JSON, or lacks a field the report reads or has it of
+        the wrong type (the message names the file and the field).
+    """
     path = Path(root) / "sweep.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{root} holds no sweep.json (not a sweep directory?)")
-    doc = json.loads(path.read_text())
-    if doc.get("schema") != SCHEMA:
-        raise SweepError(f"{path}: expected schema {SCHEMA!r}; found {doc.get('schema')!r}")
-    return doc
+    if not path.exists():
+        raise SweepError(f"{root} holds no sweep.json (not a sweep directory?)")
+    return read_sweep_file(path)

@@ -1,0 +1,14 @@
+"""Caps on what one command may ask for, in one place (imports nothing: ``nqf --version`` stays fast).
+
+A run past a cap is refused before it starts, with one line naming the flag that raises it (issue 23).
+"""
+
+from __future__ import annotations
+
+__all__ = ["MAX_STEPS", "MAX_THREADS"]
+
+#: The most GD steps one loop of a run started from the command line takes unless ``--max-steps`` raises it
+#: (``nqf run``, ``nqf demo``, ``nqf sweep``, ``nqf analyze``): a run of 10¹² steps is refused, not started.
+MAX_STEPS = 10_000_000
+#: ``--threads`` above this is a flag error (torch cannot start that many threads).
+MAX_THREADS = 1024
