@@ -43,8 +43,11 @@ def factor_from_matrix(M: torch.Tensor) -> torch.Tensor:
     the eigendecomposition (eigenvalues ``≤ 0`` dropped).
     """
     d = torch.diagonal(M)
-    if M.numel() == 0 or bool(torch.equal(M, torch.diag(d))):
-        return torch.diag(torch.sqrt(torch.clamp(d, min=0.0)))[:, d > 0]
+    if M.numel() == 0 or int(torch.count_nonzero(M)) == int(torch.count_nonzero(d)):  # diagonal
+        keep = torch.nonzero(d > 0).flatten()
+        L = M.new_zeros(M.shape[0], keep.numel())
+        L[keep, torch.arange(keep.numel(), device=M.device)] = torch.sqrt(d[keep])
+        return L
     lam, V = torch.linalg.eigh(M)
     keep = lam > 0
     return V[:, keep] * torch.sqrt(lam[keep])

@@ -29,7 +29,7 @@ from ._loop import DivergenceCheck, LoopOutcome
 from ._optim import GD, Optimizer
 from ._trajectory import DIVERGED, FINISHED
 
-__all__ = ["block_split", "block_loop"]
+__all__ = ["block_split", "block_loop", "all_finite"]
 
 
 def block_split(op, opt: Optimizer, weights: bool, zgz: bool, track_transfer: bool) -> int | None:
@@ -63,53 +63,79 @@ def block_loop(
     lr, lam = opt.lr, opt.weight_decay
     decay, alpha = 1.0 - lr * lam, -lr * scale / N
     mse, half_over_n = loss.name == "mse", 0.5 / N
-    Ll, Lr = L[:p1].clone(), L[p1:].clone()
-    spare = torch.empty_like(Lr)  # the other buffer of the large block
+    L = L.clone()  # owned: L_r = L[p1:] is updated in place, L_l (small) is a new tensor each step
+    Ll, Lr = L[:p1].clone(), L[p1:]
     check = DivergenceCheck(divergence_threshold, L.dtype)
-    status, message, saved, previous = FINISHED, f"finished {steps} steps", 0, None
+    status, message, saved, last_step = FINISHED, f"finished {steps} steps", 0, None
     for k in range(steps + 1):
-        last = k == steps
+        f = forward(torch.mm(Ll, Lr.T))
         if mse:  # ½‖r‖²/N with one reduction (as MSE.value_and_residual), read as a float for the check
-            r = torch.sub(forward(Ll @ Lr.T), y)
+            r = f.sub_(y)
             rf = r.view(-1)
             value = torch.dot(rf, rf).item() * half_over_n
         else:
-            Lb, r = loss.value_and_residual(forward(Ll @ Lr.T), y)
+            Lb, r = loss.value_and_residual(f, y)
             value = float(Lb)
         if not check.armed:
             check.arm(value)
-        saving = last or k % save_every == 0
-        if check.exceeded(value) or (saving and not bool(torch.isfinite(Ll).all() & torch.isfinite(Lr).all())):
-            status = DIVERGED
+        saving = k == steps or k % save_every == 0
+        if saving:
+            L[:p1] = Ll
+        if check.exceeded(value) or (saving and not all_finite(L)):
             curv = None
-            if previous is not None and opt.hessian_stability:
-                curv = divergence_curvature(op, torch.cat(previous, 0), r, lam, N, loss=loss.name)
-            message = divergence_message(
-                step=k,
-                t=k * lr,
-                loss=value,
-                limit=float(check.limit),
-                lr=lr,
-                saved=saved,
-                curvature=curv,
-                momentum=0.0,
-                optimizer=opt.name,
-            )
+            if last_step is not None and opt.hessian_stability:
+                curv = divergence_curvature(op, _previous(last_step, Lr, decay, alpha), r, lam, N, loss=loss.name)
+            status, message = DIVERGED, _diverged(k, value, check, opt, saved, curv)
             break
         if saving:
-            save(k, [torch.cat([Ll, Lr], 0)], value)
+            save(k, [L], value)
             saved += 1
-        if last:
+        if k == steps:
             break
         Kb = adjoint(r)
-        previous = (Ll, Lr)
-        Ll, Lr, spare = (
-            torch.addmm(Ll, Kb, Lr, beta=decay, alpha=alpha),
-            torch.addmm(Lr, Kb.T, Ll, beta=decay, alpha=alpha, out=spare),
-            Lr,
-        )
-        if polish is not None and k % polish_every == 0:
-            Lp = polish(torch.cat([Ll, Lr], 0))
+        if polish is not None and k % polish_every == 0:  # out of place: the factor before the step is kept
+            last_step = (Ll, Lr, None)
+            L = torch.cat([torch.addmm(Ll, Kb, Lr, beta=decay, alpha=alpha), torch.empty_like(Lr)], 0)
+            torch.addmm(Lr, Kb.T, Ll, beta=decay, alpha=alpha, out=L[p1:])
+            Lp = polish(L)
             if Lp is not None:
-                Ll, Lr = Lp[:p1].clone(), Lp[p1:].clone()
-    return LoopOutcome(params=[torch.cat([Ll, Lr], 0)], status=status, message=message)
+                L = Lp.contiguous()
+            Ll, Lr = L[:p1].clone(), L[p1:]
+        else:  # in place: undone (for the divergence message) from (L_l, K̄)
+            last_step = (Ll, None, Kb)
+            Ll = torch.addmm(Ll, Kb, Lr, beta=decay, alpha=alpha)
+            Lr.addmm_(Kb.T, last_step[0], beta=decay, alpha=alpha)
+    L[:p1] = Ll
+    return LoopOutcome(params=[L], status=status, message=message)
+
+
+def _diverged(k: int, value: float, check: DivergenceCheck, opt: Optimizer, saved: int, curv) -> str:
+    """The divergence message of :func:`~nqf.dynamics._loop.training_loop` for step ``k`` of plain GD."""
+    return divergence_message(
+        step=k,
+        t=k * opt.lr,
+        loss=value,
+        limit=float(check.limit),
+        lr=opt.lr,
+        saved=saved,
+        curvature=curv,
+        momentum=0.0,
+        optimizer=opt.name,
+    )
+
+
+def all_finite(x: torch.Tensor) -> bool:
+    """Whether every entry of ``x`` is finite: a finite sum proves it (one reduction, no boolean temporary);
+    otherwise (non-finite entries, or a sum that overflowed) the entries are tested one by one."""
+    return bool(torch.isfinite(x.sum())) or bool(torch.isfinite(x).all())
+
+
+def _previous(last_step, Lr: torch.Tensor, decay: float, alpha: float) -> torch.Tensor | None:
+    """The factor before the last step from ``(L_l, L_r, None)`` (kept) or ``(L_l, None, K̄)``: the in-place update
+    of ``L_r`` undone, ``L_r = (L_r' − α K̄ᵀ L_l) / (1 − ηλ)`` (None when ``ηλ = 1``)."""
+    Ll, kept, Kb = last_step
+    if kept is not None:
+        return torch.cat([Ll, kept], 0)
+    if decay == 0.0:
+        return None
+    return torch.cat([Ll, torch.addmm(Lr, Kb.T, Ll, alpha=-alpha).div_(decay)], 0)

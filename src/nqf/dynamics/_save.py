@@ -21,7 +21,7 @@ import torch
 from .._validation import ParameterError, int_param
 from ._trajectory import Trajectory
 
-__all__ = ["Save", "as_save", "Recorder", "DEFAULT_STATE_BYTES", "COSTLY_SAVE_FLOPS"]
+__all__ = ["Save", "as_save", "Recorder", "gram", "DEFAULT_STATE_BYTES", "COSTLY_SAVE_FLOPS"]
 
 #: the default save policy keeps at most this many bytes of saved states (``M``, ``W``)
 DEFAULT_STATE_BYTES = 256 * 2**20
@@ -56,9 +56,11 @@ class Save:
 
         The default (``every=None``) saves about a thousand states, and fewer when they are large or
         expensive: at most :data:`DEFAULT_STATE_BYTES` of saved states (``state_bytes`` each), and, once one
-        save costs more than :data:`COSTLY_SAVE_FLOPS` (``save_flops``, e.g. ``M = L Lᵀ``: ``p² r``), no more
-        often than one save per ``save_flops / step_flops`` steps (saving then costs at most as much as the
-        steps).  An explicit ``every`` is kept as it is (the memory estimate is checked before the run).
+        save costs more than :data:`COSTLY_SAVE_FLOPS` (``save_flops``, e.g. ``M = L Lᵀ``: ``p² r``), at most
+        ``n = ⌊steps · step_flops / save_flops⌋`` saves after step 0 (saving then costs at most as much as the
+        steps), spaced evenly: ``every = ⌈steps / n⌉`` (``n ≥ 1``: step 0 and the last step only when one save
+        costs more than the whole run).  An explicit ``every`` is kept as it is (the memory estimate is checked
+        before the run).
         """
         if self.every is not None:
             return self
@@ -66,8 +68,8 @@ class Save:
         if state_bytes > 0:
             fit = max(DEFAULT_STATE_BYTES // int(state_bytes) - 2, 1)
             every = max(every, math.ceil(steps / fit))
-        if save_flops >= COSTLY_SAVE_FLOPS and step_flops > 0:
-            every = max(every, math.ceil(save_flops / step_flops))
+        if save_flops >= COSTLY_SAVE_FLOPS and step_flops > 0:  # evenly spaced, the last one at the end
+            every = max(every, math.ceil(steps / max(1, math.floor(steps * step_flops / save_flops))))
         return dataclasses.replace(self, every=max(1, min(every, max(steps, 1))))
 
     def count(self, steps: int) -> int:
@@ -154,15 +156,9 @@ class Recorder:
         return buf if n == buf.shape[0] else buf[:n].clone()
 
     def _products(self) -> torch.Tensor | None:
-        """``M = ½ (L Lᵀ + (L Lᵀ)ᵀ)`` of every saved factor (batched, symmetrised in chunks in place)."""
+        """``M = L Lᵀ`` of every saved factor (:func:`gram`), else the saved ``M``."""
         Ls = self.saved("L")
-        if Ls is None:
-            return self.saved("M")
-        M = torch.bmm(Ls, Ls.transpose(1, 2))
-        for i in range(0, M.shape[0], 64):
-            blk = M[i : i + 64]
-            blk.add_(blk.transpose(1, 2).clone()).mul_(0.5)
-        return M
+        return self.saved("M") if Ls is None else gram(Ls)
 
     def trajectory(self, *, lr: float, dtype, device, status: int, message: str, info: dict) -> Trajectory:
         """The trajectory: ``t = η · step`` (``lr`` η), the stacked states (``None`` where none were saved)."""
@@ -178,3 +174,34 @@ class Recorder:
             message=message,
             info=info,
         )
+
+
+#: rows per block of :func:`gram` (blocks below the diagonal are the transposes of those above it)
+GRAM_BLOCK = 256
+
+
+def gram(Ls: torch.Tensor) -> torch.Tensor:
+    """``M = L Lᵀ`` of each factor of ``Ls`` (``K × p × r``), exactly symmetric, in row blocks of
+    :data:`GRAM_BLOCK`: only the products on and above the block diagonal (``b (b + 1) / 2`` of the ``b²``
+    block products of ``L Lᵀ`` with ``b`` blocks; ``p = 1025``: 15 of 25), the blocks below the diagonal their
+    transposes, each diagonal block symmetrised ``½ (B + Bᵀ)``; 64 factors at a time (small temporaries)."""
+    K, p, _ = Ls.shape
+    if p <= GRAM_BLOCK:  # one block: one batched product, symmetrised in chunks in place
+        M = torch.bmm(Ls, Ls.transpose(1, 2))
+        for j in range(0, K, 64):
+            blk = M[j : j + 64]
+            blk.add_(blk.transpose(1, 2).clone()).mul_(0.5)
+        return M
+    M = torch.empty((K, p, p), dtype=Ls.dtype, device=Ls.device)
+    spans = [(a, min(a + GRAM_BLOCK, p)) for a in range(0, p, GRAM_BLOCK)]
+    for j in range(0, K, 64):
+        L, out = Ls[j : j + 64], M[j : j + 64]
+        for i, (a, b) in enumerate(spans):
+            for c, d in spans[i:]:
+                B = torch.bmm(L[:, a:b], L[:, c:d].transpose(1, 2))
+                if c == a:
+                    out[:, a:b, a:b] = B.add_(B.transpose(1, 2).clone()).mul_(0.5)
+                else:
+                    out[:, a:b, c:d] = B
+                    out[:, c:d, a:b] = B.transpose(1, 2)
+    return M
