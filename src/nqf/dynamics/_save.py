@@ -181,8 +181,8 @@ GRAM_BLOCK = 256
 
 
 def gram(Ls: torch.Tensor) -> torch.Tensor:
-    """``M = L Lᵀ`` of each factor of ``Ls`` (``K × p × r``), exactly symmetric, in row blocks of
-    :data:`GRAM_BLOCK`: only the products on and above the block diagonal (``b (b + 1) / 2`` of the ``b²``
+    """``M = L Lᵀ`` of each factor of ``Ls`` (``K × p × r``), exactly symmetric, in equal row blocks of
+    at most :data:`GRAM_BLOCK` rows: only the products on and above the block diagonal (``b (b + 1) / 2`` of the ``b²``
     block products of ``L Lᵀ`` with ``b`` blocks; ``p = 1025``: 15 of 25), the blocks below the diagonal their
     transposes, each diagonal block symmetrised ``½ (B + Bᵀ)``; 64 factors at a time (small temporaries)."""
     K, p, _ = Ls.shape
@@ -193,7 +193,8 @@ def gram(Ls: torch.Tensor) -> torch.Tensor:
             blk.add_(blk.transpose(1, 2).clone()).mul_(0.5)
         return M
     M = torch.empty((K, p, p), dtype=Ls.dtype, device=Ls.device)
-    spans = [(a, min(a + GRAM_BLOCK, p)) for a in range(0, p, GRAM_BLOCK)]
+    n = -(-p // GRAM_BLOCK)  # blocks of equal size, at most GRAM_BLOCK rows
+    spans = [(p * i // n, p * (i + 1) // n) for i in range(n)]
     for j in range(0, K, 64):
         L, out = Ls[j : j + 64], M[j : j + 64]
         for i, (a, b) in enumerate(spans):
