@@ -9,13 +9,16 @@ For a :class:`~nqf.structure.BilinearStructure` whose blocks tile the unit (``le
 
 — the closed update ``L ← (I − ηS) L`` with ``S = 2G + λI``, ``2G = (1/N)[[0, K̄], [K̄ᵀ, 0]]``
 (:mod:`nqf.dynamics._factored`), whose ``𝒜*(r)`` has rank ``≤ 2 p1``.  The cost is the two
-kernel passes over the data plus ``O(p1 · p2 · r)`` (``O((C + D) r)`` for an MLP with ``C``
-outputs), about a dozen tensor operations per step; ``L_r`` (``p2 × r``, the large block) is
-written into one of two preallocated buffers (no allocation of ``p × r`` per step, and the
-previous factor survives for the divergence message).  Saving, the divergence check and the
-re-orthogonalisation of the columns are those of :func:`~nqf.dynamics._loop.training_loop`
-and :func:`~nqf.dynamics.simulate` (same steps, same messages); the states agree with the
-general loop to round-off.
+kernel passes over the data plus ``O(p1 · p2 · r)`` (``O(C D r)`` for an MLP with ``C`` outputs:
+no ``p × p × r`` product, also at full rank ``r = p``), about ten tensor operations per step.
+``L_r`` (``p2 × r``, the large block) is touched three times per step: read for ``L_l L_rᵀ``,
+read for ``K̄ L_r``, and updated in place (``addmm_``: no allocation of ``p × r``, no second
+buffer in the cache).  The factor before the last step, needed only for the curvature estimate
+of a divergence message, is recovered then by undoing the update from ``(L_l, K̄)``; on the
+steps that may re-orthogonalise the columns the update is made out of place and the old factor
+kept.  Saving, the divergence check and the re-orthogonalisation of the columns are those of
+:func:`~nqf.dynamics._loop.training_loop` and :func:`~nqf.dynamics.simulate` (same steps, same
+messages); the states agree with the general loop to round-off.
 """
 
 from __future__ import annotations
@@ -56,15 +59,15 @@ def block_loop(
     polish: Callable | None,
     polish_every: int,
 ) -> LoopOutcome:
-    """Run ``steps`` GD steps on the blocks of ``L`` (module docstring); ``save(k, L, loss)`` as the loop's,
-    ``polish(L) -> L`` (or None) every ``polish_every`` steps after the update, as ``simulate``'s."""
+    """Run ``steps`` GD steps on the blocks of ``L`` (module docstring); ``save(k, L, loss)`` as the loop's
+    (``L`` is overwritten afterwards: copy what is kept), ``polish(L) -> L`` (or None) every ``polish_every``
+    steps after the update, as ``simulate``'s.  ``L`` itself is updated in place (pass a tensor of your own)."""
     forward, adjoint, scale = op.factor_passes()
     N = op.n_samples
     lr, lam = opt.lr, opt.weight_decay
     decay, alpha = 1.0 - lr * lam, -lr * scale / N
     mse, half_over_n = loss.name == "mse", 0.5 / N
-    L = L.clone()  # owned: L_r = L[p1:] is updated in place, L_l (small) is a new tensor each step
-    Ll, Lr = L[:p1].clone(), L[p1:]
+    Ll, Lr = L[:p1].clone(), L[p1:]  # L is the caller's to give up: L_r = L[p1:] is updated in place
     check = DivergenceCheck(divergence_threshold, L.dtype)
     status, message, saved, last_step = FINISHED, f"finished {steps} steps", 0, None
     for k in range(steps + 1):
