@@ -73,9 +73,10 @@ class Save:
         return dataclasses.replace(self, every=max(1, min(every, max(steps, 1))))
 
     def count(self, steps: int) -> int:
-        """How many states a run of ``steps`` steps saves (step 0, every ``every``-th, the last; ``every`` resolved)."""
+        """How many states a run of ``steps`` steps saves (step 0, every ``every``-th, the last; ``every`` resolved):
+        exactly, so that a :class:`Recorder` of this capacity hands its buffers over without a copy."""
         assert self.every is not None, "Save.resolve(steps) first"
-        return steps // self.every + 2
+        return steps // self.every + 1 + (1 if steps % self.every else 0)
 
     def saves(self, k: int, steps: int) -> bool:
         """Whether step ``k`` of ``steps`` is saved (``every`` resolved)."""
