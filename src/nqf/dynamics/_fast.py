@@ -85,9 +85,8 @@ def block_loop(
         if saving:
             L[:p1] = Ll
         if check.exceeded(value) or (saving and not all_finite(L)):
-            curv = None
-            if last_step is not None and opt.hessian_stability:
-                curv = divergence_curvature(op, _previous(last_step, Lr, decay, alpha), r, lam, N, loss=loss.name)
+            prev = None if last_step is None or not opt.hessian_stability else _previous(last_step, Lr, decay, alpha)
+            curv = None if prev is None else divergence_curvature(op, prev, r, lam, N, loss=loss.name)
             status, message = DIVERGED, _diverged(k, value, check, opt, saved, curv)
             break
         if saving:
