@@ -62,20 +62,23 @@ def block_loop(
     """Run ``steps`` GD steps on the blocks of ``L`` (module docstring); ``save(k, L, loss)`` as the loop's
     (``L`` is overwritten afterwards: copy what is kept), ``polish(L) -> L`` (or None) every ``polish_every``
     steps after the update, as ``simulate``'s.  ``L`` itself is updated in place (pass a tensor of your own)."""
-    forward, adjoint, scale = op.factor_passes()
+    mse = loss.name == "mse"
+    forward, adjoint, scale = op.factor_passes(op.offset - y if mse else None)  # MSE: the passes give f − y
     N = op.n_samples
     lr, lam = opt.lr, opt.weight_decay
-    decay, alpha = 1.0 - lr * lam, -lr * scale / N
-    mse, half_over_n = loss.name == "mse", 0.5 / N
-    Ll, Lr = L[:p1].clone(), L[p1:]  # L is the caller's to give up: L_r = L[p1:] is updated in place
+    decay, alpha, half_over_n = 1.0 - lr * lam, -lr * scale / N, 0.5 / N
+    Lr = L[p1:]  # L is the caller's to give up: L_r = L[p1:] is updated in place
+    # preallocated: the small block in two buffers (the step's and the next), f (or f − y), L_r L_lᵀ, K̄ᵀ
+    Ls = [L[:p1].clone(), torch.empty_like(L[:p1])]
+    f, Bt, Kbt = L.new_empty(N, op.n_outputs), L.new_empty(L.shape[0] - p1, p1), L.new_empty(L.shape[0] - p1, p1)
+    Kb, fv, i = Kbt.T, f.view(-1), 0
     check = DivergenceCheck(divergence_threshold, L.dtype)
     status, message, saved, last_step = FINISHED, f"finished {steps} steps", 0, None
     for k in range(steps + 1):
-        f = forward(torch.mm(Ll, Lr.T))
-        if mse:  # ½‖r‖²/N with one reduction (as MSE.value_and_residual), read as a float for the check
-            r = f.sub_(y)
-            rf = r.view(-1)
-            value = torch.dot(rf, rf).item() * half_over_n
+        Ll = Ls[i]
+        forward(torch.mm(Lr, Ll.T, out=Bt), f)
+        if mse:  # ½‖f − y‖²/N with one reduction (as MSE.value_and_residual), read as a float for the check
+            r, value = f, torch.dot(fv, fv).item() * half_over_n
         else:
             Lb, r = loss.value_and_residual(f, y)
             value = float(Lb)
@@ -94,20 +97,20 @@ def block_loop(
             saved += 1
         if k == steps:
             break
-        Kb = adjoint(r)
+        adjoint(r, Kbt)
         if polish is not None and k % polish_every == 0:  # out of place: the factor before the step is kept
-            last_step = (Ll, Lr, None)
-            L = torch.cat([torch.addmm(Ll, Kb, Lr, beta=decay, alpha=alpha), torch.empty_like(Lr)], 0)
-            torch.addmm(Lr, Kb.T, Ll, beta=decay, alpha=alpha, out=L[p1:])
+            last_step, L = (Ll, Lr, None), torch.empty_like(L)
+            torch.addmm(Ll, Kb, Lr, beta=decay, alpha=alpha, out=L[:p1])
+            torch.addmm(Lr, Kbt, Ll, beta=decay, alpha=alpha, out=L[p1:])
             Lp = polish(L)
-            if Lp is not None:
-                L = Lp.contiguous()
-            Ll, Lr = L[:p1].clone(), L[p1:]
-        else:  # in place: undone (for the divergence message) from (L_l, K̄)
-            last_step = (Ll, None, Kb)
-            Ll = torch.addmm(Ll, Kb, Lr, beta=decay, alpha=alpha)
-            Lr.addmm_(Kb.T, last_step[0], beta=decay, alpha=alpha)
-    L[:p1] = Ll
+            L = L if Lp is None else Lp.contiguous()
+            Lr, Ls, i = L[p1:], [L[:p1].clone(), torch.empty_like(Ll)], 0
+        else:  # in place: undone (for the divergence message) from (L_l, K̄ᵀ) — K̄ᵀ's buffer is kept until then
+            last_step = (Ll, None, Kbt)
+            torch.addmm(Ll, Kb, Lr, beta=decay, alpha=alpha, out=Ls[1 - i])
+            Lr.addmm_(Kbt, Ll, beta=decay, alpha=alpha)
+            i = 1 - i
+    L[:p1] = Ls[i]
     return LoopOutcome(params=[L], status=status, message=message)
 
 
@@ -133,11 +136,11 @@ def all_finite(x: torch.Tensor) -> bool:
 
 
 def _previous(last_step, Lr: torch.Tensor, decay: float, alpha: float) -> torch.Tensor | None:
-    """The factor before the last step from ``(L_l, L_r, None)`` (kept) or ``(L_l, None, K̄)``: the in-place update
+    """The factor before the last step from ``(L_l, L_r, None)`` (kept) or ``(L_l, None, K̄ᵀ)``: the in-place update
     of ``L_r`` undone, ``L_r = (L_r' − α K̄ᵀ L_l) / (1 − ηλ)`` (None when ``ηλ = 1``)."""
-    Ll, kept, Kb = last_step
+    Ll, kept, Kbt = last_step
     if kept is not None:
         return torch.cat([Ll, kept], 0)
     if decay == 0.0:
         return None
-    return torch.cat([Ll, torch.addmm(Lr, Kb.T, Ll, alpha=-alpha).div_(decay)], 0)
+    return torch.cat([Ll, torch.addmm(Lr, Kbt, Ll, alpha=-alpha).div_(decay)], 0)

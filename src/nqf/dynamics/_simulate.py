@@ -182,8 +182,8 @@ def simulate(
     seed : int
         Seed of the minibatch sampler.
     save_every : int, optional
-        Save every this many steps (default ``max(1, steps // 1000)``); step 0
-        and the last step are always saved.
+        Save every this many steps (default ``max(1, steps // 1000)``, spaced further for large or
+        costly states: :meth:`~nqf.dynamics.Save.resolve`); step 0 and the last step are always saved.
     compress : bool
         Simulate on the ``r × r`` data-subspace block (ZGZ only; see
         :meth:`nqf.structure.StructureOperator.compress`); the saved ``M``/``W`` are mapped back
