@@ -136,7 +136,8 @@ def orthogonalize_columns(L: torch.Tensor, *, tol: float = 1e-15, max_sweeps: in
     ----------
     L : torch.Tensor, shape (p, r) or (B, p, r)
         One factor, or a batch of factors (each run rotated independently: a run whose columns
-        are already orthogonal, all cosines ``≤ tol``, is left exactly unchanged).
+        are already orthogonal, all cosines ``≤ tol``, is left exactly unchanged; columns with
+        disjoint supports, no row with two non-zeros, are returned without a sweep).
 
     Returns
     -------
@@ -145,6 +146,8 @@ def orthogonalize_columns(L: torch.Tensor, *, tol: float = 1e-15, max_sweeps: in
     *batch, p, r = L.shape
     if r < 2 or L.numel() == 0:
         return L
+    if int((L != 0).sum(-1).amax()) <= 1:  # columns with disjoint supports (e.g. εI's diagonal factor): orthogonal
+        return L.clone()
     pad = r % 2
     L = torch.cat([L, L.new_zeros(*batch, p, 1)], -1) if pad else L.clone()
     rounds = _rounds(L.shape[-1])

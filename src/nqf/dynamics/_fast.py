@@ -98,18 +98,18 @@ def block_loop(
         if k == steps:
             break
         adjoint(r, Kbt)
-        if polish is not None and k % polish_every == 0:  # out of place: the factor before the step is kept
-            last_step, L = (Ll, Lr, None), torch.empty_like(L)
-            torch.addmm(Ll, Kb, Lr, beta=decay, alpha=alpha, out=L[:p1])
-            torch.addmm(Lr, Kbt, Ll, beta=decay, alpha=alpha, out=L[p1:])
+        # L_r in place; the factor before the step is recovered from (L_l, K̄ᵀ) if a divergence needs it
+        last_step = (Ll, None, Kbt)
+        torch.addmm(Ll, Kb, Lr, beta=decay, alpha=alpha, out=Ls[1 - i])
+        Lr.addmm_(Kbt, Ll, beta=decay, alpha=alpha)
+        i = 1 - i
+        if polish is not None and k % polish_every == 0:
+            L[:p1] = Ls[i]
             Lp = polish(L)
-            L = L if Lp is None else Lp.contiguous()
-            Lr, Ls, i = L[p1:], [L[:p1].clone(), torch.empty_like(Ll)], 0
-        else:  # in place: undone (for the divergence message) from (L_l, K̄ᵀ) — K̄ᵀ's buffer is kept until then
-            last_step = (Ll, None, Kbt)
-            torch.addmm(Ll, Kb, Lr, beta=decay, alpha=alpha, out=Ls[1 - i])
-            Lr.addmm_(Kbt, Ll, beta=decay, alpha=alpha)
-            i = 1 - i
+            if Lp is not None:  # rotated (rarely): the factor before the step is recovered now, and kept
+                last_step = (Ll, _previous(last_step, Lr, decay, alpha), None)
+                L = Lp.contiguous()
+                Lr, Ls, i = L[p1:], [L[:p1].clone(), torch.empty_like(Ll)], 0
     L[:p1] = Ls[i]
     return LoopOutcome(params=[L], status=status, message=message)
 
@@ -136,11 +136,9 @@ def all_finite(x: torch.Tensor) -> bool:
 
 
 def _previous(last_step, Lr: torch.Tensor, decay: float, alpha: float) -> torch.Tensor | None:
-    """The factor before the last step from ``(L_l, L_r, None)`` (kept) or ``(L_l, None, K̄ᵀ)``: the in-place update
-    of ``L_r`` undone, ``L_r = (L_r' − α K̄ᵀ L_l) / (1 − ηλ)`` (None when ``ηλ = 1``)."""
+    """The factor before the last step from ``(L_l, L, None)`` (kept whole) or ``(L_l, None, K̄ᵀ)``: the in-place
+    update of ``L_r`` undone, ``L_r = (L_r' − α K̄ᵀ L_l) / (1 − ηλ)`` (None when ``ηλ = 1``)."""
     Ll, kept, Kbt = last_step
-    if kept is not None:
-        return torch.cat([Ll, kept], 0)
-    if decay == 0.0:
-        return None
+    if kept is not None or decay == 0.0:
+        return kept
     return torch.cat([Ll, torch.addmm(Lr, Kbt, Ll, alpha=-alpha).div_(decay)], 0)
