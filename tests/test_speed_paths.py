@@ -13,7 +13,7 @@ import torch
 
 from nqf.dynamics import Save, simulate
 from nqf.dynamics._fast import all_finite
-from nqf.dynamics._save import gram
+from nqf.dynamics._save import Recorder, gram
 from nqf.errors import NQFError
 from nqf.reductions.lv import limit
 from nqf.structure import mlp
@@ -128,6 +128,15 @@ def test_all_finite_and_gram():
         Ls = torch.randn(3, p, r, generator=g, dtype=F64)
         M = gram(Ls)
         assert torch.equal(M, M.transpose(1, 2))
+        assert rel_err(M, Ls @ Ls.transpose(1, 2)) < 1e-14
+    # the Recorder multiplies saved factors out in their own p × p slots (r ≤ p) or apart (r = p + 1)
+    for r in (3, 9, 10):
+        Ls = torch.randn(70, 9, r, generator=g, dtype=F64)  # more than one chunk of 64
+        rec = Recorder(70)
+        for k in range(70):
+            rec.add(k, 0.0, M_factor=Ls[k])
+        M = rec.trajectory(lr=1.0, dtype=F64, device="cpu", status=0, message="", info={}).M
+        assert M is not None and M.shape == (70, 9, 9) and torch.equal(M, M.transpose(1, 2))
         assert rel_err(M, Ls @ Ls.transpose(1, 2)) < 1e-14
 
 

@@ -123,6 +123,7 @@ class Recorder:
         self.loss: list[float] = []
         self._buffers: dict[str, torch.Tensor] = {}
         self._counts: dict[str, int] = {"M": 0, "W": 0, "mu": 0, "L": 0}
+        self._factor_cols: int | None = None  # columns of the saved factors kept in p × p slots
 
     def __len__(self) -> int:
         return len(self.step)
@@ -130,23 +131,27 @@ class Recorder:
     def add(self, k: int, loss: float, *, M=None, W=None, mu=None, M_factor=None) -> None:
         """Store step ``k``; ``M_factor`` (``L`` with ``M = L Lᵀ``, instead of ``M``) is copied as it is and
         multiplied out for all saved steps at once when the trajectory is built (one batched product instead
-        of a ``p × p`` product and its symmetrisation at every save)."""
+        of a ``p × p`` product and its symmetrisation at every save).  A factor of ``r ≤ p`` columns is kept
+        in the first ``r`` columns of a ``p × p`` slot, and ``M`` later written over it: one buffer, not two."""
         self.step.append(k)
         self.loss.append(loss)
         for name, x in (("M", M), ("W", W), ("mu", mu), ("L", M_factor)):
             if x is not None:
-                self._store(name, x)
+                self._store(name, x, slot=name == "L" and x.shape[-1] <= x.shape[-2])
 
-    def _store(self, name: str, x: torch.Tensor) -> None:
+    def _store(self, name: str, x: torch.Tensor, slot: bool = False) -> None:
         buf, n = self._buffers.get(name), self._counts[name]
+        shape = (*x.shape[:-1], x.shape[-2]) if slot else x.shape  # a p × r factor in a p × p slot
         if buf is None:
-            buf = torch.empty((self.capacity, *x.shape), dtype=x.dtype, device=x.device)
+            buf = torch.empty((self.capacity, *shape), dtype=x.dtype, device=x.device)
         elif n == buf.shape[0]:
-            grown = torch.empty((2 * n, *x.shape), dtype=x.dtype, device=x.device)
+            grown = torch.empty((2 * n, *shape), dtype=x.dtype, device=x.device)
             grown[:n] = buf
             buf = grown
-        buf[n] = x
+        buf[n, ..., : x.shape[-1]] = x
         self._buffers[name], self._counts[name] = buf, n + 1
+        if slot:
+            self._factor_cols = x.shape[-1]
 
     def saved(self, name: str) -> torch.Tensor | None:
         """The saved states of one kind (``"M"``, ``"W"``, ``"mu"``), stacked, or None."""
@@ -157,9 +162,17 @@ class Recorder:
         return buf if n == buf.shape[0] else buf[:n].clone()
 
     def _products(self) -> torch.Tensor | None:
-        """``M = L Lᵀ`` of every saved factor (:func:`gram`), else the saved ``M``."""
+        """``M = L Lᵀ`` of every saved factor (:func:`gram`; over the factors' own slots, 64 at a time, when they
+        have ``r ≤ p`` columns), else the saved ``M``."""
         Ls = self.saved("L")
-        return self.saved("M") if Ls is None else gram(Ls)
+        if Ls is None:
+            return self.saved("M")
+        r = self._factor_cols
+        if Ls.shape[-1] != Ls.shape[-2] or r is None:
+            return gram(Ls)
+        for j in range(0, Ls.shape[0], 64):
+            gram(Ls[j : j + 64, :, :r].clone(), out=Ls[j : j + 64])
+        return Ls
 
     def trajectory(self, *, lr: float, dtype, device, status: int, message: str, info: dict) -> Trajectory:
         """The trajectory: ``t = η · step`` (``lr`` η), the stacked states (``None`` where none were saved)."""
@@ -181,19 +194,20 @@ class Recorder:
 GRAM_BLOCK = 256
 
 
-def gram(Ls: torch.Tensor) -> torch.Tensor:
+def gram(Ls: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """``M = L Lᵀ`` of each factor of ``Ls`` (``K × p × r``), exactly symmetric, in equal row blocks of
     at most :data:`GRAM_BLOCK` rows: only the products on and above the block diagonal (``b (b + 1) / 2`` of the ``b²``
     block products of ``L Lᵀ`` with ``b`` blocks; ``p = 1025``: 15 of 25), the blocks below the diagonal their
-    transposes, each diagonal block symmetrised ``½ (B + Bᵀ)``; 64 factors at a time (small temporaries)."""
+    transposes, each diagonal block symmetrised ``½ (B + Bᵀ)``; 64 factors at a time (small temporaries).
+    ``out`` (``K × p × p``, not overlapping ``Ls``) receives the result when given."""
     K, p, _ = Ls.shape
+    M = torch.empty((K, p, p), dtype=Ls.dtype, device=Ls.device) if out is None else out
     if p <= GRAM_BLOCK:  # one block: one batched product, symmetrised in chunks in place
-        M = torch.bmm(Ls, Ls.transpose(1, 2))
+        torch.bmm(Ls, Ls.transpose(1, 2), out=M)
         for j in range(0, K, 64):
             blk = M[j : j + 64]
             blk.add_(blk.transpose(1, 2).clone()).mul_(0.5)
         return M
-    M = torch.empty((K, p, p), dtype=Ls.dtype, device=Ls.device)
     n = -(-p // GRAM_BLOCK)  # blocks of equal size, at most GRAM_BLOCK rows
     spans = [(p * i // n, p * (i + 1) // n) for i in range(n)]
     for j in range(0, K, 64):
