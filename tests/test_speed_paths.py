@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from nqf.dynamics import Save, simulate
+from nqf.dynamics._factored import orthogonalize_columns
 from nqf.dynamics._fast import all_finite
 from nqf.dynamics._save import Recorder, gram
 from nqf.errors import NQFError
@@ -138,6 +139,20 @@ def test_all_finite_and_gram():
         M = rec.trajectory(lr=1.0, dtype=F64, device="cpu", status=0, message="", info={}).M
         assert M is not None and M.shape == (70, 9, 9) and torch.equal(M, M.transpose(1, 2))
         assert rel_err(M, Ls @ Ls.transpose(1, 2)) < 1e-14
+
+
+def test_orthogonalize_columns_numpy_path_equals_torch_rotations():
+    """One CPU factor is rotated in NumPy (fewer microseconds per call), a batch in PyTorch: same rotations, so the
+    same columns up to round-off — relative to each column, also for columns 1e-150 smaller than others."""
+    g = torch.Generator().manual_seed(3)
+    L = torch.randn(30, 20, generator=g, dtype=F64) * torch.logspace(-150, 0, 20, dtype=F64)  # graded: B · diag
+    a, b = orthogonalize_columns(L), orthogonalize_columns(L[None])[0]  # NumPy, PyTorch
+    na, nb = a.norm(dim=0), b.norm(dim=0)
+    torch.testing.assert_close(na, nb, rtol=1e-13, atol=0.0)
+    assert float(((a - b).norm(dim=0) / nb).max()) < 1e-10
+    cos = (a.T @ a) / (na[:, None] * na[None])
+    assert float(cos.fill_diagonal_(0).abs().max()) < 1e-14
+    torch.testing.assert_close(a @ a.T, L @ L.T, rtol=1e-14, atol=0.0)
 
 
 def test_default_save_policy_spaces_large_and_costly_states():
