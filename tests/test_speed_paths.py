@@ -130,6 +130,13 @@ def test_all_finite_and_gram():
         M = gram(Ls)
         assert torch.equal(M, M.transpose(1, 2))
         assert rel_err(M, Ls @ Ls.transpose(1, 2)) < 1e-14
+    # a factor with at most one non-zero per row and column (εI's, a scaled permutation) beside a dense one: the
+    # same numbers as the product, without it
+    P = torch.eye(300, dtype=F64)[torch.randperm(300, generator=g)] * torch.randn(300, 1, generator=g, dtype=F64)
+    Ls = torch.stack([P, torch.randn(300, 300, generator=g, dtype=F64), 1e-3 * torch.eye(300, dtype=F64)])
+    M, ref = gram(Ls), Ls @ Ls.transpose(1, 2)
+    assert torch.equal(M[0], 0.5 * (ref[0] + ref[0].T)) and torch.equal(M[2], ref[2])
+    assert rel_err(M[1:2], ref[1:2]) < 1e-14 and torch.equal(M, M.transpose(1, 2))
     # the Recorder multiplies saved factors out in their own p × p slots (r ≤ p) or apart (r = p + 1)
     for r in (3, 9, 10):
         Ls = torch.randn(70, 9, r, generator=g, dtype=F64)  # more than one chunk of 64

@@ -199,7 +199,9 @@ def gram(Ls: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     at most :data:`GRAM_BLOCK` rows: only the products on and above the block diagonal (``b (b + 1) / 2`` of the ``b²``
     block products of ``L Lᵀ`` with ``b`` blocks; ``p = 1025``: 15 of 25), the blocks below the diagonal their
     transposes, each diagonal block symmetrised ``½ (B + Bᵀ)``; 64 factors at a time (small temporaries).
-    ``out`` (``K × p × p``, not overlapping ``Ls``) receives the result when given."""
+    ``out`` (``K × p × p``, not overlapping ``Ls``) receives the result when given.  For ``p > GRAM_BLOCK``,
+    factors with at most one non-zero per row and per column (the factor of ``M(0) = εI``) are multiplied out
+    as ``diag(Σ_k L_ik²)`` — the same numbers, without the ``O(p² r)`` products."""
     K, p, _ = Ls.shape
     M = torch.empty((K, p, p), dtype=Ls.dtype, device=Ls.device) if out is None else out
     if p <= GRAM_BLOCK:  # one block: one batched product, symmetrised in chunks in place
@@ -210,6 +212,14 @@ def gram(Ls: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         return M
     n = -(-p // GRAM_BLOCK)  # blocks of equal size, at most GRAM_BLOCK rows
     spans = [(p * i // n, p * (i + 1) // n) for i in range(n)]
+    nz = Ls != 0
+    diagonal = (nz.sum(-1).amax(-1) <= 1) & (nz.sum(-2).amax(-1) <= 1)  # ≤ one non-zero per row and column
+    if bool(diagonal.any()):  # e.g. the factor of εI: L Lᵀ = diag(row norms²), exactly
+        at, rest = diagonal.nonzero().flatten(), (~diagonal).nonzero().flatten()
+        M[at] = torch.diag_embed((Ls[at] * Ls[at]).sum(-1))
+        if rest.numel():
+            M[rest] = gram(Ls[rest])
+        return M
     for j in range(0, K, 64):
         L, out = Ls[j : j + 64], M[j : j + 64]
         for i, (a, b) in enumerate(spans):
