@@ -212,13 +212,15 @@ def gram(Ls: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         return M
     n = -(-p // GRAM_BLOCK)  # blocks of equal size, at most GRAM_BLOCK rows
     spans = [(p * i // n, p * (i + 1) // n) for i in range(n)]
-    nz = Ls != 0
-    diagonal = (nz.sum(-1).amax(-1) <= 1) & (nz.sum(-2).amax(-1) <= 1)  # ≤ one non-zero per row and column
+    diagonal = torch.count_nonzero(Ls, dim=(1, 2)) <= min(p, Ls.shape[2])  # candidates, checked below
+    if bool(diagonal.any()):  # ≤ one non-zero per row and per column
+        nz = Ls[diagonal] != 0
+        diagonal[diagonal.clone()] = (nz.sum(-1).amax(-1) <= 1) & (nz.sum(-2).amax(-1) <= 1)
     if bool(diagonal.any()):  # e.g. the factor of εI: L Lᵀ = diag(row norms²), exactly
-        at, rest = diagonal.nonzero().flatten(), (~diagonal).nonzero().flatten()
-        M[at] = torch.diag_embed((Ls[at] * Ls[at]).sum(-1))
-        if rest.numel():
-            M[rest] = gram(Ls[rest])
+        for k in diagonal.nonzero().flatten().tolist():
+            M[k].zero_().diagonal().copy_((Ls[k] * Ls[k]).sum(-1))
+        for k in (~diagonal).nonzero().flatten().tolist():
+            gram(Ls[k : k + 1], out=M[k : k + 1])
         return M
     for j in range(0, K, 64):
         L, out = Ls[j : j + 64], M[j : j + 64]
