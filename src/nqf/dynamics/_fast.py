@@ -14,9 +14,10 @@ no ``p × p × r`` product, also at full rank ``r = p``), about ten tensor opera
 ``L_r`` (``p2 × r``, the large block) is touched three times per step: read for ``L_l L_rᵀ``,
 read for ``K̄ L_r``, and updated in place (``addmm_``: no allocation of ``p × r``, no second
 buffer in the cache).  The factor before the last step, needed only for the curvature estimate
-of a divergence message, is recovered then by undoing the update from ``(L_l, K̄)``; on the
-steps that may re-orthogonalise the columns the update is made out of place and the old factor
-kept.  Saving, the divergence check and the re-orthogonalisation of the columns are those of
+of a divergence message, is recovered then by undoing the update from ``(L_l, K̄)`` (right
+away, and kept, when a re-orthogonalisation rotates the columns).  The passes, ``L_r L_lᵀ``
+and ``K̄ᵀ`` write into preallocated buffers (``f − y`` directly for MSE).  Saving, the
+divergence check and the re-orthogonalisation of the columns are those of
 :func:`~nqf.dynamics._loop.training_loop` and :func:`~nqf.dynamics.simulate` (same steps, same
 messages); the states agree with the general loop to round-off.
 """
