@@ -12,6 +12,9 @@ import pytest
 import torch
 
 from nqf.dynamics import Save, simulate
+from nqf.dynamics._factored import orthogonalize_columns
+from nqf.dynamics._fast import all_finite
+from nqf.dynamics._save import Recorder, gram
 from nqf.errors import NQFError
 from nqf.reductions.lv import limit
 from nqf.structure import mlp
@@ -90,6 +93,75 @@ def test_block_path_divergence_message_equals_general_loop():
     assert "diverged at step" in fast.message
 
 
+def test_in_place_path_divergence_message_equals_general_loop():
+    """p > 256 (no re-orthogonalisation): the large block is updated in place and the factor before the last
+    step is recovered by undoing that update; the curvature estimate of the message is the general loop's."""
+    op, dense, y = _mlp_problem(N=12, D=300, seed=1)
+    M0 = 0.1 * torch.eye(op.p, dtype=F64)
+    for wd in (0.0, 0.003):
+        fast = simulate(op, y, M0=M0, lr=30.0, steps=400, save_every=3, weight_decay=wd)
+        ref = simulate(dense, y, M0=M0, lr=30.0, steps=400, save_every=3, weight_decay=wd)
+        assert fast.status == ref.status == -1
+        assert "curvature estimate" in fast.message
+        assert fast.message == ref.message
+
+
+def test_in_place_path_leaves_the_callers_tensors_alone():
+    op, _, y = _mlp_problem(N=12, D=300, seed=4)
+    # width 260 > 256 (no re-orthogonalisation, whose rotation copies): the propagated factor starts as W0 itself
+    W0 = 0.1 * torch.randn(op.p, 260, generator=torch.Generator().manual_seed(0), dtype=F64)
+    M0 = 1e-3 * torch.eye(op.p, dtype=F64)
+    W0c, M0c = W0.clone(), M0.clone()
+    simulate(op, y, W0=W0, lr=0.2, steps=20)
+    simulate(op, y, M0=M0, lr=0.2, steps=20)
+    assert torch.equal(W0, W0c) and torch.equal(M0, M0c)
+
+
+def test_all_finite_and_gram():
+    big = torch.full((4, 3), 1e308, dtype=F64)  # the sum overflows: tested entry by entry
+    assert all_finite(big) and all_finite(torch.zeros(0, 3, dtype=F64))
+    for bad in (float("inf"), float("nan"), -float("inf")):
+        x = torch.ones(5, 4, dtype=F64)
+        x[2, 1] = bad
+        assert not all_finite(x)
+    g = torch.Generator().manual_seed(0)
+    for p, r in ((300, 280), (40, 40), (513, 7)):  # several row blocks, one block, a thin factor
+        Ls = torch.randn(3, p, r, generator=g, dtype=F64)
+        M = gram(Ls)
+        assert torch.equal(M, M.transpose(1, 2))
+        assert rel_err(M, Ls @ Ls.transpose(1, 2)) < 1e-14
+    # a factor with at most one non-zero per row and column (εI's, a scaled permutation) beside a dense one: the
+    # same numbers as the product, without it
+    P = torch.eye(300, dtype=F64)[torch.randperm(300, generator=g)] * torch.randn(300, 1, generator=g, dtype=F64)
+    Ls = torch.stack([P, torch.randn(300, 300, generator=g, dtype=F64), 1e-3 * torch.eye(300, dtype=F64)])
+    M, ref = gram(Ls), Ls @ Ls.transpose(1, 2)
+    assert torch.equal(M[0], 0.5 * (ref[0] + ref[0].T)) and torch.equal(M[2], ref[2])
+    assert rel_err(M[1:2], ref[1:2]) < 1e-14 and torch.equal(M, M.transpose(1, 2))
+    # the Recorder multiplies saved factors out in their own p × p slots (r ≤ p) or apart (r = p + 1)
+    for r in (3, 9, 10):
+        Ls = torch.randn(70, 9, r, generator=g, dtype=F64)  # more than one chunk of 64
+        rec = Recorder(70)
+        for k in range(70):
+            rec.add(k, 0.0, M_factor=Ls[k])
+        M = rec.trajectory(lr=1.0, dtype=F64, device="cpu", status=0, message="", info={}).M
+        assert M is not None and M.shape == (70, 9, 9) and torch.equal(M, M.transpose(1, 2))
+        assert rel_err(M, Ls @ Ls.transpose(1, 2)) < 1e-14
+
+
+def test_orthogonalize_columns_numpy_path_equals_torch_rotations():
+    """One CPU factor is rotated in NumPy (fewer microseconds per call), a batch in PyTorch: same rotations, so the
+    same columns up to round-off — relative to each column, also for columns 1e-150 smaller than others."""
+    g = torch.Generator().manual_seed(3)
+    L = torch.randn(30, 20, generator=g, dtype=F64) * torch.logspace(-150, 0, 20, dtype=F64)  # graded: B · diag
+    a, b = orthogonalize_columns(L), orthogonalize_columns(L[None])[0]  # NumPy, PyTorch
+    na, nb = a.norm(dim=0), b.norm(dim=0)
+    torch.testing.assert_close(na, nb, rtol=1e-13, atol=0.0)
+    assert float(((a - b).norm(dim=0) / nb).max()) < 1e-10
+    cos = (a.T @ a) / (na[:, None] * na[None])
+    assert float(cos.fill_diagonal_(0).abs().max()) < 1e-14
+    torch.testing.assert_close(a @ a.T, L @ L.T, rtol=1e-14, atol=0.0)
+
+
 def test_default_save_policy_spaces_large_and_costly_states():
     # small states: about a thousand, as before
     assert Save().resolve(4000, state_bytes=8 * 65 * 65, save_flops=65.0**3, step_flops=3e5).every == 4
@@ -102,6 +174,9 @@ def test_default_save_policy_spaces_large_and_costly_states():
     # costly states (p^2 r > 2^24): at most one save's cost per step
     assert Save().resolve(1000, save_flops=1.0e9, step_flops=1.0e7).every == 100
     assert Save().resolve(50, save_flops=1.0e9, step_flops=1.0e7).every == 50  # step 0 and the last only
+    # … evenly spaced, the last one at the end: 10 intervals of 105 steps, not 10 of 100 and one of 50
+    assert Save().resolve(1050, save_flops=1.0e9, step_flops=1.0e7).every == 105
+    assert Save().resolve(199, save_flops=1.0e9, step_flops=1.0e7).every == 199  # not 100: saves at 0, 100, 199
     # an explicit cadence is kept (and checked against the memory limit before the run)
     assert Save(every=1).resolve(1000, state_bytes=big, save_flops=1e9, step_flops=1.0).every == 1
 

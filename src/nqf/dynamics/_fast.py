@@ -9,13 +9,17 @@ For a :class:`~nqf.structure.BilinearStructure` whose blocks tile the unit (``le
 
 — the closed update ``L ← (I − ηS) L`` with ``S = 2G + λI``, ``2G = (1/N)[[0, K̄], [K̄ᵀ, 0]]``
 (:mod:`nqf.dynamics._factored`), whose ``𝒜*(r)`` has rank ``≤ 2 p1``.  The cost is the two
-kernel passes over the data plus ``O(p1 · p2 · r)`` (``O((C + D) r)`` for an MLP with ``C``
-outputs), about a dozen tensor operations per step; ``L_r`` (``p2 × r``, the large block) is
-written into one of two preallocated buffers (no allocation of ``p × r`` per step, and the
-previous factor survives for the divergence message).  Saving, the divergence check and the
-re-orthogonalisation of the columns are those of :func:`~nqf.dynamics._loop.training_loop`
-and :func:`~nqf.dynamics.simulate` (same steps, same messages); the states agree with the
-general loop to round-off.
+kernel passes over the data plus ``O(p1 · p2 · r)`` (``O(C D r)`` for an MLP with ``C`` outputs:
+no ``p × p × r`` product, also at full rank ``r = p``), about ten tensor operations per step.
+``L_r`` (``p2 × r``, the large block) is touched three times per step: read for ``L_l L_rᵀ``,
+read for ``K̄ L_r``, and updated in place (``addmm_``: no allocation of ``p × r``, no second
+buffer in the cache).  The factor before the last step, needed only for the curvature estimate
+of a divergence message, is recovered then by undoing the update from ``(L_l, K̄)`` (right
+away, and kept, when a re-orthogonalisation rotates the columns).  The passes, ``L_r L_lᵀ``
+and ``K̄ᵀ`` write into preallocated buffers (``f − y`` directly for MSE).  Saving, the
+divergence check and the re-orthogonalisation of the columns are those of
+:func:`~nqf.dynamics._loop.training_loop` and :func:`~nqf.dynamics.simulate` (same steps, same
+messages); the states agree with the general loop to round-off.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from ._loop import DivergenceCheck, LoopOutcome
 from ._optim import GD, Optimizer
 from ._trajectory import DIVERGED, FINISHED
 
-__all__ = ["block_split", "block_loop"]
+__all__ = ["block_split", "block_loop", "all_finite"]
 
 
 def block_split(op, opt: Optimizer, weights: bool, zgz: bool, track_transfer: bool) -> int | None:
@@ -56,60 +60,86 @@ def block_loop(
     polish: Callable | None,
     polish_every: int,
 ) -> LoopOutcome:
-    """Run ``steps`` GD steps on the blocks of ``L`` (module docstring); ``save(k, L, loss)`` as the loop's,
-    ``polish(L) -> L`` (or None) every ``polish_every`` steps after the update, as ``simulate``'s."""
-    forward, adjoint, scale = op.factor_passes()
+    """Run ``steps`` GD steps on the blocks of ``L`` (module docstring); ``save(k, L, loss)`` as the loop's
+    (``L`` is overwritten afterwards: copy what is kept), ``polish(L) -> L`` (or None) every ``polish_every``
+    steps after the update, as ``simulate``'s.  ``L`` itself is updated in place (pass a tensor of your own)."""
+    mse = loss.name == "mse"
+    forward, adjoint, scale = op.factor_passes(op.offset - y if mse else None)  # MSE: the passes give f − y
     N = op.n_samples
     lr, lam = opt.lr, opt.weight_decay
-    decay, alpha = 1.0 - lr * lam, -lr * scale / N
-    mse, half_over_n = loss.name == "mse", 0.5 / N
-    Ll, Lr = L[:p1].clone(), L[p1:].clone()
-    spare = torch.empty_like(Lr)  # the other buffer of the large block
+    decay, alpha, half_over_n = 1.0 - lr * lam, -lr * scale / N, 0.5 / N
+    Lr = L[p1:]  # L is the caller's to give up: L_r = L[p1:] is updated in place
+    # preallocated: the small block in two buffers (the step's and the next), f (or f − y), L_r L_lᵀ, K̄ᵀ
+    Ls = [L[:p1].clone(), torch.empty_like(L[:p1])]
+    f, Bt, Kbt = L.new_empty(N, op.n_outputs), L.new_empty(L.shape[0] - p1, p1), L.new_empty(L.shape[0] - p1, p1)
+    Kb, fv, i = Kbt.T, f.view(-1), 0
     check = DivergenceCheck(divergence_threshold, L.dtype)
-    status, message, saved, previous = FINISHED, f"finished {steps} steps", 0, None
+    status, message, saved, last_step = FINISHED, f"finished {steps} steps", 0, None
     for k in range(steps + 1):
-        last = k == steps
-        if mse:  # ½‖r‖²/N with one reduction (as MSE.value_and_residual), read as a float for the check
-            r = torch.sub(forward(Ll @ Lr.T), y)
-            rf = r.view(-1)
-            value = torch.dot(rf, rf).item() * half_over_n
+        Ll = Ls[i]
+        forward(torch.mm(Lr, Ll.T, out=Bt), f)
+        if mse:  # ½‖f − y‖²/N with one reduction (as MSE.value_and_residual), read as a float for the check
+            r, value = f, torch.dot(fv, fv).item() * half_over_n
         else:
-            Lb, r = loss.value_and_residual(forward(Ll @ Lr.T), y)
+            Lb, r = loss.value_and_residual(f, y)
             value = float(Lb)
         if not check.armed:
             check.arm(value)
-        saving = last or k % save_every == 0
-        if check.exceeded(value) or (saving and not bool(torch.isfinite(Ll).all() & torch.isfinite(Lr).all())):
-            status = DIVERGED
-            curv = None
-            if previous is not None and opt.hessian_stability:
-                curv = divergence_curvature(op, torch.cat(previous, 0), r, lam, N, loss=loss.name)
-            message = divergence_message(
-                step=k,
-                t=k * lr,
-                loss=value,
-                limit=float(check.limit),
-                lr=lr,
-                saved=saved,
-                curvature=curv,
-                momentum=0.0,
-                optimizer=opt.name,
-            )
+        saving = k == steps or k % save_every == 0
+        if saving:
+            L[:p1] = Ll
+        if check.exceeded(value) or (saving and not all_finite(L)):
+            prev = None if last_step is None or not opt.hessian_stability else _previous(last_step, Lr, decay, alpha)
+            curv = None if prev is None else divergence_curvature(op, prev, r, lam, N, loss=loss.name)
+            status, message = DIVERGED, _diverged(k, value, check, opt, saved, curv)
             break
         if saving:
-            save(k, [torch.cat([Ll, Lr], 0)], value)
+            save(k, [L], value)
             saved += 1
-        if last:
+        if k == steps:
             break
-        Kb = adjoint(r)
-        previous = (Ll, Lr)
-        Ll, Lr, spare = (
-            torch.addmm(Ll, Kb, Lr, beta=decay, alpha=alpha),
-            torch.addmm(Lr, Kb.T, Ll, beta=decay, alpha=alpha, out=spare),
-            Lr,
-        )
+        adjoint(r, Kbt)
+        # L_r in place; the factor before the step is recovered from (L_l, K̄ᵀ) if a divergence needs it
+        last_step = (Ll, None, Kbt)
+        torch.addmm(Ll, Kb, Lr, beta=decay, alpha=alpha, out=Ls[1 - i])
+        Lr.addmm_(Kbt, Ll, beta=decay, alpha=alpha)
+        i = 1 - i
         if polish is not None and k % polish_every == 0:
-            Lp = polish(torch.cat([Ll, Lr], 0))
-            if Lp is not None:
-                Ll, Lr = Lp[:p1].clone(), Lp[p1:].clone()
-    return LoopOutcome(params=[torch.cat([Ll, Lr], 0)], status=status, message=message)
+            L[:p1] = Ls[i]
+            Lp = polish(L)
+            if Lp is not None:  # rotated (rarely): the factor before the step is recovered now, and kept
+                last_step = (Ll, _previous(last_step, Lr, decay, alpha), None)
+                L = Lp.contiguous()
+                Lr, Ls, i = L[p1:], [L[:p1].clone(), torch.empty_like(Ll)], 0
+    L[:p1] = Ls[i]
+    return LoopOutcome(params=[L], status=status, message=message)
+
+
+def _diverged(k: int, value: float, check: DivergenceCheck, opt: Optimizer, saved: int, curv) -> str:
+    """The divergence message of :func:`~nqf.dynamics._loop.training_loop` for step ``k`` of plain GD."""
+    return divergence_message(
+        step=k,
+        t=k * opt.lr,
+        loss=value,
+        limit=float(check.limit),
+        lr=opt.lr,
+        saved=saved,
+        curvature=curv,
+        momentum=0.0,
+        optimizer=opt.name,
+    )
+
+
+def all_finite(x: torch.Tensor) -> bool:
+    """Whether every entry of ``x`` is finite: a finite sum proves it (one reduction, no boolean temporary);
+    otherwise (non-finite entries, or a sum that overflowed) the entries are tested one by one."""
+    return bool(torch.isfinite(x.sum())) or bool(torch.isfinite(x).all())
+
+
+def _previous(last_step, Lr: torch.Tensor, decay: float, alpha: float) -> torch.Tensor | None:
+    """The factor before the last step from ``(L_l, L, None)`` (kept whole) or ``(L_l, None, K̄ᵀ)``: the in-place
+    update of ``L_r`` undone, ``L_r = (L_r' − α K̄ᵀ L_l) / (1 − ηλ)`` (None when ``ηλ = 1``)."""
+    Ll, kept, Kbt = last_step
+    if kept is not None or decay == 0.0:
+        return kept
+    return torch.cat([Ll, torch.addmm(Lr, Kbt, Ll, alpha=-alpha).div_(decay)], 0)

@@ -182,8 +182,8 @@ def simulate(
     seed : int
         Seed of the minibatch sampler.
     save_every : int, optional
-        Save every this many steps (default ``max(1, steps // 1000)``); step 0
-        and the last step are always saved.
+        Save every this many steps (default ``max(1, steps // 1000)``, spaced further for large or
+        costly states: :meth:`~nqf.dynamics.Save.resolve`); step 0 and the last step are always saved.
     compress : bool
         Simulate on the ``r × r`` data-subspace block (ZGZ only; see
         :meth:`nqf.structure.StructureOperator.compress`); the saved ``M``/``W`` are mapped back
@@ -313,7 +313,7 @@ def _run(op, y, M0, W0, s: RunSpec, track_transfer: bool = False) -> Trajectory:
     polish = not weights and zgz and L.shape[1] <= POLISH_MAX_RANK
     if polish:
         L = orthogonalize_columns(L)
-    st = _loop_state(L, p, dt, dev)
+    st = _loop_state(L, p, dt, dev, track_transfer)
     rec, transfer = Recorder(keep.count(s.steps)), dict(Phi=[], a=[])
 
     def mu_of(L):
@@ -414,15 +414,11 @@ def _polished_or_none(L, st: dict, p: int):
     return None if out is L else out
 
 
-def _loop_state(L, p: int, dtype, device) -> dict[str, Any]:
-    """State carried across steps: column norms of the last polish, ``Φ = I``, its momentum ``Ψ``, ``a = 1``, ``b``."""
-    return dict(
-        ref_norm=L.norm(dim=0),
-        Phi=torch.eye(p, dtype=dtype, device=device),
-        Psi=torch.zeros(p, p, dtype=dtype, device=device),
-        a=1.0,
-        b=0.0,
-    )
+def _loop_state(L, p: int, dtype, device, track_transfer: bool) -> dict[str, Any]:
+    """State carried across steps: column norms of the last polish, ``a = 1``, ``b`` and, with
+    ``track_transfer``, ``Φ = I`` and its momentum ``Ψ`` (two ``p × p`` arrays, else None)."""
+    eye = torch.eye(p, dtype=dtype, device=device) if track_transfer else None
+    return dict(ref_norm=L.norm(dim=0), Phi=eye, Psi=None if eye is None else torch.zeros_like(eye), a=1.0, b=0.0)
 
 
 def _run_info(s: RunSpec, L, transfer: dict | None, dtype) -> dict[str, Any]:

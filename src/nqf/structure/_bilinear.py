@@ -210,16 +210,27 @@ class BilinearStructure(StructureOperator):
             return len(lo)
         return None
 
-    def factor_passes(self):
-        """``(forward, adjoint, scale)`` for a loop over the two blocks (:meth:`factor_blocks`):
-        ``forward(B) = offset + kernel.forward(B)`` (``B = L_l L_rᵀ``, shape ``(N, C)``) and
-        ``scale · adjoint(R) = kernel.adjoint(R)``, each one pass over the data; for an MLP-style kernel
-        (one row block per output, no appended one) a single ``addmm``/``mm`` each."""
-        k, offset = self.kernel, self.offset
+    def factor_passes(self, base: torch.Tensor | None = None):
+        """``(forward, adjoint, scale)`` for a loop over the two blocks (:meth:`factor_blocks`), each one pass over
+        the data writing into a caller's buffer: ``forward(Bt, out)`` writes ``base + kernel.forward(Btᵀ)`` into
+        ``out`` (``N × C``; ``Bt = L_r L_lᵀ``, ``p2 × p1``; ``base`` defaults to the offset ``f(0)``, e.g.
+        ``f(0) − y`` gives the MSE residual) and ``adjoint(R, out)`` writes ``kernel.adjoint(R)ᵀ / scale`` into
+        ``out`` (``p2 × p1``).  For an MLP-style kernel (one row block per output, no appended one) a single
+        ``addmm``/``mm`` each, the scale ``σ'(0)`` left to the caller."""
+        k = self.kernel
+        base = self.offset if base is None else base
         if isinstance(k, OneHotKronKernel) and k.q == 1 and not k.append_one:
-            F2, s = k._F2, k.scale
-            return (lambda B: torch.addmm(offset, F2, B.T, alpha=s)), (lambda R: torch.mm(R.T, F2)), s
-        return (lambda B: offset + k.forward(B)), k.adjoint, 1.0
+            F2, F2t, s = k._F2, k._F2.T, k.scale
+            return (
+                (lambda Bt, out: torch.addmm(base, F2, Bt, alpha=s, out=out)),
+                (lambda R, out: torch.mm(F2t, R, out=out)),
+                s,
+            )
+        return (
+            (lambda Bt, out: torch.add(base, k.forward(Bt.T), out=out)),
+            (lambda R, out: out.copy_(k.adjoint(R).T)),
+            1.0,
+        )
 
     def adjoint_apply(self, R, L):
         # 𝒜*(R) L = ½ [K̄ L_right; K̄ᵀ L_left] on the two blocks, zero elsewhere
