@@ -374,7 +374,8 @@ def test_divergence_message_gives_step_loss_and_a_stable_lr():
 
 
 def test_memory_estimate_refuses_with_a_save_every_that_fits(monkeypatch):
-    from nqf._validation import ParameterError, check_saved_memory
+    from nqf._memory import check_saved_memory
+    from nqf._validation import ParameterError
     from nqf.dynamics import simulate
 
     _, y, op, W0 = _problem()

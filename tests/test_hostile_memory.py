@@ -3,7 +3,7 @@ and 5).
 
 ``nqf run``/``nqf demo`` with size overrides, ``nqf analyze --model mlp:width=…`` (and ``--list-units``) and a
 sweep point: one line naming the size parameters, exit 2, no run directory, no ``MemoryError`` or
-``alloc_cpu`` message.  The limit is :func:`nqf._validation.memory_limit` (a quarter of the available memory, or
+``alloc_cpu`` message.  The limit is :func:`nqf._memory.memory_limit` (a quarter of the available memory, or
 ``NQF_MEMORY_LIMIT`` bytes: the override), the same as for saved states.  The sizes of 10¹² below exceed any
 machine's memory; the cases with ``NQF_MEMORY_LIMIT`` set show the limit and its override.
 """

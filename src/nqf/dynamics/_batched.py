@@ -56,12 +56,11 @@ from ._initial import initial_state
 from ._loop import DivergenceCheck
 from ._loss import Loss, as_loss
 from ._optim import GD
+from ._polish import POLISH_MAX_RANK
 from ._save import Recorder, Save, as_save
 from ._trajectory import DIVERGED, FINISHED, Trajectory
 
 __all__ = ["simulate_batched", "operator_matrix"]
-
-POLISH_MAX_RANK = 256  # as nqf.simulate: factors with more columns are not re-orthogonalised
 
 
 def operator_matrix(op: StructureOperator) -> torch.Tensor:

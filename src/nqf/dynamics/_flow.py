@@ -41,7 +41,7 @@ from ..structure import StructureOperator
 from ._factored import factor_from_matrix, factor_from_weights, gradient_terms, orthogonalize_columns, predictions
 from ._initial import initial_state
 from ._loss import Loss, as_loss
-from ._simulate import POLISH_MAX_RANK
+from ._polish import POLISH_MAX_RANK
 from ._trajectory import DIVERGED, FINISHED, Trajectory
 
 __all__ = ["gradient_flow", "integrate_factor"]

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import torch
 
-from .._validation import check_inputs, check_saved_memory, divergence_threshold_value, steps_value
+from .._memory import check_saved_memory
+from .._validation import check_inputs, divergence_threshold_value, steps_value
 from ..errors import InvalidTypeError
 from ..modules import UnitLayout, UnitScatter  # noqa: F401  (re-exported; one implementation)
 from ._initial import initial_state

@@ -56,16 +56,15 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any
 
 import torch
 
-from .._validation import check_saved_memory, divergence_curvature, divergence_threshold_value, steps_value
+from .._memory import check_saved_memory
+from .._validation import divergence_curvature, divergence_threshold_value, steps_value
 from ..errors import InvalidParameterError, InvalidTypeError, NotClosedError
 from ..structure import StructureOperator, data_subspace, project_operator
 from ._factored import (
-    apply_G,
     factor_from_matrix,
     factor_from_weights,
     gradient_terms,
@@ -77,16 +76,13 @@ from ._initial import check_psd, initial_state
 from ._loop import OPTIMIZERS, check_run_args, minibatch_indices, training_loop
 from ._loss import Loss, as_loss
 from ._optim import Optimizer, as_optimizer
+from ._polish import POLISH_EVERY, POLISH_MAX_RANK, _loop_state, _polished, _polished_or_none, _transfer_step
 from ._save import Recorder, Save, as_save
 from ._trajectory import Trajectory
 
 __all__ = ["simulate", "minibatch_indices", "FORMS", "OPTIMIZERS", "check_psd", "check_run_args"]
 
 FORMS = ("order_parameter", "weights")
-POLISH_MAX_RANK = 256  # factors with more columns are not re-orthogonalised (O(p r²) per polish)
-POLISH_FACTOR = 100.0  # re-orthogonalise when a column norm has changed by this factor since the last time
-POLISH_EVERY = 8  # … checked every this many steps
-_NO_MOMENTUM = SimpleNamespace(velocity=None)  # what `_polished` reads of a descent without momentum
 
 
 @dataclass(frozen=True)
@@ -408,19 +404,6 @@ def _trajectory_of(rec: Recorder, out, s: RunSpec, transfer: dict | None, lr: fl
     return rec.trajectory(lr=lr, dtype=dt, device=dev, status=out.status, message=out.message, info=info)
 
 
-def _polished_or_none(L, st: dict, p: int):
-    """:func:`_polished` without momentum buffers: the rotated factor, or None when no rotation was due."""
-    out = _polished(L, _NO_MOMENTUM, st, p)
-    return None if out is L else out
-
-
-def _loop_state(L, p: int, dtype, device, track_transfer: bool) -> dict[str, Any]:
-    """State carried across steps: column norms of the last polish, ``a = 1``, ``b`` and, with
-    ``track_transfer``, ``Φ = I`` and its momentum ``Ψ`` (two ``p × p`` arrays, else None)."""
-    eye = torch.eye(p, dtype=dtype, device=device) if track_transfer else None
-    return dict(ref_norm=L.norm(dim=0), Phi=eye, Psi=None if eye is None else torch.zeros_like(eye), a=1.0, b=0.0)
-
-
 def _run_info(s: RunSpec, L, transfer: dict | None, dtype) -> dict[str, Any]:
     """The trajectory's ``info``: the run spec, the factor rank (order-parameter form), ``Φ(t)`` and ``a(t)``."""
     info = s.to_dict()
@@ -439,33 +422,6 @@ def _initial_factor(M0, W0, *, weights: bool, zgz: bool, dtype, device):
     if weights:
         return W0.clone(), (None if zgz else torch.ones(W0.shape[1], dtype=dtype, device=device))
     return factor_from_weights(W0, with_ones=not zgz)
-
-
-def _polished(L, descent, st: dict, p: int):
-    """``L`` with re-orthogonalised columns (and momentum buffer) once a column norm drifted by ``POLISH_FACTOR``."""
-    ratio = L.norm(dim=0) / st["ref_norm"]
-    if bool(((ratio > POLISH_FACTOR) | (ratio * POLISH_FACTOR < 1.0)).any()):
-        if descent.velocity is not None:
-            LK = orthogonalize_columns(torch.cat([L, descent.velocity[0]], 0))
-            L, descent.velocity[0] = LK[:p], LK[p:]
-        else:
-            L = orthogonalize_columns(L)
-        st["ref_norm"] = L.norm(dim=0)
-    return L
-
-
-def _transfer_step(st: dict, ctx: dict, lr: float, lam: float, beta: float) -> None:
-    """One step of the transfer map ``Φ`` and of the scalar factor ``a`` in ``st`` (heavy-ball when ``beta``)."""
-    Phi = st["Phi"]
-    SPhi = 2.0 * apply_G(ctx["ob"], ctx["r"], Phi, ctx["nb"]) + lam * Phi
-    if beta:
-        st["Psi"] = beta * st["Psi"] + SPhi
-        st["Phi"] = Phi - lr * st["Psi"]
-        st["b"] = beta * st["b"] + lam * st["a"]
-        st["a"] = st["a"] - lr * st["b"]
-    else:
-        st["Phi"] = Phi - lr * SPhi
-        st["a"] = st["a"] * (1.0 - lr * lam)
 
 
 def _simulate_compressed(op, y, M0, W0, s: RunSpec) -> Trajectory:

@@ -26,7 +26,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._validation import ParameterError, check_memory, seed_value, step_cap
+from .._memory import check_memory
+from .._validation import ParameterError, seed_value, step_cap
 from ..errors import NQFError
 from ..report import SCHEMA_VERSION, RunDirectory, write_report
 from ._base import Experiment, Outcome, Params

@@ -224,8 +224,8 @@ def check_model_output(model: nn.Module, X, n_outputs: int, spec: str) -> None:
 def check_builtin_memory(width: int, D: int, C: int, N: int = 0) -> None:
     """Refuse the built-in MLP of ``width`` units on ``N`` samples of ``D`` features and ``C`` targets when its
     float64 weights ``width·(D + C)`` and hidden activations ``N·width`` (a lower bound of what the analysis
-    allocates) exceed the memory limit (:func:`nqf._validation.check_memory`)."""
-    from .._validation import check_memory
+    allocates) exceed the memory limit (:func:`nqf._memory.check_memory`)."""
+    from .._memory import check_memory
 
     acts = f" and hidden activations {N}·{width}" if N else ""
     check_memory(8.0 * width * (D + C + N), f"`model`: width={width}", f"float64 weights {width}·({D} + {C}){acts}")

@@ -32,7 +32,7 @@ import time
 import numpy as np
 import torch
 
-from .._validation import process_memory
+from .._memory import process_memory
 from ..curves import FLAT_THRESHOLD, compare_staircase, stable_learning_rate, step_count
 from ..data import Dataset, prepare
 from ..dynamics import initial_weights

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .._validation import process_memory
+from .._memory import process_memory
 from ..dynamics import Trajectory
 from ._checks import estimate_row
 
