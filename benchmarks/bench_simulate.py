@@ -37,6 +37,8 @@ from nqf.structure import mlp
 ROOT = Path(__file__).resolve().parents[1]
 #: old module name -> where its names (data_subspace, project_operator) live now
 MOVED = {"nqf.dynamics.subspace": "nqf.structure"}
+#: (old module, name) -> the module that holds the name now
+MOVED_NAMES = {("nqf._validation", "check_saved_memory"): "nqf._memory"}
 
 
 def load_previous(ref: str):
@@ -50,6 +52,10 @@ def load_previous(ref: str):
     # modules that moved since ``ref``: the old file's relative imports find them under their old names
     for name, now in MOVED.items():
         sys.modules.setdefault(name, importlib.import_module(now))
+    for (old, name), now in MOVED_NAMES.items():  # the old file imports it from where it was
+        module = importlib.import_module(old)
+        if not hasattr(module, name):
+            setattr(module, name, getattr(importlib.import_module(now), name))
     path = Path(tempfile.mkdtemp()) / "_simulate_before.py"
     path.write_text(src)
     spec = importlib.util.spec_from_file_location("nqf.dynamics._simulate_before", path)

@@ -254,7 +254,12 @@ def _record(out: Outcome, case: str, pred: dict, runs: dict, meas: dict) -> None
     alpha = None if r.fit is None else r.fit.exponent
     out.metrics.update({f"{case}_real_in_band": int(r.inside.sum()), f"{case}_alpha_real": alpha})
     out.metrics[f"{case}_alpha_mode_sum"] = cp.window_exponent
-    measured = "real loss below the predicted L∞" if r.fit is None else f"real α = {r.fit!r}"
+    fit = r.fit
+    measured = (
+        "real loss below the predicted L∞"
+        if fit is None
+        else f"real α = {fit.exponent:.3f} [{fit.ci[0]:.3f}, {fit.ci[1]:.3f}]"
+    )
     out.summary.append(
         f"{case}: window [{cp.window[0]:.3g}, {cp.window[1]:.3g}], mode sum α = {cp.window_exponent:.3f}, "
         f"{measured}, {int(r.inside.sum())}/{r.inside.size} grid points in band"
