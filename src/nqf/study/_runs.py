@@ -83,8 +83,8 @@ class _RealRun:
 
 
 def _estimate_and_run(ctx, init_factor, lr, steps, form, save_every, factor, rows, timings, say, memory, **kw):
-    """Memory and time before the long runs (sizes and three timed steps of each; a row of the checks), then
-    :func:`_runs`."""
+    """Memory and time before the long runs (the sizes, the process's memory now, and timed runs of 3 and 13 steps
+    of each run: :func:`_cost`; a row of the checks), then :func:`_runs`."""
     module, found, Xt, Yt, op, Ynqf, W0 = ctx
     (c_real, c_nqf, c_plain), nbytes = _cost(
         module, found, Xt, Yt, op, Ynqf, W0, lr=lr, steps=steps, form=form, save_every=save_every
@@ -267,12 +267,14 @@ def _cost(module, found, Xt, Yt, op, Ynqf, W0, *, lr: float, steps: int, form: s
 
     c_real = (
         timed_step_cost(lambda k: real(k, {"save_W": False, "save_M": False}), steps),
-        timed_step_cost(lambda k: real(k, keep), steps),
+        timed_step_cost(lambda k: real(k, {**keep, "save_every": 1}), steps),
     )
     c_plain = timed_step_cost(
         lambda k: simulate(op, Ynqf, W0=W0, lr=lr, steps=k, form=form, save_M=False, save_W=False), steps
     )
-    c_each = timed_step_cost(lambda k: simulate(op, Ynqf, W0=W0, lr=lr, steps=k, form=form, **keep), steps)
+    c_each = timed_step_cost(
+        lambda k: simulate(op, Ynqf, W0=W0, lr=lr, steps=k, form=form, save_every=1, **keep), steps
+    )
     c_nqf = c_plain + max(c_each - c_plain, 0.0) / max(save_every, 1)
     n_saved = steps // save_every + 2
     per_state = found.p * min(found.p, found.n_units)  # the smaller of M (p × p) and W (p × m): _saved_state
