@@ -31,13 +31,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from pydantic import Field, model_validator
 
-from ..errors import InvalidParameterError
 from ..report import new_figure
-from ._base import Check, Experiment, Outcome, Params, Table, register, size_estimate
+from ._base import Check, Experiment, Outcome, Table, register, size_estimate
 from ._catalog import CATALOG
-from ._power_law_modes import exact_mode_sum, fourier_task, isotropic_mode_sum, ols_exponent
+from ._power_law_modes import PowerLawParams, exact_mode_sum, fourier_task, isotropic_mode_sum, ols_exponent
 from ._power_law_network import (
     _network_figure,
     _network_measurement,
@@ -48,47 +46,6 @@ from ._power_law_network import (
 )
 
 __all__ = ["PowerLaw", "fourier_task", "exact_mode_sum", "isotropic_mode_sum", "ols_exponent"]
-
-
-class PowerLawParams(Params):
-    gamma: float = Field(1.0, gt=0.5, le=3.0, description="spectra β_k, c_k = k^(−γ): a = 2γ, b = γ")
-    asymptotic_modes: int = Field(4000, ge=1000, le=100_000, description="K of the LV system (≥ 10³)")
-    asymptotic_eps: float = Field(1e-300, gt=0, lt=1e-20, description="ε of the asymptotic configuration")
-    first_mode: int = Field(10, ge=2, description="fit windows start at the switch-on of this mode")
-    headline_tolerance: float = Field(0.05, gt=0, lt=1, description="relative |headline − reference| allowed")
-    grid_modes: list[int] = Field([400, 1000, 4000, 16000], min_length=1, description="K of the deviation grid")
-    grid_eps: list[float] = Field([1e-6, 1e-20, 1e-80, 1e-300], min_length=1, description="ε of the grid")
-    n_modes: int = Field(16, ge=4, le=256, description="K Fourier features = outputs of the network part")
-    eps: float = Field(1e-6, gt=0, lt=1, description="ε of the network part")
-    step_fraction: float = Field(0.1, gt=0, le=0.25, description="η · ζ_max per GD step")
-    fit_to_fraction: float = Field(0.5, gt=0, le=1, description="network window ends at mode ⌈fraction · K⌉")
-    real_network: bool = Field(True, description="also train the real tanh MLP")
-    width_factor: int = Field(2, ge=1, description="real network width = factor × 2K")
-    save_points: int = Field(800, ge=50)
-    n_boot: int = Field(200, ge=0)
-    exponent_tolerance: float = Field(0.05, gt=0, description="|NQF fit − exact-sum fit| allowed (absolute)")
-
-    @model_validator(mode="after")
-    def _windows(self):
-        k_hi = self.asymptotic_modes // 30
-        if self.first_mode + 3 > k_hi:
-            raise InvalidParameterError(
-                f"asymptotic fit window empty: `first_mode` = {self.first_mode} must be ≤ "
-                f"`asymptotic_modes`/30 − 3 = {k_hi - 3}"
-            )
-        if 3 >= math.ceil(self.fit_to_fraction * self.n_modes):
-            raise InvalidParameterError(
-                f"network fit window empty: ⌈`fit_to_fraction` · `n_modes`⌉ = "
-                f"{math.ceil(self.fit_to_fraction * self.n_modes)} must exceed 3"
-            )
-        if any(k // 30 < self.first_mode + 3 for k in self.grid_modes):
-            raise InvalidParameterError(
-                f"every `grid_modes` entry must be ≥ 30 · (`first_mode` + 3) = "
-                f"{30 * (self.first_mode + 3)}; found {self.grid_modes}"
-            )
-        if any(not 0 < e < 1 for e in self.grid_eps):
-            raise InvalidParameterError(f"every `grid_eps` entry must lie in (0, 1); found {self.grid_eps}")
-        return self
 
 
 def _reference(K: int, gamma: float, eps: float, first: int, n_t: int = 600):

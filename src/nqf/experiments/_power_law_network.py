@@ -5,7 +5,6 @@ exact mode sum at the same ``K`` and ε, and the figure."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -13,10 +12,7 @@ from ..dynamics import initial_weights
 from ..report import new_figure
 from ._base import Check, Outcome, Table
 from ._common import mark_stop_at, mark_unfinished, stop_reason, to_cpu
-from ._power_law_modes import fourier_task, isotropic_mode_sum, ols_exponent
-
-if TYPE_CHECKING:
-    from ._power_law import PowerLawParams
+from ._power_law_modes import PowerLawParams, fourier_task, isotropic_mode_sum, ols_exponent
 
 
 def _network_problem(P: PowerLawParams, ctx) -> dict:
