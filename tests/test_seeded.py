@@ -140,7 +140,13 @@ def test_unlearned_projector():
 
 @pytest.mark.parametrize(
     ("kwargs", "needle"),
-    [({"learned_fraction": 1.5}, "learned_fraction"), ({"refresh": 0}, "refresh"), ({"refresh": 2.5}, "refresh")],
+    [
+        ({"learned_fraction": 1.5}, "learned_fraction"),
+        ({"refresh": 0}, "refresh"),
+        ({"refresh": 2.5}, "refresh"),
+        ({"source": (1, 2)}, r"`source` must be a tuple \(op_s, X_s, y_s\); found tuple of length 2"),
+        ({"source": ("op", 1, 2)}, "`source`: op_s must be a StructureOperator with p = 7; found str"),
+    ],
 )
 def test_bad_arguments_are_refused(iris, kwargs, needle):
     X, Y, op = iris

@@ -223,9 +223,13 @@ def _extra_gradient(module_fn, loss: Loss, source: tuple | None, own: tuple, dt)
     try:
         op_s, Xs, ys = source
     except (TypeError, ValueError):
-        raise InvalidParameterError("`source` must be a tuple (op_s, X_s, y_s)") from None
+        raise InvalidParameterError(
+            f"`source` must be a tuple (op_s, X_s, y_s); found {type(source).__name__}"
+            + (f" of length {len(source)}" if isinstance(source, (tuple, list)) else "")
+        ) from None
     if not isinstance(op_s, StructureOperator) or op_s.p != own[0].p:
-        raise InvalidParameterError(f"`source`: op_s must be a StructureOperator with p = {own[0].p}")
+        found = f"p = {op_s.p}" if isinstance(op_s, StructureOperator) else type(op_s).__name__
+        raise InvalidParameterError(f"`source`: op_s must be a StructureOperator with p = {own[0].p}; found {found}")
     Xs = check_inputs("source X_s", Xs).to(device=own[0].device, dtype=dt)
     with torch.no_grad():
         f0s = module_fn(own[3], Xs)
