@@ -3,8 +3,12 @@ refuse a size from its estimate before anything is allocated."""
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import gc
 import math
 import os
+import sys
 
 import torch
 
@@ -124,3 +128,26 @@ def _bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n} B"  # pragma: no cover
+
+
+@functools.cache
+def _glibc():
+    """The C library when it is glibc (``malloc_trim`` exists), else None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return libc if hasattr(libc, "malloc_trim") else None
+    except OSError:
+        return None
+
+
+def release_free_memory() -> None:
+    """Hand the heap's free memory back to the system: a garbage collection, then glibc's ``malloc_trim(0)``
+    (a no-op elsewhere).  Freed blocks otherwise stay resident, so a stage's transient arrays (the saddle
+    sequence's dense orbit outputs: ≈ 50 MB on digits) would add to the peak of every later stage
+    (digits analysis, width 256: peak 508.5 → 481.1 MiB with one call after the prediction)."""
+    gc.collect()
+    libc = _glibc()
+    if libc is not None:
+        libc.malloc_trim(0)

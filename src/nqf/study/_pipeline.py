@@ -32,7 +32,7 @@ import time
 import numpy as np
 import torch
 
-from .._memory import process_memory
+from .._memory import process_memory, release_free_memory
 from ..curves import FLAT_THRESHOLD, compare_staircase, stable_learning_rate, step_count
 from ..data import Dataset, prepare
 from ..dynamics import initial_weights
@@ -220,6 +220,7 @@ def analyze(
     W0 = initial_weights(p, m, eps, seed=seed)
     M0 = W0 @ W0.T if m < p else None
     pred = predict(op, Ynqf, eps, commuting=commuting, M0=M0, log=say)
+    release_free_memory()  # the search's transient arrays: not resident during the runs
     if shift:
         pred = dataclasses.replace(pred, levels=pred.levels + shift)
     timings["prediction"] = time.perf_counter() - t0
@@ -243,6 +244,7 @@ def analyze(
     cmp_nqf, cmp_real, val, verdict, curves = _compare(pred, sim, real, eps, found, flat_threshold, gap_tolerance)
     problem, run = (module, found, Xt, Yt, op_data, W0), _seeded_steps(real, lr, steps)
     seeded = seeded_clock(clock, problem, run, pred, sim, say, timings)
+    release_free_memory()  # the runs' transient arrays: not resident while the report is drawn
     warnings = [n for n in pred.notes if n.startswith("warning:")] + _target_scale(data, val)
     verdict["text"].extend([*clock_sentences(seeded, cmp_real.times_measured), *notes, *warnings])
     return Analysis(

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .._memory import process_memory
+from .._memory import process_memory, release_free_memory
 from ..dynamics import Trajectory
 from ._checks import estimate_row
 
@@ -98,6 +98,7 @@ def _estimate_and_run(ctx, init_factor, lr, steps, form, save_every, factor, row
         f"estimate: {steps} steps (η = {lr:.4g}; real network at {factor:g} η), ~{secs(total)} s, "
         f"{nbytes / 2**20:.0f} MiB of saved states: process peak ~{memory['estimate_peak_mib']:.0f} MiB"
     )
+    release_free_memory()  # the timed runs' transient arrays: not resident during the long runs
     args = (init_factor * W0, W0, lr, steps, form, save_every, (c_nqf, c_real, c_plain), timings, say)
     return _runs(module, found, Xt, Yt, op, Ynqf, *args, factor=factor, **kw)
 
