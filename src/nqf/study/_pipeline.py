@@ -220,10 +220,10 @@ def analyze(
     W0 = initial_weights(p, m, eps, seed=seed)
     M0 = W0 @ W0.T if m < p else None
     pred = predict(op, Ynqf, eps, commuting=commuting, M0=M0, log=say)
-    release_free_memory()  # the search's transient arrays: not resident during the runs
     if shift:
         pred = dataclasses.replace(pred, levels=pred.levels + shift)
     timings["prediction"] = time.perf_counter() - t0
+    release_free_memory()  # the search's transient arrays: not resident during the runs
     say(f"prediction: {pred.method}, {pred.n_drops} drops, levels {pred.levels[0]:.4g} → {pred.levels[-1]:.4g}")
     if real_step_factor is None:
         real_step_factor = REAL_STEP_FACTOR if lr is None else 1.0
