@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from _hostile import assert_one_line
 from nqf.cli import app
 from nqf.data import load_dataset
 from nqf.errors import NQFError
@@ -160,23 +161,13 @@ def _pt(tmp_path, name, obj):
     return p
 
 
-def _assert_one_line(res, needles):
-    out = res.output
-    lines = [ln for ln in out.strip().splitlines() if ln.strip()]
-    assert res.exit_code == 2, out
-    assert len(lines) == 1 and lines[0].startswith("error: "), out
-    assert "Traceback" not in out
-    for s in needles:
-        assert s in lines[0], (s, lines[0])
-
-
 @pytest.mark.parametrize("case", REFUSED, ids=[c[0] for c in REFUSED])
 def test_refused_with_one_line_naming_the_file_and_no_run_directory(case, tmp_path):
     _, build, needles = case
     path, extra = build(tmp_path)
     out = tmp_path / "run"
     res = runner.invoke(app, ["analyze", "--data", str(path), *extra, "--model", "mlp:width=4", "--out", str(out)])
-    _assert_one_line(res, needles)
+    assert_one_line(res, needles)
     assert not out.exists()
 
 
@@ -195,7 +186,7 @@ def test_the_api_raises_an_nqf_error(case, tmp_path):
 def test_target_given_for_a_bundled_data_set_is_refused_not_ignored(name, tmp_path):
     out = tmp_path / "run"
     argv = ["analyze", "--data", name, "--target", "zz", "--model", "mlp:width=4", "--out", str(out)]
-    _assert_one_line(runner.invoke(app, argv), ["`target`", f"'{name}'", "bundled", "'zz'"])
+    assert_one_line(runner.invoke(app, argv), ["`target`", f"'{name}'", "bundled", "'zz'"])
     assert not out.exists()
 
 

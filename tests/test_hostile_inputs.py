@@ -17,21 +17,12 @@ import pytest
 from typer.testing import CliRunner
 
 import nqf.experiments
+from _hostile import assert_one_line
 from nqf.cli import app
 from nqf.data import MAX_FILE_BYTES, MAX_INFLATED_BYTES
 
 runner = CliRunner()
 ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
-
-
-def _assert_one_line(res, needles, code=2):
-    out = res.output
-    lines = [ln for ln in out.strip().splitlines() if ln.strip()]
-    assert res.exit_code == code, out
-    assert len(lines) == 1 and lines[0].startswith("error: "), out
-    assert "Traceback" not in out
-    for s in needles:
-        assert s in lines[0], (s, lines[0])
 
 
 def _fifo(tmp_path, name):
@@ -117,7 +108,7 @@ def test_data_path_refused_before_it_is_read(case, tmp_path):
     path = build(tmp_path)
     out = tmp_path / "run"
     res = runner.invoke(app, ["analyze", "--data", str(path), "--target", "y", "--out", str(out)])
-    _assert_one_line(res, [path.name, "`data`", *needles])
+    assert_one_line(res, [path.name, "`data`", *needles])
     assert not out.exists()
 
 
@@ -146,7 +137,7 @@ OUT_CASES = [
 @pytest.mark.parametrize("case", OUT_CASES, ids=[c[0] for c in OUT_CASES])
 def test_impossible_out_is_one_line_exit_2(case, tmp_path):
     _, argv, needles = case
-    _assert_one_line(runner.invoke(app, argv(tmp_path)), needles)
+    assert_one_line(runner.invoke(app, argv(tmp_path)), needles)
 
 
 @pytest.mark.skipif(ROOT, reason="root can write into a read-only folder")
@@ -154,7 +145,7 @@ def test_unwritable_out_is_one_line_exit_2(tmp_path):
     ro = _dir(tmp_path, "ro")
     ro.chmod(0o555)
     try:
-        _assert_one_line(runner.invoke(app, ["demo", "--out", str(ro / "run")]), ["ro"])
+        assert_one_line(runner.invoke(app, ["demo", "--out", str(ro / "run")]), ["ro"])
     finally:
         ro.chmod(0o755)
 
@@ -189,7 +180,7 @@ def test_raw_exceptions_become_one_line_with_the_right_exit_code(case, tmp_path,
     monkeypatch.setattr(nqf.experiments, "run_experiment", _raiser(exc))
     monkeypatch.delenv("NQF_TRACEBACK", raising=False)
     res = runner.invoke(app, ["demo", "--out", str(tmp_path / "run")])
-    _assert_one_line(res, needles, code=code)
+    assert_one_line(res, needles, code=code)
 
 
 def test_debug_still_shows_the_traceback(tmp_path, monkeypatch):

@@ -13,22 +13,13 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
+from _hostile import assert_one_line
 from nqf.cli import app
 from nqf.errors import ModelSpecError
 from nqf.study import build_model
 
 runner = CliRunner()
 HEAD = "import sys\nimport torch\nfrom torch import nn\n\n"
-
-
-def _assert_one_line(res, needles):
-    out = res.output
-    lines = [ln for ln in out.strip().splitlines() if ln.strip()]
-    assert res.exit_code == 2, out
-    assert len(lines) == 1 and lines[0].startswith("error: "), out
-    assert "Traceback" not in out
-    for s in needles:
-        assert s in lines[0], (s, lines[0])
 
 
 def _model(body):
@@ -120,7 +111,7 @@ def test_misbehaving_model_file_is_one_line_naming_it(case, tmp_path):
     path = _path(tmp_path, text)
     out = tmp_path / "run"
     res = runner.invoke(app, ["analyze", "--data", "iris", "--model", f"{path}:{name}", "--out", str(out)])
-    _assert_one_line(res, [path.name, *needles])
+    assert_one_line(res, [path.name, *needles])
     assert not out.exists()
 
 
