@@ -67,6 +67,7 @@ def predict(
     init: str = "isotropic",
     chain: list | None = None,
     log=None,
+    timings: dict | None = None,
 ) -> Staircase:
     r"""Predicted staircase of the NQF of ``op`` with targets ``y`` from ``M(0) = εI``.
 
@@ -94,8 +95,12 @@ def predict(
         Heteroclinic chain of the saddle sequence, reused for its O(1) times.
     log : callable, optional
         ``log(line)`` receives a progress line after the saddle search: the drops found, the
-        search's time, and a rough time of the O(1) clock of the later drops (one orbit each,
-        priced at the search's time per drop found; measured 0.4–4× the actual time).
+        search's time, and the time of the O(1) clock of the later drops, between one drop's and all
+        of theirs (:func:`nqf.reductions.saddles.clock_cost`).
+    timings : dict, optional
+        Saddle sequence only: receives the seconds of the ``"search"`` (with its first orbit) and of the
+        ``"clock"`` (the staircase's O(1) times), and the clock's estimate as ``"estimate_clock"`` (its
+        upper bound) and ``"estimate_clock_low"``.
 
     Returns
     -------
@@ -131,16 +136,20 @@ def predict(
         M = initial_state(op.p, eps=e).M0 if M0 is None else M0
         lv = reduce(op, Y, M)
         return lv.staircase(e, limit=True if method == "limit" else None)
-    from .saddles import saddle_sequence
+    from .saddles import clock_cost, saddle_sequence
 
     rule = "auto" if commuting is None else "commuting" if commuting else "generic"
     t0 = time.perf_counter()
     seq = saddle_sequence(op, Y, rule=rule, max_rank=max_rank)
+    K, spent = len(seq) - 1, time.perf_counter() - t0
+    low, high = clock_cost(seq) if chain is None else (0.0, 0.0)
     if log is not None:
-        K, spent = len(seq) - 1, time.perf_counter() - t0
-        later = f"; O(1) clock of drops 2–{K}: ~{spent * (K - 1) / K:.0f} s" if K > 1 and chain is None else ""
+        later = f"; O(1) clock of drops 2–{K}: {low:.2g}–{high:.2g} s" if high > 0 else ""
         log(f"saddle search: {K} drops in {spent:.1f} s{later}")
+    t0 = time.perf_counter()
     st = seq.staircase(e, chain=chain)
+    if timings is not None:
+        timings.update(search=spent, clock=time.perf_counter() - t0, estimate_clock=high, estimate_clock_low=low)
     if commuting and method == "auto":
         note = (
             "commuting data too large for the dense Lotka–Volterra reduction: saddle sequence with "

@@ -15,10 +15,12 @@ import torch
 
 from .._memory import process_memory, release_free_memory
 from ..dynamics import Trajectory
+from ..reductions import LV_MAX_ENTRIES
+from ..reductions.saddles import SEARCH_EVALUATIONS, search_cost
 from ._checks import estimate_row
 
-#: Operator evaluations (``forward_factor`` + ``adjoint_apply``) of the saddle search and its first orbit
-#: (the cost model of :func:`_prediction_estimate`).
+#: Operator evaluations (``forward_factor`` + ``adjoint_apply``) of the Lotka–Volterra reduction's set-up
+#: (the cost model of :func:`_prediction_estimate` for commuting data; the saddle sequence prices itself).
 PREDICT_EVALUATIONS = 12_000
 
 
@@ -43,14 +45,17 @@ def timed_step_cost(fn, steps: int) -> float:
     return per_step + fixed / max(int(steps), 1)
 
 
-def _prediction_estimate(op, n_outputs: int, commuting: bool) -> tuple[float, str]:
-    """The time of the saddle search and its first orbit, from three timed operator evaluations.
-
-    Cost model: the search with its first heteroclinic orbit takes about :data:`PREDICT_EVALUATIONS`
-    pairs ``forward_factor`` + ``adjoint_apply`` (measured 6.7·10³–3.1·10⁴ on iris, wine, digits, a
-    deep MLP, attention and a CNN; 1.9·10⁵ on breast_cancer with SiLU, whose first orbit is long);
-    the O(1) clock of later drops is announced by :func:`nqf.predict` once their number is known.
-    """
+def _prediction_estimate(op, Y, n_outputs: int, commuting: bool) -> tuple[float, str]:
+    """The time of the prediction's first phase, before it runs: for the saddle sequence its search with the
+    first orbit (:func:`nqf.reductions.saddles.search_cost`, right-hand sides timed on this problem; the O(1)
+    clock of the later drops is estimated by :func:`nqf.predict` once the drops are known), for commuting
+    data :data:`PREDICT_EVALUATIONS` timed operator evaluations."""
+    if not commuting or op.n_samples * op.n_outputs * op.p**2 > LV_MAX_ENTRIES:  # as nqf.predict decides
+        seconds, per = search_cost(op, Y)
+        return seconds, (
+            f"prediction (saddle sequence, p = {op.p}, at most {min(op.p, n_outputs)} drops): saddle search and "
+            f"first drop ~{secs(seconds)} s ({SEARCH_EVALUATIONS} right-hand sides of {per * 1e3:.2f} ms)"
+        )
     gen = torch.Generator().manual_seed(0)
     L = torch.randn(op.p, 2, generator=gen, dtype=op.dtype)
     R = torch.randn(op.n_samples, op.n_outputs, generator=gen, dtype=op.dtype)
@@ -59,10 +64,9 @@ def _prediction_estimate(op, n_outputs: int, commuting: bool) -> tuple[float, st
         op.forward_factor(L)
         op.adjoint_apply(R, L)
     pair = (time.perf_counter() - t0) / 3
-    method = "Lotka–Volterra" if commuting else "saddle sequence"
     seconds = PREDICT_EVALUATIONS * pair
     return seconds, (
-        f"prediction ({method}, p = {op.p}, at most {min(op.p, n_outputs)} drops): saddle search and first drop "
+        f"prediction (Lotka–Volterra, p = {op.p}, at most {min(op.p, n_outputs)} drops): "
         f"~{secs(seconds)} s ({PREDICT_EVALUATIONS} operator evaluations of {pair * 1e3:.2f} ms)"
     )
 

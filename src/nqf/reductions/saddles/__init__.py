@@ -111,7 +111,8 @@ descent), :mod:`~nqf.reductions.saddles._search` (:func:`saddle_sequence`),
 :mod:`~nqf.reductions.saddles._results` (:class:`Saddle`, :class:`SaddleSequence`),
 :mod:`~nqf.reductions.saddles._orbit` (heteroclinic orbits, integrated with
 :func:`nqf.dynamics._flow.integrate_factor`), :mod:`~nqf.reductions.saddles._clock`
-(escape times beyond leading order).
+(escape times beyond leading order), :mod:`~nqf.reductions.saddles._cost` (the time of the search and of
+the clock, estimated before each runs: :func:`search_cost`, :func:`clock_cost`).
 
 Numerics: each descent is a trust-region Newton–CG on ``V`` (Hessian-vector
 products ``H[D] = 2 G D + 2 G'(D Vᵀ + V Dᵀ) V``, ``G'(Δ) = 𝒜^*(𝒜(Δ))/N``)
@@ -123,6 +124,7 @@ another device are copied to float64 on the CPU.
 from __future__ import annotations
 
 from ._clock import TIME_RULES, composite_loss, corrected_escape_times, heteroclinic_chain, predicted_escape_times
+from ._cost import SEARCH_EVALUATIONS, clock_cost, search_cost
 from ._results import Saddle, SaddleSequence
 from ._search import saddle_sequence
 
@@ -135,4 +137,7 @@ __all__ = [
     "heteroclinic_chain",
     "composite_loss",
     "TIME_RULES",
+    "search_cost",
+    "clock_cost",
+    "SEARCH_EVALUATIONS",
 ]

@@ -20,6 +20,12 @@ that finishes, tests/test_saddles_orbit.py).  The orbit is therefore integrated 
 segments; a segment ends when the largest entry of the factor has grown by
 :data:`SEGMENT_GROWTH`, and each uses ``atol = max(atol_scale √δ, ROUNDOFF_ATOL ·
 u · max|V|)`` with ``u`` the float64 unit round-off.
+
+The orbit is integrated only as far as it is read: to ``floor`` (or ``s_stop``), and further on
+demand when :meth:`Heteroclinic.crossing` asks for a lower level (up to ``s_max``).  The relaxation
+into the next saddle is where the integration is slow (algebraic where that saddle has marginal
+directions): the first orbit of a SiLU MLP on breast_cancer took 8.9·10⁴ right-hand sides to
+relax to 0.999 of the drop and 1.6·10³ to cross 0.75 of it.
 """
 
 from __future__ import annotations
@@ -97,7 +103,9 @@ class Heteroclinic:
     rtol, atol_scale : float
         ``solve_ivp`` tolerances; ``atol = atol_scale · √δ``.
     s_max : float
-        Integrate at most to ``s = s_max``.
+        Integrate at most to ``s = s_max`` (also when :meth:`crossing` extends the orbit).
+    s_stop : float, optional
+        Stop the first integration at ``s = s_stop`` even above ``floor`` (default ``s_max``).
     n_grid : int
         Grid on which crossings are bracketed.
     mid_level : float, optional
@@ -119,34 +127,53 @@ class Heteroclinic:
         s_max: float,
         n_grid: int,
         mid_level: float | None = None,
+        s_stop: float | None = None,
     ):
         self.prob, self.h = prob, float(h)
         self.p, self.k = prob.p, V.shape[1] + Q.shape[1]
         self.shift = float(leading_switch_time(4.0 * self.h, delta))
+        self._rtol, self._atol_min, self._n_grid = rtol, atol_scale * math.sqrt(delta), n_grid
+        self._t_max = self.shift + s_max
         V0 = torch.cat([V, math.sqrt(delta) * Q], 1)
+        t_stop = self._t_max if s_stop is None else min(self._t_max, self.shift + s_stop)
+        self.sol = self._integrate(0.0, V0.reshape(-1).numpy(), t_stop, floor)
+        self._set_grid()
+        self.s_mid = math.nan if mid_level is None else self.crossing(mid_level)
+
+    def _set_grid(self) -> None:
+        self.s_lo, self.s_hi = -self.shift, self.sol.t_end - self.shift
+        self.grid = np.linspace(self.s_lo, self.s_hi, self._n_grid)
+        self.grid_loss = np.array([self.loss(s) for s in self.grid])
+
+    def _integrate(self, t0: float, y0: np.ndarray, t_end: float, floor: float) -> _Segments:
+        """The orbit from ``y0`` at ``t0`` on ``[t0, t_end]`` until the loss reaches ``floor``, in segments
+        (see the module docstring)."""
+        shape = (self.p, self.k)
 
         def settled(_t, v):
             return self._loss_flat(v) - floor
 
         settled.terminal = True
-        self.sol = self._integrate(V0, self.shift + s_max, settled, rtol, atol_scale * math.sqrt(delta))
-        self.s_lo, self.s_hi = -self.shift, self.sol.t_end - self.shift
-        self.grid = np.linspace(self.s_lo, self.s_hi, n_grid)
-        self.grid_loss = np.array([self.loss(s) for s in self.grid])
-        self.s_mid = math.nan if mid_level is None else self.crossing(mid_level)
-
-    def _integrate(self, V0: torch.Tensor, t_end: float, settled, rtol: float, atol_min: float) -> _Segments:
-        """The orbit from ``V0`` on ``[0, t_end]`` until ``settled``, in segments (see the module docstring)."""
 
         def solve(t0, y, atol, events):
-            L = torch.from_numpy(y).reshape(V0.shape)
+            L = torch.from_numpy(y).reshape(shape)
             return integrate_factor(
-                self.prob.op, self.prob.y, L, (t0, t_end), rtol=rtol, atol=atol,
+                self.prob.op, self.prob.y, L, (t0, t_end), rtol=self._rtol, atol=atol,
                 method="DOP853", events=events, dense_output=True,
             )  # fmt: skip
 
-        y0 = V0.reshape(-1).numpy()
-        return solve_in_segments(solve, 0.0, t_end, y0, atol_min=atol_min, atol_rel=ROUNDOFF_ATOL * _U, stop=[settled])
+        atol_rel = ROUNDOFF_ATOL * _U
+        return solve_in_segments(solve, t0, t_end, y0, atol_min=self._atol_min, atol_rel=atol_rel, stop=[settled])
+
+    def _extend(self, target: float) -> bool:
+        """Integrate on from the end until the loss reaches ``target`` (at most to ``s_max``); whether it grew."""
+        end = self.sol.results[-1]
+        if self.sol.t_end >= self._t_max or end.status < 0:
+            return False  # at the cap, or the last segment failed
+        more = self._integrate(self.sol.t_end, end.y[:, -1].copy(), self._t_max, target)
+        self.sol = _Segments([*self.sol.results, *more.results])
+        self._set_grid()
+        return True
 
     def _loss_flat(self, v: np.ndarray) -> float:
         V = torch.from_numpy(np.ascontiguousarray(v).reshape(self.p, self.k))
@@ -160,6 +187,9 @@ class Heteroclinic:
         """``L(Φ(s))``."""
         return self._loss_flat(self.sol(s + self.shift))
 
-    def crossing(self, target: float) -> float:
-        """First ``s`` at which ``L(Φ(s))`` falls to ``target`` (NaN if not within the integrated window)."""
+    def crossing(self, target: float, *, extend: bool = True) -> float:
+        """First ``s`` at which ``L(Φ(s))`` falls to ``target``; NaN if it does not within the integrated window,
+        which ``extend`` first lengthens up to ``s_max`` when the orbit has not yet fallen to ``target``."""
+        if extend and float(self.grid_loss.min()) > target:
+            self._extend(target)
         return crossing_time(self.grid, self.grid_loss, target, direction="down", refine=self.loss)

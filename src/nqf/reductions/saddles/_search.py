@@ -155,32 +155,7 @@ def saddle_sequence(
         degeneracy_rtol=degeneracy_rtol,
         maxiter=maxiter,
     )
-    orbit, first_offset = None, math.nan
-    Q0 = saddles[0].escape_direction
-    if len(saddles) >= 2 and Q0 is not None:
-        L0, L1 = saddles[0].loss, saddles[1].loss
-        orbit = Heteroclinic(
-            prob,
-            saddles[0].V,
-            Q0,
-            saddles[0].escape_rate / 4.0,
-            L0 - 0.999 * (L0 - L1),
-            delta=1e-14,
-            rtol=1e-12,
-            atol_scale=1e-15,
-            s_max=4000.0 / saddles[0].escape_rate,
-            n_grid=401,
-        )
-        first_offset = orbit.crossing(L0 - first_level * (L0 - L1))
-        if math.isfinite(first_offset) and saddles[0].escape_rate * first_offset > _MAX_OFFSET_GROWTH:
-            notes = [
-                *notes,
-                f"warning: the first heteroclinic orbit crosses the midpoint {first_offset:.3g} time units past its "
-                f"normalisation (escape rate × offset = {saddles[0].escape_rate * first_offset:.0f} > ln(1/u) = "
-                f"{_MAX_OFFSET_GROWTH:.0f}): it lingers at an intermediate saddle whose escape is seeded by round-off, "
-                "not by ε; drop 1 is given at leading order",
-            ]
-            first_offset = math.nan
+    orbit, first_offset, notes = _first_orbit(prob, saddles, first_level, notes)
     return SaddleSequence(
         saddles=tuple(saddles),
         global_minimum=lam <= tol * scale,
@@ -193,6 +168,41 @@ def saddle_sequence(
         _orbit=orbit,
         _problem=prob,
     )
+
+
+def _first_orbit(prob: LossProblem, saddles: list, first_level: float, notes: list):
+    """The heteroclinic orbit from ``M = 0`` and the first drop's offset (NaN, with a warning among the notes,
+    when the orbit lingers past the largest accepted offset); ``(None, NaN, notes)`` without an escape."""
+    orbit, first_offset = None, math.nan
+    Q0 = saddles[0].escape_direction
+    if len(saddles) >= 2 and Q0 is not None:
+        L0, L1, rate = saddles[0].loss, saddles[1].loss, saddles[0].escape_rate
+        # integrated to halfway between the read level and the next saddle, and no further than an offset
+        # that would be refused (below): deeper levels extend the orbit when they are read
+        orbit = Heteroclinic(
+            prob,
+            saddles[0].V,
+            Q0,
+            rate / 4.0,
+            L0 - 0.5 * (1.0 + first_level) * (L0 - L1),
+            delta=1e-14,
+            rtol=1e-12,
+            atol_scale=1e-15,
+            s_max=4000.0 / rate,
+            s_stop=_MAX_OFFSET_GROWTH / rate,
+            n_grid=401,
+        )
+        first_offset = orbit.crossing(L0 - first_level * (L0 - L1), extend=False)
+        if not (math.isfinite(first_offset) and rate * first_offset <= _MAX_OFFSET_GROWTH):
+            seen = f"at {first_offset:.3g}" if math.isfinite(first_offset) else f"not by {orbit.s_hi:.3g}"
+            notes = [
+                *notes,
+                f"warning: the first heteroclinic orbit crosses the midpoint {seen} time units past its "
+                f"normalisation (escape rate × offset > ln(1/u) = {_MAX_OFFSET_GROWTH:.0f}): it lingers at an "
+                "intermediate saddle whose escape is seeded by round-off, not by ε; drop 1 is given at leading order",
+            ]
+            first_offset = math.nan
+    return orbit, first_offset, notes
 
 
 def _generic(prob: LossProblem, *, max_rank, tol, gtol, rank_rtol, degeneracy_rtol, maxiter):
