@@ -101,3 +101,42 @@ def test_a_wrong_readout_jacobian_is_caught():
     assert float((wrong.dense() - ref).abs().max()) > 1e-3 * float(ref.abs().max())
     with pytest.raises(Exception, match="zero-gradient"):
         ReadoutStructure(mlp(X, "sigmoid", n_outputs=6), op.J)
+
+
+def test_the_agreement_check_rejects_planted_errors():
+    """The check that admits an analytic operator (derivatives of the module by plain autograd along random
+    directions, to 1e-10): the right operator passes; a readout Jacobian shifted by one, or off by a factor
+    1 + 1e-8 (100× the tolerance), does not."""
+    from nqf.study._operators import _agrees
+
+    torch.manual_seed(0)
+    X = torch.randn(30, 5, dtype=DT)
+    deep = nn.Sequential(nn.Linear(5, 6), nn.Tanh(), nn.Linear(6, 4), nn.Tanh(), nn.Linear(4, 3)).to(DT)
+    found = choose_units(deep, "0")
+    op, _, how = structure_of(deep, found, X)
+    assert how == "analytic mlp + readout"
+    sub = torch.arange(8)
+    assert _agrees(op, deep, found, X, sub)
+    assert not _agrees(ReadoutStructure(op.inner, torch.roll(op.J, 1, dims=2)), deep, found, X, sub)
+    assert not _agrees(ReadoutStructure(op.inner, op.J * (1 + 1e-8)), deep, found, X, sub)
+
+
+def test_choosing_the_operator_of_an_mlp_never_imports_torch_dynamo():
+    """torch.func's transforms import torch._dynamo and sympy on first use (68 MB resident with torch 2.13);
+    the agreement check of an analytic MLP uses plain autograd, so the analysis of an MLP never loads them
+    (fresh interpreter: the check is about the process's imports)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch\n"
+        "from torch import nn\n"
+        "from nqf.study import choose_units\n"
+        "from nqf.study._operators import structure_of\n"
+        "X = torch.randn(20, 4, dtype=torch.float64)\n"
+        "net = nn.Sequential(nn.Linear(4, 16, bias=False), nn.Tanh(), nn.Linear(16, 3, bias=False)).double()\n"
+        "op, f0, how = structure_of(net, choose_units(net, None), X)\n"
+        "print(how, 'torch._dynamo' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out[:2] == ["analytic", "mlp"] and out[-1] == "False", out

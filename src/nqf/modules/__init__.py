@@ -17,6 +17,7 @@ from ._conv_layouts import conv_units
 from ._discover import ELEMENTWISE_MODULES, UnitCandidate, find_units, select_units
 from ._higher import higher_order_terms
 from ._layouts import mlp_units
+from ._narrowed import evaluation_mode
 from ._units import UnitLayout, UnitScatter, UnitSlice, get_unit_weights, set_unit_weights
 
 __all__ = [
@@ -37,4 +38,5 @@ __all__ = [
     "UnitCandidate",
     "find_units",
     "select_units",
+    "evaluation_mode",
 ]

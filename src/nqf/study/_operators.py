@@ -13,8 +13,8 @@
    layer the units feed is read out by its Jacobian at zero units
    (:class:`nqf.structure.ReadoutStructure`, label ``"… + readout"``; one ``N × C × d`` array).
    Each is accepted only if it equals the module's own autodiff operator
-   (:func:`nqf.modules.from_module`, matrix-free) on a few samples to ``1e-10``: forward and
-   adjoint on random arguments, linear term, cross term; otherwise the next option is taken;
+   (its second derivatives at zero units by plain autograd, along random directions) on a few samples
+   to ``1e-10``: forward and adjoint, linear term, cross term; otherwise the next option is taken;
 2. the **dense autodiff** operator ``N × C × p × p`` when it fits in :data:`DENSE_BUDGET`;
 3. the **matrix-free autodiff** operator (:func:`nqf.modules.from_module` with
    ``matrix_free=True``: ``forward_factor`` / ``adjoint_apply`` through ``torch.func``, memory
@@ -27,12 +27,13 @@ prints as its ``structure operator:`` line and records as ``Analysis.operator``.
 
 from __future__ import annotations
 
+import copy
 import math
 
 import torch
 from torch import nn
 
-from ..modules import get_unit_weights, set_unit_weights
+from ..modules import UnitScatter, evaluation_mode, get_unit_weights, set_unit_weights
 from ._discover import FoundUnits, output_at_zero
 
 __all__ = ["structure_of", "is_analytic", "DENSE_BUDGET", "AGREEMENT_RTOL"]
@@ -232,29 +233,61 @@ def _analytic_attention(module: nn.Module, found: FoundUnits, X: torch.Tensor, C
 
 
 def _agrees(op, module: nn.Module, found: FoundUnits, X: torch.Tensor, sub: torch.Tensor) -> bool:
-    """``op`` on samples ``sub`` equals the module's matrix-free autodiff operator (module docstring)."""
-    from ..modules import from_module
+    """``op`` on samples ``sub`` equals the module's own derivatives at zero units (module docstring).
 
-    ref = from_module(module, found.layout, X[sub], check=False, zgz="carry", matrix_free=True)
-    mine = op.take(sub)
+    Along two random directions ``v`` (unit 0 at ``s v``, unit 1 at ``t v``, every other unit at zero):
+    ``𝒜(v vᵀ) = ½ ∂²f/∂s²``, ``vᵀ 𝒜*(R) v = Σ R ⊙ ½ ∂²f/∂s²``, the linear term ``b·v = ∂f/∂s`` and the
+    cross term ``B(v vᵀ) = ½ ∂²f/∂s∂t`` (each zero where ``op`` has none), per sample and output.  Derivatives by
+    plain autograd (:func:`_along`): torch.func's transforms import ``torch._dynamo`` and sympy (68 MB resident)
+    on their first use, which the analysis of an MLP otherwise never needs.  A difference of the symmetric
+    arrays escapes a random ``v`` with probability zero.
+    """
+    mine, xs = op.take(sub), X[sub]
+    net = copy.deepcopy(module).eval()
+    scatter = UnitScatter(net, found.layout)
     gen = torch.Generator().manual_seed(0)
-    p = found.p
-    G = torch.randn(p, p, generator=gen, dtype=X.dtype)
-    M = G + G.T
-    R = torch.randn(len(sub), ref.n_outputs, generator=gen, dtype=X.dtype)
-    pairs: list[tuple[torch.Tensor, torch.Tensor]] = [(mine.forward_unchecked(M), ref.forward_unchecked(M))]
-    pairs.append((mine.adjoint_unchecked(R), ref.adjoint_unchecked(R)))
-    b, b_ref, B, B_ref = mine.linear, ref.linear, mine.cross, ref.cross
-    if (b is None) != (b_ref is None) or (B is None) != (B_ref is None):
-        return False
-    if b is not None and b_ref is not None:
-        pairs.append((b, b_ref))
-    if B is not None and B_ref is not None:
-        pairs.append((B.forward_unchecked(M), B_ref.forward_unchecked(M)))
-    for a, b in pairs:
-        if a.shape != b.shape:
+    R = torch.randn(len(sub), mine.n_outputs, generator=gen, dtype=X.dtype)
+    for _ in range(2):
+        v = torch.randn(scatter.p, generator=gen, dtype=X.dtype)
+        try:
+            with evaluation_mode():
+                d1, d2, d12 = _along(net, scatter, xs, v)
+        except (RuntimeError, NotImplementedError):  # an operation without a double-backward rule
             return False
-        scale = max(float(b.abs().max()), 1e-300)
-        if not float((a - b).abs().max()) <= AGREEMENT_RTOL * scale or not math.isfinite(scale):
-            return False
+        scale = max(float(d2.abs().max()), float(d1.abs().max()), 1e-300)
+        b, B, vv = mine.linear, mine.cross, torch.outer(v, v)
+        pairs = [
+            (mine.forward_unchecked(vv), 0.5 * d2, scale),
+            (v @ mine.adjoint_unchecked(R) @ v, (R * 0.5 * d2).sum(), float((R * d2).abs().sum())),
+            (torch.zeros_like(d1) if b is None else b @ v, d1, scale),
+            (torch.zeros_like(d12) if B is None else B.forward_unchecked(vv), 0.5 * d12, scale),
+        ]
+        for got, want, size in pairs:
+            if got.shape != want.shape or not math.isfinite(scale):
+                return False
+            if not float((got - want).abs().max()) <= AGREEMENT_RTOL * max(size, 1e-300):
+                return False
     return True
+
+
+def _along(net: nn.Module, scatter, xs: torch.Tensor, v: torch.Tensor):
+    """``∂f/∂s``, ``∂²f/∂s²`` and ``∂²f/∂s∂t`` at ``s = t = 0`` of ``f(s, t)``: the module's output on ``xs`` with
+    unit 0 at ``s v`` and unit 1 at ``t v`` (others zero), each ``(n, C)``, by plain autograd (double backward)."""
+    s = torch.zeros((), dtype=v.dtype, requires_grad=True)
+    t = torch.zeros((), dtype=v.dtype, requires_grad=True)
+    rest = torch.zeros(scatter.p, scatter.m - 2, dtype=v.dtype)
+    W = torch.cat([(s * v)[:, None], (t * v)[:, None], rest], 1)
+    F = scatter.module_output(net, W, xs)
+    d1 = _derivative(F, s)
+    return d1.detach(), _derivative(d1, s).detach(), _derivative(d1, t).detach()
+
+
+def _derivative(F: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """``∂F/∂s`` of every entry of ``F`` for a scalar ``s``, differentiable again: two backward passes (the
+    gradient of ``uᵀF`` in ``s`` is linear in ``u``; its gradient in ``u`` is ``∂F/∂s``)."""
+    u = torch.zeros_like(F, requires_grad=True)
+    (g,) = torch.autograd.grad(F, s, grad_outputs=u, create_graph=True, allow_unused=True)
+    if g is None:
+        return torch.zeros_like(F)
+    (J,) = torch.autograd.grad(g, u, create_graph=True, allow_unused=True)
+    return torch.zeros_like(F) if J is None else J
