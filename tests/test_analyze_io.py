@@ -351,3 +351,25 @@ def test_training_only_layers_of_every_kind_are_named_and_put_in_eval_mode():
     assert not any(sub.training for sub in m.modules())
     x = torch.randn(5, 3)
     torch.testing.assert_close(m(x), m(x), rtol=0, atol=0)
+
+
+def test_a_costly_step_is_timed_from_runs_of_one_and_two_steps():
+    """timed_step_cost: runs of 3 and 13 steps after a one-step probe, but a step whose one-step run takes longer
+    than SLOW_STEP is timed from 1 and 2 steps (the 10⁵-sample mixture's real network: 1.8 s a step, 16 timed steps
+    per estimate).  Counted in steps run, not in time; the slow stand-in sleeps a quarter second a step."""
+    import time
+
+    from nqf.study._runs import SLOW_STEP, timed_step_cost
+
+    runs: list[int] = []
+
+    def fast(k):
+        runs.append(k)
+
+    def slow(k):
+        runs.append(k)
+        time.sleep(1.25 * SLOW_STEP * k)
+
+    assert timed_step_cost(fast, 100) >= 0 and runs == [1, 3, 13]
+    runs.clear()
+    assert timed_step_cost(slow, 100) > 0 and runs == [1, 2]
