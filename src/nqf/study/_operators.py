@@ -245,6 +245,8 @@ def _agrees(op, module: nn.Module, found: FoundUnits, X: torch.Tensor, sub: torc
     mine, xs = op.take(sub), X[sub]
     net = copy.deepcopy(module).eval()
     scatter = UnitScatter(net, found.layout)
+    if scatter.m < 2:  # the cross term needs two units; the autodiff operator refuses one unit with its reason
+        return False
     gen = torch.Generator().manual_seed(0)
     R = torch.randn(len(sub), mine.n_outputs, generator=gen, dtype=X.dtype)
     for _ in range(2):
