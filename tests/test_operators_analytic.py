@@ -123,8 +123,9 @@ def test_the_agreement_check_rejects_planted_errors():
 
 def test_choosing_the_operator_of_an_mlp_never_imports_torch_dynamo():
     """torch.func's transforms import torch._dynamo and sympy on first use (68 MB resident with torch 2.13);
-    the agreement check of an analytic MLP uses plain autograd, so the analysis of an MLP never loads them
-    (fresh interpreter: the check is about the process's imports)."""
+    the agreement check of an analytic operator and a readout's Jacobian use plain autograd, so choosing the
+    operator of an MLP, or of a deeper network's first layer, never loads them (fresh interpreter: the check
+    is about the process's imports)."""
     import subprocess
     import sys
 
@@ -136,7 +137,11 @@ def test_choosing_the_operator_of_an_mlp_never_imports_torch_dynamo():
         "X = torch.randn(20, 4, dtype=torch.float64)\n"
         "net = nn.Sequential(nn.Linear(4, 16, bias=False), nn.Tanh(), nn.Linear(16, 3, bias=False)).double()\n"
         "op, f0, how = structure_of(net, choose_units(net, None), X)\n"
-        "print(how, 'torch._dynamo' in sys.modules)\n"
+        "deep = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 5), nn.Tanh(), nn.Linear(5, 3)).double()\n"
+        "op2, f02, how2 = structure_of(deep, choose_units(deep, '0'), X)\n"
+        "print(how, '|', how2, '|', 'torch._dynamo' in sys.modules)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    assert out[:2] == ["analytic", "mlp"] and out[-1] == "False", out
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split("|")[0].strip() == "analytic mlp", out
+    assert out.split("|")[1].strip() == "analytic mlp + readout", out  # the readout's Jacobian: plain autograd too
+    assert out.split("|")[2].strip() == "False", out

@@ -123,11 +123,9 @@ def _read_out(module, found: FoundUnits, X, inner, layer: str, label: str, *, to
 
 def _readout_jacobian(module, found: FoundUnits, layer: str, X, d: int, *, tokens: bool) -> torch.Tensor:
     """``J[n, c, j] = ∂f_c/∂h_j`` at zero units, ``h`` the output of ``layer`` (of every token alike with
-    ``tokens``; the first element of a tuple output), by one forward-mode derivative per ``j``."""
-    import copy
-
-    from torch.func import jvp
-
+    ``tokens``; the first element of a tuple output), by one backward pass per output ``c`` of plain autograd
+    (torch.func would import ``torch._dynamo`` and sympy, 68 MB; samples are independent, so the gradient of
+    ``Σ_n f_nc`` in the shift of sample ``n`` is its own row)."""
     zeroed = copy.deepcopy(module).eval()
     set_unit_weights(zeroed, found.layout, torch.zeros_like(get_unit_weights(zeroed, found.layout)))
     target = zeroed.get_submodule(layer)
@@ -145,13 +143,13 @@ def _readout_jacobian(module, found: FoundUnits, layer: str, X, d: int, *, token
             handle.remove()
         return out.reshape(out.shape[0], -1)
 
-    zero = torch.zeros(X.shape[0], d, dtype=X.dtype)
-    cols = []
-    for j in range(d):
-        e = torch.zeros_like(zero)
-        e[:, j] = 1.0
-        cols.append(jvp(f, (zero,), (e,))[1].detach())
-    return torch.stack(cols, -1)
+    delta = torch.zeros(X.shape[0], d, dtype=X.dtype, requires_grad=True)
+    out = f(delta)
+    rows = []
+    for c in range(out.shape[1]):
+        (g,) = torch.autograd.grad(out[:, c].sum(), delta, retain_graph=True, allow_unused=True)
+        rows.append(torch.zeros_like(delta) if g is None else g)
+    return torch.stack(rows, 1).detach()
 
 
 def _layer_input(module: nn.Module, name: str, X: torch.Tensor) -> torch.Tensor:
