@@ -38,8 +38,10 @@ PROPAGATE_EVALUATIONS = 1000
 
 
 def _orbit_rhs_seconds(prob: LossProblem) -> float:
-    """Seconds per right-hand side of an orbit: a short DOP853 run of the factored flow from a small random
-    rank-2 factor (16 steps), with the orbit's tolerances and a loss event every step, over its evaluations."""
+    """Seconds per right-hand side of an orbit: two short DOP853 runs of the factored flow (8 steps each) from a
+    small random rank-2 factor, with the orbit's tolerances and a loss event every step, the faster run over its
+    evaluations (the minimum of two leaves out a run slowed by another job: on the CNN row of the benchmark
+    one 16-step run's estimate ranged 1.23–1.92× the search's time)."""
     gen = torch.Generator().manual_seed(0)
     L = 1e-3 * torch.randn(prob.p, 2, generator=gen, dtype=torch.float64)
     shape = L.shape
@@ -48,11 +50,14 @@ def _orbit_rhs_seconds(prob: LossProblem) -> float:
         V = torch.from_numpy(np.ascontiguousarray(v).reshape(shape))
         return prob.loss(V @ V.T) - 0.0
 
-    t0 = time.perf_counter()
-    res = integrate_factor(  # 16 steps of at most 1e-4 (≈ 190 right-hand sides: the solver's set-up amortised)
-        prob.op, prob.y, L, (0.0, 1.6e-3), rtol=1e-12, atol=1e-22, method="DOP853", events=[level], max_step=1e-4
-    )
-    return (time.perf_counter() - t0) / max(int(res.nfev), 1)
+    best = float("inf")
+    for _ in range(2):
+        t0 = time.perf_counter()
+        res = integrate_factor(  # 8 steps of at most 1e-4 (≈ 95 right-hand sides: the solver's set-up amortised)
+            prob.op, prob.y, L, (0.0, 8e-4), rtol=1e-12, atol=1e-22, method="DOP853", events=[level], max_step=1e-4
+        )
+        best = min(best, (time.perf_counter() - t0) / max(int(res.nfev), 1))
+    return best
 
 
 def _float64_problem(op, y) -> LossProblem:
