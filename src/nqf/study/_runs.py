@@ -19,8 +19,9 @@ from ..reductions import LV_MAX_ENTRIES
 from ..reductions.saddles import SEARCH_EVALUATIONS, search_cost
 from ._checks import estimate_row
 
-#: Operator evaluations (``forward_factor`` + ``adjoint_apply``) of the Lotka–Volterra reduction's set-up
-#: (the cost model of :func:`_prediction_estimate` for commuting data; the saddle sequence prices itself).
+#: Operator evaluations (``forward_factor`` + ``adjoint_apply``) assumed for the Lotka–Volterra reduction of
+#: commuting data (:func:`_prediction_estimate`; the saddle search's old count, not measured for this reduction:
+#: no row of ``bench_analyze_models.py`` commutes; the saddle sequence prices itself, ``search_cost``).
 PREDICT_EVALUATIONS = 12_000
 
 
