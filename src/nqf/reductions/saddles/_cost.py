@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from ...dynamics import integrate_factor
-from ._problem import LossProblem
+from ._problem import LossProblem, float64_problem
 
 __all__ = ["search_cost", "clock_cost", "SEARCH_EVALUATIONS", "JUMP_EVALUATIONS", "PROPAGATE_EVALUATIONS"]
 
@@ -60,18 +60,11 @@ def _orbit_rhs_seconds(prob: LossProblem) -> float:
     return best
 
 
-def _float64_problem(op, y) -> LossProblem:
-    if op.device.type != "cpu" or op.dtype != torch.float64:  # as the search runs
-        op, y = op.to(torch.float64, "cpu"), torch.as_tensor(y).to(torch.float64).cpu()
-    y = torch.as_tensor(y, dtype=torch.float64)
-    return LossProblem(op, y if y.ndim == 2 else y[:, None])
-
-
 def search_cost(op, y) -> tuple[float, float]:
     """``(seconds, seconds per right-hand side)`` of :func:`saddle_sequence` on ``(op, y)``: its search with the
     first heteroclinic orbit, priced at :data:`SEARCH_EVALUATIONS` right-hand sides of the orbit's flow, each
     timed on this problem (module docstring)."""
-    per = _orbit_rhs_seconds(_float64_problem(op, y))
+    per = _orbit_rhs_seconds(float64_problem(op, y))
     return SEARCH_EVALUATIONS * per, per
 
 

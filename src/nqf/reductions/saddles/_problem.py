@@ -13,9 +13,10 @@ import torch
 from scipy.optimize import minimize
 from scipy.sparse.linalg import LinearOperator, minres
 
+from ..._validation import as_tensor
 from ...structure import StructureOperator
 
-__all__ = ["LossProblem", "descend", "compress", "complement", "orth"]
+__all__ = ["LossProblem", "float64_problem", "descend", "compress", "complement", "orth"]
 
 
 # --------------------------------------------------------------------------- the loss
@@ -63,6 +64,15 @@ class LossProblem:
         dM = D @ V.T
         dG = self.op.adjoint_unchecked(self.apply(dM + dM.T)) / self.N
         return (2.0 * (G @ D + dG @ V)).reshape(-1).numpy()
+
+
+def float64_problem(op: StructureOperator, y) -> LossProblem:
+    """The loss of ``(op, y)`` where the descents, orbits and eigenproblems run: float64 on the CPU (``y``
+    checked against the operator's outputs; ``op`` and ``y`` copied when they are elsewhere)."""
+    y = op._check_outputs("y", as_tensor("y", y, dtype=op.dtype, device=op.device))
+    if op.device.type != "cpu" or op.dtype != torch.float64:
+        op, y = op.to(torch.float64, "cpu"), y.to(torch.float64).cpu()
+    return LossProblem(op, y)
 
 
 # --------------------------------------------------------------------------- descent

@@ -11,12 +11,11 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from ..._validation import as_tensor
 from ...errors import InvalidParameterError, InvalidTypeError, NonCommutingError, NotClosedError
 from ...structure import StructureOperator, commutator_defect
 from ..lv import limit
 from ._orbit import Heteroclinic
-from ._problem import LossProblem, complement, compress, descend, orth
+from ._problem import LossProblem, complement, compress, descend, float64_problem, orth
 from ._results import Saddle, SaddleSequence
 
 __all__ = ["saddle_sequence"]
@@ -125,14 +124,11 @@ def saddle_sequence(
         raise InvalidParameterError(f"`rule` must be one of 'auto', 'commuting', 'generic'; found {rule!r}")
     if not 0.0 < first_level < 1.0:
         raise InvalidParameterError(f"`first_level` must lie in (0, 1); found {first_level}")
-    y = op._check_outputs("y", as_tensor("y", y, dtype=op.dtype, device=op.device))
-    if op.device.type != "cpu" or op.dtype != torch.float64:  # the descent and eigenproblems run in float64 on CPU
-        op, y = op.to(torch.float64, "cpu"), y.to(torch.float64).cpu()
-    p = op.p
+    prob = float64_problem(op, y)  # the descent and eigenproblems run in float64 on the CPU
+    op, p = prob.op, prob.p
     max_rank = p if max_rank is None else int(max_rank)
     if max_rank < 0:
         raise InvalidParameterError(f"`max_rank` must be ≥ 0; found {max_rank}")
-    prob = LossProblem(op, y)
     if rule != "generic":
         defect = commutator_defect(op)
         if rule == "auto":
