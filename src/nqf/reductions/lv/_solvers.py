@@ -74,6 +74,11 @@ def flow(
     idx = np.flatnonzero(mask)
     b = system._beta[idx]
     Cm, coo, lband, uband = _restricted_C(system, idx)
+    sparse, narrow = coo is not None, max(lband, uband) <= BAND_MAX
+    if method == "auto":
+        method = ("LSODA" if narrow else "BDF") if sparse else "Radau"
+    band = _diagonals(Cm) if sparse and method == "LSODA" else None  # LSODA takes a banded Jacobian
+    Cz = band if band is not None and narrow else Cm  # C z through its diagonals when narrow (2× faster than CSC)
 
     # Trial Newton iterates of a large implicit step can overshoot far beyond any state the
     # flow visits; capping z there keeps f finite (no inf − inf = NaN in the error estimate),
@@ -83,9 +88,13 @@ def flow(
     ucap = float(np.log(zcap))
 
     def fun(_t_, u):
-        return 4.0 * (b - Cm @ np.exp(np.minimum(u, ucap)))
+        z = np.exp(np.minimum(u, ucap))
+        r = Cz @ z
+        np.subtract(b, r, out=r)
+        r *= 4.0
+        return r
 
-    method, jacobian, extra = _jacobian(Cm, coo, lband, uband, ucap, method)
+    jacobian, extra = _jacobian(Cm, band, ucap)
 
     u0 = np.log(system._z0[idx])
     with np.errstate(over="ignore", invalid="ignore"):  # rejected Newton trials inside scipy
@@ -146,13 +155,23 @@ def _restricted_C(system: LotkaVolterra, idx: np.ndarray):
     return Cm, coo, lband, uband
 
 
-def _jacobian(Cm, coo, lband: int, uband: int, ucap: float, method: str) -> tuple[str, Callable, dict[str, Any]]:
-    """The integrator (``"auto"`` resolved), the analytic Jacobian ``−4 C diag(z)`` in its form, extra arguments.
+def _diagonals(Cm) -> sp.dia_matrix:
+    """A banded sparse ``C`` in DIA form, with the entries outside the matrix (DIA's padding) set to zero."""
+    D = sp.dia_matrix(Cm)
+    n = D.shape[1]
+    j = np.arange(D.data.shape[1])
+    for k, o in enumerate(D.offsets.tolist()):
+        D.data[k, (j < max(o, 0)) | (j >= min(n + o, n))] = 0.0  # data[k, j] = C[j − o, j]
+    return D
 
-    Dense ``C``: a dense matrix; sparse ``C``: a sparse one, or LSODA's packed banded form
-    ``J[uband + i − j, j]`` with the bands passed as ``lband``/``uband``.
+
+def _jacobian(Cm, band, ucap: float) -> tuple[Callable, dict[str, Any]]:
+    """The analytic Jacobian ``−4 C diag(z)`` in the integrator's form, and the integrator's extra arguments.
+
+    Dense ``C``: a dense matrix; sparse ``C``: a sparse one, or, when ``band`` is given (``C`` in DIA
+    form, for LSODA), LSODA's packed banded form ``J[w + i − j, j]`` with ``lband = uband = w``.
     """
-    sparse = coo is not None
+    sparse = sp.issparse(Cm)
 
     def jac(_t_, u):
         z = np.exp(np.minimum(u, ucap))
@@ -162,18 +181,16 @@ def _jacobian(Cm, coo, lband: int, uband: int, ucap: float, method: str) -> tupl
 
     extra: dict[str, Any] = {}
     jacobian = jac
-    if method == "auto":
-        method = ("LSODA" if max(lband, uband) <= BAND_MAX else "BDF") if sparse else "Radau"
-    if method == "LSODA" and coo is not None:
-        # LSODA's packed banded Jacobian: J[uband + i − j, j] = −4 C_ij z_j
-        pos = uband + coo.row - coo.col
+    if band is not None:
+        w = int(np.max(np.abs(band.offsets), initial=0))
+        rows = w - band.offsets  # DIA's data[k, j] = C[j − o_k, j] is packed row w − o_k, column j
+        data = -4.0 * band.data[:, : band.shape[1]]
 
         def banded_jac(_t_, u):
-            z = np.exp(np.minimum(u, ucap))
-            J = np.zeros((lband + uband + 1, u.shape[0]))
-            J[pos, coo.col] = -4.0 * coo.data * z[coo.col]
+            J = np.zeros((2 * w + 1, u.shape[0]))
+            J[rows] = data * np.exp(np.minimum(u, ucap))
             return J
 
         jacobian = banded_jac
-        extra = {"lband": lband, "uband": uband}
-    return method, jacobian, extra
+        extra = {"lband": w, "uband": w}
+    return jacobian, extra
