@@ -158,7 +158,7 @@ def _restricted_C(system: LotkaVolterra, idx: np.ndarray):
 def _diagonals(Cm) -> sp.dia_matrix:
     """A banded sparse ``C`` in DIA form, with the entries outside the matrix (DIA's padding) set to zero."""
     D = sp.dia_matrix(Cm)
-    n = D.shape[1]
+    n = int(Cm.shape[1])
     j = np.arange(D.data.shape[1])
     for k, o in enumerate(D.offsets.tolist()):
         D.data[k, (j < max(o, 0)) | (j >= min(n + o, n))] = 0.0  # data[k, j] = C[j − o, j]
