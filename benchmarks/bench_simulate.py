@@ -4,10 +4,14 @@ implementation before the factored update (loaded from git at run time) — side
 Prints, for a tanh MLP on N = 2048 inputs of width D ∈ {64, 1024} (``p = D + C``, ``M(0) = εI``):
 
 * the time per GD step of the previous implementation (``M ← T M Tᵀ`` with dense ``p × p`` products),
-* the time per step now (the blocks ``[L_l; L_r]`` of the factor, ``L_r`` updated in place: ``nqf.dynamics._fast``),
+* the time per step now (the blocks ``[L_l; L_r]`` of the factor, ``L_r = base + Q Z``: ``nqf.dynamics._lowrank``),
 * the time of two passes over ``X`` (``X v`` and ``Xᵀ r``), the floor of any step,
 * the speed-up, the ratio to two passes, and the largest relative difference of the saved ``M``
-  (the results must agree to 1e-10).
+  (the results must agree to 1e-10);
+* the time per step from a dense (not diagonal) ``M(0)``: the large block of the factor is then a dense
+  base from the first step (``nqf.dynamics._lowrank``), as after the first fold of an ``εI`` start, which
+  keeps its diagonal base implicit for the first ``p2 / 2`` steps (``D / 2`` for one output) or until the
+  first save.
 
 Times are the shortest of several runs (3–5), on the wall clock; the ratios are printed also in CPU
 time of this process (one thread), which leaves out the waits for a core on a machine shared
@@ -92,19 +96,23 @@ def bench(D: int, N: int, C: int, steps: int, old) -> None:
     M0 = 1e-6 * torch.eye(op.p, dtype=torch.float64)
     kw = dict(M0=M0, lr=0.05)
 
-    def off(fn, n):  # saving off: the loss and M at step 0 and the last step only
-        return fn(op, y, **kw, steps=n, save_every=n, save_M=False)
+    A = torch.randn(op.p, op.p, generator=g, dtype=torch.float64) / op.p
+    M0_dense = 1e-6 * (torch.eye(op.p, dtype=torch.float64) + A @ A.T)  # not diagonal: no implicit base
 
-    def per_step(fn, repeat):
+    def off(fn, n, M0=M0):  # saving off: the loss and M at step 0 and the last step only
+        return fn(op, y, **{**kw, "M0": M0}, steps=n, save_every=n, save_M=False)
+
+    def per_step(fn, repeat, M0=M0):
         # marginal cost of a step with saving off: runs of 2s and s steps (set-up and checks cancel)
-        t2 = best_of(lambda: off(fn, 2 * steps), repeat)
-        t1 = best_of(lambda: off(fn, steps), repeat)
+        t2 = best_of(lambda: off(fn, 2 * steps, M0), repeat)
+        t1 = best_of(lambda: off(fn, steps, M0), repeat)
         return torch.clamp(t2 - t1, min=1e-12) / steps
 
     v, r = torch.randn(D, C, dtype=torch.float64), torch.randn(N, C, dtype=torch.float64)
     t_pass = best_of(lambda: [(X @ v, X.T @ r) for _ in range(200)], 5) / 200
     t_old = per_step(old.simulate, 2)
     t_new = per_step(simulate, 5)
+    t_dense = per_step(simulate, 3, M0_dense)
     # default arguments: the whole run (set-up, checks, the default saves of M) divided by its steps
     t_def = best_of(lambda: simulate(op, y, **kw, steps=steps), 5) / steps
     every = simulate(op, y, **kw, steps=steps).info["save_every"]
@@ -117,7 +125,8 @@ def bench(D: int, N: int, C: int, steps: int, old) -> None:
         f"per step, saving off: before {ms(t_old)}, now {ms(t_new)} "
         f"({float(t_old[0] / t_new[0]):4.1f}x faster; now / two passes = {ratios(t_new, t_pass)}); "
         f"default arguments (save_every={every}, whole run / steps): {ms(t_def)} "
-        f"(/ two passes = {ratios(t_def, t_pass)}); max rel. difference of M before/now {diff:.1e}"
+        f"(/ two passes = {ratios(t_def, t_pass)}); max rel. difference of M before/now {diff:.1e}; "
+        f"a dense (non-diagonal) start M(0), saving off: {ms(t_dense)} (/ two passes = {ratios(t_dense, t_pass)})"
     )
 
 

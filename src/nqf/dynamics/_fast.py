@@ -30,6 +30,7 @@ import torch
 
 from .._validation import divergence_curvature, divergence_message
 from ._loop import DivergenceCheck, LoopOutcome
+from ._lowrank import RightBlock
 from ._optim import GD, Optimizer
 from ._trajectory import DIVERGED, FINISHED
 
@@ -68,7 +69,10 @@ def block_loop(
     N = op.n_samples
     lr, lam = opt.lr, opt.weight_decay
     decay, alpha, half_over_n = 1.0 - lr * lam, -lr * scale / N, 0.5 / N
-    Lr = L[p1:]  # L is the caller's to give up: L_r = L[p1:] is updated in place
+    # L is the caller's to give up: L_r = L[p1:] is its buffer; the block keeps its updates as low-rank terms
+    # (nqf.dynamics._lowrank) except where the factor is re-orthogonalised (a rotation needs it dense)
+    Lr = L[p1:]
+    rb = RightBlock(Lr, p1, lowrank=polish is None)
     # preallocated: the small block in two buffers (the step's and the next), f (or f − y), L_r L_lᵀ, K̄ᵀ
     Ls = [L[:p1].clone(), torch.empty_like(L[:p1])]
     f, Bt, Kbt = L.new_empty(N, op.n_outputs), L.new_empty(L.shape[0] - p1, p1), L.new_empty(L.shape[0] - p1, p1)
@@ -77,7 +81,7 @@ def block_loop(
     status, message, saved, last_step = FINISHED, f"finished {steps} steps", 0, None
     for k in range(steps + 1):
         Ll = Ls[i]
-        forward(torch.mm(Lr, Ll.T, out=Bt), f)
+        forward(rb.times_T(Ll, Bt), f)
         if mse:  # ½‖f − y‖²/N with one reduction (as MSE.value_and_residual), read as a float for the check
             r, value = f, torch.dot(fv, fv).item() * half_over_n
         else:
@@ -88,8 +92,10 @@ def block_loop(
         saving = k == steps or k % save_every == 0
         if saving:
             L[:p1] = Ll
+            rb.sync()
         if check.exceeded(value) or (saving and not all_finite(L)):
-            prev = None if last_step is None or not opt.hessian_stability else _previous(last_step, Lr, decay, alpha)
+            recover = last_step is not None and opt.hessian_stability
+            prev = _previous(last_step, rb.sync(), decay, alpha) if recover else None
             curv = None if prev is None else divergence_curvature(op, prev, r, lam, N, loss=loss.name)
             status, message = DIVERGED, _diverged(k, value, check, opt, saved, curv)
             break
@@ -101,17 +107,19 @@ def block_loop(
         adjoint(r, Kbt)
         # L_r in place; the factor before the step is recovered from (L_l, K̄ᵀ) if a divergence needs it
         last_step = (Ll, None, Kbt)
-        torch.addmm(Ll, Kb, Lr, beta=decay, alpha=alpha, out=Ls[1 - i])
-        Lr.addmm_(Kbt, Ll, beta=decay, alpha=alpha)
+        rb.stepped_left(Kb, Ll, decay, alpha, Ls[1 - i])
+        rb.update(Kbt, Ll, decay, alpha)
         i = 1 - i
         if polish is not None and k % polish_every == 0:
             L[:p1] = Ls[i]
-            Lp = polish(L)
+            Lp = polish(L)  # the block is dense (lowrank=False): L is the factor
             if Lp is not None:  # rotated (rarely): the factor before the step is recovered now, and kept
                 last_step = (Ll, _previous(last_step, Lr, decay, alpha), None)
                 L = Lp.contiguous()
                 Lr, Ls, i = L[p1:], [L[:p1].clone(), torch.empty_like(Ll)], 0
+                rb = RightBlock(Lr, p1, lowrank=False)
     L[:p1] = Ls[i]
+    rb.sync()
     return LoopOutcome(params=[L], status=status, message=message)
 
 
