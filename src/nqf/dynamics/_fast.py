@@ -11,11 +11,12 @@ For a :class:`~nqf.structure.BilinearStructure` whose blocks tile the unit (``le
 (:mod:`nqf.dynamics._factored`), whose ``𝒜*(r)`` has rank ``≤ 2 p1``.  The cost is the two
 kernel passes over the data plus ``O(p1 · p2 · r)`` (``O(C D r)`` for an MLP with ``C`` outputs:
 no ``p × p × r`` product, also at full rank ``r = p``), about ten tensor operations per step.
-``L_r`` (``p2 × r``, the large block) is touched three times per step: read for ``L_l L_rᵀ``,
-read for ``K̄ L_r``, and updated in place (``addmm_``: no allocation of ``p × r``, no second
-buffer in the cache).  The factor before the last step, needed only for the curvature estimate
-of a divergence message, is recovered then by undoing the update from ``(L_l, K̄)`` (right
-away, and kept, when a re-orthogonalisation rotates the columns).  The passes, ``L_r L_lᵀ``
+``L_r`` (``p2 × r``, the large block) is a :class:`~nqf.dynamics._lowrank.RightBlock`: its rank-``p1`` changes
+are collected as ``Q Z`` and folded into its base in blocks (a diagonal start's base is never formed before
+the first fold), or, for small blocks and re-orthogonalised factors, written in place (``addmm_``).  The
+factor before the last step, needed only for the curvature estimate of a divergence message, is recovered
+then by undoing the update from ``(L_l, K̄)`` (right away, and kept, when a re-orthogonalisation rotates
+the columns).  The passes, ``L_r L_lᵀ``
 and ``K̄ᵀ`` write into preallocated buffers (``f − y`` directly for MSE).  Saving, the
 divergence check and the re-orthogonalisation of the columns are those of
 :func:`~nqf.dynamics._loop.training_loop` and :func:`~nqf.dynamics.simulate` (same steps, same

@@ -96,7 +96,6 @@ class RightBlock:
         self.Q[:, m : m + p1] = Kbt
         torch.mul(Ll, alpha, out=self.Z[m : m + p1])
         self.m = m + p1
-        self.valid = False
 
     def sync(self) -> torch.Tensor:
         """The buffer, made equal to the current ``L_r`` (a fold: the diagonal start becomes a dense base)."""
