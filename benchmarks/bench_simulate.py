@@ -10,8 +10,7 @@ Prints, for a tanh MLP on N = 2048 inputs of width D ∈ {64, 1024} (``p = D + C
   (the results must agree to 1e-10);
 * the time per step from a dense (not diagonal) ``M(0)``: the large block of the factor is then a dense
   base from the first step (``nqf.dynamics._lowrank``), as after the first fold of an ``εI`` start, which
-  keeps its diagonal base implicit for the first ``p2 / 2`` steps (``D / 2`` for one output) or until the
-  first save.
+  keeps its diagonal base implicit for the first ``p2 / 2`` steps (``D / 2`` for one output).
 
 Times are the shortest of several runs (3–5), on the wall clock; the ratios are printed also in CPU
 time of this process (one thread), which leaves out the waits for a core on a machine shared

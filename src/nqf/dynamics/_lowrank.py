@@ -13,7 +13,8 @@ products of a step read the base once each and ``Q``, ``Z`` twice.  The base is
 
 * **a diagonal start** ``[0 | diag(δ)]`` (``M(0) = εI``, the full-rank start): its products are ``O(p2 p1)``
   and nothing of size ``p2 × r`` is read until the first fold, after ``p2 / (2 p1)`` steps — the
-  early plateau of a full-rank start costs the two passes over the data plus ``O((p2 + r) m)``;
+  early plateau of a full-rank start costs the two passes over the data plus ``O((p2 + r) m)``.  A save
+  before then writes ``[0 | diag(δ)] + Q Z`` into the buffer (one product) and the collecting goes on;
 * **a dense block** (the caller's buffer, scaled by ``s``): after the first fold, or from the start when the
   start is not diagonal.  Then a step reads the block twice, and the fold every ``cap / p1`` steps reads
   and writes it once.
@@ -40,7 +41,7 @@ class RightBlock:
     """``L_r = base + Q Z`` (module docstring) on the caller's buffer ``Lr`` (``p2 × r``), which holds ``L_r(0)``.
 
     ``lowrank=False`` keeps the dense in-place update (capacity 0).  :meth:`sync` makes ``Lr`` equal the
-    current ``L_r`` (folding what was collected); read ``Lr`` only after it.
+    current ``L_r``; read ``Lr`` only after it.
     """
 
     def __init__(self, Lr: torch.Tensor, p1: int, lowrank: bool = True):
@@ -98,24 +99,33 @@ class RightBlock:
         self.m = m + p1
 
     def sync(self) -> torch.Tensor:
-        """The buffer, made equal to the current ``L_r`` (a fold: the diagonal start becomes a dense base)."""
+        """The buffer, made equal to the current ``L_r``: a dense base folds what was collected; a diagonal start
+        writes ``[0 | diag(δ)] + Q Z`` into it and keeps collecting (a save costs one product, ``p2 m r``)."""
         if not self.valid:
-            self._fold()
+            if self.delta is not None:
+                self._materialize()
+            else:
+                self._fold()
         return self.buf
+
+    def _materialize(self) -> None:
+        """``[0 | diag(δ)] + Q Z`` into the buffer (a diagonal start)."""
+        assert self.delta is not None
+        self.buf.zero_()
+        self.buf[:, self.c0 :].diagonal().copy_(self.delta)
+        if self.m:
+            self.buf.addmm_(self.Q[:, : self.m], self.Z[: self.m])
+        self.valid = True
 
     def _fold(self) -> None:
         """``base ← base + Q Z`` into the buffer; the base is dense from here on, ``s = 1``, ``m = 0``."""
         if self.delta is not None:
-            self.buf.zero_()
-            self.buf[:, self.c0 :].diagonal().copy_(self.delta)
+            self._materialize()
             self.delta, self.cap = None, self.dense_cap
-            beta = 1.0
-        else:
-            beta = self.s
-        if self.m:
-            self.buf.addmm_(self.Q[:, : self.m], self.Z[: self.m], beta=beta)
-        elif beta != 1.0:
-            self.buf.mul_(beta)
+        elif self.m:
+            self.buf.addmm_(self.Q[:, : self.m], self.Z[: self.m], beta=self.s)
+        elif self.s != 1.0:
+            self.buf.mul_(self.s)
         self.s, self.m, self.valid = 1.0, 0, True
 
 
