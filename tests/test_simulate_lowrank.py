@@ -57,7 +57,7 @@ def starts(p: int, p1: int):
 
 
 @pytest.mark.parametrize("start", ["eps_identity", "unequal_diagonal", "dense"])
-@pytest.mark.parametrize("save_every,wd", [(400, 0.0), (7, 0.0), (400, 0.01)])
+@pytest.mark.parametrize("save_every,wd", [(400, 0.0), (7, 0.0), (151, 0.0), (400, 0.01)])
 def test_lowrank_block_equals_general_loop(start, save_every, wd, monkeypatch):
     op, dense, y = problem()
     M0 = starts(op.p, 1)[start]
@@ -111,3 +111,31 @@ def test_small_blocks_stay_dense(monkeypatch):
     fast = simulate(op, y, M0=1e-6 * torch.eye(op.p, dtype=F64), lr=0.3, steps=50, save_every=10)
     ref = simulate(dense, y, M0=1e-6 * torch.eye(op.p, dtype=F64), lr=0.3, steps=50, save_every=10)
     assert folds == [] and rel_err(fast.M, ref.M) < 1e-11
+
+
+@pytest.mark.parametrize("p1,p2,start", [(1, 300, "diagonal"), (3, 280, "dense"), (150, 200, "diagonal")])
+def test_right_block_equals_dense_updates(p1, p2, start):
+    """The block's three products against the dense update ``L_r ← d L_r + α K̄ᵀ L_l`` on random inputs, through
+    folds and syncs; with ``p1 > p2 / 2`` (no room for a step) a diagonal start is not kept implicit."""
+    g = torch.Generator().manual_seed(p1)
+    r = p1 + p2
+    if start == "diagonal":
+        Lr = torch.cat([torch.zeros(p2, p1, dtype=F64), torch.diag(torch.rand(p2, generator=g, dtype=F64))], 1)
+    else:
+        Lr = torch.randn(p2, r, generator=g, dtype=F64)
+    ref = Lr.clone()
+    rb = lowrank.RightBlock(Lr, p1)
+    assert (rb.delta is not None) == (start == "diagonal" and p1 <= p2 // 2)
+    Ll = torch.randn(p1, r, generator=g, dtype=F64)
+    decay, alpha = 0.99, -0.3
+    for k in range(60):
+        Kbt = torch.randn(p2, p1, generator=g, dtype=F64) / p2
+        torch.testing.assert_close(rb.times_T(Ll, torch.empty(p2, p1, dtype=F64)), ref @ Ll.T, rtol=1e-12, atol=1e-12)
+        nxt = rb.stepped_left(Kbt.T, Ll, decay, alpha, torch.empty(p1, r, dtype=F64))
+        torch.testing.assert_close(nxt, decay * Ll + alpha * Kbt.T @ ref, rtol=1e-12, atol=1e-12)
+        rb.update(Kbt, Ll, decay, alpha)
+        ref = decay * ref + alpha * Kbt @ Ll
+        Ll = nxt
+        if k % 17 == 5:
+            torch.testing.assert_close(rb.sync(), ref, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(rb.sync(), ref, rtol=1e-12, atol=1e-12)

@@ -49,11 +49,11 @@ class RightBlock:
         self.buf, self.p1, self.c0 = Lr, p1, r - p2
         self.s, self.m, self.valid = 1.0, 0, True
         lowrank = lowrank and p2 * r >= LOWRANK_MIN
-        self.delta = _diagonal_start(Lr) if lowrank else None
-        diag_cap = (p2 // 2) // p1 * p1 if self.delta is not None else 0
+        diag_cap = (p2 // 2) // p1 * p1  # room for at least one step, else no implicit diagonal start
+        self.delta = _diagonal_start(Lr) if lowrank and diag_cap else None
         self.dense_cap = max(FOLD_COLUMNS // p1, 1) * p1 if lowrank else 0
-        cap = max(diag_cap, self.dense_cap)
         self.cap = diag_cap if self.delta is not None else self.dense_cap
+        cap = max(self.cap, self.dense_cap)
         self.Q, self.Z = Lr.new_empty(p2, cap), Lr.new_empty(cap, r)
 
     def times_T(self, Ll: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
@@ -84,7 +84,6 @@ class RightBlock:
         if self.cap == 0:
             self.buf.addmm_(Kbt, Ll, beta=decay, alpha=alpha)
             return
-        self.valid = False
         if decay != 1.0:
             if self.delta is not None:
                 self.delta.mul_(decay)
@@ -97,6 +96,7 @@ class RightBlock:
         self.Q[:, m : m + p1] = Kbt
         torch.mul(Ll, alpha, out=self.Z[m : m + p1])
         self.m = m + p1
+        self.valid = False  # after a fold (which leaves the buffer valid): the new term is not in it
 
     def sync(self) -> torch.Tensor:
         """The buffer, made equal to the current ``L_r``: a dense base folds what was collected; a diagonal start
