@@ -57,6 +57,7 @@ def starts(p: int, p1: int):
 
 
 @pytest.mark.parametrize("start", ["eps_identity", "unequal_diagonal", "dense"])
+# 151: a save on the step right after the diagonal start's fold (the update of step 150 folds, then appends)
 @pytest.mark.parametrize("save_every,wd", [(400, 0.0), (7, 0.0), (151, 0.0), (400, 0.01)])
 def test_lowrank_block_equals_general_loop(start, save_every, wd, monkeypatch):
     op, dense, y = problem()
