@@ -45,7 +45,7 @@ def counted_folds(monkeypatch) -> list:
     return seen
 
 
-def starts(p: int, p1: int):
+def starts(p: int):
     g = torch.Generator().manual_seed(5)
     A = torch.randn(p, p, generator=g, dtype=F64) / p
     d = torch.linspace(0.5, 2.0, p, dtype=F64)
@@ -61,7 +61,7 @@ def starts(p: int, p1: int):
 @pytest.mark.parametrize("save_every,wd", [(400, 0.0), (7, 0.0), (151, 0.0), (400, 0.01)])
 def test_lowrank_block_equals_general_loop(start, save_every, wd, monkeypatch):
     op, dense, y = problem()
-    M0 = starts(op.p, 1)[start]
+    M0 = starts(op.p)[start]
     args = dict(M0=M0, lr=0.3, steps=400, save_every=save_every, weight_decay=wd)
     ref = simulate(dense, y, **args)
     folds = counted_folds(monkeypatch)

@@ -73,8 +73,8 @@ def flow(
     mask = system._z0 > 0
     idx = np.flatnonzero(mask)
     b = system._beta[idx]
-    Cm, coo, lband, uband = _restricted_C(system, idx)
-    sparse, narrow = coo is not None, max(lband, uband) <= BAND_MAX
+    Cm, lband, uband = _restricted_C(system, idx)
+    sparse, narrow = sp.issparse(Cm), max(lband, uband) <= BAND_MAX
     if method == "auto":
         method = ("LSODA" if narrow else "BDF") if sparse else "Radau"
     band = _diagonals(Cm) if sparse and method == "LSODA" else None  # LSODA takes a banded Jacobian
@@ -141,9 +141,8 @@ def _output_times(t, n_points: int) -> np.ndarray:
 
 
 def _restricted_C(system: LotkaVolterra, idx: np.ndarray):
-    """``C`` on the modes ``idx``: ``(C, coo, lband, uband)``, with ``coo`` and the bands set only for sparse ``C``."""
+    """``C`` on the modes ``idx``: ``(C, lband, uband)``, with the bands set only for sparse ``C`` (0 for dense)."""
     lband = uband = 0
-    coo = None
     if system._dense is not None:
         Cm = system._dense[np.ix_(idx, idx)]
     else:
@@ -152,7 +151,7 @@ def _restricted_C(system: LotkaVolterra, idx: np.ndarray):
         coo = Cm.tocoo()
         lband = int(max(0, (coo.row - coo.col).max(initial=0)))
         uband = int(max(0, (coo.col - coo.row).max(initial=0)))
-    return Cm, coo, lband, uband
+    return Cm, lband, uband
 
 
 def _diagonals(Cm) -> sp.dia_matrix:
