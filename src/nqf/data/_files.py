@@ -1,5 +1,6 @@
 """Reading data files safely: a regular file of bounded size, archives that do not inflate past a cap, CSV with
-named columns (numbers or class names), ``.npz`` and ``.pt`` with ``X`` and ``y`` (see :mod:`nqf.data`)."""
+named columns (numbers or class names), ``.npz`` and ``.pt`` with ``X`` and ``y``, and ``.pt`` holding a
+``TensorDataset(X, Y)`` (see :mod:`nqf.data`)."""
 
 from __future__ import annotations
 
@@ -208,17 +209,93 @@ def _read_npz(path: Path):
     return np.asarray(X), np.asarray(y), None
 
 
+#: The name under which ``torch.save(TensorDataset(X, Y), path)`` pickles its dataset.
+TENSOR_DATASET = "torch.utils.data.dataset.TensorDataset"
+_SAVE_AS = "save the data as torch.save({'X': X, 'Y': Y}, path)"
+
+
+class _SavedTensorDataset:
+    """Stands in for ``torch.utils.data.TensorDataset`` while a ``.pt`` file is unpickled: torch's weights-only
+    unpickler makes this class (``object.__new__``, or ``__init__`` for a ``REDUCE``) in place of the real one and
+    hands it the saved state (``__setstate__``).  Both only store what they are given: no code of the real class
+    and nothing named in the file runs; everything inside is built by torch's weights-only allowlist (tensors,
+    containers, numbers, strings)."""
+
+    __slots__ = ("state",)
+
+    def __init__(self, *tensors):
+        self.state = {"tensors": tensors}
+
+    def __setstate__(self, state):
+        self.state = state
+
+
+def _tensor_dataset(obj, path: Path):
+    """``(X, Y)`` of a saved ``TensorDataset`` (its two tensors); anything else is returned unchanged."""
+    from torch.utils.data import TensorDataset
+
+    if isinstance(obj, TensorDataset):  # the caller allowlisted the real class (torch.serialization.add_safe_globals)
+        tensors = obj.tensors
+    elif type(obj) is _SavedTensorDataset:
+        state = getattr(obj, "state", None)  # unset when the file never handed it a state
+        tensors = state.get("tensors") if isinstance(state, dict) else None
+    else:
+        return obj
+    if not isinstance(tensors, (tuple, list)) or len(tensors) != 2:
+        n = len(tensors) if isinstance(tensors, (tuple, list)) else type(tensors).__name__
+        raise DataError(f"`data`: {path} holds a TensorDataset, which must hold 2 tensors (X, Y); found {n}")
+    return tuple(tensors)
+
+
+def _stand_in(torch):
+    """Map the saved name of ``TensorDataset`` to :class:`_SavedTensorDataset` for one ``torch.load`` (torch ≥ 2.6
+    takes ``(class, name)`` pairs; before, a saved TensorDataset is refused with :func:`_pt_error`'s line)."""
+    import contextlib
+
+    major, minor = (int("".join(c for c in v if c.isdigit()) or 0) for v in torch.__version__.split(".")[:2])
+    if (major, minor) < (2, 6):  # pragma: no cover - the tested torch is newer
+        return contextlib.nullcontext()
+    return torch.serialization.safe_globals([(_SavedTensorDataset, TENSOR_DATASET)])
+
+
+def _pt_error(path: Path, exc: Exception) -> DataError:
+    """One line for a ``.pt`` file torch.load(weights_only=True) refuses: the object it holds that nqf does not
+    unpickle and how to save the data instead, or the first line of torch's message."""
+    import re
+
+    text = str(exc)
+    found = re.search(r"GLOBAL (\S+) was not an allowed global", text)
+    if found:
+        return DataError(
+            f"`data`: {path} holds the Python object {found.group(1)}, which nqf never unpickles (a .pt file is read "
+            f"with torch.load(weights_only=True): tensors, lists, dicts, numbers, a TensorDataset); {_SAVE_AS}"
+        )
+    detail = re.search(r"WeightsUnpickler error:\s*([^\n]+)", text)  # torch's reason, without its advice
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if detail:
+        line = detail.group(1).strip()
+    elif text.startswith("Weights only load failed"):
+        line = "the weights-only unpickler refused its content"
+    else:
+        line = lines[0] if lines else "no message"
+    return DataError(
+        f"`data`: {path} could not be read with torch.load(weights_only=True): {type(exc).__name__}: {line}; {_SAVE_AS}"
+    )
+
+
 def _read_pt(path: Path):
+    import warnings
+
     import torch
 
     _check_archive(path, "data", required=False)
-    try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+    try:  # torch's warnings (a pickle protocol it did not write) would be lines beside the CLI's one
+        with _stand_in(torch), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - re-raised as DataError naming the file (torch.load of junk raises anything)
-        raise DataError(
-            f"`data`: {path} could not be read with torch.load(weights_only=True): {type(exc).__name__}: {exc}"
-        ) from exc
-    X, y = _pick(obj, path)
+        raise _pt_error(path, exc) from exc
+    X, y = _pick(_tensor_dataset(obj, path), path)
     return _as_array(X, "X", path), _as_array(y, "Y", path), None
 
 

@@ -88,7 +88,6 @@ class PowerLaw(Experiment):
         "width_factor": 1,
         "save_points": 200,
         "n_boot": 20,
-        "exponent_tolerance": 0.15,
         "first_mode": 5,
     }
     checks = (
@@ -117,7 +116,7 @@ class PowerLaw(Experiment):
         net = _network_problem(P, ctx)  # problem and its mode prediction
         runs = _network_runs(net, P, ctx)
         meas = _network_measurement(net, runs, P, ctx)
-        out.checks.extend(network_checks(meas, P))
+        out.checks.extend(network_checks(meas, net, P))
         _record_network(out, net, runs, meas, P)
 
 

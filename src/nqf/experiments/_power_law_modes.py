@@ -109,7 +109,6 @@ class PowerLawParams(Params):
     width_factor: int = Field(2, ge=1, description="real network width = factor × 2K")
     save_points: int = Field(800, ge=50)
     n_boot: int = Field(200, ge=0)
-    exponent_tolerance: float = Field(0.05, gt=0, description="|NQF fit − exact-sum fit| allowed (absolute)")
 
     @model_validator(mode="after")
     def _windows(self):

@@ -85,16 +85,23 @@ def _network_runs(net: dict, P: PowerLawParams, ctx) -> dict:
 
 
 def _network_measurement(net: dict, runs: dict, P: PowerLawParams, ctx) -> dict:
-    """Exact-sum exponent at this K and ε, and the power-law fits of the NQF (and real network) losses."""
+    """The power-law fits of the NQF (and real network) losses, and of the exact mode sum at the same times.
+
+    The exact mode sum (:func:`isotropic_mode_sum`, numpy) is sampled at the NQF run's own times and fitted by the
+    same :func:`nqf.curves.fit_power_law` over the same window: the two exponents differ only by how the curves
+    differ, not by how they are sampled or weighted (an OLS on the run's uniform-in-t samples weighs late times
+    more and gave 1.483 for the mode sum that the log-binned fit puts at 1.422, K = 48, ε = 1e-6).
+    """
     from ..curves import fit_power_law
 
-    sim, window = runs["nqf"], net["window"]
+    sim, window, L_inf = runs["nqf"], net["window"], net["loss_inf"]
     t, L_sim = sim.t.numpy()[1:], sim.loss.numpy()[1:]
     ref_curve = isotropic_mode_sum(t, net["lam"], P.eps)
     reason = stop_reason(nqf=sim)
     fit = {"n_boot": P.n_boot, "seed": ctx.seed, "window": window}
-    fit_sim = fit_power_law(t, L_sim, L_inf=net["loss_inf"], **fit) if not reason else None
-    meas = {"t": t, "L_sim": L_sim, "ref_curve": ref_curve, "ref": ols_exponent(t, ref_curve, window)}
+    fit_sim = fit_power_law(t, L_sim, L_inf=L_inf, **fit) if not reason else None
+    ref = fit_power_law(t, ref_curve + L_inf, L_inf=L_inf, window=window, n_boot=0).exponent
+    meas = {"t": t, "L_sim": L_sim, "ref_curve": ref_curve, "ref": ref}
     meas.update({"reason": reason, "fit_sim": fit_sim, "fit_real": None})
     if P.real_network:
         L_real = runs["real"].loss.numpy()[1:]
@@ -105,18 +112,31 @@ def _network_measurement(net: dict, runs: dict, P: PowerLawParams, ctx) -> dict:
     return meas
 
 
-def network_checks(meas: dict, P: PowerLawParams) -> list[Check]:
-    """The NQF GD's fitted exponent vs the exact mode sum's at the same K and ε (failed if the run stopped)."""
+def gd_clock_tolerance(net: dict) -> float:
+    """Relative exponent error allowed between the NQF GD and the exact (gradient-flow) mode sum: ``η ζ_{k_lo}/4``.
+
+    A GD step multiplies a mode's order parameter by ``(1 + η ζ/2)²`` where the flow multiplies it by ``e^{η ζ}``:
+    the GD clock of mode ``k`` runs slow by the relative ``η ζ_k/4 + O(η² ζ_k²)``, so the local log–log slope at
+    the switch-on of mode ``k`` is off by relative ``η ζ_k/4`` (to first order), and the fitted exponent — a
+    positively weighted average of the local slopes over the window — by at most that of the fastest mode in the
+    window, ``k_lo``.  Measured (K = 16 and 48, ε = 1e-6, ``step_fraction`` 0.025…0.2): 0.2–0.35 of this bound,
+    proportional to η.
+    """
+    rates = np.sort(np.asarray(net["zeta"], float))[::-1]
+    return float(net["lr"] * rates[net["k_lo"] - 1] / 4)
+
+
+def network_checks(meas: dict, net: dict, P: PowerLawParams) -> list[Check]:
+    """The exact mode sum's exponent vs the NQF GD's fitted one at the same K and ε (failed if the run stopped)."""
     fit_sim = meas["fit_sim"]
     checks = [
         Check(
-            f"exponent at K = {P.n_modes}, ε = {P.eps:g}: NQF GD vs exact mode sum",
+            f"exponent at K = {P.n_modes}, ε = {P.eps:g}, modes {net['k_lo']}–{net['k_hi']}: mode sum vs NQF GD",
             meas["ref"],
             fit_sim.exponent if fit_sim is not None else None,
-            P.exponent_tolerance,
-            kind="absolute",
-            reference="NQF order-parameter GD (simulate), fitted with bootstrap CI",
-            tolerance_origin="GD vs flow O(η ζ) and the fit's bootstrap spread",
+            gd_clock_tolerance(net),
+            reference="NQF order-parameter GD (simulate), fit_power_law over the same window and samples",
+            tolerance_origin="GD vs gradient flow: relative clock error η ζ_k/4 of the window's fastest mode",
         )
     ]
     mark_unfinished(checks, meas["reason"], start=-1)

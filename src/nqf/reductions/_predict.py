@@ -88,7 +88,11 @@ def predict(
         Initial order parameter of the Lotka–Volterra reduction (default ``εI``; a
         rank-deficient start ``εΠ`` for a width below ``p``).
     max_rank : int, optional
-        Follow the saddle sequence up to this rank.
+        The largest rank ``M = W Wᵀ`` can reach: the number of units ``m`` (``nqf.analyze`` passes it).
+        The saddle sequence stops at this rank and the SVD modes at this many modes, with a note, so the
+        staircase never predicts a level the model cannot reach.  The Lotka–Volterra reductions are not
+        bounded by it: with commuting data the loss depends on ``M`` only through its diagonal in the
+        common eigenbasis, which an ``M`` of any rank ``≥ 1`` reaches (``M = w wᵀ``, ``w_j² = z_j``).
     init : {"isotropic", "balanced"}
         Start of the SVD-mode reduction (``M(0) = εI`` or one unit per mode).
     chain : list, optional
@@ -125,7 +129,7 @@ def predict(
         from .svd_modes import two_layer_modes
 
         X, sigma1 = _mlp_inputs(op)
-        return two_layer_modes(X, Y, sigma1=sigma1, eps=e, init=init).staircase()
+        return _bounded(two_layer_modes(X, Y, sigma1=sigma1, eps=e, init=init).staircase(), max_rank)
     if commuting is None and method == "auto":
         commuting = commutes(op)
     dense_entries = op.n_samples * op.n_outputs * op.p**2
@@ -140,14 +144,14 @@ def predict(
 
     rule = "auto" if commuting is None else "commuting" if commuting else "generic"
     t0 = time.perf_counter()
-    seq = saddle_sequence(op, Y, rule=rule, max_rank=max_rank)
+    seq = saddle_sequence(op, Y, rule=rule, max_rank=_checked_rank(max_rank))
     K, spent = len(seq) - 1, time.perf_counter() - t0
     low, high = clock_cost(seq) if chain is None else (0.0, 0.0)
     if log is not None:
         later = f"; O(1) clock of drops 2–{K}: {low:.2g}–{high:.2g} s" if high > 0 else ""
         log(f"saddle search: {K} drops in {spent:.1f} s{later}")
     t0 = time.perf_counter()
-    st = seq.staircase(e, chain=chain)
+    st = seq.staircase(e, chain=chain, M0=M0)
     if timings is not None:
         timings.update(search=spent, clock=time.perf_counter() - t0, estimate_clock=high, estimate_clock_low=low)
     if commuting and method == "auto":
@@ -156,4 +160,44 @@ def predict(
             "the commuting rule (equal to the Lotka–Volterra ε → 0 limit)"
         )
         st = dataclasses.replace(st, notes=(note, *st.notes))
+    if max_rank is not None and not st.global_minimum and int(st.ranks[-1]) >= int(max_rank):
+        note = (
+            f"width: M = W Wᵀ has rank at most {int(max_rank)} (the number of units); the saddle sequence stops "
+            f"there, at L = {float(st.levels[-1]):.4g}, above the NQF's global minimum"
+        )
+        st = dataclasses.replace(st, notes=(note, *st.notes))
     return st
+
+
+def _checked_rank(max_rank) -> int | None:
+    if max_rank is None:
+        return None
+    from .._validation import positive_int
+
+    return positive_int("max_rank", max_rank)
+
+
+def _bounded(st: Staircase, max_rank) -> Staircase:
+    """``st`` up to its last plateau of rank ``≤ max_rank``, with a note naming what was left out."""
+    if max_rank is None or int(st.ranks[-1]) <= _checked_rank(max_rank):
+        return st
+    keep = int((st.ranks <= int(max_rank)).sum())  # ranks grow along a staircase: plateaus 0 … keep−1
+    K = keep - 1
+    note = (
+        f"width: M = W Wᵀ has rank at most {int(max_rank)} (the number of units), so the {st.n_drops - K} later "
+        f"drop(s) (down to L = {float(st.levels[-1]):.4g}) cannot be reached; the staircase stops at "
+        f"L = {float(st.levels[K]):.4g}"
+    )
+    return dataclasses.replace(
+        st,
+        levels=st.levels[:keep],
+        times=st.times[:K],
+        time_rules=st.time_rules[:K],
+        times_leading=st.times_leading[:K],
+        rates=st.rates[:keep],
+        ranks=st.ranks[:keep],
+        directions=st.directions[:, :K],
+        modes=st.modes[:K],
+        global_minimum=False,
+        notes=(note, *st.notes),
+    )

@@ -231,6 +231,17 @@ def check_builtin_memory(width: int, D: int, C: int, N: int = 0) -> None:
     check_memory(8.0 * width * (D + C + N), f"`model`: width={width}", f"float64 weights {width}·({D} + {C}){acts}")
 
 
+def _copied(module: nn.Module) -> nn.Module:
+    """A deep copy of the user's module (what is converted and analysed; theirs is never touched)."""
+    try:
+        return copy.deepcopy(module)
+    except (TypeError, RuntimeError, AttributeError, copy.Error) as exc:
+        raise ModelSpecError(
+            f"`model`: the {type(module).__name__} passed must be copyable with copy.deepcopy (nqf analyses a "
+            f"float64 copy and leaves yours unchanged); found {type(exc).__name__}: {str(exc).splitlines()[0]}"
+        ) from exc
+
+
 def build_model(spec, in_features: int, n_outputs: int, *, seed: int = 0, n_samples: int = 0) -> nn.Module:
     """A float64 ``nn.Module`` from a spec, a ``FILE.py:FACTORY`` string, or a module.
 
@@ -248,17 +259,19 @@ def build_model(spec, in_features: int, n_outputs: int, *, seed: int = 0, n_samp
     Returns
     -------
     torch.nn.Module (float64)
+        A module passed in is copied first and the copy converted: the caller's module keeps its dtype,
+        parameters, buffers and ``training`` flag.
 
     Raises
     ------
     ModelSpecError
-        A bad spec, a model file or factory that fails.
+        A bad spec, a model file or factory that fails, a module that cannot be copied.
     ParameterError
         A built-in spec whose weights and hidden activations cannot fit in memory (:func:`check_builtin_memory`),
         refused before anything is allocated.
     """
     if isinstance(spec, nn.Module):
-        return spec.to(torch.float64)
+        return _copied(spec).to(torch.float64)
     spec = str(spec)
     torch.manual_seed(seed)
     if ".py:" in spec:

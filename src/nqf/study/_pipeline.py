@@ -70,6 +70,8 @@ REAL_STEP_FACTOR = 20.0
 
 
 def _as_data(X, Y, name: str | None) -> Dataset:
+    """A :class:`nqf.data.Dataset` as given; arrays prepared as ``nqf analyze --data`` prepares a file (the
+    defaults of :func:`prepare`), what was assumed appended to ``preprocessing["task_rule"]`` (printed first)."""
     if isinstance(X, Dataset):
         return X
     if Y is None:
@@ -78,7 +80,14 @@ def _as_data(X, Y, name: str | None) -> Dataset:
         raise ShapeError("`Y` is required when `X` is an array (or pass a nqf.data.Dataset as `X`)")
     Xa = X.detach().cpu().numpy() if hasattr(X, "detach") else X
     Ya = Y.detach().cpu().numpy() if hasattr(Y, "detach") else Y
-    return prepare(Xa, Ya, task="regression", standardize=False, one_hot=False, center=False, name=name or "arrays")
+    data = prepare(Xa, Ya, name=name or "arrays")
+    targets = "one-hot and centred" if data.preprocessing["one_hot"] else "centred"
+    data.preprocessing["task_rule"] = (
+        f"{data.preprocessing['task_rule']}; arrays prepared as `nqf analyze --data` prepares a file: inputs "
+        f"standardised, targets {targets}; pass nqf.data.prepare(X, Y, task=..., standardize=False) to use them "
+        "as given"
+    )
+    return data
 
 
 def _check_builtin_shape(model, data: Dataset) -> None:
@@ -204,7 +213,7 @@ def analyze(
     data, module, found, desc = prepare_analysis(model, X, Y, units=units, seed=seed, data_name=data_name)
     say(_data_line(data))
     say(f"units: {found.describe()}")
-    notes = _training_only_notes(module, say)
+    notes = _training_only_notes(module, say) + _trained_notes(module, found, say)
     Xt = torch.as_tensor(data.X, dtype=torch.float64)
     Yt = torch.as_tensor(data.Y, dtype=torch.float64)
     op, f0, how = _operator(module, found, Xt, say)
@@ -220,7 +229,7 @@ def analyze(
     W0 = initial_weights(p, m, eps, seed=seed)
     M0 = W0 @ W0.T if m < p else None
     phases: dict = {}  # the saddle sequence's search and O(1) clock, each with its estimate
-    pred = predict(op, Ynqf, eps, commuting=commuting, M0=M0, log=say, timings=phases)
+    pred = predict(op, Ynqf, eps, commuting=commuting, M0=M0, max_rank=m, log=say, timings=phases)
     if shift:
         pred = dataclasses.replace(pred, levels=pred.levels + shift)
     timings["prediction"] = phases.get("search", time.perf_counter() - t0)
@@ -398,6 +407,25 @@ def _training_only_notes(module, say) -> list[str]:
         "on is not what was analysed."
     )
     say(f"note: {note}")
+    return [note]
+
+
+def _trained_notes(module, found, say) -> list[str]:
+    """What the analysis trains (the unit layer's parameters) and what it freezes (every other trainable
+    parameter, held at the values the model was built with), for the NQF and the real network alike."""
+    trained = list(dict.fromkeys(sl.param for sl in found.layout.slices))
+    frozen = [name for name, prm in module.named_parameters() if prm.requires_grad and name not in trained]
+    line = f"trained: {', '.join(trained)} (the {found.n_units} units)"
+    if not frozen:
+        say(line + "; no other trainable parameter")
+        return []
+    n = sum(int(module.get_parameter(name).numel()) for name in frozen)
+    note = (
+        f"Trained: {', '.join(trained)} (the {found.n_units} units). Frozen at their initial values, in the NQF "
+        f"and in the real network alike: {', '.join(frozen)} ({n} parameters); a network trained with all its "
+        "layers is not what was analysed."
+    )
+    say(f"{line}; frozen: {', '.join(frozen)} ({n} parameters)")
     return [note]
 
 

@@ -72,6 +72,21 @@ def _projector(V: torch.Tensor, p: int) -> torch.Tensor:
     return torch.eye(p, dtype=V.dtype) - B @ B.T
 
 
+def start_factor(p: int, eps: float, M0=None) -> torch.Tensor:
+    """A factor ``B`` of the start, ``M(0) = B Bᵀ``: ``√ε I`` for ``εI``, else the non-zero eigenpairs of ``M0``."""
+    if M0 is None:
+        return math.sqrt(eps) * torch.eye(p, dtype=torch.float64)
+    M = torch.as_tensor(M0, dtype=torch.float64)
+    lam, V = torch.linalg.eigh(0.5 * (M + M.T))
+    keep = lam > 1e-12 * float(lam.abs().max())
+    return V[:, keep] * lam[keep].sqrt()
+
+
+def seed_size(q: torch.Tensor, B: torch.Tensor) -> float:
+    """``qᵀ M0 q = ‖Bᵀ q‖²``: the size the start gives direction ``q`` (``ε`` for ``M0 = εI``)."""
+    return float((B.T @ q).pow(2).sum())
+
+
 def _jump(
     prob, sad, L_next: float, delta: float, relax: float = 1e-6, s_max: float = 40.0, rtol: float = 1e-11
 ) -> Heteroclinic:
@@ -126,6 +141,7 @@ def corrected_escape_times(
     rate_tol: float = 0.02,
     return_info: bool = False,
     chain: list | None = None,
+    M0=None,
 ):
     """Midpoint-crossing times of every drop from the small-part recursion (module docstring).
 
@@ -138,6 +154,11 @@ def corrected_escape_times(
         ``M(0) = εI``.
     delta : float
         Seed ``δ q qᵀ`` of each heteroclinic.
+    M0 : torch.Tensor, shape (p, p), optional
+        A start other than ``εI`` (a width ``m < p`` starts from ``εΠ``, ``Π`` of rank ``m``): the recursion
+        runs on a factor ``B`` of ``M0 = B Bᵀ`` in place of ``√ε I`` (``M(t) = U B Bᵀ Uᵀ`` exactly), so the
+        first escape is normalised by ``q_0ᵀ M0 q_0`` and every later one by what the start put in its
+        direction.
     chain : list, optional
         :func:`heteroclinic_chain` of the same sequence and ``delta`` (reused, not integrated again; its
         ``rtol = 1e-8`` gives the same times as 1e-11 to 1e-5 on digits and wine).
@@ -157,8 +178,10 @@ def corrected_escape_times(
     if K == 0:
         return (np.zeros(0), []) if return_info else np.zeros(0)
     h0 = saddles[0].escape_rate / 4.0
-    T = float(leading_switch_time(4.0 * h0, eps))  # exact normalisation of the first escape from εI
     p = prob.p
+    B = start_factor(p, eps, M0)
+    # exact normalisation of the first escape: q_0ᵀ M(t) q_0 = e^{4 h_0 t} q_0ᵀ M0 q_0 in the linear regime
+    T = float(leading_switch_time(4.0 * h0, seed_size(saddles[0].escape_direction[:, :1], B)))
     Z, t = None, 0.0
     out, info = [], []
     for k in range(K):
@@ -169,7 +192,7 @@ def corrected_escape_times(
         s_from = t - T
         if Z is None:  # plateau 0 up to the seed of Φ_0: U = exp(−2 G_0 t)
             s_from = max(J.s_lo, -T)
-            Z = _expm_sym(saddles[0].G, T + s_from)
+            Z = _expm_sym(saddles[0].G, T + s_from) @ B
         elif s_from < J.s_lo:  # still on plateau k before the seed: exact exponential
             P = _projector(saddles[k].V, p)
             Z = _expm_sym(P @ saddles[k].G @ P, J.s_lo - s_from) @ Z
@@ -189,7 +212,7 @@ def corrected_escape_times(
             out.extend([math.nan] * (K - 1 - k))
             break
         _, (ss, Zs) = _propagate(J, Z, s_from, J.s_hi, n_out=300)
-        la = np.array([math.log(eps * float((z.T @ q).pow(2).sum())) for z in Zs])
+        la = np.array([math.log(float((z.T @ q).pow(2).sum())) for z in Zs])
         slope = np.gradient(la, ss)
         # reference point: a point after the drop where the small part grows purely exponentially (slope 4h,
         # ≥ 5 consecutive points) while it is still small (a < 1e-2, linear regime)
@@ -286,7 +309,7 @@ def composite_loss(chain, levels, times, t) -> np.ndarray:
 TIME_RULES = ("exact offset", "O(1) recursion", "leading order")
 
 
-def predicted_escape_times(seq, eps: float, *, chain: list | None = None):
+def predicted_escape_times(seq, eps: float, *, chain: list | None = None, M0=None, recursion: bool = True):
     """The best available drop times at ``ε`` and the rule behind each.
 
     Drop 1: ``ln(1/ε)/(4h_0) + s_mid`` (exact offset); later drops: the
@@ -299,6 +322,11 @@ def predicted_escape_times(seq, eps: float, *, chain: list | None = None):
     eps : float
     chain : list, optional
         :func:`heteroclinic_chain` of ``seq`` (reused).
+    M0 : torch.Tensor, shape (p, p), optional
+        A start other than ``εI`` (:func:`corrected_escape_times`); the first drop is normalised by
+        ``q_0ᵀ M0 q_0``, the leading order of the later ones stays ``τ_k ln(1/ε)``.
+    recursion : bool
+        False: the later drops at leading order only (no heteroclinic integration).
 
     Returns
     -------
@@ -307,10 +335,13 @@ def predicted_escape_times(seq, eps: float, *, chain: list | None = None):
         One of :data:`TIME_RULES` per drop.
     """
     lead = np.asarray(seq.escape_times(eps), dtype=float)
+    if M0 is not None and lead.size:  # drop 1 from the size the start gives its direction, not ε
+        q0 = seq.saddles[0].escape_direction[:, :1]
+        lead[0] += math.log(eps / seed_size(q0, start_factor(q0.shape[0], eps, M0))) / float(seq.escape_rates[0])
     first = TIME_RULES[0] if np.isfinite(seq.first_offset) else TIME_RULES[2]
-    if lead.size <= 1:  # drop 1 has its exact offset already; the recursion only serves later drops
-        return lead, (first,) * lead.size
-    corr = corrected_escape_times(seq._problem, seq.saddles, eps, chain=chain)
+    if lead.size <= 1 or not recursion:  # drop 1 has its exact offset already; the recursion serves later drops
+        return lead, tuple(first if k == 0 else TIME_RULES[2] for k in range(lead.size))
+    corr = corrected_escape_times(seq._problem, seq.saddles, eps, chain=chain, M0=M0)
     ok = np.isfinite(corr)
     ok[0] = False  # drop 1: the exact offset of escape_times (the same time)
     times = np.where(ok, corr, lead)

@@ -238,7 +238,7 @@ class SaddleSequence(Result):
         s_level = self._orbit.crossing(L0 - level * (L0 - L1))
         return self.saddles[1].tau * math.log(1.0 / eps) + s_level
 
-    def staircase(self, eps: float, *, chain: list | None = None, leading: bool = False) -> Staircase:
+    def staircase(self, eps: float, *, chain: list | None = None, leading: bool = False, M0=None) -> Staircase:
         """The predicted staircase at ``ε`` (:class:`nqf.reductions.Staircase`, method ``"saddle-sequence"``).
 
         Drop times by the best rule available for each
@@ -255,16 +255,19 @@ class SaddleSequence(Result):
             :func:`nqf.reductions.saddles._clock.heteroclinic_chain` of this sequence (reused).
         leading : bool
             Skip the small-part recursion.
+        M0 : array_like, shape (p, p), optional
+            A start other than ``εI`` (e.g. ``εΠ`` of a width below ``p``): the first drop is timed from
+            ``q_0ᵀ M0 q_0`` and the recursion runs on a factor of ``M0``
+            (:func:`nqf.reductions.saddles._clock.corrected_escape_times`).
         """
-        from ._clock import TIME_RULES, predicted_escape_times
+        from ._clock import predicted_escape_times
 
         eps = _check_eps(eps)
         K = len(self.saddles) - 1
         if leading or K == 0:
-            times = self.escape_times(eps)
-            rules = tuple(TIME_RULES[0] if k == 0 else TIME_RULES[2] for k in range(K))
+            times, rules = predicted_escape_times(self, eps, M0=M0, recursion=False)
         else:
-            times, rules = predicted_escape_times(self, eps, chain=chain)
+            times, rules = predicted_escape_times(self, eps, chain=chain, M0=M0)
         dirs = [self.saddles[k].escape_direction[:, 0].numpy() for k in range(K)]
         return Staircase(
             "saddle-sequence",

@@ -221,6 +221,13 @@ def _generic(prob: LossProblem, *, max_rank, tol, gtol, rank_rtol, degeneracy_rt
             return saddles, lam, message, notes
         h = sad.rates
         m = int((h >= lam - degeneracy_rtol * abs(lam)).sum())
+        if r + m > max_rank:  # a degenerate escape wider than the rank left: M = W Wᵀ grows in max_rank − r of them
+            notes.append(
+                f"saddle {len(saddles)}: the top escape rate is {m}-fold degenerate but M can gain only "
+                f"{max_rank - r} more rank (`max_rank` = {max_rank}): the escape grows the first {max_rank - r} "
+                "of those directions (which ones, within the degenerate space, a start of that rank decides)"
+            )
+            m = max_rank - r
         hn = h.numpy()
         n = min(len(e_sorted), len(hn))
         dtau = e_sorted[0] / (4.0 * lam)
