@@ -213,7 +213,8 @@ def analyze(
     data, module, found, desc = prepare_analysis(model, X, Y, units=units, seed=seed, data_name=data_name)
     say(_data_line(data))
     say(f"units: {found.describe()}")
-    notes = _training_only_notes(module, say) + _trained_notes(module, found, say)
+    trained = _trained_notes(module, found, say)  # first in the verdict: what the analysis is about
+    notes = _training_only_notes(module, say)
     Xt = torch.as_tensor(data.X, dtype=torch.float64)
     Yt = torch.as_tensor(data.Y, dtype=torch.float64)
     op, f0, how = _operator(module, found, Xt, say)
@@ -259,7 +260,9 @@ def analyze(
     seeded = seeded_clock(clock, problem, run, pred, sim, say, timings)
     release_free_memory()  # the runs' transient arrays: not resident while the report is drawn
     warnings = [n for n in pred.notes if n.startswith("warning:")] + _target_scale(data, val)
+    verdict["text"][:0] = trained
     verdict["text"].extend([*clock_sentences(seeded, cmp_real.times_measured), *notes, *warnings])
+    notes = trained + notes
     return Analysis(
         model=desc,
         data=data.name,
