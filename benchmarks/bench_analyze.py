@@ -60,28 +60,34 @@ def docs_table(path: Path = DOCS) -> list[dict]:
     return rows
 
 
+def _cell(value) -> float:
+    """A cell of the report's table as a number: numbers as they are, ``"0 (round-off)"`` as 0, an error
+    printed as an absolute difference (``"|Δ| …"``, not a percent) as NaN."""
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str) and value.startswith("0 (round-off)"):
+        return 0.0
+    return float("nan")
+
+
 def run_table(results: Path) -> list[dict]:
-    """The same columns from a run's ``results.json`` (table "Plateaus and drops")."""
+    """The same columns from a run's ``results.json`` (table "Plateaus and drops", the report's cells: errors in
+    percent, flat as ``"yes (ratio)"``)."""
     res = json.loads(results.read_text())
     table = next(t for t in res["tables"] if t["name"] == "Plateaus and drops")
     i = {name: j for j, name in enumerate(table["columns"])}
-    err_level, err_time = (j for j, name in enumerate(table["columns"]) if name == "err real")
     out = []
     for r in table["rows"]:
         if r[0] == 0:
             continue
+        flat = re.search(r"\(([\d.e+-]+)\)", str(r[i["flat (real)"]]))
         out.append(
             {
                 "k": r[0],
-                "L pred": r[i["L pred"]],
-                "L NQF": r[i["L NQF"]],
-                "L real": r[i["L real"]],
-                "err L": r[err_level],
-                "t pred": r[i["t pred"]],
-                "t NQF": r[i["t NQF"]],
-                "t real": r[i["t real"]],
-                "err t": r[err_time],
-                "flatness": r[i["flatness (real)"]],
+                **{c: _cell(r[i[c]]) for c in ("L pred", "L NQF", "L real", "t pred", "t NQF", "t real")},
+                "err L": _cell(r[i["err L real %"]]) / 100,
+                "err t": _cell(r[i["err t real %"]]) / 100,
+                "flatness": float(flat.group(1)) if flat else float("nan"),
             }
         )
     return out

@@ -3,6 +3,7 @@
 
 import csv
 import json
+import math
 import pickle
 
 import numpy as np
@@ -14,7 +15,6 @@ import nqf
 from nqf.cli import app
 from nqf.data import load_dataset, prepare
 from nqf.errors import DataError, ModelSpecError
-from nqf.report import format_cell
 from nqf.study import prepare_analysis
 
 WINE_NAMES = ("barbera", "barolo", "grignolino")  # sorted: one-hot order equals that of the labels 0, 1, 2
@@ -213,30 +213,54 @@ def test_classes_in_the_analysis_results_and_header(wine_run, wine_csv, tmp_path
 
 def test_printed_table_columns_are_the_analysis_fields(wine_run):
     """Issue 24: the terminal table printed t rule under "t NQF", the NQF's time under "t real", the NQF's
-    time error under "err" and the real time error under "flat".  Each printed column is now its field."""
+    time error under "err" and the real time error under "flat".  Each printed column is now its field: the
+    cells, cut at the right edges of the right-aligned headers, against the raw fields of the Analysis (levels
+    and times to the 4 printed digits, errors in percent to the printed decimal)."""
     from nqf.study._output import print_analysis
 
     a, _ = wine_run
     lines: list[str] = []
     print_analysis(a, lines.append)
     head = next(i for i, ln in enumerate(lines) if ln.split()[:2] == ["k", "rank"])
-    assert lines[head].split() == "k rank L pred L NQF L real err t pred t NQF t real err t seeded flat".split()
-    rows = [ln.split() for ln in lines[head + 1 : head + 1 + len(a.table())]]
-    field = {
-        "k": 0, "rank": 1, "L pred": 2, "L NQF": 3, "L real": 4, "err L": 6,
-        "t pred": 7, "t NQF": 9, "t real": 10, "err t": 12, "t seeded": 15, "flat": 14,
-    }  # fmt: skip
+    names = "k|rank|L pred|L NQF|L real|err %|t pred|t NQF|t real|err %|t seeded|flat".split("|")
+    ends, pos = [], 0
+    for name in names:  # each header ends its column (right-aligned), the columns one space apart
+        pos = lines[head].index(name, pos) + len(name)
+        ends.append(pos)
+    assert lines[head][pos:].strip() == ""
+
+    def cells(line):
+        starts = [0] + [e + 1 for e in ends[:-1]]
+        return [line[s:e].strip() for s, e in zip(starts, ends, strict=True)]
+
+    def near(cell, value, digits=4):
+        assert cell not in ("", "-") and abs(float(cell) - value) <= 0.5 * 10 ** (-digits + 1) * abs(value), (
+            cell,
+            value,
+        )
+
+    P, R, S = a.prediction, a.real, a.nqf
     reached = 0
-    for printed, r in zip(rows, a.table(), strict=True):
-        assert len(printed) == 13, printed  # 12 columns, the flat one with its ratio in brackets
-        for j, (_, col) in enumerate(field.items()):
-            assert printed[j] == format_cell(r[col]), (j, printed, r)
-        assert printed[12] == f"({format_cell(r[13])})"
-        reached += r[10] is not None
+    for k in range(P.levels.size):
+        row = cells(lines[head + 1 + k])
+        assert int(row[0]) == k and int(row[1]) == int(P.ranks[k])
+        near(row[2], float(P.levels[k]))
+        near(row[3], float(S.levels_measured[k]))
+        near(row[4], float(R.levels_measured[k]))
+        assert row[11].split()[0] == ("yes" if R.flat[k] else "no")
+        if k == 0:
+            assert row[6:11] == ["—"] * 5, row
+            continue
+        near(row[6], float(P.times[k - 1]))
+        near(row[7], float(S.times_measured[k - 1]))
+        if math.isfinite(R.times_measured[k - 1]):
+            reached += 1
+            near(row[8], float(R.times_measured[k - 1]))
+            want = 100 * abs(R.times_measured[k - 1] / P.times[k - 1] - 1)
+            assert abs(float(row[9]) - want) <= 0.05 + 1e-9, (row[9], want)
+        if a.clock is not None:
+            near(row[10], float(a.clock.times[k - 1]))
     assert reached >= 1  # the time columns were compared on measured values
-    t = a.table()[1]
-    assert rows[1][7] == format_cell(a.nqf.times_measured[0]) and rows[1][8] == format_cell(a.real.times_measured[0])
-    assert rows[1][9] == format_cell(float(a.real.time_errors[0])) == format_cell(t[12])
 
 
 def test_progress_lines_come_before_the_long_stages(wine_run):

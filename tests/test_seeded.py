@@ -248,7 +248,7 @@ def test_verdict_names_unscaled_regression_targets():
     """Issue 20 (diabetes, target sd 77): leaving the regime at once is explained by the targets' scale."""
     from types import SimpleNamespace
 
-    from nqf.study._pipeline import _target_scale
+    from nqf.study._notes import target_scale as _target_scale
 
     y = np.random.default_rng(0).normal(0.0, 77.0, size=(200, 1))
     left, stayed = {"left_step": 10}, {"left_step": None}

@@ -200,6 +200,15 @@ def _default_out(name: str) -> Path:
     return Path("runs") / f"{name}-{stamp}"
 
 
+def _judged(check: dict) -> str:
+    """The error a check is judged by, as printed: ``rel 0.0123`` or ``abs 4.2e-05`` (an absolute check has no
+    relative error to print: its reference is ~0 or its scale is absolute)."""
+    err = check.get("error")
+    if err is None:
+        return "—"
+    return f"{'abs' if check.get('kind') == 'absolute' else 'rel'} {err:.4g}"
+
+
 def _print_human(results: dict, rundir: Path) -> None:
     typer.echo(f"{results['experiment']}: {results['description']}")
     for line in results.get("summary", []):
@@ -207,7 +216,7 @@ def _print_human(results: dict, rundir: Path) -> None:
     if results["checks"]:
         typer.echo("")
         w = max(len(c["name"]) for c in results["checks"])
-        typer.echo(f"  {'quantity':<{w}}  {'predicted':>11}  {'measured':>11}  {'rel.err':>8}  {'tol':>6}  ok")
+        typer.echo(f"  {'quantity':<{w}}  {'predicted':>11}  {'measured':>11}  {'error':>14}  {'tol':>6}  ok")
         for c in results["checks"]:
 
             def f(v):
@@ -216,8 +225,7 @@ def _print_human(results: dict, rundir: Path) -> None:
             ok = {True: "yes", False: "NO", None: ""}[c["passed"]]
             tol = "—" if c["tolerance"] is None else f"{c['tolerance']:.3g}"
             typer.echo(
-                f"  {c['name']:<{w}}  {f(c['predicted']):>11}  {f(c['measured']):>11}  "
-                f"{f(c['relative_error']):>8}  {tol:>6}  {ok}"
+                f"  {c['name']:<{w}}  {f(c['predicted']):>11}  {f(c['measured']):>11}  {_judged(c):>14}  {tol:>6}  {ok}"
             )
     typer.echo("")
     typer.echo(f"run directory: {rundir}   report: {rundir / 'report.html'}   ({results['wall_seconds']} s)")

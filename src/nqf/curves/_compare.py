@@ -243,13 +243,23 @@ def compare_staircase(t, loss, staircase, times=None, *, flat_threshold: float =
 
 
 def regime_exit(
-    t, loss_real, loss_nqf, steps, nqf_minimum: float | None, *, gap_tolerance: float = 0.05, min_margin: float = 0.01
+    t,
+    loss_real,
+    loss_nqf,
+    steps,
+    nqf_minimum: float | None,
+    *,
+    gap_tolerance: float = 0.05,
+    min_margin: float = 0.01,
+    gap_floor: float = 0.0,
 ) -> dict:
     """First saved step where a real network leaves its NQF (the quadratic regime).
 
-    It has left when ``|L_real − L_NQF| / L_NQF > gap_tolerance`` or when
+    It has left when ``|L_real − L_NQF| / max(L_NQF, gap_floor) > gap_tolerance`` or when
     ``L_real < (1 − min_margin) · nqf_minimum`` (below the NQF's global minimum,
-    which no NQF trajectory can reach).
+    which no NQF trajectory can reach).  ``gap_floor`` (default 0: the plain relative gap) is the loss
+    below which the NQF's loss counts as zero on the problem's scale: a relative gap to a loss of ~0
+    (a network that fits its data exactly) measures round-off, not the network leaving the regime.
 
     Parameters
     ----------
@@ -266,7 +276,7 @@ def regime_exit(
         ``below_minimum_step``.
     """
     t, Lr, Ln = (np.asarray(a, float) for a in (t, loss_real, loss_nqf))
-    gap = np.abs(Lr - Ln) / np.maximum(np.abs(Ln), 1e-300)
+    gap = np.abs(Lr - Ln) / np.maximum(np.abs(Ln), max(float(gap_floor), 1e-300))
     bad_gap = gap > gap_tolerance
     below = Lr < (1 - min_margin) * nqf_minimum if nqf_minimum is not None else np.zeros_like(bad_gap)
     bad = bad_gap | below

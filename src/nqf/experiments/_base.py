@@ -136,7 +136,11 @@ class Check(Result):
 
     @property
     def relative_error(self) -> float | None:
-        if not (self._finite(self.predicted) and self._finite(self.measured)) or float(self.predicted) == 0:
+        """``|measured − predicted| / |predicted|`` of a relative check; ``None`` for an absolute one (its
+        reference is ~0 or its scale is absolute: a ratio to it is not a number to print) or a missing value."""
+        if self.kind == "absolute" or not (self._finite(self.predicted) and self._finite(self.measured)):
+            return None
+        if float(self.predicted) == 0:
             return None
         return abs(float(self.measured) - float(self.predicted)) / abs(float(self.predicted))
 

@@ -21,8 +21,12 @@ finite-K, finite-ε deviations.
 ``x_{n,k} = √2 cos(k θ_n)`` (exactly whitened), teacher ``y = diag(c) x`` with
 ``c_k = k^{−γ}``; a two-layer tanh MLP learns it mode by mode (:mod:`nqf.reductions.svd_modes`:
 ``ζ_k = 2λ_k``, ``ℓ_k = ½λ_k²``).  The NQF order-parameter GD (and the real
-network) are fitted over a window and compared with the independent exact mode
-sum at the same ``K`` and ε, whose exponent is far from ``(a−1)/b`` at this ``K``.
+network) are fitted over the switch-on times of modes ``k_lo … ⌈fit_to_fraction · K⌉``
+and compared with the independent exact mode sum at the same ``K`` and ε, sampled at
+the same times and fitted by the same estimator (:func:`nqf.curves.fit_power_law`);
+its exponent is far from ``(a−1)/b`` at this ``K`` and depends on the window (the
+finite-K curve steepens).  The tolerance is GD's clock error against the flow,
+``η ζ_{k_lo}/4`` relative (``_power_law_network.gd_clock_tolerance``).
 Initial scale ``M(0) = εI`` (``W0 = √ε Q``).
 """
 
@@ -81,10 +85,9 @@ class PowerLaw(Experiment):
         "asymptotic_modes": 1000,
         "grid_modes": [1000],
         "grid_eps": [1e-6, 1e-300],
-        "n_modes": 8,
-        "eps": 1e-3,
+        "n_modes": 16,
+        "eps": 1e-6,
         "step_fraction": 0.15,
-        "fit_to_fraction": 0.75,
         "width_factor": 1,
         "save_points": 200,
         "n_boot": 20,
@@ -97,9 +100,10 @@ class PowerLaw(Experiment):
         "the theory's O(b ln k/ln(1/ε)) and O(k/K) corrections over the window, each ≲ 2%)",
         "loss of the library's LV solution (nqf.reductions.lv.LotkaVolterra.logistic/loss) vs the independent "
         "exact sum at the same K and ε over the window; relative tolerance 1e-9 (round-off)",
-        "exponent fitted on the NQF order-parameter GD of the Fourier-feature MLP vs the OLS exponent of "
-        "the independent exact mode sum at the same K and ε; absolute tolerance `exponent_tolerance` "
-        "(GD vs flow O(η ζ) and the fit's bootstrap spread)",
+        "exponent of the independent exact mode sum (numpy/scipy.special.expit) at the same K and ε vs the "
+        "exponent fitted on the NQF order-parameter GD of the Fourier-feature MLP — both by "
+        "nqf.curves.fit_power_law over the same window and at the same times; relative tolerance η ζ_{k_lo}/4 "
+        "(GD's clock runs slow by η ζ_k/4 against the flow, largest for the window's fastest mode k_lo)",
     )
 
     def plot(self, arrays: dict, params: PowerLawParams) -> dict:
@@ -181,7 +185,7 @@ def _record_asymptotic(out: Outcome, asym: dict, P: PowerLawParams) -> None:
     """Tables, metrics, arrays and summary of the asymptotic part."""
     K, e, pred, ref, window = P.asymptotic_modes, P.asymptotic_eps, asym["pred"], asym["ref"], asym["window"]
     headline = pred.exponent
-    rel = abs(headline - ref) / abs(ref)
+    rel = abs(ref - headline) / abs(headline)  # what the headline check judges (relative to the prediction)
     out.tables.append(
         Table(
             "Headline exponent (asymptotic regime)",
@@ -191,7 +195,7 @@ def _record_asymptotic(out: Outcome, asym: dict, P: PowerLawParams) -> None:
                 ["b (ζ_k ~ k^−b)", pred.b],
                 ["headline (a−1)/b", headline],
                 ["reference: exact mode sum, OLS", ref],
-                ["relative difference", rel],
+                ["relative difference |reference − headline|/headline", rel],
                 ["window t", f"[{window[0]:.4g}, {window[1]:.4g}] (modes {P.first_mode}…{K // 30})"],
             ],
             caption=f"LV system with β_k = k^−{P.gamma:g}, K = {K}, z(0) = ε = {e:g}",

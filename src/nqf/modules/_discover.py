@@ -25,6 +25,10 @@ module's function unchanged.  It recognises, without running the module:
   flatten (``nn.Flatten``, ``torch.flatten``, ``x.view(x.size(0), -1)``, …), and a
   convolution or ``nn.Linear`` that reads the channels (layout
   :func:`~nqf.modules.conv_units`).
+* ``"experts"``: parallel experts combined by a gate, ``Σ_e g_e(x) expert_e(x)`` with the experts in an
+  ``nn.ModuleList`` / ``nn.ModuleDict`` of identical children and a gate ``nn.Linear(D, E)``
+  (:mod:`nqf.modules._experts`); unit ``e`` = (all parameters of expert ``e``, gate row ``e``), laid out on
+  an equivalent copy whose experts' parameters are stacked (:meth:`UnitCandidate.prepare`).
 * the modules of :mod:`nqf.networks` and any module with a ``units`` attribute
   holding a :class:`UnitLayout`; its kind is the module class's ``unit_kind``
   attribute (the networks declare ``"experts"`` for a mixture of experts,
@@ -35,7 +39,9 @@ The order of the two layers is the order of the dataflow (:mod:`nqf.modules._tra
 the forward is traced with ``torch.fx`` and the output of the first layer must
 reach the second through the allowed steps alone, with nothing else reading the
 values in between (a hidden activation that is also added to the output is not
-offered).  Where the forward cannot be traced (control flow on the input), the
+offered).  Between the layers the forward may also average or sum over other axes than the units',
+transpose, select along other axes and flatten (:mod:`nqf.modules._axes`), and a batch norm that in eval
+mode is one fixed scale with zero shift is folded.  Where the forward cannot be traced (control flow on the input), the
 direct children are read in registration order, as in a Sequential; such a
 candidate has ``order_verified=False`` and says so in its description.
 
@@ -45,8 +51,9 @@ it with a message naming smooth replacements.  Finding a layer is structural;
 :func:`~nqf.modules.from_module` then *checks* the symmetry numerically.
 
 :func:`select_units` picks one candidate (the only one, or the one named by
-the CLI's ``--units LAYER_NAME``) and raises :class:`~nqf.errors.NoUnitsError`
-otherwise.
+the CLI's ``--units LAYER_NAME``, or the one whose layers contain every other's: experts before
+the hidden neurons inside each expert) and raises :class:`~nqf.errors.NoUnitsError` otherwise,
+naming, when nothing is found, every layer that blocks and why (:func:`~nqf.modules.unit_refusals`).
 """
 
 from __future__ import annotations
@@ -60,10 +67,13 @@ from ..structure import ActivationModule, module_classes, smooth_alternatives_te
 from ._attention_layouts import attention_units
 from ._autodiff import is_non_smooth_layer
 from ._conv_layouts import conv_units
-from ._trace import Chain, Step, layer_chains
+from ._experts import find_experts, stack_experts
+from ._refusals import unit_refusals
+from ._steps import Step
+from ._trace import Chain, layer_chains, trace_graph
 from ._units import UnitLayout, UnitSlice
 
-__all__ = ["UnitCandidate", "find_units", "select_units", "ELEMENTWISE_MODULES"]
+__all__ = ["UnitCandidate", "find_units", "select_units", "ELEMENTWISE_MODULES", "refused_units"]
 
 #: Elementwise activations accepted between two layers: the ``torch.nn`` classes of every activation of
 #: :data:`~nqf.structure.REGISTRY` (smooth and non-smooth; the latter are flagged) and its
@@ -73,9 +83,10 @@ ELEMENTWISE_MODULES: tuple[type[nn.Module], ...] = module_classes() + (Activatio
 
 _LOOKED_FOR = (
     "hidden neurons between two nn.Linear joined by an elementwise activation (in the traced forward, or in "
-    "registration order where it cannot be traced); heads of nn.MultiheadAttention / nn.TransformerEncoderLayer; "
-    "channels of an nn.Conv1d/Conv2d followed by an elementwise activation and a conv/linear readout; modules "
-    "with a `.units` layout (nqf.networks: MLP, attention, conv, mixture of experts)"
+    "registration order where it cannot be traced; means over other axes, transposes and flattening allowed); "
+    "heads of nn.MultiheadAttention / nn.TransformerEncoderLayer; channels of an nn.Conv1d/Conv2d followed by an "
+    "elementwise activation and a conv/linear readout; experts in an nn.ModuleList combined by a Linear gate; "
+    "modules with a `.units` layout (nqf.networks: MLP, attention, conv, mixture of experts)"
 )
 
 
@@ -112,6 +123,9 @@ class UnitCandidate:
     order_verified : bool
         False when the layer order was taken from registration order because
         the forward could not be traced (see :mod:`nqf.modules._trace`).
+    stacked : str or None
+        For experts held in an ``nn.ModuleList`` / ``nn.ModuleDict``: its name.  The layout then refers to
+        the equivalent copy :meth:`prepare` returns (the experts' parameters stacked), not to the module.
     """
 
     names: tuple[str, ...]
@@ -123,6 +137,12 @@ class UnitCandidate:
     smooth: bool = True
     activation: str | None = None
     order_verified: bool = True
+    stacked: str | None = None
+
+    def prepare(self, module: nn.Module) -> nn.Module:
+        """The module :attr:`layout` refers to: ``module`` itself, or for :attr:`stacked` experts an equivalent
+        copy with their parameters stacked (:func:`nqf.modules.stack_experts`; ``module`` is not changed)."""
+        return module if self.stacked is None else stack_experts(module, self.stacked)
 
     @property
     def name(self) -> str:
@@ -144,6 +164,7 @@ class UnitCandidate:
             smooth=self.smooth,
             activation=self.activation,
             order_verified=self.order_verified,
+            stacked=self.stacked,
             description=self.description,
             layout=[dict(param=s.param, axis=s.axis, size=s.size, offset=s.offset) for s in self.layout.slices],
         )
@@ -191,19 +212,34 @@ def _single_activation(steps: tuple[Step, ...], *, around: tuple[str, ...] = ())
     return None
 
 
-def _mlp_candidate(chain: Chain, first: nn.Linear, second: nn.Linear) -> UnitCandidate | None:
+def _scale_note(root: nn.Module, steps: tuple[Step, ...]) -> str:
+    """The batch norms folded as one fixed scale, in words (empty without any)."""
+    names = {id(mod): name for name, mod in root.named_modules()}
+    folded = [st for st in steps if st.role == "scale" and st.module is not None]
+    return "".join(
+        f"; {type(st.module).__name__} `{names.get(id(st.module), '?')}` in eval mode (running statistics) "
+        "multiplies every pre-activation by the same scale with zero shift: folded as a fixed scale (units stay "
+        "interchangeable, σ's argument stays zero at zero weights)"
+        for st in folded
+    )
+
+
+def _mlp_candidate(root: nn.Module, chain: Chain, first: nn.Linear, second: nn.Linear) -> UnitCandidate | None:
     m, name1, name2 = first.out_features, chain.first, chain.second
-    if second.in_features != m:
+    block = second.in_features // m if chain.merged and second.in_features % m == 0 else 1
+    if second.in_features != m * block:
         return None
-    slices = [UnitSlice(f"{name2}.weight", axis=1), UnitSlice(f"{name1}.weight", axis=0)]
+    slices = [UnitSlice(f"{name2}.weight", axis=1, size=block), UnitSlice(f"{name1}.weight", axis=0)]
     if first.bias is not None:
         slices.append(UnitSlice(f"{name1}.bias", axis=0))
-    p = second.out_features + first.in_features + (first.bias is not None)
+    p = second.out_features * block + first.in_features + (first.bias is not None)
     smooth, note = _smooth_note(chain.steps)
+    readout = "readout column" if block == 1 else f"readout block of {block} columns"
     desc = (
         f"{m} hidden neurons between `{name1}` (Linear {first.in_features}→{m}) and `{name2}` (Linear "
-        f"{m}→{second.out_features}) through {_act_names(chain.steps)}; unit = (readout column, input row"
-        f"{', bias' if first.bias is not None else ''}), p = {p}{note}{'' if chain.verified else _UNVERIFIED}"
+        f"{second.in_features}→{second.out_features}) through {_act_names(chain.steps)}; unit = ({readout}, input "
+        f"row{', bias' if first.bias is not None else ''}), p = {p}{_scale_note(root, chain.steps)}{note}"
+        f"{'' if chain.verified else _UNVERIFIED}"
     )
     act = _single_activation(chain.steps)
     return UnitCandidate((name1, name2), "mlp-hidden", m, p, UnitLayout(slices, m), desc, smooth, act, chain.verified)
@@ -217,6 +253,8 @@ def _conv_candidate(root: nn.Module, chain: Chain, first: nn.Module, second: nn.
     if isinstance(second, (nn.Conv1d, nn.Conv2d)) and second.groups != 1:
         return None
     name1, name2 = chain.first, chain.second
+    if isinstance(second, nn.Linear) and not chain.merged and second.in_features != first.out_channels:
+        return None
     readout = name2 if isinstance(second, nn.Linear) else f"{name2}.weight"
     try:
         layout = conv_units(root, name1, readout, channel_axis=1)
@@ -228,7 +266,7 @@ def _conv_candidate(root: nn.Module, chain: Chain, first: nn.Module, second: nn.
         f"{first.out_channels} channels of `{name1}` ({type(first).__name__} {first.in_channels}→"
         f"{first.out_channels}, kernel {tuple(first.kernel_size)}) read by `{name2}` through "
         f"{_act_names(chain.steps)}; unit = (readout block, filter{', bias' if first.bias is not None else ''}"
-        f"), p = {p}{note}{'' if chain.verified else _UNVERIFIED}"
+        f"), p = {p}{_scale_note(root, chain.steps)}{note}{'' if chain.verified else _UNVERIFIED}"
     )
     act = _single_activation(chain.steps, around=("pool", "pass"))
     return UnitCandidate(
@@ -242,7 +280,7 @@ def _chain_candidates(root: nn.Module) -> list[UnitCandidate]:
     for chain in layer_chains(root):
         first, second = root.get_submodule(chain.first), root.get_submodule(chain.second)
         if isinstance(first, nn.Linear):
-            cand = _mlp_candidate(chain, first, second) if isinstance(second, nn.Linear) else None
+            cand = _mlp_candidate(root, chain, first, second) if isinstance(second, nn.Linear) else None
         else:
             cand = _conv_candidate(root, chain, first, second)
         if cand is not None:
@@ -305,8 +343,55 @@ def find_units(module: nn.Module) -> list[UnitCandidate]:
         elif isinstance(sub, nn.MultiheadAttention):
             found.append(_attention_candidate(module, name, sub, params))
     found.extend(_chain_candidates(module))
+    found.extend(_experts_candidates(module, skip))
     order = {name: i for i, (name, _) in enumerate(module.named_modules())}
     return sorted(found, key=lambda c: order.get(c.names[0], len(order)))
+
+
+def _experts_candidates(module: nn.Module, skip: list[str]) -> list[UnitCandidate]:
+    """Experts in a ModuleList / ModuleDict combined by a gate (:mod:`nqf.modules._experts`)."""
+    out = []
+    for e in find_experts(module, trace_graph(module)):
+        if any(e.container == s or e.container.startswith(s + ".") for s in skip):
+            continue
+        box, gate = module.get_submodule(e.container), module.get_submodule(e.gate)
+        first = next(iter(box.children()))
+        assert isinstance(gate, nn.Linear)
+        desc = (
+            f"{e.n} experts of `{e.container}` ({type(box).__name__} of {type(first).__name__}) combined by the "
+            f"gate `{e.gate}` (Linear {gate.in_features}→{e.n}); unit = (all {e.per_expert} parameters of one "
+            f"expert, gate row{', gate bias' if gate.bias is not None else ''}), p = {e.p}; laid out on an "
+            f"equivalent copy whose experts' parameters are stacked (`{e.container}.stacked.*`, "
+            "UnitCandidate.prepare); from_module checks the permutation symmetry"
+        )
+        names = (e.container, e.gate)
+        out.append(UnitCandidate(names, "experts", e.n, e.p, e.layout, desc, True, None, True, e.container))
+    return out
+
+
+def refused_units(module: nn.Module, found: list[UnitCandidate] | None = None) -> list:
+    """Every layer of ``module`` not offered as units, each a ``Refusal`` (``layer``, ``blocker``, ``reason``;
+    :meth:`summary` is one line naming the layer that blocks, why, and what would work).
+
+    Layers that belong to a candidate of :func:`find_units` (``found``, computed when not given) and layers
+    whose outputs are the module's output (readouts) are not listed.
+    """
+    found = find_units(module) if found is None else found
+    taken = tuple(n for c in found for n in c.names)
+    skip = tuple(n for n, sub in module.named_modules() if _own_units(sub) is not None)
+    return unit_refusals(module, taken, skip)
+
+
+def _inside(name: str, outer: str) -> bool:
+    return name == outer or name.startswith(outer + ".")
+
+
+def _outermost(found: list[UnitCandidate]) -> UnitCandidate | None:
+    """The candidate whose layers contain every other candidate's (experts around their hidden neurons)."""
+    for c in found:
+        if all(c is d or all(any(_inside(n, o) for o in c.names if o) for n in d.names) for d in found):
+            return c
+    return None
 
 
 def _attention_candidate(module: nn.Module, name: str, sub: nn.MultiheadAttention, params: dict) -> UnitCandidate:
@@ -334,7 +419,11 @@ def _attention_candidate(module: nn.Module, name: str, sub: nn.MultiheadAttentio
 
 
 def select_units(module: nn.Module, name: str | None = None) -> UnitCandidate:
-    """The layer of units to analyse: the only candidate, or the one named ``name``.
+    """The layer of units to analyse: the only candidate, the one named ``name``, or the outermost.
+
+    The outermost is the candidate whose layers contain every other candidate's: experts of a mixture are
+    chosen before the hidden neurons inside each expert (a permutation of the experts is a symmetry of the
+    whole model); the inner ones stay selectable by name.
 
     Parameters
     ----------
@@ -351,14 +440,16 @@ def select_units(module: nn.Module, name: str | None = None) -> UnitCandidate:
     Raises
     ------
     NoUnitsError
-        No candidate; ``name`` matches none; or several candidates and no ``name``.
+        No candidate (naming the layers that block, :func:`refused_units`); ``name`` matches none; or several
+        candidates, none containing the others, and no ``name``.
     """
     found = find_units(module)
     listing = "; ".join(c.summary() for c in found)
     if not found:
+        blocked = "; ".join(r.summary() for r in refused_units(module, found))
         raise NoUnitsError(
             f"no interchangeable units found in {type(module).__name__}: looked for {_LOOKED_FOR}. "
-            "Pass an explicit nqf.modules.UnitLayout instead."
+            f"{f'Blocked: {blocked}. ' if blocked else ''}Pass an explicit nqf.modules.UnitLayout instead."
         )
     if name is not None:
         match = [c for c in found if name in c.names or (name == "(module)" and "" in c.names)]
@@ -367,6 +458,8 @@ def select_units(module: nn.Module, name: str | None = None) -> UnitCandidate:
         if not match:
             raise NoUnitsError(f"`units` names layer {name!r}, which holds no interchangeable units; found: {listing}")
         raise NoUnitsError(f"`units` {name!r} matches {len(match)} layers of units; choose one of: {listing}")
+    if len(found) > 1 and (outer := _outermost(found)) is not None:
+        return outer
     if len(found) > 1:
         raise NoUnitsError(
             f"{len(found)} layers of interchangeable units found: {listing}; choose one by name "

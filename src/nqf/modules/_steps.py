@@ -9,6 +9,7 @@ axes are followed by :mod:`nqf.modules._axes`.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 import torch
@@ -17,7 +18,7 @@ from torch import fx, nn
 
 from ..structure import REGISTRY, Activation, ActivationModule, activation_of_module, module_classes
 
-__all__ = ["LAYERS", "Step", "module_step", "function_step", "batchnorm_affine", "uniform_batchnorm_scale"]
+__all__ = ["LAYERS", "module_step", "function_step", "batchnorm_affine", "uniform_batchnorm_scale"]
 
 #: First or second layer of a chain.
 LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d)
@@ -79,6 +80,8 @@ _ACT_FUNCTIONS.update({getattr(F, n): a for n, a in _TORCH_NAMED.items() if call
 _ACT_METHODS = {n: a for n, a in _TORCH_NAMED.items() if callable(getattr(torch.Tensor, n, None))}
 _PASS_FUNCTIONS = (F.dropout, F.dropout1d, F.dropout2d, F.alpha_dropout)
 _PASS_METHODS = ("contiguous",)
+#: Multiplication or division by a fixed number: the same scale for every unit.
+_SCALE = (operator.mul, operator.truediv, torch.mul, torch.div)
 
 
 @dataclass(frozen=True)
@@ -115,8 +118,10 @@ def batchnorm_affine(bn: nn.Module) -> tuple[torch.Tensor, torch.Tensor] | None:
     mean, var = getattr(bn, "running_mean", None), getattr(bn, "running_var", None)
     if not isinstance(mean, torch.Tensor) or not isinstance(var, torch.Tensor):
         return None
+    eps = getattr(bn, "eps", 0.0)
+    assert isinstance(eps, float)
     with torch.no_grad():
-        scale = 1.0 / torch.sqrt(var.detach().double().cpu() + float(bn.eps))
+        scale = 1.0 / torch.sqrt(var.detach().double().cpu() + eps)
         if isinstance(bn.weight, torch.Tensor):
             scale = scale * bn.weight.detach().double().cpu()
         shift = -mean.detach().double().cpu() * scale
@@ -181,4 +186,8 @@ def function_step(node: fx.Node) -> Step | None:
         return Step(label + (" (with arguments)" if extra else ""), "act", None, None if extra else rec, not rec.smooth)
     if fn in _PASS_FUNCTIONS:
         return Step(label, "pass")
+    numbers = [a for a in node.args if isinstance(a, (int, float)) and not isinstance(a, bool)]
+    if fn in _SCALE and len(node.args) == 2 and len(numbers) == 1 and not node.kwargs:
+        if fn in (operator.mul, torch.mul) or isinstance(node.args[1], (int, float)):
+            return Step(f"× {numbers[0]:g}" if fn in (operator.mul, torch.mul) else f"/ {numbers[0]:g}", "scale")
     return None

@@ -179,9 +179,10 @@ def _checked_rank(max_rank) -> int | None:
 
 def _bounded(st: Staircase, max_rank) -> Staircase:
     """``st`` up to its last plateau of rank ``≤ max_rank``, with a note naming what was left out."""
-    if max_rank is None or int(st.ranks[-1]) <= _checked_rank(max_rank):
+    rank = _checked_rank(max_rank)
+    if rank is None or int(st.ranks[-1]) <= rank:
         return st
-    keep = int((st.ranks <= int(max_rank)).sum())  # ranks grow along a staircase: plateaus 0 … keep−1
+    keep = int((st.ranks <= rank).sum())  # ranks grow along a staircase: plateaus 0 … keep−1
     K = keep - 1
     note = (
         f"width: M = W Wᵀ has rank at most {int(max_rank)} (the number of units), so the {st.n_drops - K} later "

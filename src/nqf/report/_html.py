@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import re
 from pathlib import Path, PurePosixPath
 
@@ -43,9 +44,10 @@ _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1100px;margin:2em auto;
      padding:0 1em;color:#222}
 h1{font-size:1.6em;margin-bottom:0.2em} h2{margin-top:1.6em;border-bottom:1px solid #ddd}
-table{border-collapse:collapse;margin:0.8em 0;font-size:0.92em}
-td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}
-th{background:#f3f3f3} td:first-child,th:first-child{text-align:left}
+.scroll{max-width:100%;overflow-x:auto}
+table{border-collapse:collapse;margin:0.8em 0;font-size:0.85em}
+td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}
+th{background:#f3f3f3;font-weight:600} td:first-child,th:first-child{text-align:left}
 .pass{color:#116b1a;font-weight:600}.fail{color:#b00020;font-weight:600}.meta{color:#666;font-size:0.9em}
 figure{margin:1em 0} figure img{max-width:100%;border:1px solid #eee}
 pre{background:#f7f7f7;padding:0.8em;overflow:auto}
@@ -60,13 +62,14 @@ _TEMPLATE = """<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>
 started {{ r.started }} · run {{ r.run_id }}{% for k, v in r.versions.items() %} · {{ k }} {{ v }}{% endfor %}</p>
 {% if r.status != 'complete' %}<p class='status-{{ r.status }}'>{{ r.message }}</p>
 {% endif %}{% if r.summary %}<ul>{% for s in r.summary %}<li>{{ s }}</li>{% endfor %}</ul>
-{% endif %}{% if r.checks %}<h2>Predicted vs measured</h2><table><tr><th>quantity</th><th>predicted</th>\
-<th>measured</th><th>relative error</th><th>tolerance</th><th>within</th><th>note</th></tr>
+{% endif %}{% if r.checks %}<h2>Predicted vs measured</h2><div class='scroll'><table><tr><th>quantity</th>\
+<th>predicted</th><th>measured</th><th>error</th>{% if judged %}<th>tolerance</th><th>within</th>{% endif %}\
+{% if noted %}<th>note</th>{% endif %}</tr>
 {% for c in r.checks %}<tr><td>{{ c.name }}</td><td>{{ fmt(c.predicted) }}</td>\
-<td>{{ fmt(c.measured) }}</td><td>{{ fmt(c.relative_error) }}</td><td>{{ fmt(c.tolerance) }}</td>\
+<td>{{ fmt(c.measured) }}</td><td>{{ check_error(c) }}</td>{% if judged %}<td>{{ check_tolerance(c) }}</td>\
 <td{% if c.passed is true %} class='pass'{% elif c.passed is false %} class='fail'{% endif %}>\
-{{ fmt(c.passed) }}</td><td>{{ c.get('reason') or '' }}</td></tr>
-{% endfor %}</table>
+{{ fmt(c.passed) }}</td>{% endif %}{% if noted %}<td>{{ c.get('reason') or '' }}</td>{% endif %}</tr>
+{% endfor %}</table></div>
 {% endif %}{% for f in figures %}{% if f.src %}<figure><img alt='{{ f.name }}' src='{{ f.src }}'>\
 <figcaption>{{ f.name }}{% if f.svg %} (<a href='{{ f.svg }}'>SVG</a>){% endif %}\
 {% if f.note %} <span class='meta'>({{ f.note }})</span>{% endif %}</figcaption></figure>
@@ -75,9 +78,9 @@ started {{ r.started }} · run {{ r.run_id }}{% for k, v in r.versions.items() %
 {% else %}<p class='meta'>figure {{ f.name }} not shown: its file is not an image inside the run directory</p>
 {% endif %}{% endfor %}{% for t in r.tables %}<h2>{{ t.name }}</h2>
 {% if t.caption %}<p>{{ t.caption }}</p>
-{% endif %}<table><tr>{% for c in t.columns %}<th>{{ c }}</th>{% endfor %}</tr>
+{% endif %}<div class='scroll'><table><tr>{% for c in t.columns %}<th>{{ c }}</th>{% endfor %}</tr>
 {% for row in t.rows %}<tr>{% for v in row %}<td>{{ fmt(v) }}</td>{% endfor %}</tr>
-{% endfor %}</table>
+{% endfor %}</table></div>
 {% endfor %}{% if r.metrics %}<h2>Metrics</h2><table>{% for k, v in r.metrics.items() %}<tr><td>{{ k }}</td>\
 <td>{{ fmt(v) }}</td></tr>{% endfor %}</table>
 {% endif %}<h2>Configuration</h2><pre>{{ config }}</pre>
@@ -107,6 +110,47 @@ def format_cell(v) -> str:
     if isinstance(v, float):
         return f"{v:.4g}"
     return str(v)
+
+
+#: A relative error above this (1000 %) is printed as the absolute difference: its reference is ~0.
+MAX_RELATIVE_PRINTED = 10.0
+
+
+def _pct(x: float, limit: float | None = None) -> str:
+    """``x`` (a fraction) in percent, one decimal, more where one would print it on the other side of
+    ``limit`` (or on it) than it is."""
+    for d in range(1, 15):
+        s = f"{100 * x:.{d}f}"
+        if limit is None or (float(s) / 100 > limit) == (x > limit) and (float(s) / 100 == limit) == (x == limit):
+            return f"{s} %"
+    return f"{100 * x!r} %"
+
+
+def _num(v) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def check_error(c) -> str:
+    """The error cell of a check: the relative error in percent (as many decimals as its comparison with the
+    tolerance needs), ``|Δ| = …`` for an absolute check or a relative error above 1000 %; ``—`` when missing."""
+    rel, err, tol = _num(c.get("relative_error")), _num(c.get("error")), _num(c.get("tolerance"))
+    if c.get("kind") == "absolute":
+        diff = err
+    elif rel is not None and rel > MAX_RELATIVE_PRINTED:
+        p, m = _num(c.get("predicted")), _num(c.get("measured"))
+        diff = abs(m - p) if p is not None and m is not None else None
+        return "—" if diff is None else f"|Δ| = {diff:.4g} (relative error above {100 * MAX_RELATIVE_PRINTED:g} %)"
+    else:
+        return "—" if rel is None else _pct(rel, tol)
+    return "—" if diff is None else f"|Δ| = {diff:.4g}"
+
+
+def check_tolerance(c) -> str:
+    """The tolerance cell of a check: percent for a relative check, the number for an absolute one."""
+    tol = _num(c.get("tolerance"))
+    if tol is None:
+        return "—"
+    return f"{tol:.4g}" if c.get("kind") == "absolute" else f"{100 * tol:g} %"
 
 
 def safe_figure_path(rundir: Path, rel) -> Path | None:
@@ -236,12 +280,20 @@ def _figures(results: dict, rundir: Path) -> list[dict]:
 
 
 def render_report(results: dict, rundir: Path) -> str:
-    """HTML text of the report for ``results`` (figures read from ``rundir``)."""
+    """HTML text of the report for ``results`` (figures read from ``rundir``).
+
+    The checks table shows the ``tolerance`` and ``within`` columns only when some check has a tolerance or a
+    verdict, and ``note`` only when some check has a reason; errors are in percent (:func:`check_error`)."""
+    checks = [c for c in results.get("checks") or [] if isinstance(c, dict)]
     return _PAGE.render(
         r=results,
         css=Markup(_CSS),
         run_id_key=RUN_ID_KEY,
         fmt=format_cell,
+        check_error=check_error,
+        check_tolerance=check_tolerance,
+        judged=any(c.get("tolerance") is not None or c.get("passed") is not None for c in checks),
+        noted=any(c.get("reason") for c in checks),
         figures=_figures(results, Path(rundir)),
         config=json.dumps(results["config"], indent=2),
     )

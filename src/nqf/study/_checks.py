@@ -98,25 +98,57 @@ def check_activation_at_zero(found) -> None:
         _zgz_error(act)
 
 
-def check_smooth(module: nn.Module) -> CheckRow:
-    """Refuse layers that are not three times differentiable at 0 (one clear line).
+def check_smooth(module: nn.Module, *, found=None, X: torch.Tensor | None = None) -> CheckRow:
+    """Refuse layers that are not three times differentiable at 0 (one clear line); measure the kinks on the
+    readout path.
+
+    A non-smooth activation kept as the ``activation`` attribute of a ``torch.nn`` transformer layer
+    (``F.relu`` by default) acts after the units (the heads), on the feed-forward pre-activations of the fixed
+    readout: the form is smooth at zero unit weights when none of those is exactly 0.  With ``found`` (from
+    :func:`nqf.study.choose_units`) and the inputs ``X`` the row says how far the nearest one is from the kink
+    (:func:`nqf.modules.kink_distances`, status ``warn``) and a pre-activation on the kink is refused; without
+    them the row says the distance was not measured (``warn``), never "no non-smooth layer".
 
     Raises
     ------
     NormalFormError
-        Names the first non-smooth layer and smooth replacements.
+        Names the first non-smooth layer and smooth replacements; or a transformer layer's kink reached at
+        zero unit weights.
     """
-    from ..modules import is_non_smooth_layer
+    from ..modules import is_non_smooth_layer, kink_distances, readout_kinks
 
+    kinks = readout_kinks(module)
+    attrs = {f"{n}.activation" if n else "activation" for n, _ in kinks}
     for name, sub in module.named_modules():
-        if is_non_smooth_layer(sub):
+        if is_non_smooth_layer(sub) and name not in attrs:
             raise NormalFormError(
                 f"`model`: layer `{name or type(module).__name__}` is {module_label(sub)}, which is not smooth at 0 "
                 f"(the NQF expands the network around zero weights to second order; a kink has no curvature "
                 f"there and the prediction would be silently wrong); use {smooth_alternatives_text()} "
                 "(e.g. --model mlp:width=256,act=tanh)"
             )
-    return CheckRow("smooth at 0", "no non-smooth layer", "C³ at zero weights", "ok")
+    if not kinks:
+        return CheckRow("smooth at 0", "no non-smooth layer", "C³ at zero weights", "ok")
+    where = ", ".join(f"{act} in the feed-forward of `{n or type(module).__name__}`" for n, act in kinks)
+    if found is None or X is None:
+        note = "after the units, on the readout path: its distance to the kink at zero unit weights is not measured"
+        return CheckRow("smooth at 0", where, "C³ at zero weights", "warn", note)
+    net = module if getattr(found, "module", None) is None else found.module
+    dist = kink_distances(net, found.layout, X)
+    name, d = min(dist.items(), key=lambda kv: kv[1])
+    if not d > 0.0:
+        raise NormalFormError(
+            f"`model`: the feed-forward activation of `{name or type(module).__name__}` ({where}) is at its kink at "
+            f"zero unit weights (min |pre-activation| = {d:.3g} on {min(len(X), 256)} samples): not smooth there; "
+            f"use activation='gelu' or another smooth one ({smooth_alternatives_text()})"
+        )
+    value = f"{where}: min |pre-activation| = {d:.3g} at zero unit weights"
+    note = (
+        "the kink acts after the units, at the feed-forward pre-activations of the fixed readout; none is at 0 on "
+        f"{min(len(X), 256)} samples, so the form is smooth at zero units while the units move them by less than "
+        f"{d:.3g}"
+    )
+    return CheckRow("smooth at 0", value, "C³ at zero weights", "warn", note)
 
 
 def check_symmetry(module: nn.Module, layout, X: torch.Tensor, seed: int = 0) -> CheckRow:

@@ -125,19 +125,24 @@ def _report(a, out: Path, results: dict, as_json: bool) -> None:
 def _list_units(params, seed: int) -> None:
     """``--list-units``: load the data (for the sizes) and the model, print every layer of units; run nothing."""
     from ..errors import NQFError
-    from ._discover import unit_listing
+    from ._discover import refusal_listing, unit_listing
     from ._models import build_model
     from ._output import load_data
 
     try:
         ds = load_data(params, seed)
-        lines = unit_listing(build_model(params.model, ds.n_features, ds.n_outputs, seed=seed, n_samples=ds.n_samples))
+        module = build_model(params.model, ds.n_features, ds.n_outputs, seed=seed, n_samples=ds.n_samples)
+        lines, refused = unit_listing(module), refusal_listing(module)
     except NQFError as exc:
         _fail(str(exc))
     if not lines:
-        _fail(f"`model`: no interchangeable units found in {params.model}")
+        _fail(f"`model`: no interchangeable units found in {params.model}" + "".join(f"; {r}" for r in refused))
     typer.echo(f"{len(lines)} layer(s) of units (choose one with --units LAYER_NAME):")
     for line in lines:
+        typer.echo(f"  {line}")
+    if refused:
+        typer.echo(f"{len(refused)} layer(s) not offered as units:")
+    for line in refused:
         typer.echo(f"  {line}")
 
 

@@ -8,6 +8,7 @@ built by :func:`nqf.study._operators.structure_of`.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import torch
@@ -22,6 +23,8 @@ __all__ = [
     "find_unit_layers",
     "choose_units",
     "unit_listing",
+    "refusal_listing",
+    "analysed_module",
     "output_at_zero",
     "ELEMENTWISE",
 ]
@@ -49,6 +52,10 @@ class FoundUnits(Result):
         The one elementwise activation between the two layers (hidden neurons, conv channels).
     is_whole_mlp : bool
         The model is exactly this two-layer MLP (analytic operator possible).
+    module : nn.Module or None
+        The module :attr:`layout` refers to when it is not the one searched: for experts held in an
+        ``nn.ModuleList`` an equivalent copy with their parameters stacked
+        (:meth:`nqf.modules.UnitCandidate.prepare`); set by :func:`choose_units`.  The analysis runs on it.
     """
 
     name: str
@@ -60,6 +67,8 @@ class FoundUnits(Result):
     is_whole_mlp: bool = False
     bias: bool = False
     names: tuple[str, ...] = ()
+    module: nn.Module | None = field(default=None, repr=False, compare=False)
+    stacked: str | None = None
 
     def to_dict(self) -> dict:
         """JSON-ready: the layer, its units and layout (the activation by its class name)."""
@@ -72,6 +81,7 @@ class FoundUnits(Result):
             "is_whole_mlp": self.is_whole_mlp,
             "bias": self.bias,
             "names": list(self.names),
+            "stacked": self.stacked,
             "layout": [
                 {"param": s.param, "axis": s.axis, "size": s.size, "offset": s.offset} for s in self.layout.slices
             ],
@@ -113,12 +123,22 @@ def find_unit_layers(module: nn.Module) -> list[FoundUnits]:
     params = dict(module.named_parameters())
     out = []
     for cand in find_units(module):
+        if cand.stacked is not None:  # the layout refers to the stacked copy: its sizes are the candidate's
+            found = FoundUnits(cand.name, cand.kind, cand.layout, cand.n_units, cand.p, names=tuple(cand.names))
+            out.append(dataclasses.replace(found, stacked=cand.stacked))
+            continue
         layout = cand.layout.resolve(params)
         act, whole, bias = _unit_details(module, cand)
         out.append(
             FoundUnits(cand.name, cand.kind, layout, layout.m, layout.p(params), act, whole, bias, tuple(cand.names))
         )
     return out
+
+
+def analysed_module(module: nn.Module, found: FoundUnits) -> nn.Module:
+    """The module the analysis of ``found`` runs on: ``found.module`` when :func:`choose_units` laid the units
+    out on an equivalent copy (stacked experts), else ``module`` itself."""
+    return module if found.module is None else found.module
 
 
 def unit_listing(module: nn.Module) -> list[str]:
@@ -132,30 +152,50 @@ def unit_listing(module: nn.Module) -> list[str]:
     return [f"{c.summary()} — {c.description}" for c in find_units(module)]
 
 
+def refusal_listing(module: nn.Module) -> list[str]:
+    """Every layer of ``module`` that is not offered as units, one line each: ``refused `LAYER`: REASON``, the
+    reason naming the layer that blocks, why, and what would work (:func:`nqf.modules.refused_units`)."""
+    from ..modules import refused_units
+
+    return [r.summary() for r in refused_units(module)]
+
+
 def choose_units(module: nn.Module, name: str | None = None) -> FoundUnits:
-    """The units to analyse: the layer named ``name``, or the only / first layer found.
+    """The units to analyse: the layer named ``name``, or the only / first layer found (the outermost:
+    experts come before the hidden neurons inside them).  For experts held in an ``nn.ModuleList`` the
+    result's ``module`` is the equivalent stacked copy the analysis must run on (:func:`analysed_module`).
 
     Raises
     ------
     NormalFormError
-        No interchangeable units, or no layer called ``name``.
+        No interchangeable units (naming every layer that blocks and why), or no layer called ``name``.
     """
     layers = find_unit_layers(module)
     if not layers:
+        blocked = "; ".join(refusal_listing(module))
         raise NormalFormError(
             f"`model`: no interchangeable units found in {type(module).__name__} (looked for hidden neurons "
             "between two nn.Linear layers with an elementwise activation, attention heads, conv channels and "
-            "experts); the NQF describes layers of units that can be permuted"
+            "experts); the NQF describes layers of units that can be permuted" + (f"; {blocked}" if blocked else "")
         )
     if name is None:
-        return layers[0]
+        return _prepared(module, layers[0])
     for f in layers:
         if f.name == name or f.name.rstrip(".") == name:
-            return f
+            return _prepared(module, f)
     from ..modules import find_units
 
     found = "; ".join(c.summary() for c in find_units(module))
     raise NormalFormError(f"`units`: no layer of units called {name!r}; found {found}")
+
+
+def _prepared(module: nn.Module, found: FoundUnits) -> FoundUnits:
+    """``found`` with :attr:`FoundUnits.module` set when its layout refers to a stacked copy."""
+    if found.stacked is None:
+        return found
+    from ..modules import stack_experts
+
+    return dataclasses.replace(found, module=stack_experts(module, found.stacked))
 
 
 def output_at_zero(module: nn.Module, layout: UnitLayout, X: torch.Tensor) -> torch.Tensor:

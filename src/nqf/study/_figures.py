@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import PurePath
+
 import numpy as np
 
-__all__ = ["analysis_figure"]
+__all__ = ["analysis_figure", "data_label"]
+
+
+def data_label(data: str) -> str:
+    """The data's name for a figure: a file's name without its directory (no machine path in a figure)."""
+    return PurePath(str(data).replace("\\", "/")).name or str(data)
 
 
 def analysis_figure(a):
@@ -26,7 +33,9 @@ def analysis_figure(a):
     ax.set_xlabel("training time t = η·steps")
     ax.set_ylabel("loss L")
     ax.set_title(
-        f"{a.data}: ε = {a.eps:g}, width {a.width}, p = {a.p} (dashed red: predicted drops)", fontsize=9, pad=14
+        f"{data_label(a.data)}: ε = {a.eps:g}, width {a.width}, p = {a.p} (dashed red: predicted drops)",
+        fontsize=9,
+        pad=14,
     )
     ax.legend(fontsize=8, loc="upper right")
     S_real, S_nqf = c.get("strength_real"), c.get("strength_nqf")

@@ -8,6 +8,7 @@ API the same way.
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import Field
@@ -15,8 +16,20 @@ from pydantic import Field
 from .._limits import MAX_STEPS
 from ..experiments import Check, Experiment, Outcome, Params, Table
 from ._result import Analysis
+from ._table import level_cell as _level
+from ._table import number_cell as _num
+from ._table import plateau_rows
+from ._verdict import LEVEL_FLOOR, MAX_RELATIVE, ROUNDOFF, error_of, fmt_pct, level_text
 
-__all__ = ["AnalyzeParams", "AnalyzeExperiment", "fill_outcome", "save_analysis", "print_analysis"]
+__all__ = [
+    "AnalyzeParams",
+    "AnalyzeExperiment",
+    "fill_outcome",
+    "save_analysis",
+    "print_analysis",
+    "printed_table",
+    "plateau_rows",
+]
 
 
 class AnalyzeParams(Params):
@@ -87,9 +100,34 @@ class AnalyzeExperiment(Experiment):
         fill_outcome(a, out)
 
 
+def _validity_rows(a: Analysis) -> list[list]:
+    v, L0 = a.validity, float(a.prediction.levels[0])
+    g = v.get("max_gap")
+    gap = fmt_pct(g, [v["gap_tolerance"]])
+    if g is not None and math.isfinite(g) and g > MAX_RELATIVE and v.get("max_abs_gap") is not None:
+        gap = f"|Δ| {v['max_abs_gap']:.3g} (above {100 * MAX_RELATIVE:g} %)"
+    return [
+        ["max |L_real − L_NQF| / max(L_NQF, 10⁻³ L_0)", gap],
+        ["gap tolerance", f"{100 * v['gap_tolerance']:g} %"],
+        ["NQF global minimum", None if v["nqf_minimum"] is None else _level(v["nqf_minimum"], L0)],
+        ["final loss (real)", _level(v["final_real"], L0)],
+        ["final loss (NQF)", _level(v["final_nqf"], L0)],
+        ["left the quadratic regime at t = η·steps", _num(v["left_time"])],
+        [f"left the quadratic regime at step (of η = {a.lr:.4g})", v["left_step"]],
+        ["reason", v["reason"] or "stayed"],
+    ]
+
+
+#: How the plateau table says what its cells are (the caption in the report, the legend in the terminal).
+PLATEAU_NOTE = (
+    "err %: percent of the prediction (err t seeded: of the seeded NQF's time), one decimal; |Δ|: the absolute "
+    f"difference, printed instead where the predicted level is below {LEVEL_FLOOR:g} L_0 or the relative error "
+    f"exceeds {100 * MAX_RELATIVE:g} %; 0 (round-off): a level within {ROUNDOFF:g} L_0 of zero"
+)
+
+
 def _tables(a: Analysis) -> list[Table]:
     """The assumption checks, the plateaus and drops, and the validity tables of an analysis."""
-    v = a.validity
     return [
         Table(
             "Assumption checks",
@@ -98,28 +136,66 @@ def _tables(a: Analysis) -> list[Table]:
         ),
         Table(
             "Plateaus and drops",
-            list(Analysis.TABLE_COLUMNS),
-            a.table(),
+            list(Analysis.REPORT_COLUMNS),
+            a.report_table(),
             caption=(
-                "levels: loss at the middle of each predicted plateau; times: first downward crossing of "
-                "(L_{k−1}+L_k)/2; errors relative to the prediction; flatness = loss change across the middle "
+                "levels: loss at the middle of each predicted plateau; times t = η·steps: first downward crossing "
+                f"of (L_{{k−1}}+L_k)/2; {PLATEAU_NOTE}; flat (real): yes/no with the loss change across the middle "
                 f"third of the plateau / adjacent drop (flat ≤ {a.real.flat_threshold:g})"
             ),
         ),
-        Table(
-            "Validity",
-            ["quantity", "value"],
-            [
-                ["max |L_real − L_NQF| / L_NQF", v["max_gap"]],
-                ["gap tolerance", v["gap_tolerance"]],
-                ["NQF global minimum", v["nqf_minimum"]],
-                ["final loss (real)", v["final_real"]],
-                ["final loss (NQF)", v["final_nqf"]],
-                ["left the quadratic regime at step", v["left_step"]],
-                ["reason", v["reason"] or "stayed"],
-            ],
-        ),
+        Table("Validity", ["quantity", "value"], _validity_rows(a)),
     ]
+
+
+def _drop_note(a: Analysis, k: int) -> str:
+    """Whether drop ``k + 1`` (and plateau ``k + 1``) counts in the verdict."""
+    t, left = float(a.real.times_measured[k]), a.validity.get("left_time")
+    if not math.isfinite(t):
+        return "not reached by the real network"
+    if left is not None and t >= left:
+        return f"after the network left the quadratic regime (t = {left:.4g}): not judged"
+    return "inside the quadratic regime: judged in the verdict"
+
+
+def _checks(a: Analysis) -> list[Check]:
+    """Per drop: the escape time and the level after it, predicted against the real network, with a note."""
+    P, L0 = a.prediction, float(a.prediction.levels[0])
+    floor, out = LEVEL_FLOOR * abs(L0), []
+    for k in range(P.n_drops):
+        note = _drop_note(a, k)
+        t_pred, t_real = float(P.times[k]), float(a.real.times_measured[k])
+        kind = error_of(t_real, t_pred)[0]
+        why = f"; |Δ|: relative error above {100 * MAX_RELATIVE:g} %" if kind == "absolute" else ""
+        out.append(
+            Check(
+                f"drop {k + 1}: escape time (real network)",
+                t_pred,
+                t_real,
+                None,
+                kind="absolute" if kind == "absolute" else "relative",
+                reason=note + why,
+            )
+        )
+        L_pred, L_real = float(P.levels[k + 1]), float(a.real.levels_measured[k + 1])
+        if level_text(L_pred, L0).startswith("0 ("):
+            note += f"; predicted {L_pred:.2g}: 0 up to round-off"
+            L_pred = 0.0
+        kind = error_of(L_real, L_pred, floor)[0]
+        if kind == "absolute":
+            small = abs(L_pred) < floor
+            note += f"; |Δ|: the predicted level is below {LEVEL_FLOOR:g} L_0" if small else "; |Δ|: above 1000 %"
+        out.append(
+            Check(
+                f"plateau {k + 1}: level (real network)",
+                L_pred,
+                L_real,
+                None,
+                kind="absolute" if kind == "absolute" else "relative",
+                reason=note,
+            )
+        )
+    return out
 
 
 def fill_outcome(a: Analysis, out: Outcome) -> None:
@@ -127,18 +203,7 @@ def fill_outcome(a: Analysis, out: Outcome) -> None:
     P = a.prediction
     v = a.validity
     out.tables.extend(_tables(a))
-    for k in range(P.n_drops):
-        out.checks.append(
-            Check(f"drop {k + 1}: escape time (real network)", float(P.times[k]), float(a.real.times_measured[k]), None)
-        )
-        out.checks.append(
-            Check(
-                f"plateau {k + 1}: level (real network)",
-                float(P.levels[k + 1]),
-                float(a.real.levels_measured[k + 1]),
-                None,
-            )
-        )
+    out.checks.extend(_checks(a))
     out.metrics.update(
         {
             "eps": a.eps,
@@ -183,20 +248,21 @@ def save_analysis(a: Analysis, out_dir, *, force: bool = False) -> dict:
     return run_experiment(_Saved(), params, out_dir, force=force)
 
 
-#: The printed per-plateau table: (header, column of :meth:`Analysis.table`); the flat column adds the ratio.
+#: The printed per-plateau table: (header, column of :attr:`Analysis.REPORT_COLUMNS`); the same cells as the
+#: report's and ``results.json``'s table (:func:`plateau_rows`), each formatted by :func:`nqf.report.format_cell`.
 PRINTED_COLUMNS = (
-    ("k", 0),
-    ("rank", 1),
-    ("L pred", 2),
-    ("L NQF", 3),
-    ("L real", 4),
-    ("err", 6),
-    ("t pred", 7),
-    ("t NQF", 9),
-    ("t real", 10),
-    ("err", 12),
-    ("t seeded", 15),
-    ("flat", 14),
+    ("k", "k"),
+    ("rank", "rank"),
+    ("L pred", "L pred"),
+    ("L NQF", "L NQF"),
+    ("L real", "L real"),
+    ("err %", "err L real %"),
+    ("t pred", "t pred"),
+    ("t NQF", "t NQF"),
+    ("t real", "t real"),
+    ("err %", "err t real %"),
+    ("t seeded", "t seeded"),
+    ("flat", "flat (real)"),
 )
 
 
@@ -206,31 +272,38 @@ def header_line(a: Analysis) -> str:
     task = f", {a.task}" if a.task else ""
     return (
         f"model {a.model}, data {a.data} (N = {a.n_samples}, C = {a.n_outputs}{task}{names}); {a.units}; "
-        f"operator {a.operator}; ε = {a.eps:g}, η = {a.lr:.4g}, {a.steps} steps"
+        f"operator {a.operator}; ε = {a.eps:g}, η = {a.lr:.4g}, {a.steps} steps of η (t = η·steps up to "
+        f"{a.lr * a.steps:.4g})"
     )
+
+
+def printed_table(a: Analysis) -> list[str]:
+    """The per-plateau table as the terminal prints it: right-aligned columns one space apart, each at least
+    8 characters wide, the cells of :func:`plateau_rows` picked by :data:`PRINTED_COLUMNS`."""
+    from ..report import format_cell
+
+    idx = [Analysis.REPORT_COLUMNS.index(name) for _, name in PRINTED_COLUMNS]
+    cells = [[format_cell(r[j]) for j in idx] for r in a.report_table()]
+    widths = [max(8, len(h), *(len(row[i]) for row in cells)) for i, (h, _) in enumerate(PRINTED_COLUMNS)]
+    lines = ["  " + " ".join(h.rjust(w) for (h, _), w in zip(PRINTED_COLUMNS, widths, strict=True))]
+    lines += ["  " + " ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
+    return lines
 
 
 def print_analysis(a: Analysis, echo=print) -> None:
     """The header, the checks table, the per-plateau table and the verdict, as text.
 
-    The per-plateau columns are picked from :meth:`Analysis.table` by :data:`PRINTED_COLUMNS` (the
-    errors are the real network's against the prediction; flat is ``yes``/``no`` with the flatness ratio).
-    """
-    from ..report import format_cell
-
+    The per-plateau table (:func:`printed_table`) holds the same cells as the report's and ``results.json``'s
+    (errors: the real network's against the prediction, in percent; flat is ``yes``/``no`` with the ratio)."""
     echo(header_line(a))
     echo("assumption checks:")
     for c in a.checks:
         echo(f"  {c.name:<24} {c.value:<24} {c.status:<4} {c.note}")
     echo("")
-    echo("  " + " ".join(f"{h:>8}" for h, _ in PRINTED_COLUMNS))
-    flat_col = Analysis.TABLE_COLUMNS.index("flatness (real)")
-    for r in a.table():
-        cells = [format_cell(r[j]) for _, j in PRINTED_COLUMNS]
-        cells[-1] = f"{cells[-1]} ({format_cell(r[flat_col])})"
-        echo("  " + " ".join(f"{c:>8}" for c in cells))
+    for line in printed_table(a):
+        echo(line)
     echo(
-        "  (err: real network vs prediction; t seeded: the real network's clock, the seeded NQF; "
+        f"  ({PLATEAU_NOTE}; t = η·steps; t seeded: the real network's clock, the seeded NQF; "
         "flat: loss change across the plateau / adjacent drop)"
     )
     echo("")

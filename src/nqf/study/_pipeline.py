@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 import time
 
 import numpy as np
@@ -51,8 +50,9 @@ from ._checks import (
 )
 from ._clock import clock_sentences, seeded_clock
 from ._crowded import add_crowded
-from ._discover import choose_units
+from ._discover import analysed_module, choose_units
 from ._models import build_model
+from ._notes import data_line, target_scale, trained_notes, training_only_notes
 from ._operators import is_analytic, structure_of
 from ._result import Analysis
 from ._runs import _estimate_and_run, _prediction_estimate, _RealRun, _seeded_steps
@@ -123,7 +123,7 @@ def prepare_analysis(model, X, Y=None, *, units: str | None = None, seed: int = 
     check_smooth(module)
     found = choose_units(module, units)
     check_activation_at_zero(found)
-    return data, module, found, desc
+    return data, analysed_module(module, found), found, desc
 
 
 def analyze(
@@ -156,7 +156,8 @@ def analyze(
         A module (copied, converted to float64; parameters outside the units are
         kept), a built-in spec (``"mlp:width=256,act=tanh"``) or ``"FILE.py:FACTORY"``.
     X : array_like, shape (N, D), or nqf.data.Dataset
-        Inputs (used as given; :func:`nqf.data.load_dataset` prepares bundled data and files).
+        Inputs: arrays are prepared as ``nqf analyze --data`` prepares a file (:func:`nqf.data.prepare`'s
+        defaults, said in the first progress line); a Dataset is used as given.
     Y : array_like, shape (N,) or (N, C)
         Targets (not needed with a Dataset).
     eps : float
@@ -211,10 +212,10 @@ def analyze(
     timings, memory = {}, {}
     t0 = time.perf_counter()
     data, module, found, desc = prepare_analysis(model, X, Y, units=units, seed=seed, data_name=data_name)
-    say(_data_line(data))
+    say(data_line(data))
     say(f"units: {found.describe()}")
-    trained = _trained_notes(module, found, say)  # first in the verdict: what the analysis is about
-    notes = _training_only_notes(module, say)
+    trained = trained_notes(module, found, say)  # first in the verdict: what the analysis is about
+    notes = training_only_notes(module, say)
     Xt = torch.as_tensor(data.X, dtype=torch.float64)
     Yt = torch.as_tensor(data.Y, dtype=torch.float64)
     op, f0, how = _operator(module, found, Xt, say)
@@ -226,19 +227,8 @@ def analyze(
 
     timings["estimate_prediction"], line = _prediction_estimate(op, Ynqf, data.n_outputs, commuting)
     say(line)
-    t0 = time.perf_counter()
     W0 = initial_weights(p, m, eps, seed=seed)
-    M0 = W0 @ W0.T if m < p else None
-    phases: dict = {}  # the saddle sequence's search and O(1) clock, each with its estimate
-    pred = predict(op, Ynqf, eps, commuting=commuting, M0=M0, max_rank=m, log=say, timings=phases)
-    if shift:
-        pred = dataclasses.replace(pred, levels=pred.levels + shift)
-    timings["prediction"] = phases.get("search", time.perf_counter() - t0)
-    if phases:  # the clock's estimate: printed after the search, between one later drop's cost and all of theirs
-        timings["prediction_clock"], timings["estimate_prediction_clock"] = phases["clock"], phases["estimate_clock"]
-        timings["estimate_prediction_clock_low"] = phases["estimate_clock_low"]
-    release_free_memory()  # the search's transient arrays: not resident during the runs
-    say(f"prediction: {pred.method}, {pred.n_drops} drops, levels {pred.levels[0]:.4g} → {pred.levels[-1]:.4g}")
+    pred = _predicted(op, Ynqf, eps, commuting, W0, shift, say, timings)
     if real_step_factor is None:
         real_step_factor = REAL_STEP_FACTOR if lr is None else 1.0
     if lr is None:
@@ -259,7 +249,7 @@ def analyze(
     problem, run = (module, found, Xt, Yt, op_data, W0), _seeded_steps(real, lr, steps)
     seeded = seeded_clock(clock, problem, run, pred, sim, say, timings)
     release_free_memory()  # the runs' transient arrays: not resident while the report is drawn
-    warnings = [n for n in pred.notes if n.startswith("warning:")] + _target_scale(data, val)
+    warnings = [n for n in pred.notes if n.startswith("warning:")] + target_scale(data, val)
     verdict["text"][:0] = trained
     verdict["text"].extend([*clock_sentences(seeded, cmp_real.times_measured), *notes, *warnings])
     notes = trained + notes
@@ -289,6 +279,26 @@ def analyze(
         clock=seeded,
         memory={**memory, "peak_mib": _peak_mib()},
     )
+
+
+def _predicted(op, Ynqf, eps: float, commuting: bool, W0: torch.Tensor, shift: float, say, timings: dict):
+    """:func:`nqf.predict` from the actual start (``M0 = W0 W0ᵀ`` when the width is below ``p``), bounded by
+    the width (``max_rank`` = the number of units), its levels moved by the moment rows' loss offset ``shift``;
+    the search's and the clock's times (and the clock's estimate) go into ``timings``."""
+    t0 = time.perf_counter()
+    p, m = W0.shape
+    M0 = W0 @ W0.T if m < p else None
+    phases: dict = {}  # the saddle sequence's search and O(1) clock, each with its estimate
+    pred = predict(op, Ynqf, eps, commuting=commuting, M0=M0, max_rank=m, log=say, timings=phases)
+    if shift:
+        pred = dataclasses.replace(pred, levels=pred.levels + shift)
+    timings["prediction"] = phases.get("search", time.perf_counter() - t0)
+    if phases:  # the clock's estimate: printed after the search, between one later drop's cost and all of theirs
+        timings["prediction_clock"], timings["estimate_prediction_clock"] = phases["clock"], phases["estimate_clock"]
+        timings["estimate_prediction_clock_low"] = phases["estimate_clock_low"]
+    release_free_memory()  # the search's transient arrays: not resident during the runs
+    say(f"prediction: {pred.method}, {pred.n_drops} drops, levels {pred.levels[0]:.4g} → {pred.levels[-1]:.4g}")
+    return pred
 
 
 def _peak_mib() -> float | None:
@@ -371,67 +381,6 @@ def _compare(pred, sim, real: _RealRun, eps: float, found, flat_threshold: float
     return cmp_nqf, cmp_real, val, verdict, curves
 
 
-def _data_line(data: Dataset) -> str:
-    """The progress line of the data: samples, input shape, outputs, task and how it was decided."""
-    rule = data.preprocessing.get("task_rule")
-    names = f"; classes {', '.join(str(c) for c in data.classes)}" if data.classes else ""
-    return (
-        f"data: {data.name}: N = {data.n_samples}, input shape {data.input_shape}, C = {data.n_outputs}, "
-        f"{data.task}" + (f" ({rule})" if rule else "") + names
-    )
-
-
-def _target_scale(data: Dataset, val: dict) -> list[str]:
-    """A verdict sentence when regression targets of standard deviation above 1 go with leaving the regime.
-
-    The NQF's plateau weights grow like the square root of the targets' scale; with standardised inputs,
-    targets of standard deviation ``s > 1`` need pre-activations beyond 1, where the activation's next
-    orders act at once (diabetes: ``s ≈ 77``)."""
-    if data.task != "regression" or val.get("left_step") is None:
-        return []
-    sd = float(np.std(np.asarray(data.Y, dtype=float)))
-    if sd <= 1.0:
-        return []
-    return [
-        f"The regression targets have standard deviation {sd:.3g} (centred, not scaled): fitting them needs unit "
-        f"weights of size ~√{sd:.3g} = {math.sqrt(sd):.2g}, outside the quadratic regime, which is why the network "
-        "leaves it; analyse the scaled targets instead (nqf.analyze(model, X, Y / Y.std()) on the prepared data)."
-    ]
-
-
-def _training_only_notes(module, say) -> list[str]:
-    """Sentences (verdict text) and log lines naming the training-only layers switched off."""
-    names = training_only_layers(module)
-    if not names:
-        return []
-    note = (
-        f"Training-only layers {', '.join(names)} were switched off (eval mode: no dropout, batch norm on its "
-        "running statistics) for the prediction, the NQF and the real training; a network trained with them "
-        "on is not what was analysed."
-    )
-    say(f"note: {note}")
-    return [note]
-
-
-def _trained_notes(module, found, say) -> list[str]:
-    """What the analysis trains (the unit layer's parameters) and what it freezes (every other trainable
-    parameter, held at the values the model was built with), for the NQF and the real network alike."""
-    trained = list(dict.fromkeys(sl.param for sl in found.layout.slices))
-    frozen = [name for name, prm in module.named_parameters() if prm.requires_grad and name not in trained]
-    line = f"trained: {', '.join(trained)} (the {found.n_units} units)"
-    if not frozen:
-        say(line + "; no other trainable parameter")
-        return []
-    n = sum(int(module.get_parameter(name).numel()) for name in frozen)
-    note = (
-        f"Trained: {', '.join(trained)} (the {found.n_units} units). Frozen at their initial values, in the NQF "
-        f"and in the real network alike: {', '.join(frozen)} ({n} parameters); a network trained with all its "
-        "layers is not what was analysed."
-    )
-    say(f"{line}; frozen: {', '.join(frozen)} ({n} parameters)")
-    return [note]
-
-
 def _moments(module, found, Xt, op, Ynqf, how: str, say):
     """The NQF's operator and targets on ``D`` moment rows when that is exact (:mod:`nqf.study._moments`),
     with the loss offset ``c``; else ``(op, Ynqf, 0.0)``."""
@@ -473,7 +422,7 @@ def _operator(module, found, Xt, say):
 
 def _assumption_checks(module, found, Xt, op, f0, how: str, *, seed: int):
     """The assumption rows (smoothness, symmetry, zero-gradient condition, commutation, width) and ``commuting``."""
-    rows = [check_smooth(module)]
+    rows = [check_smooth(module, found=found, X=Xt)]
     rows.append(check_symmetry(module, found.layout, Xt, seed=seed))
     rows.append(check_zgz(op, f0, how, found.activation))
     row, commuting = check_commutation(op)

@@ -146,7 +146,8 @@ class Analysis(Result):
         )
 
     def table(self) -> list[list]:
-        """Per plateau ``k``: predicted / NQF / real level and drop time with relative errors, flatness."""
+        """Per plateau ``k``: predicted / NQF / real level and drop time with relative errors (fractions, full
+        precision), flatness; :meth:`report_table` is the printed table."""
         P, S, R = self.prediction, self.nqf, self.real
         rows = []
         for k in range(P.levels.size):
@@ -193,6 +194,35 @@ class Analysis(Result):
         "t seeded",
         "err seeded",
     )
+
+    #: Columns of :meth:`report_table`: the per-plateau table of the terminal, the report and ``results.json``.
+    REPORT_COLUMNS = (
+        "k",
+        "rank",
+        "L pred",
+        "L NQF",
+        "L real",
+        "err L NQF %",
+        "err L real %",
+        "t pred",
+        "t rule",
+        "t NQF",
+        "t real",
+        "err t NQF %",
+        "err t real %",
+        "flat (real)",
+        "t seeded",
+        "err t seeded %",
+    )
+
+    def report_table(self) -> list[list]:
+        """:meth:`table` as printed, columns :attr:`REPORT_COLUMNS` (the same cells in the terminal, the report and
+        ``results.json``): levels and times at 4 significant digits; errors in percent to one decimal, or
+        ``"|Δ| …"`` (the absolute difference) where the reference level is below 10⁻³ L_0 or the relative error
+        is above 1000 %; ``"0 (round-off)"`` for a level within 10⁻¹² L_0 of zero; flat as ``"yes (ratio)"``."""
+        from ._table import plateau_rows
+
+        return plateau_rows(self)
 
     def plot(self):
         """Figure: loss curves (real, NQF, prediction; predicted times marked) and per-mode strengths."""
