@@ -93,7 +93,11 @@ def run_row(name: str, eps: float) -> dict:
     except NQFError as exc:
         row.update(status="refused", reason=str(exc).replace(str(ZOO), "models.py"))
     else:
-        text = "\n".join([*lines, str(a.table()), *a.verdict["text"]])
+        from nqf.study._output import print_analysis  # what the terminal shows: header, checks, table, verdict
+
+        printed: list[str] = []
+        print_analysis(a, printed.append)
+        text = "\n".join([*lines, *printed])
         percents = [float(m.replace(",", "")) for m in _PERCENT.findall(text) if _number(m)]
         nqf_t, nqf_l = _worst(a.nqf, a.prediction.levels)
         real_t, real_l = _worst(a.real, a.prediction.levels)

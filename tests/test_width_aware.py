@@ -16,9 +16,11 @@ import numpy as np
 import pytest
 import torch
 from scipy.optimize import minimize
+from torch import nn
 
 import nqf
 from nqf.curves import compare_staircase
+from nqf.data import load_dataset, prepare
 from nqf.dynamics import initial_weights
 from nqf.modules import find_units, from_module
 from nqf.reductions.saddles import saddle_sequence
@@ -44,7 +46,7 @@ def _problem(seed=0, N=120, D=6, C=4):
     return mlp(X, "tanh", n_outputs=C), Y
 
 
-def _lowest_loss(op, Y, m: int, starts: int = 6) -> float:
+def _lowest_loss(op, Y, m: int, starts: int = 6, maxiter: int = 4000) -> float:
     """min over W ∈ R^{p×m} of the NQF loss ½‖op(W Wᵀ) − Y‖²/N, by L-BFGS from random starts."""
     p, N = op.p, op.n_samples
 
@@ -57,7 +59,7 @@ def _lowest_loss(op, Y, m: int, starts: int = 6) -> float:
     rng = np.random.default_rng(0)
     best = math.inf
     for _ in range(starts):
-        res = minimize(fun, 0.3 * rng.standard_normal(p * m), jac=True, method="L-BFGS-B", options={"maxiter": 4000})
+        res = minimize(fun, 0.3 * rng.standard_normal(p * m), jac=True, method="L-BFGS-B", options={"maxiter": maxiter})
         best = min(best, float(res.fun))
     return best
 
@@ -128,7 +130,7 @@ def test_analyze_says_what_it_trains():
     lines: list[str] = []
     a = nqf.analyze(
         z.deep_linear(10, 4),
-        nqf.data.prepare(X, Y, task="regression", standardize=False, center=False),
+        prepare(X, Y, task="regression", standardize=False, center=False),
         eps=1e-4,
         units="0",
         steps=20,
@@ -139,3 +141,49 @@ def test_analyze_says_what_it_trains():
     assert "0.weight" in trained and "1.weight" in trained and "frozen: 2.weight (40 parameters)" in trained
     assert lines.index(trained) < 4  # among the first lines
     assert a.verdict["text"][0].startswith("Trained: ") and "2.weight" in a.verdict["text"][0]
+
+
+class _SmallRowTransformer(nn.Module):
+    """The zoo's transformer (rows of an image as tokens, one post-norm TransformerEncoderLayer with 2 heads and
+    a ReLU feed-forward, mean over tokens, linear readout) at d_model = 8: head dimension 4, p = 140 per head."""
+
+    def __init__(self, n_outputs: int):
+        super().__init__()
+        self.embed = nn.Linear(8, 8)
+        self.encoder = nn.TransformerEncoderLayer(d_model=8, nhead=2, dim_feedforward=16, batch_first=True, dropout=0.0)
+        self.readout = nn.Linear(8, n_outputs, bias=False)
+
+    def forward(self, x):
+        return self.readout(self.encoder(self.embed(x.reshape(x.shape[0], 8, 8))).mean(dim=1))
+
+
+def test_two_heads_predict_no_level_below_what_two_heads_reach():
+    """Issue 32: a 2-head transformer was predicted to reach a rank-8 saddle.  Its NQF on 24 digits (3 classes),
+    head dimension 4 (p = 140): the top escape rate is 4-fold degenerate, and with max_rank = 2 the staircase
+    stops at a saddle M of rank 2, PSD, so M = W Wᵀ with W ∈ R^{p×2}: two units reach it; its loss, recomputed
+    from the operator, is the predicted level.  Planted: the same reachability check with one unit fails."""
+    from nqf.study import choose_units
+
+    torch.manual_seed(0)
+    data = load_dataset("digits")
+    keep = np.isin(np.asarray(data.Y).argmax(1), [0, 1, 2]).nonzero()[0][:24]
+    X = torch.as_tensor(np.asarray(data.X)[keep], dtype=torch.float64)
+    Y = torch.as_tensor(np.asarray(data.Y)[keep][:, :3], dtype=torch.float64)
+    net = _SmallRowTransformer(3).double().eval()
+    found = choose_units(net)
+    assert found.kind == "attention-heads" and found.n_units == 2
+    op = from_module(net, found.layout, X)  # carries f(x; 0) as op.offset
+    seq = saddle_sequence(op, Y, max_rank=2)
+    assert any("4-fold degenerate" in n for n in seq.notes)  # what made the unbounded search go past 2
+    last = seq.saddles[-1]
+    evals = torch.linalg.eigvalsh(last.M)
+    top = float(evals[-1])
+
+    def reachable(m: int) -> bool:  # PSD and rank ≤ m (round-off of the descent: 1e-8 of the top eigenvalue)
+        return bool(evals[0] > -1e-8 * top) and bool((evals[:-m].abs() < 1e-8 * top).all())
+
+    assert reachable(2)
+    loss = 0.5 * float((op.offset + op(last.M) - Y).pow(2).sum()) / op.n_samples
+    assert loss == pytest.approx(last.loss, rel=1e-10)
+    assert seq.staircase(1e-6).levels[-1] == pytest.approx(loss, rel=1e-10)
+    assert not reachable(1)  # planted: the check sees a rank-2 saddle as out of one unit's reach
