@@ -16,7 +16,8 @@ whitened Gaussian inputs, D = 10, linear teacher of singular values 3, 2, 1, 0.5
 units: ``--units 0``) and ``conv2d_rgb`` (60 random 3-channel 6×6 images, C = 1), both from
 ``benchmarks/zoo/models.py``.
 
-Run: ``python benchmarks/bench_models_zoo.py [--rows transformer,moe] [--eps 1e-6] [--json]``.
+Run: ``python benchmarks/bench_models_zoo.py [--rows transformer,moe] [--eps 1e-6] [--json]``; each row's JSON
+goes to stderr as it finishes, and ``--table FILE`` prints the table of rows saved with ``--json``.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ ROWS = {
 }
 #: A level below this fraction of ``L_0`` is compared to ``LEVEL_FLOOR · L_0`` (not to itself).
 LEVEL_FLOOR = 0.01
+#: Wall-clock limit of one row's process (s).
+TIMEOUT_S = 1800
 _PERCENT = re.compile(r"(\d[\d.,eE+]*)\s?%")
 
 
@@ -156,16 +159,26 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", default=",".join(ROWS))
     ap.add_argument("--eps", type=float, default=1e-6)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--table", metavar="FILE", help="print the table of the rows a --json run saved in FILE")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one row here, print its JSON
     args = ap.parse_args(argv)
     if args.one:
         print(json.dumps(run_row(args.one, args.eps)))
         return 0
+    if args.table:
+        print(table(json.loads(Path(args.table).read_text())))
+        return 0
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.rows.split(","):
             cmd = [sys.executable, __file__, "--one", name, "--eps", str(args.eps)]
-            proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp, timeout=1800)
+            try:
+                proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp, timeout=TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                row = dict(model=name, status="refused", reason=f"timed out after {TIMEOUT_S} s", seconds=TIMEOUT_S)
+                rows.append(dict(row, peak_mib=0))
+                print(f"{name}: {json.dumps(rows[-1])}", file=sys.stderr)
+                continue
             if proc.returncode != 0:
                 rows.append(
                     dict(
@@ -178,7 +191,7 @@ def main(argv=None) -> int:
                 )
                 continue
             rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-            print(f"{name}: done", file=sys.stderr)
+            print(f"{name}: {json.dumps(rows[-1])}", file=sys.stderr)
     print(json.dumps(rows, indent=1) if args.json else table(rows))
     return 0
 

@@ -220,6 +220,33 @@ def test_fresh_batchnorm_is_folded_and_scales_the_input_part():
     _close(from_module(net, c.layout, X).dense(), ref)
 
 
+@pytest.mark.parametrize("bias", [True, False])
+def test_folded_batchnorm_and_dropout_keep_the_analytic_mlp_operator(bias):
+    """A batch norm of one scale s (here 1/√2, not the fresh ≈ 1) between the layers is the analytic MLP operator on
+    the input part scaled by s, equal to the module's own autodiff operator; so is a dropout in eval mode.
+    Planted: the operator that ignores s differs from the module's (so the agreement check can fail)."""
+    from nqf.study._operators import structure_of
+
+    torch.manual_seed(6)
+    X = torch.randn(12, 4, dtype=DT)
+    net = ZOO.batchnorm_mlp(4, 2).to(DT).eval()
+    if not bias:
+        net[0].bias = None
+    net[1].running_var.fill_(2.0)
+    found = choose_units(net)
+    op, _, how = structure_of(net, found, X)
+    assert how == "analytic mlp"
+    ref = from_module(net, found.layout, X, matrix_free=False).dense()
+    _close(op.dense(), ref)
+    unscaled = mlp(X, "tanh", bias=bias, n_outputs=2).dense()
+    assert float((unscaled - ref).abs().max()) > 0.1 * float(ref.abs().max())
+    drop = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Dropout(0.3), nn.Linear(6, 2, bias=False)).to(DT).eval()
+    dfound = choose_units(drop)
+    dop, _, dhow = structure_of(drop, dfound, X)
+    assert dhow == "analytic mlp"
+    _close(dop.dense(), from_module(drop, dfound.layout, X, matrix_free=False).dense())
+
+
 @pytest.mark.parametrize("what", ["bias", "weight", "stats"])
 def test_batchnorm_that_is_not_one_scale_is_refused_naming_it(what):
     net = ZOO.batchnorm_mlp(4, 2)

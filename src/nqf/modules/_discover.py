@@ -241,7 +241,7 @@ def _mlp_candidate(root: nn.Module, chain: Chain, first: nn.Linear, second: nn.L
         f"row{', bias' if first.bias is not None else ''}), p = {p}{_scale_note(root, chain.steps)}{note}"
         f"{'' if chain.verified else _UNVERIFIED}"
     )
-    act = _single_activation(chain.steps)
+    act = _single_activation(chain.steps, around=("pass", "scale"))  # dropout, identity, a folded batch norm
     return UnitCandidate((name1, name2), "mlp-hidden", m, p, UnitLayout(slices, m), desc, smooth, act, chain.verified)
 
 

@@ -5,7 +5,8 @@
 1. **analytic, structured** operators of :mod:`nqf.structure` for a recognised family, built on
    the input the units' first layer receives (captured by a hook, so layers before the units are
    allowed): hidden neurons between two ``nn.Linear`` layers (:func:`nqf.structure.mlp`,
-   memory ``O(N D)``); channels of a ``Conv1d``/``Conv2d`` read by an ``nn.Linear`` after a
+   memory ``O(N D)``; a batch norm between them that is one fixed scale in eval mode, as discovery folds it,
+   scales the input part); channels of a ``Conv1d``/``Conv2d`` read by an ``nn.Linear`` after a
    flatten (per-position readout) or a global average pool (mean readout)
    (:func:`nqf.structure.conv1d` / :func:`~nqf.structure.conv2d`, with the conv bias; memory
    ``O(N Q k)``); the heads of a plain self-attention ``nn.MultiheadAttention`` (no mask, no
@@ -33,7 +34,7 @@ import math
 import torch
 from torch import nn
 
-from ..modules import UnitScatter, evaluation_mode, get_unit_weights, set_unit_weights
+from ..modules import UnitScatter, evaluation_mode, get_unit_weights, set_unit_weights, uniform_batchnorm_scale
 from ._discover import FoundUnits, output_at_zero
 
 __all__ = ["structure_of", "is_analytic", "DENSE_BUDGET", "AGREEMENT_RTOL"]
@@ -101,10 +102,34 @@ def _analytic_mlp(module: nn.Module, found: FoundUnits, X: torch.Tensor, C: int)
     if not (isinstance(first, nn.Linear) and isinstance(second, nn.Linear)):
         return None
     Xin = X if found.is_whole_mlp else _layer_input(module, found.names[0], X)
-    if Xin.ndim != 2:
+    scale = _folded_scale(module, found.names)
+    if Xin.ndim != 2 or scale is None:
         return None
-    inner = mlp(Xin, act, bias=first.bias is not None, n_outputs=second.out_features)
+    if scale == 1.0:
+        inner = mlp(Xin, act, bias=first.bias is not None, n_outputs=second.out_features)
+    else:  # σ(s (w·x + b)) = σ(w·(s x) + b·s): the input part [x, 1] scaled by s (the bias is its last entry)
+        ones = torch.ones(Xin.shape[0], 1, dtype=Xin.dtype)
+        scaled = scale * (torch.cat([Xin, ones], dim=1) if first.bias is not None else Xin)
+        inner = mlp(scaled, act, bias=False, n_outputs=second.out_features)
     return _read_out(module, found, X, inner, found.names[1], "analytic mlp")
+
+
+def _folded_scale(module: nn.Module, names) -> float | None:
+    """The product of the fixed scales of the batch norms registered between the two layers ``names`` (1.0:
+    none; None: one that is not a single scale, which discovery refuses).  Registration order stands for the
+    forward's order here: the operator it gives is accepted only if it equals the module's own (``_agrees``)."""
+    order = [n for n, _ in module.named_modules()]
+    if names[0] not in order or names[1] not in order:
+        return None
+    scale = 1.0
+    for name in order[order.index(names[0]) + 1 : order.index(names[1])]:
+        sub = module.get_submodule(name)
+        if isinstance(sub, (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)):
+            s = uniform_batchnorm_scale(sub)
+            if s is None:
+                return None
+            scale *= s
+    return scale
 
 
 def _read_out(module, found: FoundUnits, X, inner, layer: str, label: str, *, tokens: bool = False):
