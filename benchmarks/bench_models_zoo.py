@@ -144,10 +144,13 @@ def table(rows: list[dict]) -> str:
     ]
     for r in rows:
         if r["status"] == "refused":
-            out.append(f"| {r['model']} | refused: {r['reason']} | | | | | | {r['seconds']} | {r['peak_mib']} |")
+            reason = r["reason"]
+            cut = reason.rfind("refused `")  # the blocking layer's line, without the search's preamble
+            reason = reason[cut:] if cut >= 0 else f"refused: {reason}"
+            out.append(f"| {r['model']} | {reason} | | | | | | {r['seconds']} | {r['peak_mib']} |")
             continue
         out.append(
-            f"| {r['model']} | {r['units']} (m = {r['m']}, p = {r['p']}) | {r['drops']} ({r['levels']}) | "
+            f"| {r['model']} | {r['units']} | {r['drops']} ({r['levels']}) | "
             f"{_fmt(r['nqf_time'])} / {_fmt(r['nqf_level'])} | {_fmt(r['real_time'])} / {_fmt(r['real_level'])} | "
             f"{r['trust']} | {r['max_printed_percent']:.4g} | {r['seconds']} | {r['peak_mib']} |"
         )
