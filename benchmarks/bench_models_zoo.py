@@ -157,6 +157,11 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def _not_run(name: str, reason: str, seconds: float) -> dict:
+    """The row of a model whose process timed out or crashed (shown like a refusal, with its reason)."""
+    return dict(model=name, status="refused", reason=reason, seconds=seconds, peak_mib=0)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", default=",".join(ROWS))
@@ -178,23 +183,16 @@ def main(argv=None) -> int:
             try:
                 proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp, timeout=TIMEOUT_S)
             except subprocess.TimeoutExpired:
-                row = dict(model=name, status="refused", reason=f"timed out after {TIMEOUT_S} s", seconds=TIMEOUT_S)
-                rows.append(dict(row, peak_mib=0))
-                print(f"{name}: {json.dumps(rows[-1])}", file=sys.stderr)
-                continue
-            if proc.returncode != 0:
-                rows.append(
-                    dict(
-                        model=name,
-                        status="refused",
-                        reason=f"crashed: {proc.stderr.strip()[-300:]}",
-                        seconds=0,
-                        peak_mib=0,
-                    )
+                row = _not_run(name, f"timed out after {TIMEOUT_S} s", TIMEOUT_S)
+            else:
+                ok = proc.returncode == 0
+                row = (
+                    json.loads(proc.stdout.strip().splitlines()[-1])
+                    if ok
+                    else _not_run(name, f"crashed: {proc.stderr.strip()[-300:]}", 0)
                 )
-                continue
-            rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-            print(f"{name}: {json.dumps(rows[-1])}", file=sys.stderr)
+            rows.append(row)
+            print(f"{name}: {json.dumps(row)}", file=sys.stderr)
     print(json.dumps(rows, indent=1) if args.json else table(rows))
     return 0
 

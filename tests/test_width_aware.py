@@ -46,7 +46,7 @@ def _problem(seed=0, N=120, D=6, C=4):
     return mlp(X, "tanh", n_outputs=C), Y
 
 
-def _lowest_loss(op, Y, m: int, starts: int = 6, maxiter: int = 4000) -> float:
+def _lowest_loss(op, Y, m: int, starts: int = 6) -> float:
     """min over W ∈ R^{p×m} of the NQF loss ½‖op(W Wᵀ) − Y‖²/N, by L-BFGS from random starts."""
     p, N = op.p, op.n_samples
 
@@ -59,7 +59,7 @@ def _lowest_loss(op, Y, m: int, starts: int = 6, maxiter: int = 4000) -> float:
     rng = np.random.default_rng(0)
     best = math.inf
     for _ in range(starts):
-        res = minimize(fun, 0.3 * rng.standard_normal(p * m), jac=True, method="L-BFGS-B", options={"maxiter": maxiter})
+        res = minimize(fun, 0.3 * rng.standard_normal(p * m), jac=True, method="L-BFGS-B", options={"maxiter": 4000})
         best = min(best, float(res.fun))
     return best
 

@@ -21,7 +21,6 @@ from ._higher import higher_order_terms
 from ._kinks import kink_distances, readout_kinks
 from ._layouts import mlp_units
 from ._narrowed import evaluation_mode
-from ._steps import uniform_batchnorm_scale
 from ._units import UnitLayout, UnitScatter, UnitSlice, get_unit_weights, set_unit_weights
 
 __all__ = [
@@ -48,5 +47,4 @@ __all__ = [
     "readout_kinks",
     "kink_distances",
     "evaluation_mode",
-    "uniform_batchnorm_scale",
 ]

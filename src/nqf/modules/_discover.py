@@ -69,7 +69,7 @@ from ._autodiff import is_non_smooth_layer
 from ._conv_layouts import conv_units
 from ._experts import find_experts, stack_experts
 from ._refusals import unit_refusals
-from ._steps import Step
+from ._steps import Step, uniform_batchnorm_scale
 from ._trace import Chain, layer_chains, trace_graph
 from ._units import UnitLayout, UnitSlice
 
@@ -118,8 +118,12 @@ class UnitCandidate:
     activation : str or None
         Registry name (:data:`~nqf.structure.REGISTRY`) of the activation
         between the two layers when it is the only step there (a module such as
-        ``nn.Tanh`` or a function such as ``torch.tanh``; for conv channels,
-        pooling, flatten and dropout may sit beside it); None otherwise.
+        ``nn.Tanh`` or a function such as ``torch.tanh``; for hidden neurons,
+        dropout and a folded batch norm may sit beside it; for conv channels,
+        pooling, flatten and dropout); None otherwise.
+    pre_scale : float
+        The fixed scale the batch norms folded between the two layers apply to
+        the pre-activations (1.0 without any): ``σ(s (w·x + b))``.
     order_verified : bool
         False when the layer order was taken from registration order because
         the forward could not be traced (see :mod:`nqf.modules._trace`).
@@ -138,6 +142,7 @@ class UnitCandidate:
     activation: str | None = None
     order_verified: bool = True
     stacked: str | None = None
+    pre_scale: float = 1.0
 
     def prepare(self, module: nn.Module) -> nn.Module:
         """The module :attr:`layout` refers to: ``module`` itself, or for :attr:`stacked` experts an equivalent
@@ -165,6 +170,7 @@ class UnitCandidate:
             activation=self.activation,
             order_verified=self.order_verified,
             stacked=self.stacked,
+            pre_scale=self.pre_scale,
             description=self.description,
             layout=[dict(param=s.param, axis=s.axis, size=s.size, offset=s.offset) for s in self.layout.slices],
         )
@@ -212,6 +218,17 @@ def _single_activation(steps: tuple[Step, ...], *, around: tuple[str, ...] = ())
     return None
 
 
+def _folded_scale(steps: tuple[Step, ...]) -> float:
+    """The product of the scales of the batch norms folded between the layers (role ``"scale"``; 1.0: none)."""
+    scale = 1.0
+    for st in steps:
+        if st.role == "scale" and st.module is not None:
+            s = uniform_batchnorm_scale(st.module)
+            assert s is not None  # a "scale" step is a batch norm of one scale (module_step)
+            scale *= s
+    return scale
+
+
 def _scale_note(root: nn.Module, steps: tuple[Step, ...]) -> str:
     """The batch norms folded as one fixed scale, in words (empty without any)."""
     names = {id(mod): name for name, mod in root.named_modules()}
@@ -242,7 +259,18 @@ def _mlp_candidate(root: nn.Module, chain: Chain, first: nn.Linear, second: nn.L
         f"{'' if chain.verified else _UNVERIFIED}"
     )
     act = _single_activation(chain.steps, around=("pass", "scale"))  # dropout, identity, a folded batch norm
-    return UnitCandidate((name1, name2), "mlp-hidden", m, p, UnitLayout(slices, m), desc, smooth, act, chain.verified)
+    return UnitCandidate(
+        (name1, name2),
+        "mlp-hidden",
+        m,
+        p,
+        UnitLayout(slices, m),
+        desc,
+        smooth,
+        act,
+        chain.verified,
+        pre_scale=_folded_scale(chain.steps),
+    )
 
 
 def _conv_candidate(root: nn.Module, chain: Chain, first: nn.Module, second: nn.Module) -> UnitCandidate | None:

@@ -56,6 +56,8 @@ class FoundUnits(Result):
         The module :attr:`layout` refers to when it is not the one searched: for experts held in an
         ``nn.ModuleList`` an equivalent copy with their parameters stacked
         (:meth:`nqf.modules.UnitCandidate.prepare`); set by :func:`choose_units`.  The analysis runs on it.
+    pre_scale : float
+        The scale of the batch norms folded between the layers (:attr:`nqf.modules.UnitCandidate.pre_scale`).
     """
 
     name: str
@@ -69,6 +71,7 @@ class FoundUnits(Result):
     names: tuple[str, ...] = ()
     module: nn.Module | None = field(default=None, repr=False, compare=False)
     stacked: str | None = None
+    pre_scale: float = 1.0
 
     def to_dict(self) -> dict:
         """JSON-ready: the layer, its units and layout (the activation by its class name)."""
@@ -82,6 +85,7 @@ class FoundUnits(Result):
             "bias": self.bias,
             "names": list(self.names),
             "stacked": self.stacked,
+            "pre_scale": self.pre_scale,
             "layout": [
                 {"param": s.param, "axis": s.axis, "size": s.size, "offset": s.offset} for s in self.layout.slices
             ],
@@ -130,7 +134,18 @@ def find_unit_layers(module: nn.Module) -> list[FoundUnits]:
         layout = cand.layout.resolve(params)
         act, whole, bias = _unit_details(module, cand)
         out.append(
-            FoundUnits(cand.name, cand.kind, layout, layout.m, layout.p(params), act, whole, bias, tuple(cand.names))
+            FoundUnits(
+                cand.name,
+                cand.kind,
+                layout,
+                layout.m,
+                layout.p(params),
+                act,
+                whole,
+                bias,
+                tuple(cand.names),
+                pre_scale=cand.pre_scale,
+            )
         )
     return out
 

@@ -34,7 +34,7 @@ import math
 import torch
 from torch import nn
 
-from ..modules import UnitScatter, evaluation_mode, get_unit_weights, set_unit_weights, uniform_batchnorm_scale
+from ..modules import UnitScatter, evaluation_mode, get_unit_weights, set_unit_weights
 from ._discover import FoundUnits, output_at_zero
 
 __all__ = ["structure_of", "is_analytic", "DENSE_BUDGET", "AGREEMENT_RTOL"]
@@ -102,8 +102,8 @@ def _analytic_mlp(module: nn.Module, found: FoundUnits, X: torch.Tensor, C: int)
     if not (isinstance(first, nn.Linear) and isinstance(second, nn.Linear)):
         return None
     Xin = X if found.is_whole_mlp else _layer_input(module, found.names[0], X)
-    scale = _folded_scale(module, found.names)
-    if Xin.ndim != 2 or scale is None:
+    scale = found.pre_scale  # batch norms folded between the layers (discovery read them off the forward)
+    if Xin.ndim != 2:
         return None
     if scale == 1.0:
         inner = mlp(Xin, act, bias=first.bias is not None, n_outputs=second.out_features)
@@ -112,24 +112,6 @@ def _analytic_mlp(module: nn.Module, found: FoundUnits, X: torch.Tensor, C: int)
         scaled = scale * (torch.cat([Xin, ones], dim=1) if first.bias is not None else Xin)
         inner = mlp(scaled, act, bias=False, n_outputs=second.out_features)
     return _read_out(module, found, X, inner, found.names[1], "analytic mlp")
-
-
-def _folded_scale(module: nn.Module, names) -> float | None:
-    """The product of the fixed scales of the batch norms registered between the two layers ``names`` (1.0:
-    none; None: one that is not a single scale, which discovery refuses).  Registration order stands for the
-    forward's order here: the operator it gives is accepted only if it equals the module's own (``_agrees``)."""
-    order = [n for n, _ in module.named_modules()]
-    if names[0] not in order or names[1] not in order:
-        return None
-    scale = 1.0
-    for name in order[order.index(names[0]) + 1 : order.index(names[1])]:
-        sub = module.get_submodule(name)
-        if isinstance(sub, (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)):
-            s = uniform_batchnorm_scale(sub)
-            if s is None:
-                return None
-            scale *= s
-    return scale
 
 
 def _read_out(module, found: FoundUnits, X, inner, layer: str, label: str, *, tokens: bool = False):
