@@ -10,6 +10,8 @@ picks the reduction for an operator (``nqf.predict`` is the same function).
   SVD modes of the teacher and their Saxe-type sigmoidal switch-on;
 * :mod:`nqf.reductions.saddles` — non-commuting data: the greedy low-rank saddle
   sequence (plateau levels and escape times);
+* :mod:`nqf.reductions.dormant` — when the quadratic form is silent: the first order that carries
+  signal and its power-law clock (dormant flows between active phases; chains with every layer small);
 * switch-on times and level crossings shared by all three (:func:`logistic_switch_time`,
   :func:`leading_switch_time`, :func:`crossing_times`, :func:`crossing_time`,
   :func:`crossing_index`, :func:`midpoint_levels`); the staircase curve itself is
@@ -25,7 +27,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # loaded lazily below; imported here for the type checker only
-    from . import lv, saddles, svd_modes
+    from . import dormant, lv, saddles, svd_modes
     from ._predict import LV_MAX_ENTRIES, predict
     from ._staircase import METHODS, TIME_RULES, Staircase
     from ._timing import (
@@ -37,7 +39,7 @@ if TYPE_CHECKING:  # loaded lazily below; imported here for the type checker onl
         midpoint_levels,
     )
 
-_SUBMODULES = ("lv", "saddles", "svd_modes")
+_SUBMODULES = ("dormant", "lv", "saddles", "svd_modes")
 
 #: Public names defined in a private module: ``name → module``.
 _NAMES = {
@@ -55,6 +57,7 @@ _NAMES = {
 }
 
 __all__ = [  # the submodules and the keys of _NAMES (tests/test_package.py)
+    "dormant",
     "lv",
     "saddles",
     "svd_modes",

@@ -30,7 +30,7 @@ from ._timing import staircase as _staircase_curve
 __all__ = ["Staircase", "METHODS", "TIME_RULES"]
 
 #: Reductions that produce a :class:`Staircase` (its ``method``).
-METHODS = ("lotka-volterra", "limit", "svd-modes", "saddle-sequence")
+METHODS = ("lotka-volterra", "limit", "svd-modes", "saddle-sequence", "dormant-flow")
 
 #: The rules a drop time can come from (its entry in ``Staircase.time_rules``):
 #:
@@ -47,7 +47,9 @@ METHODS = ("lotka-volterra", "limit", "svd-modes", "saddle-sequence")
 #:   interacting Lotka–Volterra modes;
 #: * ``"seeded NQF"`` — the loss's midpoint crossing of the seeded NQF
 #:   (:func:`nqf.dynamics.seeded_nqf`): the real network's clock with the next orders' seeds
-#:   (:func:`nqf.curves.real_clock`).
+#:   (:func:`nqf.curves.real_clock`);
+#: * ``"dormant flow"`` — the blow-up time of the scaled dormant flow of a term of degree ``k ≥ 3``
+#:   (:func:`nqf.reductions.dormant.dormant_staircase`): ``ρ^{2−k} s_k``, a power of the initial scale.
 TIME_RULES = (
     "logistic",
     "exact flow",
@@ -56,6 +58,7 @@ TIME_RULES = (
     "leading order",
     "ε → 0 limit",
     "seeded NQF",
+    "dormant flow",
 )
 
 

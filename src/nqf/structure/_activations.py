@@ -180,6 +180,7 @@ REGISTRY: tuple[Activation, ...] = (
     _smooth("softplus-centred", _softplus_centred, 0.0, 0.5, 0.25, 0.0),
     _smooth("sigmoid", torch.sigmoid, 0.5, 0.25, 0.0, -0.125, (nn.Sigmoid,), nn.Sigmoid),
     _smooth("linear", _identity, 0.0, 1.0, 0.0, 0.0, (nn.Identity,), nn.Identity),
+    _smooth("square", torch.square, 0.0, 0.0, 2.0, 0.0),
     _smooth("silu", F.silu, 0.0, 0.5, 0.5, 0.0, (nn.SiLU,), nn.SiLU),
     _smooth("softplus", F.softplus, _LN2, 0.5, 0.25, 0.0, (nn.Softplus,), nn.Softplus),
     _smooth("mish", F.mish, 0.0, 0.6, 0.64, -0.096, (nn.Mish,), nn.Mish),

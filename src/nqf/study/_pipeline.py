@@ -54,6 +54,7 @@ from ._discover import analysed_module, choose_units
 from ._models import build_model
 from ._notes import data_line, target_scale, trained_notes, training_only_notes
 from ._operators import is_analytic, structure_of
+from ._orders import dormant_prediction, dormant_step, examine_orders, relation_order
 from ._result import Analysis
 from ._runs import _estimate_and_run, _prediction_estimate, _RealRun, _seeded_steps
 from ._verdict import judge, validity
@@ -220,6 +221,7 @@ def analyze(
     Yt = torch.as_tensor(data.Y, dtype=torch.float64)
     op, f0, how = _operator(module, found, Xt, say)
     Ynqf = Yt - f0 if is_analytic(how) else Yt
+    residual0 = Yt - f0  # y − f(0) on every sample: what a dormant unit's utility sees
     op_data, (op, Ynqf, shift) = op, _moments(module, found, Xt, op, Ynqf, how, say)  # op_data: for the seeded NQF
     rows, commuting = _assumption_checks(module, found, Xt, op, f0, how, seed=seed)
     p, m = found.p, found.n_units
@@ -228,13 +230,24 @@ def analyze(
     timings["estimate_prediction"], line = _prediction_estimate(op, Ynqf, data.n_outputs, commuting)
     say(line)
     W0 = initial_weights(p, m, eps, seed=seed)
-    pred = _predicted(op, Ynqf, eps, commuting, W0, shift, say, timings)
+    order = examine_orders(module, found, Xt, op_data, residual0, how, say, seed=seed)
+    relation = None
+    if order is None:  # the quadratic form is not silent: its prediction, and whether it learns a relation
+        pred = _predicted(op, Ynqf, eps, commuting, W0, shift, say, timings)
+        relation = relation_order(module, found, Xt, op_data, residual0, how, W0, say, seed=seed)
+        if relation is not None:
+            trained.append(relation[0])
+    if order is not None:  # the quadratic form is silent: the first order with signal sets the clock and the step
+        pred, term = dormant_prediction(order, module, found, Xt, residual0, W0, eps, how, say)
+        real_step_factor, clock = 1.0, False
+        lr = dormant_step(term, pred, residual0, lr_fraction) if lr is None else lr
+        trained.append(order.sentence()[0].upper() + order.sentence()[1:] + ".")
     if real_step_factor is None:
         real_step_factor = REAL_STEP_FACTOR if lr is None else 1.0
     if lr is None:
         lr = stable_learning_rate(pred.rates, lr_fraction)
     # default: past the last drop far enough to see a network leave the NQF (width 64 on digits: t = 46)
-    steps = _derived_steps(pred, lr, max_steps) if steps is None else steps
+    steps = _derived_steps(pred, lr, max_steps, relation[1] if relation else None) if steps is None else steps
     save_every = max(1, steps // save_points)
     form = "weights" if (eps <= WEIGHT_FORM_BELOW or m < p) else "order_parameter"
 
@@ -326,17 +339,25 @@ def check_step_budget(steps: int | None, max_steps: int | None, lr: float | None
         )
 
 
-def _derived_steps(pred, lr: float, max_steps: int | None) -> int:
-    """Steps to ``1.5 t_K + 5`` at step ``lr``; refused (``InvalidParameterError``) above ``max_steps``."""
+def _derived_steps(pred, lr: float, max_steps: int | None, later: float | None = None) -> int:
+    """Steps to ``1.5 t_K + 5`` at step ``lr``; refused (``InvalidParameterError``) above ``max_steps``.  ``later``:
+    a higher order's escape time (:func:`relation_order`), covered too when that stays within ``max_steps``."""
+    if later is not None:
+        with_later = step_count([*pred.times, later], lr, margin=HORIZON_MARGIN, extra=HORIZON_EXTRA)
+        if max_steps is None or with_later <= max_steps:
+            return with_later
     try:
         steps = step_count(pred.times, lr, margin=HORIZON_MARGIN, extra=HORIZON_EXTRA)
     except (OverflowError, ValueError):  # lr so small that the count is not even a finite number
         steps = None
     if max_steps is not None and (steps is None or steps > max_steps):
+        hint = "choose a larger --lr, or --steps"
+        if pred.method == "dormant-flow":  # a power of 1/ε: a larger ε is what shortens it
+            hint = f"{pred.notes[-1]}: a larger --eps brings the escapes earlier, or give --lr / --steps"
         raise InvalidParameterError(
             f"`lr`: η = {lr:.4g} needs {'more than ' + str(max_steps) if steps is None else steps} GD steps to "
             f"reach past the last predicted drop (t = {float(np.max(pred.times)):.4g}); at most max_steps="
-            f"{max_steps} (--max-steps) are run: choose a larger --lr, or --steps"
+            f"{max_steps} (--max-steps) are run: {hint}"
         )
     assert steps is not None
     return steps

@@ -1,0 +1,34 @@
+"""When the quadratic form is silent: the first order that carries signal and its power-law clock.
+
+* :class:`HomogeneousTerm`, :func:`unit_term` — the term of one order of a layer, matrix-free;
+  :func:`chain_term` — a whole chain of layers with every parameter small (its homogeneous degree);
+* :func:`utility_maximum`, :func:`leading_order` — the utility of a dormant unit, maximised on the
+  sphere, and the first order whose maximum is above round-off (:class:`LeadingOrder`);
+* :func:`dormant_staircase` — dormant flows between active phases: a :class:`nqf.reductions.Staircase`
+  (method ``"dormant-flow"``) whose times scale as ``ρ^{2−k}``; :func:`chain_staircase` the same for a
+  chain (every drop for a linear chain, by deflation; the first escape otherwise).
+
+Equations and assumptions: docs/theory.md, "When the quadratic form is silent".
+"""
+
+from ._chain import ChainTerm, chain_staircase, chain_term
+from ._flow import ESCAPE_NORM, active_curvature, active_fit, dormant_staircase
+from ._terms import HomogeneousTerm, unit_term
+from ._utility import LeadingOrder, UtilityMaximum, aligned_escape_time, leading_order, utility_maximum
+
+__all__ = [
+    "HomogeneousTerm",
+    "unit_term",
+    "ChainTerm",
+    "chain_term",
+    "chain_staircase",
+    "UtilityMaximum",
+    "LeadingOrder",
+    "utility_maximum",
+    "leading_order",
+    "aligned_escape_time",
+    "dormant_staircase",
+    "active_fit",
+    "active_curvature",
+    "ESCAPE_NORM",
+]

@@ -1,0 +1,219 @@
+r"""The degree-``k`` clock: dormant flows between active phases (docs/theory.md, "The degree-k clock").
+
+Near small weights a term ``g`` of degree ``k ≥ 3`` moves dormant units by ``dW/dt = (1/N) ∇_W ⟨r, g(W)⟩``
+with the residual ``r`` frozen: an ODE whose solutions blow up in finite time.  With ``W(0) = ρ W̃(0)``
+(``ρ`` the largest unit norm) it is scale-free: ``W(t) = ρ W̃(ρ^{k−2} t)``, so every escape comes at
+``t = ρ^{2−k} s`` — a power of ``1/ρ``, not ``ln(1/ρ)``.  Between escapes the escaped units settle
+quickly (in ``O(1)`` time, nothing on this clock) at the minimum of the loss over them: the *active
+phase*, which sets the next plateau and the residual the still-dormant units see next
+(the alternating picture of Kunin et al. 2025 for two-layer networks).
+
+:func:`dormant_staircase` integrates the scaled dormant flow (``scipy.integrate.solve_ivp``, an event at
+a unit norm :data:`ESCAPE_NORM` times its start: the blow-up time up to a relative ``ESCAPE_NORM^{2−k}``)
+and fits each active phase with L-BFGS (``scipy.optimize.minimize``); its result is a
+:class:`nqf.reductions.Staircase` with method ``"dormant-flow"`` and time rule ``"dormant flow"``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from scipy.integrate import solve_ivp
+from scipy.optimize import minimize
+
+from ...errors import InvalidParameterError, ShapeError
+from .._staircase import Staircase
+from ._terms import HomogeneousTerm, check_residual
+from ._utility import aligned_escape_time, utility_maximum
+
+__all__ = ["dormant_staircase", "active_fit", "active_curvature", "ESCAPE_NORM"]
+
+#: A unit has escaped when its scaled norm reaches this multiple of the largest initial norm.
+ESCAPE_NORM = 1e4
+#: Relative tolerance of the dormant-flow integration.
+RTOL = 1e-9
+
+
+def _loss(term: HomogeneousTerm, W: torch.Tensor, Y: torch.Tensor) -> float:
+    if W.shape[1] == 0:
+        return 0.5 * float((Y * Y).sum()) / term.N
+    D = term.value(W) - Y
+    return 0.5 * float((D * D).sum()) / term.N
+
+
+def active_fit(term: HomogeneousTerm, W: torch.Tensor, Y: torch.Tensor, *, maxiter: int = 20000) -> torch.Tensor:
+    """The active phase: ``W`` carried by gradient flow on ``(1/2N)‖g(W) − Y‖²`` until the loss settles
+    (``solve_ivp``; gradient flow picks the basin the network itself falls into), then polished by L-BFGS."""
+    shape = tuple(W.shape)
+
+    def fg(x):
+        Wt = torch.as_tensor(x, dtype=term.dtype).reshape(shape)
+        D = term.value(Wt) - Y
+        g = term.gradient(Wt, D) / term.N
+        return 0.5 * float((D * D).sum()) / term.N, g.reshape(-1).numpy().astype(np.float64)
+
+    x, t = W.reshape(-1).numpy().astype(np.float64), 0.0
+    loss0, g0 = fg(x)
+    span = 1.0 / max(float(np.abs(g0).max()) / max(float(np.abs(x).max()), 1e-300), 1e-300)
+    for _ in range(60):  # chunks of growing length until the loss no longer moves
+        before = fg(x)[0]
+        sol = solve_ivp(lambda _t, z: -fg(z)[1], (t, t + span), x, method="LSODA", rtol=1e-7, atol=1e-12)
+        x, t = sol.y[:, -1], t + span
+        after = fg(x)[0]
+        if before - after <= 1e-9 * max(loss0, 1e-300):
+            break
+        span *= 2.0
+    res = minimize(fg, x, jac=True, method="L-BFGS-B", options={"maxiter": maxiter, "gtol": 1e-13, "ftol": 1e-16})
+    return torch.as_tensor(res.x, dtype=term.dtype).reshape(shape)
+
+
+def _placed(term: HomogeneousTerm, u: torch.Tensor, R: torch.Tensor) -> torch.Tensor:
+    """``c u`` with ``c`` minimising ``‖R − c^k g(u)‖`` (``c^k = ⟨R, g(u)⟩ / ‖g(u)‖²``), ``u`` of shape (p, 1)."""
+    gu = term.value(u)
+    a = float((R * gu).sum()) / max(float((gu * gu).sum()), 1e-300)
+    k = term.degree
+    c = math.copysign(abs(a) ** (1.0 / k), a) if k % 2 else abs(a) ** (1.0 / k)
+    return c * u
+
+
+def active_curvature(term: HomogeneousTerm, direction, residual) -> float:
+    r"""Curvature of the loss along an escape direction at the best scale: ``k² c^{2k−2} ‖g(u)‖²/N``.
+
+    ``c`` minimises ``(1/2N)‖r − c^k g(u)‖²`` (``u`` the unit direction); the Gauss–Newton curvature in ``c``
+    there is the scale of the first active phase's Hessian, which sets a stable GD step when the quadratic
+    form's escape rates are zero.
+    """
+    R = check_residual(term, residual)
+    u = torch.as_tensor(direction, dtype=term.dtype).reshape(term.p, 1)
+    u = u / u.norm().clamp_min(1e-300)
+    c = abs(float(_placed(term, u, R).norm()))
+    gu = term.value(u)
+    k = term.degree
+    return k * k * c ** (2 * k - 2) * float((gu * gu).sum()) / term.N
+
+
+def _flow_until_escape(term, R, Wd: torch.Tensor, s0: float, s_max: float):
+    """Integrate the scaled dormant flow of the columns ``Wd`` from ``s0``; ``(s, W, escaped column)`` at the
+    first column reaching :data:`ESCAPE_NORM` × the largest start norm, or ``None`` past ``s_max``."""
+    shape = tuple(Wd.shape)
+    start = float(Wd.norm(dim=0).max())
+    limit = ESCAPE_NORM * start
+
+    def rhs(_s, x):
+        W = torch.as_tensor(x, dtype=term.dtype).reshape(shape)
+        return (term.gradient(W, R) / term.N).reshape(-1).numpy()
+
+    def event(_s, x):
+        return float(np.sqrt((x.reshape(shape) ** 2).sum(0)).max()) - limit
+
+    event.terminal, event.direction = True, 1
+    sol = solve_ivp(
+        rhs,
+        (s0, s_max),
+        Wd.reshape(-1).numpy().astype(np.float64),
+        method="RK45",
+        rtol=RTOL,
+        atol=1e-12 * start,
+        events=event,
+    )
+    if not sol.t_events[0].size:
+        return None
+    W = torch.as_tensor(sol.y_events[0][0], dtype=term.dtype).reshape(shape)
+    return float(sol.t_events[0][0]), W, int(torch.argmax(W.norm(dim=0)))
+
+
+def dormant_staircase(
+    term: HomogeneousTerm,
+    targets,
+    W0,
+    eps: float,
+    *,
+    max_drops: int | None = None,
+    level_shift: float = 0.0,
+    seed: int = 0,
+) -> Staircase:
+    r"""The staircase of units that start dormant at a term of degree ``k ≥ 3`` (module docstring).
+
+    Parameters
+    ----------
+    term : HomogeneousTerm
+        Additive over units (:func:`unit_term`), degree 3 or more.
+    targets : array_like, shape (N,) or (N, C)
+        ``y − f(0)``.
+    W0 : array_like, shape (p, m)
+        The actual initial unit weights (whatever their scale): the times are for this start.
+    eps : float
+        The initial scale the staircase is labelled with (``Staircase.eps``); the times do not use it.
+    max_drops : int, optional
+        Stop after this many escapes (default: one per unit).
+    level_shift : float
+        Added to every level (the loss of what the units cannot fit, e.g. outputs outside the term).
+
+    Returns
+    -------
+    Staircase
+        ``method = "dormant-flow"``; ``times`` by the scaled dormant flow (rule ``"dormant flow"``),
+        ``times_leading`` the aligned start's ``ρ_i^{2−k}/(k(k−2)U*)`` of the escaping unit, ``rates`` the
+        ``k U*`` of each escape, ``modes`` the index of the unit that escapes, ``ranks`` the active units.
+    """
+    if not isinstance(term, HomogeneousTerm) or not term.additive or term.degree < 3:
+        raise InvalidParameterError(
+            f"`term` must be an additive HomogeneousTerm of degree ≥ 3 (unit_term(higher, 3 or 4)); found {term!r}"
+        )
+    Y = check_residual(term, targets)
+    W0 = torch.as_tensor(W0, dtype=term.dtype)
+    if W0.ndim != 2 or W0.shape[0] != term.p or W0.shape[1] == 0:
+        raise ShapeError(f"`W0` must have shape (p, m) with p = {term.p}, m ≥ 1; found {tuple(W0.shape)}")
+    k, m = term.degree, W0.shape[1]
+    rho = float(W0.norm(dim=0).max())
+    if not rho > 0:
+        raise InvalidParameterError("`W0` must have a unit of non-zero norm; found all zero")
+    limit = m if max_drops is None else min(m, int(max_drops))
+    Wd, active = W0 / rho, torch.zeros(term.p, 0, dtype=term.dtype)
+    dormant = list(range(m))
+    s, R = 0.0, Y.clone()
+    levels, times, leading, rates, dirs, modes, notes = [_loss(term, active, Y)], [], [], [], [], [], []
+    while len(times) < limit and dormant:
+        best = utility_maximum(term, R, seed=seed)
+        if not best.carries_signal:
+            notes.append(f"no dormant unit grows at order {k} on the residual (largest utility at round-off)")
+            break
+        scale = float(Wd.norm(dim=0).max())
+        horizon = s + 1e3 * aligned_escape_time(k, best.value, scale) + 1e3 * s
+        hit = _flow_until_escape(term, R, Wd, s, horizon)
+        if hit is None:
+            notes.append(f"no dormant unit escaped before t = {rho ** (2 - k) * horizon:.4g} (the flow's horizon)")
+            break
+        s, Wd, j = hit
+        u = Wd[:, j : j + 1] / Wd[:, j].norm()
+        util = float(term.per_column(u, R)) / term.N
+        active = active_fit(term, torch.cat([active, 0.1 * _placed(term, u, R)], 1), Y)
+        R = Y - term.value(active)
+        unit = dormant.pop(j)
+        Wd = torch.cat([Wd[:, :j], Wd[:, j + 1 :]], 1)
+        times.append(rho ** (2 - k) * s)
+        leading.append(aligned_escape_time(k, best.value, float(W0[:, unit].norm())))
+        rates.append(k * util)
+        dirs.append(u[:, 0].numpy())
+        modes.append(unit)
+        levels.append(_loss(term, active, Y))
+        if levels[-1] <= 1e-12 * levels[0]:
+            break
+    K = len(times)
+    notes.append(f"order k = {k}: every time scales as ρ^{2 - k} with the initial unit norm ρ (here {rho:.3g})")
+    return Staircase(
+        method="dormant-flow",
+        eps=eps,
+        levels=np.array(levels) + level_shift,
+        times=np.array(times),
+        time_rules=("dormant flow",) * K,
+        times_leading=np.array(leading),
+        rates=np.array([*rates, 0.0]),
+        ranks=np.arange(K + 1),
+        directions=np.array(dirs).T.reshape(term.p, K),
+        modes=np.array(modes, dtype=np.int64),
+        global_minimum=bool(K and levels[-1] <= 1e-12 * levels[0]),
+        notes=tuple(notes),
+    )
