@@ -237,7 +237,21 @@ def _saddles():
 
 
 # name -> (factory taking the pytest tmp_path_factory, marks)
+def _leading_order():
+    import numpy as np
+
+    from nqf.reductions.dormant import leading_order, unit_term
+    from nqf.structure import mlp_higher_order
+
+    P = 5
+    A, B = (g.ravel() for g in np.meshgrid(range(P), range(P), indexing="ij"))
+    X, Y = np.concatenate([np.eye(P)[A], np.eye(P)[B]], 1), np.eye(P)[(A + B) % P]
+    return leading_order([unit_term(mlp_higher_order(X, "square", n_outputs=P), 3)], Y - Y.mean(0))
+
+
 FACTORIES = {
+    "nqf.reductions.dormant._utility.LeadingOrder": (lambda f: _leading_order(), ()),
+    "nqf.reductions.dormant._utility.UtilityMaximum": (lambda f: _leading_order().maxima[0], ()),
     "nqf.dynamics._trajectory.Trajectory": (lambda f: network_runs()[2], ()),
     "nqf.reductions.lv._solution.LVSolution": (lambda f: lv_solution(), ()),
     "nqf.reductions.lv._final.Plateaus": (lambda f: lv_system().plateaus(1e-6), ()),

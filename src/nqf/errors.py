@@ -87,3 +87,7 @@ class UnknownNameError(NQFError, KeyError):
 
 class NoPowerLawError(NQFError, ValueError):
     """A loss curve has no power-law range to fit (too short, or no straight stretch in log–log)."""
+
+
+class SilentError(NQFError, ValueError):
+    """No order up to 4 of the analysed units carries signal on the data: nothing grows, nothing to compare."""

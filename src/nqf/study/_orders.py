@@ -20,17 +20,13 @@ import math
 import numpy as np
 import torch
 
-from ..errors import InvalidParameterError, NormalFormError, NQFError
+from ..errors import InvalidParameterError, NormalFormError, SilentError
 from ..reductions.dormant import LeadingOrder, active_curvature, dormant_staircase, leading_order, unit_term
 
-__all__ = ["SHUFFLES", "SilentError", "examine_orders", "relation_order", "dormant_prediction", "dormant_step"]
+__all__ = ["SHUFFLES", "examine_orders", "relation_order", "dormant_prediction", "dormant_step"]
 
 #: Shuffled copies of the targets in the permutation test of each order (level 1/(B + 1) = 2.5 %).
 SHUFFLES = 39
-
-
-class SilentError(NQFError, ValueError):
-    """No order up to 4 of the analysed units carries signal on the data: nothing grows, nothing to compare."""
 
 
 def _higher_terms(module, found, Xt: torch.Tensor, how: str, n_outputs: int):
@@ -120,7 +116,7 @@ def dormant_step(term, pred, targets, fraction: float) -> float:
     near zero) is stable at any such step."""
     if not pred.n_drops:
         raise InvalidParameterError("`lr`: the dormant flow predicts no escape, so no step can be derived; give --lr")
-    lam = active_curvature(term, torch.as_tensor(np.asarray(pred.directions[:, 0])), targets)
+    lam = active_curvature(term, torch.tensor(np.array(pred.directions[:, 0])), targets)
     if not (math.isfinite(lam) and lam > 0):
         raise InvalidParameterError(f"`lr`: the first active phase has curvature {lam!r}; give --lr")
     return fraction / lam

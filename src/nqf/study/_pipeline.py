@@ -221,7 +221,6 @@ def analyze(
     Yt = torch.as_tensor(data.Y, dtype=torch.float64)
     op, f0, how = _operator(module, found, Xt, say)
     Ynqf = Yt - f0 if is_analytic(how) else Yt
-    residual0 = Yt - f0  # y − f(0) on every sample: what a dormant unit's utility sees
     op_data, (op, Ynqf, shift) = op, _moments(module, found, Xt, op, Ynqf, how, say)  # op_data: for the seeded NQF
     rows, commuting = _assumption_checks(module, found, Xt, op, f0, how, seed=seed)
     p, m = found.p, found.n_units
@@ -230,18 +229,10 @@ def analyze(
     timings["estimate_prediction"], line = _prediction_estimate(op, Ynqf, data.n_outputs, commuting)
     say(line)
     W0 = initial_weights(p, m, eps, seed=seed)
-    order = examine_orders(module, found, Xt, op_data, residual0, how, say, seed=seed)
-    relation = None
-    if order is None:  # the quadratic form is not silent: its prediction, and whether it learns a relation
-        pred = _predicted(op, Ynqf, eps, commuting, W0, shift, say, timings)
-        relation = relation_order(module, found, Xt, op_data, residual0, how, W0, say, seed=seed)
-        if relation is not None:
-            trained.append(relation[0])
-    if order is not None:  # the quadratic form is silent: the first order with signal sets the clock and the step
-        pred, term = dormant_prediction(order, module, found, Xt, residual0, W0, eps, how, say)
-        real_step_factor, clock = 1.0, False
-        lr = dormant_step(term, pred, residual0, lr_fraction) if lr is None else lr
-        trained.append(order.sentence()[0].upper() + order.sentence()[1:] + ".")
+    ctx = (module, found, Xt, op, op_data, Ynqf, Yt - f0, how, W0)  # Yt − f0: what a dormant unit's utility sees
+    pred, relation, lr_order = _ordered_prediction(ctx, eps, commuting, shift, lr_fraction, trained, say, timings, seed)
+    if lr_order is not None:  # the quadratic form is silent: the first order with signal set the clock and the step
+        real_step_factor, clock, lr = 1.0, False, lr_order if lr is None else lr
     if real_step_factor is None:
         real_step_factor = REAL_STEP_FACTOR if lr is None else 1.0
     if lr is None:
@@ -312,6 +303,23 @@ def _predicted(op, Ynqf, eps: float, commuting: bool, W0: torch.Tensor, shift: f
     release_free_memory()  # the search's transient arrays: not resident during the runs
     say(f"prediction: {pred.method}, {pred.n_drops} drops, levels {pred.levels[0]:.4g} → {pred.levels[-1]:.4g}")
     return pred
+
+
+def _ordered_prediction(ctx, eps, commuting, shift, lr_fraction, trained: list, say, timings, seed):
+    """The prediction by the first order that carries signal (:mod:`nqf.study._orders`): ``(pred, relation,
+    lr)``; ``lr`` is the order-k clock's step when the quadratic form is silent (None otherwise).  The order's
+    sentence goes to ``trained`` (the verdict's opening)."""
+    module, found, Xt, op, op_data, Ynqf, residual0, how, W0 = ctx
+    order = examine_orders(module, found, Xt, op_data, residual0, how, say, seed=seed)
+    if order is None:  # the quadratic form is not silent: its prediction, and whether it learns a relation
+        pred = _predicted(op, Ynqf, eps, commuting, W0, shift, say, timings)
+        relation = relation_order(module, found, Xt, op_data, residual0, how, W0, say, seed=seed)
+        if relation is not None:
+            trained.append(relation[0])
+        return pred, relation, None
+    pred, term = dormant_prediction(order, module, found, Xt, residual0, W0, eps, how, say)
+    trained.append(order.sentence()[0].upper() + order.sentence()[1:] + ".")
+    return pred, None, dormant_step(term, pred, residual0, lr_fraction)
 
 
 def _peak_mib() -> float | None:
