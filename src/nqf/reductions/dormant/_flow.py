@@ -10,7 +10,7 @@ phase*, which sets the next plateau and the residual the still-dormant units see
 
 :func:`dormant_staircase` integrates the scaled dormant flow (``scipy.integrate.solve_ivp``, an event at
 a unit norm :data:`ESCAPE_NORM` times its start: the blow-up time up to a relative ``ESCAPE_NORM^{2−k}``)
-and fits each active phase with L-BFGS (``scipy.optimize.minimize``); its result is a
+and settles each active phase by gradient flow from the escaped direction, polished by L-BFGS; its result is a
 :class:`nqf.reductions.Staircase` with method ``"dormant-flow"`` and time rule ``"dormant flow"``.
 """
 
