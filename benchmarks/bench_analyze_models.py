@@ -144,7 +144,7 @@ def _read_results(path: Path) -> dict:
 
 
 #: Stages whose time ``nqf analyze`` estimates before it starts them (metrics ``seconds_estimate_<stage>``).
-STAGES = ("prediction", "prediction_clock", "nqf_simulation", "nqf_clock", "real_training", "seeded_nqf")
+STAGES = ("prediction", "prediction_clock", "nqf_simulation", "real_training_large", "real_training", "seeded_nqf")
 
 
 def _estimate_ratios(m: dict) -> dict:

@@ -4,6 +4,7 @@
   (levels, drop times, flatness): the one judge of a staircase;
 * :func:`real_clock` — the real network's drop times from a seeded-NQF run, the seeds and the
   seeding floor ``ε*_k`` below which the leading-order clock fails (docs/theory.md §7);
+* :func:`step_clock` — GD's clock at a step from runs at two larger steps (Richardson in the step);
 * :func:`detect_steps` — times of sudden drops and plateau levels of a loss curve;
 * :func:`fit_power_law` — power-law fit over a chosen or automatic window, with a bootstrap interval;
 * :func:`predict_exponent` — ``(a − 1)/b`` from per-mode losses ``ℓ_k`` and rates ``ζ_k``;
@@ -23,6 +24,7 @@ from ._exponents import ExponentPrediction, predict_exponent, predicted_curve
 from ._powerlaw import PowerLawFit, auto_window, fit_power_law
 from ._real_clock import RealClock, measured_floors, real_clock
 from ._schedule import stable_learning_rate, step_count
+from ._step_clock import StepClock, first_crossing, step_clock
 from ._steps import Steps, detect_steps
 from ._validity import ValidityReport, ValiditySweep, remainder_ratio, validity_report, validity_sweep
 
@@ -36,6 +38,9 @@ __all__ = [
     "RealClock",
     "level_read_times",
     "stable_learning_rate",
+    "StepClock",
+    "step_clock",
+    "first_crossing",
     "step_count",
     "Steps",
     "detect_steps",

@@ -6,17 +6,20 @@ the same minibatches for the same seed (:func:`~nqf.dynamics._loop.minibatch_ind
 weight decay ``(λ/2)‖W‖²`` and heavy-ball momentum in the ``torch.optim.SGD``
 convention.
 
-Only the units are trained: the unit weights ``W`` (p × m) are the one leaf
-tensor; they are scattered into the module's parameters with fixed index
-maps and the forward pass runs through :func:`torch.func.functional_call`,
-so every parameter entry that is not part of a unit (other layers, biases
-outside the unit layout, fixed attention values) stays at its value in
-``module``.  Gradients come from plain ``torch.autograd``; the update is
-the one of :func:`~nqf.dynamics._loop.training_loop` (shared with
-:func:`~nqf.dynamics.simulate`).  After the run the final ``W`` is written into ``module``.
+Only the units are trained: the unit weights ``W`` (p × m) are written into the
+module's own parameters with fixed index maps before each forward (in place, as a
+plain torch loop's optimizer does), the module runs as itself, and plain
+``torch.autograd`` differentiates its unit parameters; the gradient is gathered
+back into ``W``'s layout.  Every parameter entry that is not part of a unit (other
+layers, biases outside the unit layout, fixed attention values) is never written and
+keeps its value in ``module``.  The update is the one of
+:func:`~nqf.dynamics._loop.training_loop` (shared with :func:`~nqf.dynamics.simulate`).
+The module holds the current ``W`` during the run and the final ``W`` after it.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 
@@ -147,7 +150,8 @@ def train_network(
     if N * scatter.p * scatter.m < SMALL_STEP_MACS:
         torch.set_num_threads(1)
     try:
-        out = _loop(W, opt, steps, N, seed, save_every, divergence_threshold, obj, store)
+        with obj.training():
+            out = _loop(W, opt, steps, N, seed, save_every, divergence_threshold, obj, store)
     finally:
         torch.set_num_threads(threads)
     W = out.params[0]
@@ -176,9 +180,18 @@ def _loop(W, opt, steps, N, seed, save_every, divergence_threshold, obj, store):
 
 
 class _Objective:
-    """The loss of the real module as a function of the unit weights: ``predict``, the batch loss with what its
-    gradient needs (``evaluate``/``gradient`` of :func:`~nqf.dynamics._loop.training_loop`) and the full-data
-    loss; full batches of more than :data:`CHUNK_SAMPLES` samples in chunks."""
+    """The loss of the real module as a function of the unit weights: the batch loss with what its gradient needs
+    (``evaluate``/``gradient`` of :func:`~nqf.dynamics._loop.training_loop`) and the full-data loss; full batches of
+    more than :data:`CHUNK_SAMPLES` samples in chunks.
+
+    A step is what a plain torch loop does: ``W`` is written into the module's own parameters (in place, no graph),
+    the module runs as itself and autograd differentiates its unit parameters; the gradient is gathered back into
+    ``W``'s layout (the index maps of :attr:`UnitScatter.rows`).  No :func:`torch.func.functional_call` and no
+    differentiable scatter per step (iris, width 64: 1.37× a plain torch loop with them, 1.04–1.15× without;
+    benchmarks/bench_training_loop.py).
+    Entries outside the units are never written, so they keep their values.  Used inside :meth:`training`, which
+    lets autograd track the unit parameters only and restores every ``requires_grad`` flag afterwards.
+    """
 
     def __init__(self, module, scatter, output, X, loss):
         self.module, self.scatter, self.output, self.X, self.loss = module, scatter, output, X, loss
@@ -187,34 +200,79 @@ class _Objective:
         self.chunks = (
             [slice(a, min(a + CHUNK_SAMPLES, N)) for a in range(0, N, CHUNK_SAMPLES)] if N > CHUNK_SAMPLES else []
         )
+        named = dict(module.named_parameters())
+        self.params = [named[n] for n in scatter.rows]
+        self.p, self.m = scatter.p, scatter.m
+        # per parameter: flat indices into W and, in the same order, into the parameter (one index_select and one
+        # index_copy_ per parameter and direction instead of advanced indexing)
+        self.plan = []
+        for w_rows, idx in scatter.rows.values():
+            src = (w_rows.reshape(-1, 1) * scatter.m + torch.arange(scatter.m, device=w_rows.device)).reshape(-1)
+            self.plan.append((src, idx.reshape(-1)))
+
+    @contextlib.contextmanager
+    def training(self):
+        """Autograd on the unit parameters only (flags restored on exit, also on an error)."""
+        flags = [(q, q.requires_grad) for q in self.module.parameters()]
+        try:
+            for q, _ in flags:
+                q.requires_grad_(False)
+            for q in self.params:
+                q.requires_grad_(True)
+            yield self
+        finally:
+            for q, flag in flags:
+                q.requires_grad_(flag)
+
+    def load(self, W: torch.Tensor) -> None:
+        """Write ``W`` into the module's unit entries (in place)."""
+        flat = W.detach().reshape(-1)
+        with torch.no_grad():
+            for q, (src, dst) in zip(self.params, self.plan, strict=True):
+                q.view(-1).index_copy_(0, dst, flat.index_select(0, src).to(q.dtype))
+
+    def _forward(self, xb):
+        out = self.module(xb)
+        if self.output is not None:
+            out = self.output(out)
+        return out.reshape(out.shape[0], -1)
 
     def predict(self, Wt, xb):
-        return self.scatter.module_output(self.module, Wt, xb, self.output)
+        self.load(Wt)
+        return self._forward(xb)
+
+    def _grad_W(self, L) -> torch.Tensor:
+        grads = torch.autograd.grad(L, self.params)
+        out = torch.empty(self.p * self.m, dtype=grads[0].dtype, device=grads[0].device)
+        for g, (src, dst) in zip(grads, self.plan, strict=True):
+            out.index_copy_(0, src, g.reshape(-1).index_select(0, dst))
+        return out.reshape(self.p, self.m)
 
     def evaluate(self, params, idx):
-        Wl = params[0].detach().requires_grad_(True)
+        self.load(params[0])
         X, yt, N = self.X, self.yt, self.N
-        if idx is None and self.chunks:  # full batch in chunks: loss and gradient together (ctx: the gradient)
-            Lsum, grad = torch.zeros((), dtype=Wl.dtype, device=Wl.device), torch.zeros_like(Wl)
+        if idx is None and self.chunks:  # full batch in chunks
+            Lsum, grad = torch.zeros((), dtype=params[0].dtype, device=params[0].device), None
             for sl in self.chunks:
-                Lc = self.loss.value(self.predict(Wl, X[sl]), yt[sl]) * ((sl.stop - sl.start) / N)
-                grad += torch.autograd.grad(Lc, Wl)[0]
+                Lc = self.loss.value(self._forward(X[sl]), yt[sl]) * ((sl.stop - sl.start) / N)
+                g = self._grad_W(Lc)
+                grad = g if grad is None else grad + g
                 Lsum += Lc.detach()
-            return Lsum, (None, grad)
+            return Lsum, grad
         xb, yb = (X, yt) if idx is None else (X[idx.to(X.device)], yt[idx.to(yt.device)])
-        Lb = self.loss.value(self.predict(Wl, xb), yb)
-        return Lb.detach(), (Lb, Wl)
+        Lb = self.loss.value(self._forward(xb), yb)
+        # the gradient now: the loop may evaluate the full-data loss (which rewrites the parameters) before it asks
+        return Lb.detach(), self._grad_W(Lb)
 
     def full_loss(self, params) -> float:
-        X, yt, W = self.X, self.yt, params[0]
+        X, yt = self.X, self.yt
+        self.load(params[0])
         with torch.no_grad():
             if not self.chunks:
-                return float(self.loss.value(self.predict(W, X), yt))
-            parts = (
-                float(self.loss.value(self.predict(W, X[sl]), yt[sl])) * (sl.stop - sl.start) for sl in self.chunks
-            )
+                return float(self.loss.value(self._forward(X), yt))
+            parts = (float(self.loss.value(self._forward(X[sl]), yt[sl])) * (sl.stop - sl.start) for sl in self.chunks)
             return sum(parts) / self.N
 
     @staticmethod
     def gradient(params, ctx, idx):
-        return [ctx[1]] if ctx[0] is None else list(torch.autograd.grad(ctx[0], ctx[1]))
+        return [ctx]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass, field
 
 import torch
@@ -63,6 +65,11 @@ class Trajectory(Result):
 
     def __len__(self) -> int:
         return int(self.t.shape[0])
+
+    def head(self, n: int) -> Trajectory:
+        """The first ``n`` saved states (every saved array cut at ``n``; status, message and info kept)."""
+        cut = {k: getattr(self, k)[:n] for k in ("t", "loss", "step", "M", "W", "mu") if getattr(self, k) is not None}
+        return dataclasses.replace(self, **cut)
 
     def raise_for_status(self) -> Trajectory:
         """Raise :class:`~nqf.errors.DivergenceError` (carrying ``self``) if the run failed."""

@@ -13,8 +13,8 @@ import time
 
 import numpy as np
 
-from ..curves import RealClock, real_clock
-from ._runs import secs, timed_step_cost
+from ..curves import RealClock, real_clock, step_clock
+from ._runs import secs, timed_step_cost, two_step_counts
 
 __all__ = ["seeded_clock", "clock_sentences"]
 
@@ -22,35 +22,46 @@ __all__ = ["seeded_clock", "clock_sentences"]
 def seeded_clock(enabled: bool, problem: tuple, run: tuple, pred, sim, say, timings: dict) -> RealClock | None:
     """The seeded NQF's drop times (:func:`nqf.dynamics.seeded_nqf`) read against the NQF run ``sim``.
 
-    ``problem`` is ``(module, found, X, Y, op, W0)`` with ``op`` the operator on the data themselves;
-    ``run`` is ``(step, steps, time map)``: the seeded NQF runs at that step and its times are carried onto
-    ``sim``'s clock by the map (None: the same step).  Returns the clock (None when not run); its time goes
+    ``problem`` is ``(module, found, X, Y, op, W0)`` with ``op`` the operator on the data themselves; ``run`` is
+    ``(η, steps, factor)``: with ``factor > 2`` the seeded NQF runs as the real network does, at ``factor × η`` and
+    half that step, and its times are carried onto the clock of ``η`` by the two runs' own delays
+    (:func:`nqf.curves.step_clock`); otherwise at ``η``.  Returns the clock (None when not run); its time goes
     into ``timings["seeded_nqf"]``.
     """
     from ..dynamics import seeded_nqf
 
     module, found, Xt, Yt, op, W0 = problem
-    lr, steps, time_map = run
+    lr, steps, factor = run
     if not enabled or pred.n_drops < 2 or not op.satisfies_zgz:
         return None
-    every = max(1, steps // 600)
 
-    def go(k: int, save_every: int = every):
+    def go(h: float, k: int, save_every: int):
         return seeded_nqf(
-            op, copy.deepcopy(module), found.layout, Xt, Yt, W0=W0, lr=lr, steps=k, save_every=save_every,
+            op, copy.deepcopy(module), found.layout, Xt, Yt, W0=W0, lr=h, steps=k, save_every=save_every,
             save_W=False, save_M=False,
         )  # fmt: skip
 
-    timings["estimate_seeded_nqf"] = timed_step_cost(lambda k: go(k, 1), steps) * steps
+    plan = [(lr * factor / 2, two_step_counts(steps, factor)[0]), (lr * factor, two_step_counts(steps, factor)[1])]
+    if factor <= 2:
+        plan = [(lr, steps)]
+    n_total = sum(k for _, k in plan)
+    timings["estimate_seeded_nqf"] = timed_step_cost(lambda k: go(plan[0][0], k, 1), n_total) * n_total
     say(
-        f"seeded NQF (the real network's clock): {steps} steps (η = {lr:.4g}), "
+        f"seeded NQF (the real network's clock): {' and '.join(f'{k} steps at η = {h:.4g}' for h, k in plan)}, "
         f"estimated ~{secs(timings['estimate_seeded_nqf'])} s"
     )
     t0 = time.perf_counter()
-    traj = go(steps)
+    runs = [go(h, k, 1 if i else max(1, k // 600)) for i, (h, k) in enumerate(plan)]
     timings["seeded_nqf"] = time.perf_counter() - t0
     say(f"seeded NQF: {secs(timings['seeded_nqf'])} s")
-    t = traj.t.numpy() if time_map is None else time_map(traj.t.numpy())
+    if any(r.status != 0 for r in runs):
+        say("seeded NQF: a run diverged; the real network's clock is not given")
+        return None
+    traj, t = runs[0], runs[0].t.numpy()
+    if len(runs) == 2:
+        t = step_clock(
+            (t, traj.loss.numpy()), (runs[1].t.numpy(), runs[1].loss.numpy()), steps=(plan[0][0], plan[1][0]), h=lr
+        )(t)
     return real_clock(pred, t, traj.loss.numpy(), sim.t.numpy(), sim.loss.numpy())
 
 

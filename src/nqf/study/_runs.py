@@ -1,11 +1,13 @@
 """The long runs of ``nqf.analyze`` and their estimates: the NQF simulation, the real network's full-batch GD
-(at a larger step, read on the clock of ``η`` through the NQF run at both steps), the time and memory of each
-estimated before it starts from timed short runs and the array sizes, and the process's peak memory measured."""
+(at two larger steps, read on the clock of ``η`` by extrapolating in the step: :func:`nqf.curves.step_clock`),
+the time and memory of each estimated before it starts from timed short runs and the array sizes, and the
+process's peak memory measured."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import math
 import time
 from dataclasses import dataclass
@@ -14,6 +16,7 @@ import numpy as np
 import torch
 
 from .._memory import process_memory, release_free_memory
+from ..curves import StepClock, step_clock
 from ..dynamics import Trajectory
 from ..reductions import LV_MAX_ENTRIES
 from ..reductions.saddles import SEARCH_EVALUATIONS, search_cost
@@ -88,11 +91,12 @@ def _prediction_estimate(op, Y, n_outputs: int, commuting: bool) -> tuple[float,
 @dataclass(frozen=True)
 class _RealRun:
     """The real network's run read on the table's clock: ``t`` (times of its saved states on the clock of ``η``),
-    its trajectory, the clock's anchors and a note when the run fell back to ``η``."""
+    its trajectory, the step clock that carried them (None: trained at ``η``) and a note when the run fell back
+    to ``η``."""
 
     t: np.ndarray
     traj: Trajectory
-    anchors: tuple = ()
+    clock: StepClock | None = None
     note: str = ""
 
     @property
@@ -104,34 +108,39 @@ def _estimate_and_run(ctx, init_factor, lr, steps, form, save_every, factor, row
     """Memory and time before the long runs (the sizes, the process's memory now, and timed runs of 3 and 13 steps
     of each run: :func:`_cost`; a row of the checks), then :func:`_runs`."""
     module, found, Xt, Yt, op, Ynqf, W0 = ctx
-    (c_real, c_nqf, c_plain), nbytes = _cost(
+    (c_real, c_nqf), nbytes = _cost(
         module, found, Xt, Yt, op, Ynqf, W0, lr=lr, steps=steps, form=form, save_every=save_every
     )
-    n_real = max(1, int(steps / factor))
-    total = _real_seconds(c_real, n_real, save_every) + (c_nqf + c_plain / factor) * steps
+    if factor > 2:
+        n_half, n_big = two_step_counts(steps, factor)
+        real = _real_seconds(c_real, n_half, save_every) + _real_seconds(c_real, n_big, 1)
+    else:
+        real = _real_seconds(c_real, steps, save_every)
+    total = real + c_nqf * steps
     rows.append(estimate_row(total, nbytes))
     now, peak = process_memory()
     memory["estimate_peak_mib"] = round(max(peak or 0, (now or peak or 0) + nbytes) / 2**20, 1)
+    where = f"; real network at {factor:g} η and {factor / 2:g} η" if factor > 2 else ""
     say(
-        f"estimate: {steps} steps (η = {lr:.4g}; real network at {factor:g} η), ~{secs(total)} s, "
+        f"estimate: {steps} steps (η = {lr:.4g}{where}), ~{secs(total)} s, "
         f"{nbytes / 2**20:.0f} MiB of saved states: process peak ~{memory['estimate_peak_mib']:.0f} MiB"
     )
     release_free_memory()  # the timed runs' transient arrays: not resident during the long runs
-    args = (init_factor * W0, W0, lr, steps, form, save_every, (c_nqf, c_real, c_plain), timings, say)
+    args = (init_factor * W0, W0, lr, steps, form, save_every, (c_nqf, c_real), timings, say)
     return _runs(module, found, Xt, Yt, op, Ynqf, *args, factor=factor, **kw)
 
 
 def _runs(module, found, Xt, Yt, op, Ynqf, W0_real, W0, lr, steps, form, save_every, costs, timings, say, **kw):
     """The NQF simulation and the real training, each announced with its estimate (timed steps × steps).
 
-    With ``factor > 1`` the real network trains at ``factor × lr`` (``factor`` times fewer steps) and its times
-    are carried onto the clock of ``lr`` by :func:`_clock_map`; a run that diverges at the larger step is
-    repeated at ``lr``.
+    With ``factor > 2`` the real network trains at ``factor × lr`` and at half that step (about ``3.4/factor`` of
+    the steps at ``lr`` together), and the second run's times are carried onto the clock of ``lr`` by the two runs'
+    own delays (:func:`nqf.curves.step_clock`); if either diverges, the real network is trained at ``lr`` itself.
     """
     from ..dynamics import simulate
 
     factor, shift = kw["factor"], kw["shift"]
-    c_nqf, c_real, c_plain = costs
+    c_nqf, c_real = costs
     timings["estimate_nqf_simulation"] = c_nqf * steps
     say(f"NQF simulation: {steps} steps ({form} form), estimated ~{secs(c_nqf * steps)} s")
     t0 = time.perf_counter()
@@ -140,51 +149,59 @@ def _runs(module, found, Xt, Yt, op, Ynqf, W0_real, W0, lr, steps, form, save_ev
     timings["nqf_simulation"] = time.perf_counter() - t0
     timings["nqf_step"] = timings["nqf_simulation"] / max(steps, 1)
     say(f"NQF simulation: {secs(timings['nqf_simulation'])} s")
-    anchors, big_steps = ((0.0,), (0.0,)), steps
-    if factor > 1:
-        t0 = time.perf_counter()
-        n_big = int(math.ceil(steps / factor * 1.1)) + 2  # GD's delay at the larger step: a few per cent
-        timings["estimate_nqf_clock"] = c_plain * n_big
-        say(f"clock: the NQF at {factor:g} η, {n_big} steps, estimated ~{secs(c_plain * n_big)} s")
-        big = simulate(
-            op, Ynqf, W0=W0, lr=lr * factor, steps=n_big, form=form, save_every=1, save_M=False, save_W=False
-        )
-        big = _shifted(big, shift)
-        anchors = _clock_map(sim, big)
-        t_end = steps * lr
-        big_steps = max(1, int(math.ceil(_inverse_clock(t_end, anchors) / (lr * factor))))
-        timings["nqf_clock"] = time.perf_counter() - t0
-        say(
-            f"clock: the NQF at {factor:g} η reaches its loss levels {_delay_text(anchors)} later; "
-            f"real network: {big_steps} steps at {factor:g} η"
-        )
-    real = _train(module, found, Xt, Yt, W0_real, lr * factor, big_steps, keep, save_every, c_real, timings, say)
-    if factor > 1 and real.status == 0:
-        return sim, _RealRun(_clock(real.t.numpy(), anchors), real, anchors)
-    if factor > 1:  # diverged at the larger step: the real network at η itself
-        say(f"real network diverged at {factor:g} η ({real.message}); repeated at η")
-        real = _train(module, found, Xt, Yt, W0_real, lr, steps, keep, save_every, c_real, timings, say)
-        note = f"The real network diverged at {factor:g}× the step η and was trained at η."
+    train = functools.partial(_train, module, found, Xt, Yt, W0_real, c_real=c_real, timings=timings, say=say)
+    if factor > 2:
+        (n_half, n_big), h_half = two_step_counts(steps, factor), lr * factor / 2
+        big = train(lr * factor, n_big, {"save_W": False, "save_M": False}, 1, stage="real_training_large")
+        half = train(h_half, n_half, keep, save_every, stage="real_training") if big.status == 0 else big
+        if half.status == 0:
+            clock = step_clock(_curve(half), _curve(big), steps=(h_half, lr * factor), h=lr)
+            say(f"clock: the real network at {factor / 2:g} η reaches its loss levels {_delay_text(clock)} later")
+            t = clock(half.t.numpy())
+            n = max(2, int(np.searchsorted(t, lr * steps * (1 + 1e-9), side="right")))  # up to the horizon
+            return sim, _RealRun(t[:n], half.head(n), clock)
+        bad = f"{factor / 2 if big.status == 0 else factor:g}"
+        say(f"real network diverged at {bad} η ({half.message}); repeated at η")
+        real = train(lr, steps, keep, save_every, stage="real_training")
+        note = f"The real network diverged at {bad}× the step η and was trained at η."
         return sim, _RealRun(real.t.numpy(), real, note=note)
+    real = train(lr, steps, keep, save_every, stage="real_training")
     return sim, _RealRun(real.t.numpy(), real)
 
 
-def _train(module, found, Xt, Yt, W0, lr, steps, keep, save_every, c_real, timings, say):
-    """Full-batch GD of the real network's units (a copy of ``module``), announced and timed."""
+def two_step_counts(steps: int, factor: float) -> tuple[int, int]:
+    """Steps of the two real runs at ``factor/2 × η`` and ``factor × η`` for ``steps`` steps at ``η``: 10 % and
+    20 % past the horizon, so that after GD's delay (up to about 5 % and 9 % at 10 η and 20 η with η·r = 0.02;
+    docs/analyze.md) the first reaches the horizon on the clock of ``η`` and the second every level of the first."""
+    return int(math.ceil(steps * 2.2 / factor)) + 2, int(math.ceil(steps * 1.2 / factor)) + 2
+
+
+def _curve(traj) -> tuple:
+    return traj.t.numpy(), traj.loss.numpy()
+
+
+def _delay_text(clock) -> str:
+    d = clock.delay
+    return f"{100 * d.min():.1f}–{100 * d.max():.1f} %" if d.size else "(no common loss level)"
+
+
+def _train(module, found, Xt, Yt, W0, lr, steps, keep, save_every, *, c_real, timings, say, stage):
+    """Full-batch GD of the real network's units (a copy of ``module``), announced and timed into ``timings[stage]``
+    (the time of every such run also into ``timings["real_training"]``' sum, ``"real_step"`` per step)."""
     from ..dynamics import train_network
 
     every = _real_save_every(steps, save_every)
-    timings["estimate_real_training"] = _real_seconds(c_real, steps, save_every)
+    timings[f"estimate_{stage}"] = _real_seconds(c_real, steps, save_every)
     say(
         f"real network: {steps} steps of full-batch GD (η = {lr:.4g}), "
-        f"estimated ~{secs(timings['estimate_real_training'])} s"
+        f"estimated ~{secs(timings[f'estimate_{stage}'])} s"
     )
     t0 = time.perf_counter()
     net = copy.deepcopy(module)
     real = train_network(net, found.layout, Xt, Yt, W0=W0, lr=lr, steps=steps, save_every=every, **keep)
-    timings["real_training"] = time.perf_counter() - t0
-    timings["real_step"] = timings["real_training"] / max(steps, 1)
-    say(f"real network: {secs(timings['real_training'])} s")
+    timings[stage] = time.perf_counter() - t0
+    timings["real_step"] = timings[stage] / max(steps, 1)
+    say(f"real network: {secs(timings[stage])} s")
     return real
 
 
@@ -197,72 +214,6 @@ def _real_seconds(c_real: tuple, steps: int, save_every: int) -> float:
     """Estimated seconds of the real run: ``c_real = (per step, per step saving every step)``."""
     plain, each = c_real
     return (plain + max(each - plain, 0.0) / _real_save_every(steps, save_every)) * steps
-
-
-def _seeded_steps(real: _RealRun, lr: float, steps: int) -> tuple:
-    """``(step, steps, time map)`` of the seeded NQF: the real network's step and count, and the same clock map
-    onto ``η`` (the seeded NQF follows the NQF's discrete dynamics, whose delay the map measures)."""
-    if not real.anchors:
-        return lr, steps, None
-    assert real.traj.step is not None  # train_network saves its steps
-    big_steps = int(real.traj.step[-1])
-    big_lr = float(real.traj.t[-1]) / big_steps
-    return big_lr, big_steps, (lambda t: _clock(t, real.anchors))
-
-
-#: Loss levels at which the two NQF runs are matched (:func:`_clock_map`).
-CLOCK_LEVELS = 200
-
-
-def _clock_map(sim, big) -> tuple:
-    """Anchors ``(times at the larger step, times at η)`` of the clock map: ``(0, 0)`` and the first downward
-    crossings of :data:`CLOCK_LEVELS` loss levels, evenly spaced over the range both NQF runs cover, by each run.
-
-    GD at step ``η`` reaches a drop later than the gradient flow (a mode grows by ``1 + η r/2`` per step instead
-    of ``e^{η r/2}``); the NQF at both steps measures that delay along the whole staircase, and the real network,
-    which follows the NQF, is delayed the same way up to the product of its gap to the NQF and the delay
-    (digits, width 256: the same table to 0.05 %, with the real network at 10× and 12.5× the step).
-    """
-    tb, Lb, ts, Ls = big.t.numpy(), big.loss.numpy(), sim.t.numpy(), sim.loss.numpy()
-    lo, hi = max(Lb.min(), Ls.min()), min(Lb[0], Ls[0])
-    xs, ys = [0.0], [0.0]
-    for level in np.linspace(hi, lo, CLOCK_LEVELS)[1:-1]:
-        x, y = _first_crossing(tb, Lb, level), _first_crossing(ts, Ls, level)
-        if np.isfinite(x) and np.isfinite(y) and x > xs[-1] and y > ys[-1]:
-            xs.append(x)
-            ys.append(y)
-    return tuple(xs), tuple(ys)
-
-
-def _first_crossing(t: np.ndarray, L: np.ndarray, level: float) -> float:
-    """The first time ``L`` falls to ``level`` (linear between saved points); NaN if it never does."""
-    below = np.flatnonzero(level >= L)
-    i = int(below[0]) if below.size else 0
-    if i == 0:
-        return math.nan
-    return float(t[i - 1] + (level - L[i - 1]) * (t[i] - t[i - 1]) / (L[i] - L[i - 1]))
-
-
-def _clock(t: np.ndarray, anchors: tuple) -> np.ndarray:
-    """Times of the larger-step run on the clock of ``η``: linear between anchors, shifted beyond the last."""
-    xs, ys = (np.asarray(a) for a in anchors)
-    out = np.interp(t, xs, ys)
-    over = t > xs[-1]
-    out[over] = t[over] - xs[-1] + ys[-1]
-    return out
-
-
-def _inverse_clock(t: float, anchors: tuple) -> float:
-    xs, ys = anchors
-    return float(np.interp(t, ys, xs)) if t <= ys[-1] else t - ys[-1] + xs[-1]
-
-
-def _delay_text(anchors: tuple) -> str:
-    xs, ys = (np.asarray(a[1:]) for a in anchors)
-    if not xs.size:
-        return "(no common loss level)"
-    d = 100 * (xs / ys - 1)
-    return f"{d.min():.1f}–{d.max():.1f} %"
 
 
 def _shifted(traj, shift: float):
@@ -298,7 +249,7 @@ def _cost(module, found, Xt, Yt, op, Ynqf, W0, *, lr: float, steps: int, form: s
     n_saved = steps // save_every + 2
     per_state = found.p * min(found.p, found.n_units)  # the smaller of M (p × p) and W (p × m): _saved_state
     nbytes = 2 * n_saved * per_state * 8 + sum(v.numel() * 8 for v in module.parameters()) * 3
-    return (c_real, c_nqf, c_plain), nbytes
+    return (c_real, c_nqf), nbytes
 
 
 def _saved_state(found) -> dict:
