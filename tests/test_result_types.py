@@ -175,6 +175,14 @@ def _real_clock():
     return real_clock(st, sol.t.numpy(), sol.loss.numpy(), sol.t.numpy(), sol.loss.numpy())
 
 
+def _step_clock():
+    from nqf.curves import step_clock
+
+    sol = lv_solution()
+    t, L = sol.t.numpy(), sol.loss.numpy()
+    return step_clock((t, L), (1.05 * t, L), steps=(0.1, 0.2), h=0.01)
+
+
 def _crowded():
     from nqf.curves import compare_crowded, crowded_prediction
 
@@ -279,6 +287,7 @@ FACTORIES = {
     "nqf.curves._steps.Steps": (lambda f: _steps(), ()),
     "nqf.curves._compare.StaircaseComparison": (lambda f: _comparison(), ()),
     "nqf.curves._real_clock.RealClock": (lambda f: _real_clock(), ()),
+    "nqf.curves._step_clock.StepClock": (lambda f: _step_clock(), ()),
     "nqf.curves._crowded.CrowdedPrediction": (lambda f: _crowded()[0], ()),
     "nqf.curves._crowded.CrowdedComparison": (lambda f: _crowded()[1], ()),
     "nqf.curves._validity.ValidityReport": (lambda f: _validity_sweep().reports[0], ()),

@@ -22,7 +22,7 @@ from ._compare import FLAT_THRESHOLD, StaircaseComparison, compare_staircase, le
 from ._crowded import CrowdedComparison, CrowdedPrediction, compare_crowded, crowded_prediction, drop_widths
 from ._exponents import ExponentPrediction, predict_exponent, predicted_curve
 from ._powerlaw import PowerLawFit, auto_window, fit_power_law
-from ._real_clock import RealClock, measured_floors, real_clock
+from ._real_clock import TRUSTED_TIME_ERROR, RealClock, level_time_bounds, measured_floors, real_clock
 from ._schedule import stable_learning_rate, step_count
 from ._step_clock import StepClock, first_crossing, step_clock
 from ._steps import Steps, detect_steps
@@ -35,6 +35,8 @@ __all__ = [
     "regime_exit",
     "real_clock",
     "measured_floors",
+    "level_time_bounds",
+    "TRUSTED_TIME_ERROR",
     "RealClock",
     "level_read_times",
     "stable_learning_rate",

@@ -231,7 +231,7 @@ class _Objective:
             for q, (src, dst) in zip(self.params, self.plan, strict=True):
                 q.view(-1).index_copy_(0, dst, flat.index_select(0, src).to(q.dtype))
 
-    def _forward(self, xb):
+    def _run(self, xb):
         out = self.module(xb)
         if self.output is not None:
             out = self.output(out)
@@ -239,7 +239,7 @@ class _Objective:
 
     def predict(self, Wt, xb):
         self.load(Wt)
-        return self._forward(xb)
+        return self._run(xb)
 
     def _grad_W(self, L) -> torch.Tensor:
         grads = torch.autograd.grad(L, self.params)
@@ -254,13 +254,13 @@ class _Objective:
         if idx is None and self.chunks:  # full batch in chunks
             Lsum, grad = torch.zeros((), dtype=params[0].dtype, device=params[0].device), None
             for sl in self.chunks:
-                Lc = self.loss.value(self._forward(X[sl]), yt[sl]) * ((sl.stop - sl.start) / N)
+                Lc = self.loss.value(self._run(X[sl]), yt[sl]) * ((sl.stop - sl.start) / N)
                 g = self._grad_W(Lc)
                 grad = g if grad is None else grad + g
                 Lsum += Lc.detach()
             return Lsum, grad
         xb, yb = (X, yt) if idx is None else (X[idx.to(X.device)], yt[idx.to(yt.device)])
-        Lb = self.loss.value(self._forward(xb), yb)
+        Lb = self.loss.value(self._run(xb), yb)
         # the gradient now: the loop may evaluate the full-data loss (which rewrites the parameters) before it asks
         return Lb.detach(), self._grad_W(Lb)
 
@@ -269,8 +269,8 @@ class _Objective:
         self.load(params[0])
         with torch.no_grad():
             if not self.chunks:
-                return float(self.loss.value(self._forward(X), yt))
-            parts = (float(self.loss.value(self._forward(X[sl]), yt[sl])) * (sl.stop - sl.start) for sl in self.chunks)
+                return float(self.loss.value(self._run(X), yt))
+            parts = (float(self.loss.value(self._run(X[sl]), yt[sl])) * (sl.stop - sl.start) for sl in self.chunks)
             return sum(parts) / self.N
 
     @staticmethod

@@ -109,6 +109,12 @@ class Staircase(Result):
     global_minimum : bool
         ``L_K`` is the global minimum of the NQF loss.
     notes : tuple of str
+    levels_module : ndarray, shape (K + 1,), optional
+        The real module's level on each plateau: its own loss minimised over the plateau's learned
+        directions (:func:`nqf.dynamics.cost_step`); ``None`` when not computed.
+    time_uncertainty : ndarray, shape (K,), optional
+        A bound on each time's relative error from a criterion fixed before any comparison (for the seeded
+        clock: :func:`nqf.curves.level_time_bounds`); NaN where there is none, ``None`` when not estimated.
     """
 
     method: str
@@ -123,6 +129,8 @@ class Staircase(Result):
     modes: np.ndarray = field(repr=False)
     global_minimum: bool = False
     notes: tuple = field(default=(), repr=False)
+    levels_module: np.ndarray | None = field(default=None, repr=False)
+    time_uncertainty: np.ndarray | None = field(default=None, repr=False)
 
     def __post_init__(self):
         if self.method not in METHODS:
@@ -155,11 +163,24 @@ class Staircase(Result):
         set_(self, "time_rules", rules)
         set_(self, "global_minimum", bool(self.global_minimum))
         set_(self, "notes", tuple(str(n) for n in self.notes))
+        for name, n in (("levels_module", K + 1), ("time_uncertainty", K)):
+            if getattr(self, name) is not None:
+                a = _f64(name, getattr(self, name), 1)
+                if a.size != n:
+                    raise ShapeError(f"`{name}` must have {n} entries; found {a.size}")
+                set_(self, name, a)
 
     @property
     def n_drops(self) -> int:
         """``K``, the number of drops."""
         return int(self.times.size)
+
+    def trusted(self, limit: float = 0.05) -> np.ndarray:
+        """Drop ``k``'s time is trusted: its :attr:`time_uncertainty` is at most ``limit`` (True where no
+        uncertainty was estimated; NaN counts as trusted only when the whole field is absent).  Shape (K,)."""
+        if self.time_uncertainty is None:
+            return np.ones(self.n_drops, dtype=bool)
+        return np.nan_to_num(self.time_uncertainty, nan=np.inf) <= float(limit)
 
     @property
     def p(self) -> int:
@@ -211,5 +232,7 @@ class Staircase(Result):
                 "modes": self.modes,
                 "global_minimum": self.global_minimum,
                 "notes": list(self.notes),
+                "levels_module": self.levels_module,
+                "time_uncertainty": self.time_uncertainty,
             }
         )
