@@ -217,7 +217,7 @@ def level_time_bounds(levels, levels_module) -> np.ndarray:
         e_k = |L^mod_{k−1} − L_{k−1}| / (2 |L_{k−1} − L_k|).
 
     The criterion uses no measured time: ``L^mod`` is the module's loss minimised over the plateau's learned
-    directions (:func:`nqf.dynamics.cost_step`), computed before any comparison.  The first drop has
+    directions (:func:`nqf.dynamics.active_levels`), computed before any comparison.  The first drop has
     ``e_1 = 0`` (at ``W = 0`` the module's level is the NQF's).
 
     Parameters

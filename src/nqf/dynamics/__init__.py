@@ -12,7 +12,7 @@ MSE, ``r = ∂ℓ/∂f``, ``G = (1/N) 𝒜*(r)``, ``W ← W − η ∇_W L``, tr
 * :func:`gradient_flow` — ``dM/dt = −2(GM + MG)`` with ``scipy.integrate.solve_ivp``.
 * :func:`train_network` — the real ``nn.Module`` with the same loss, time, data and ``W(0)``.
 * :func:`seeded_nqf` — the NQF plus the next orders' seeds in the unlearned directions: the real network's clock.
-* :func:`cost_step` — the real module's level on a plateau: its loss minimised over the learned directions.
+* :func:`active_levels` — the real module's level on each plateau: its own flow over the learned directions.
 * :func:`initial_state` / :func:`initial_weights` — the one parser (and builder, at scale ε) of ``M(0)``/``W(0)``.
 * :func:`training_loop` — the one discrete loop (GD/SGD/momentum/weight decay/Adam) behind
   :func:`simulate` and :func:`train_network`.
@@ -24,7 +24,7 @@ MSE, ``r = ∂ℓ/∂f``, ``G = (1/N) 𝒜*(r)``, ``W ← W − η ∇_W L``, tr
 """
 
 from ._batched import simulate_batched
-from ._cost_step import cost_step
+from ._cost_step import active_levels
 from ._flow import gradient_flow, integrate_factor
 from ._initial import initial_state, initial_weights
 from ._loop import training_loop
@@ -38,7 +38,7 @@ from ._simulate import FORMS, OPTIMIZERS, minibatch_indices, simulate
 from ._trajectory import Trajectory
 
 __all__ = [
-    "cost_step",
+    "active_levels",
     "integrate_factor",
     "simulate",
     "simulate_batched",

@@ -1,16 +1,19 @@
-r"""The level after a switch: the real module's loss minimised over the learned directions (AGF's cost step).
+r"""The level after a switch: the real module's own gradient flow over the learned directions (AGF's cost step).
 
 On the plateau after drop ``k`` the units' weights lie in the span of the ``r_k`` learned directions of
-``M`` (the rest is at ``O(ε)`` or carries a seed); the NQF puts the loss at its plateau level ``L_k``, and the
-real module, whose units already carry ``O(1)`` weights, settles where its *own* loss is smallest in that
-span.  Alternating Gradient Flows (Kunin et al., NeurIPS 2025) call this the cost step: a minimisation over the
-active part alternating with the utility maximisation over the dormant one.  Here the active part is the
-learned span: ``W = Q C`` with ``Q`` (``p × r_k``) the top eigenvectors of ``M = W_s W_sᵀ`` at a state ``W_s`` on
-the plateau (the seeded NQF's), ``C`` (``r_k × m``) free, started at ``Qᵀ W_s``.
+``M`` (the rest is at ``O(ε)`` or carries a seed).  The NQF puts the loss at its plateau level ``L_k``.  The
+real module, whose units already carry ``O(1)`` weights, descends its *own* loss in that span.  Alternating
+Gradient Flows (Kunin et al., NeurIPS 2025) call this the cost step: a minimisation over the active part,
+alternating with the utility maximisation over the dormant one.  Here the active part is the learned span:
+``W = Q C`` with ``Q`` (``p × r_k``) the top eigenvectors of ``M = W_s W_sᵀ`` at a state ``W_s`` (the seeded
+NQF's at the switch), and ``C`` (``r_k × m``) free, started at ``Qᵀ W_s``.
 
-The minimisation is gradient flow on ``C`` (``solve_ivp``, LSODA) until the loss stops moving (gradient flow
-picks the basin GD itself falls into), then L-BFGS; the loss and its gradient are the module's own
-(:func:`torch.func.functional_call` through :class:`nqf.modules.UnitScatter`).
+:func:`active_levels` chains these steps along a predicted staircase.  The step is taken for as long as the
+plateau lasts, not to convergence.  The module's loss in the span has slow
+directions (a tanh unit trading input scale for output scale).  The real network does not follow them within a
+plateau: the demo's real loss sits at 1.1e-3 at ``t = 24`` where the span's minimum is 5.3e-4.  So
+each step integrates the gradient flow ``dC/dt = −∇_C L`` for the given ``duration`` (``solve_ivp``,
+RK45; the module's own loss and gradient through :class:`nqf.modules.UnitScatter`).
 """
 
 from __future__ import annotations
@@ -18,32 +21,42 @@ from __future__ import annotations
 import numpy as np
 import torch
 from scipy.integrate import solve_ivp
-from scipy.optimize import minimize
 
 from .._validation import check_inputs
 from ..errors import InvalidParameterError, InvalidTypeError
 from ..modules import UnitLayout, UnitScatter
 from ._loss import Loss, as_loss
 
-__all__ = ["cost_step"]
+__all__ = ["active_levels"]
 
-#: Gradient-flow chunks (each twice the previous) before the L-BFGS polish.
-FLOW_CHUNKS = 40
+#: Relative tolerance of the flow (RK45).
+RTOL = 1e-6
 
 
-def cost_step(
+def active_levels(
     module: torch.nn.Module,
     units: UnitLayout,
     X,
     y,
-    W,
-    rank: int,
+    states: tuple,
+    drop_times,
+    ranks,
+    read_times,
     *,
     loss: str | Loss = "mse",
     output=None,
-    maxiter: int = 500,
-) -> tuple[float, torch.Tensor]:
-    r"""The module's loss minimised over the span of the ``rank`` learned directions of ``W`` (module docstring).
+) -> np.ndarray:
+    r"""The real module's level on each plateau: AGF's cost steps chained along a predicted staircase.
+
+    The active state ``S`` starts at ``0``.  At each switch ``t_k`` the directions that ``M = W_s W_sᵀ`` of the
+    predicted run has newly learned join the span: its top ``r_k`` eigenvectors at the plateau's read time (on
+    non-commuting data a direction turns while it grows: taken at the switch, the teacher below keeps a level of
+    4.1 where the network reaches 2.8), cut into the module's parameter blocks (a unit's input and output weights
+    move apart: with one direction per unit the demo's final level is 18 % high, 8 % with the blocks), less the span
+    already active.  ``W_s(t_k)``'s component along them joins ``S``; the rest of ``S`` keeps what the module's own
+    flow made of it.  ``S``
+    then follows the module's gradient flow in the span (module docstring) to the plateau's read time, where the
+    level is read, and on to the next switch.
 
     Parameters
     ----------
@@ -52,58 +65,95 @@ def cost_step(
     units : UnitLayout
     X : torch.Tensor, shape (N, ...)
     y : array_like, shape (N,) or (N, C)
-    W : array_like, shape (p, m)
-        A state on the plateau (the start, and the source of the learned directions).
-    rank : int
-        Number of learned directions (the plateau's rank; 0: the loss at ``W = 0``).
+    states : tuple ``(t, W)``
+        Times (T,) and unit weights (T, p, m) of the predicted run (the seeded NQF's, on the clock of the times).
+    drop_times : array_like, shape (K,)
+        The predicted switch times (increasing).
+    ranks : array_like of int, shape (K + 1,)
+        Learned directions on each plateau (the staircase's ranks, ``ranks[0] = 0``).
+    read_times : array_like, shape (K + 1,)
+        Where each plateau's level is read (:func:`nqf.curves.level_read_times`), ``read_times[k] ≥ t_k``.
     loss, output
         As in :func:`~nqf.dynamics.train_network`.
-    maxiter : int
-        L-BFGS iterations after the flow.
 
     Returns
     -------
-    (level, W_min) : (float, torch.Tensor of shape (p, m))
+    ndarray, shape (K + 1,)
+        The module's loss on each plateau (the first: at ``W = 0``).
     """
     loss = as_loss(loss)
     if not isinstance(module, torch.nn.Module):
         raise InvalidTypeError(f"`module` must be a torch.nn.Module; found {type(module).__name__}")
     scatter = UnitScatter(module, units)
-    W = torch.as_tensor(W, dtype=torch.float64)
-    if W.shape != (scatter.p, scatter.m):
-        raise InvalidParameterError(f"`W` must have shape ({scatter.p}, {scatter.m}); found {tuple(W.shape)}")
-    if isinstance(rank, bool) or not isinstance(rank, int | np.integer) or not 0 <= int(rank) <= scatter.p:
-        raise InvalidParameterError(f"`rank` must be an integer in [0, {scatter.p}]; found {rank!r}")
-    rank = int(rank)
     dt = next(iter(scatter.base.values())).dtype
+    ts, Ws = np.asarray(states[0], float), torch.as_tensor(states[1]).to(dt)
+    if Ws.ndim != 3 or Ws.shape[1:] != (scatter.p, scatter.m) or Ws.shape[0] != ts.size:
+        raise InvalidParameterError(
+            f"`states` must be (t of shape (T,), W of shape (T, {scatter.p}, {scatter.m})); found "
+            f"{ts.shape} and {tuple(Ws.shape)}"
+        )
+    tk, reads = np.asarray(drop_times, float).reshape(-1), np.asarray(read_times, float).reshape(-1)
+    rk = np.asarray(ranks).reshape(-1).astype(int)
+    K = tk.size
+    if reads.size != K + 1 or rk.size != K + 1 or np.any(reads[1:] < tk) or np.any(np.diff(tk) < 0):
+        raise InvalidParameterError(
+            f"`drop_times` (K = {K}, increasing), `ranks` and `read_times` (K + 1 each, read_times[k] ≥ t_k) "
+            f"do not fit; found {tk.size}, {rk.size} and {reads.size} entries"
+        )
     X = check_inputs("X", X)
-    W = W.to(dt)
     with torch.no_grad():
-        f0 = scatter.module_output(module, torch.zeros_like(W), X, output)
+        f0 = scatter.module_output(module, torch.zeros(scatter.p, scatter.m, dtype=dt), X, output)
     yt = loss.prepare(y, int(X.shape[0]), f0.shape[1], dt, f0.device)
-    if rank == 0:
-        with torch.no_grad():
-            return float(loss.value(f0, yt)), torch.zeros_like(W)
+    levels = np.full(K + 1, np.nan)
+    levels[0] = float(loss.value(f0, yt))
+    blocks = [rows for rows, _ in scatter.rows.values()]
+    S = torch.zeros(scatter.p, scatter.m, dtype=dt)
+    span = torch.zeros(scatter.p, 0, dtype=dt)
+    t_now = 0.0
+    for k in range(K):
+        if span.shape[1]:
+            S = _flow(scatter, module, X, yt, loss, output, S, span, tk[k] - t_now)[1]
+        Wk, Wr = (Ws[int(np.argmin(np.abs(ts - x)))] for x in (tk[k], reads[k + 1]))
+        new = _new_directions(Wr, span, int(rk[k + 1]), blocks)  # where the plateau's directions have settled
+        S = S + new @ (new.T @ Wk)
+        span = torch.cat([span, new], 1)
+        levels[k + 1], S = _flow(scatter, module, X, yt, loss, output, S, span, reads[k + 1] - tk[k])
+        t_now = reads[k + 1]
+    return levels
+
+
+def _new_directions(W: torch.Tensor, span: torch.Tensor, rank: int, blocks: list) -> torch.Tensor:
+    """The top ``rank`` eigenvectors of ``W Wᵀ`` cut into the parameter blocks (each block's rows of ``W``), less the
+    span already active in that block, orthonormal: ``p × n`` with each column inside one block."""
     _, Q = torch.linalg.eigh(W @ W.T)
-    Q = Q[:, -rank:]
-    shape = (rank, scatter.m)
+    Q = Q[:, -rank:] if rank else Q[:, :0]
+    out = []
+    for rows in blocks:
+        inside = span[rows]
+        have = inside[:, inside.abs().sum(0) > 0]
+        n_new = rank - have.shape[1]
+        if n_new <= 0:
+            continue
+        Qb = Q[rows] - have @ (have.T @ Q[rows])
+        U, _, _ = torch.linalg.svd(Qb, full_matrices=False)
+        col = torch.zeros(W.shape[0], n_new, dtype=W.dtype)
+        col[rows] = U[:, :n_new]
+        out.append(col)
+    return torch.cat(out, 1) if out else span[:, :0]
+
+
+def _flow(scatter, module, X, yt, loss: Loss, output, S, span, duration: float):
+    """The module's gradient flow over ``W = span C`` from ``S`` for ``duration``: ``(loss, W)`` at its end."""
+    shape, dt = (span.shape[1], scatter.m), S.dtype
 
     def fg(x):
         C = torch.as_tensor(x, dtype=dt).reshape(shape).requires_grad_(True)
-        L = loss.value(scatter.module_output(module, Q @ C, X, output), yt)
+        L = loss.value(scatter.module_output(module, span @ C, X, output), yt)
         (g,) = torch.autograd.grad(L, C)
-        return float(L), g.reshape(-1).numpy().astype(np.float64)
+        return float(L.detach()), g.reshape(-1).numpy().astype(np.float64)
 
-    x = (Q.T @ W).reshape(-1).numpy().astype(np.float64)
-    L0, g0 = fg(x)
-    span, t = 1.0 / max(float(np.abs(g0).max()) / max(float(np.abs(x).max()), 1e-300), 1e-300), 0.0
-    for _ in range(FLOW_CHUNKS):  # gradient flow in chunks of growing length until the loss no longer moves
-        before = fg(x)[0]
-        sol = solve_ivp(lambda _t, z: -fg(z)[1], (t, t + span), x, method="LSODA", rtol=1e-7, atol=1e-12)
-        x, t = sol.y[:, -1], t + span
-        if before - fg(x)[0] <= 1e-9 * max(L0, 1e-300):
-            break
-        span *= 2.0
-    res = minimize(fg, x, jac=True, method="L-BFGS-B", options={"maxiter": maxiter, "gtol": 1e-12, "ftol": 1e-15})
-    C = torch.as_tensor(res.x, dtype=dt).reshape(shape)
-    return float(res.fun), (Q @ C).detach()
+    x = (span.T @ S).reshape(-1).numpy().astype(np.float64)
+    if duration > 0.0:
+        sol = solve_ivp(lambda _t, z: -fg(z)[1], (0.0, float(duration)), x, method="RK45", rtol=RTOL, atol=1e-12)
+        x = sol.y[:, -1]
+    return fg(x)[0], span @ torch.as_tensor(x, dtype=dt).reshape(shape)

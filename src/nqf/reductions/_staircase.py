@@ -110,8 +110,8 @@ class Staircase(Result):
         ``L_K`` is the global minimum of the NQF loss.
     notes : tuple of str
     levels_module : ndarray, shape (K + 1,), optional
-        The real module's level on each plateau: its own loss minimised over the plateau's learned
-        directions (:func:`nqf.dynamics.cost_step`); ``None`` when not computed.
+        The real module's level on each plateau: its own gradient flow over the plateau's learned directions
+        (AGF's cost step, :func:`nqf.dynamics.active_levels`); ``None`` when not computed.
     time_uncertainty : ndarray, shape (K,), optional
         A bound on each time's relative error from a criterion fixed before any comparison (for the seeded
         clock: :func:`nqf.curves.level_time_bounds`); NaN where there is none, ``None`` when not estimated.

@@ -8,12 +8,13 @@ never trained.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import time
 
 import numpy as np
 
-from ..curves import RealClock, real_clock, step_clock
+from ..curves import RealClock, level_read_times, level_time_bounds, real_clock, step_clock
 from ._runs import secs, timed_step_cost, two_step_counts
 
 __all__ = ["seeded_clock", "clock_sentences"]
@@ -35,10 +36,10 @@ def seeded_clock(enabled: bool, problem: tuple, run: tuple, pred, sim, say, timi
     if not enabled or pred.n_drops < 2 or not op.satisfies_zgz:
         return None
 
-    def go(h: float, k: int, save_every: int):
+    def go(h: float, k: int, save_every: int, save_W: bool = False):
         return seeded_nqf(
             op, copy.deepcopy(module), found.layout, Xt, Yt, W0=W0, lr=h, steps=k, save_every=save_every,
-            save_W=False, save_M=False,
+            save_W=save_W, save_M=False,
         )  # fmt: skip
 
     plan = [(lr * factor / 2, two_step_counts(steps, factor)[0]), (lr * factor, two_step_counts(steps, factor)[1])]
@@ -51,7 +52,7 @@ def seeded_clock(enabled: bool, problem: tuple, run: tuple, pred, sim, say, timi
         f"estimated ~{secs(timings['estimate_seeded_nqf'])} s"
     )
     t0 = time.perf_counter()
-    runs = [go(h, k, 1 if i else max(1, k // 600)) for i, (h, k) in enumerate(plan)]
+    runs = [go(h, k, 1 if i else max(1, k // 600), save_W=not i) for i, (h, k) in enumerate(plan)]
     timings["seeded_nqf"] = time.perf_counter() - t0
     say(f"seeded NQF: {secs(timings['seeded_nqf'])} s")
     if any(r.status != 0 for r in runs):
@@ -59,10 +60,31 @@ def seeded_clock(enabled: bool, problem: tuple, run: tuple, pred, sim, say, timi
         return None
     traj, t = runs[0], runs[0].t.numpy()
     if len(runs) == 2:
-        t = step_clock(
-            (t, traj.loss.numpy()), (runs[1].t.numpy(), runs[1].loss.numpy()), steps=(plan[0][0], plan[1][0]), h=lr
-        )(t)
-    return real_clock(pred, t, traj.loss.numpy(), sim.t.numpy(), sim.loss.numpy())
+        big = (runs[1].t.numpy(), runs[1].loss.numpy())
+        t = step_clock((t, traj.loss.numpy()), big, steps=(plan[0][0], plan[1][0]), h=lr)(t)
+    clock = real_clock(pred, t, traj.loss.numpy(), sim.t.numpy(), sim.loss.numpy())
+    return _with_levels(clock, (module, found, Xt, Yt), (t, traj.W), lr * steps, say, timings)
+
+
+def _with_levels(clock: RealClock, problem: tuple, states: tuple, t_end: float, say, timings: dict) -> RealClock:
+    """The clock's staircase with the module's level on each plateau (:func:`nqf.dynamics.active_levels`, from the
+    seeded states) and each time's bound from it (:func:`nqf.curves.level_time_bounds`); unchanged where a drop
+    time is missing."""
+    from ..dynamics import active_levels
+
+    st = clock.staircase
+    if not np.isfinite(st.times).all() or np.any(np.diff(st.times) < 0):
+        return clock
+    module, found, Xt, Yt = problem
+    t0 = time.perf_counter()
+    reads = level_read_times(t_end, st.times)
+    levels = active_levels(module, found.layout, Xt, Yt, states, st.times, st.ranks, reads)
+    timings["active_levels"] = time.perf_counter() - t0
+    say(
+        f"the module's level on each plateau (its flow over the learned directions): {secs(timings['active_levels'])} s"
+    )
+    bounds = level_time_bounds(st.levels, levels)
+    return dataclasses.replace(clock, staircase=dataclasses.replace(st, levels_module=levels, time_uncertainty=bounds))
 
 
 def clock_sentences(clock: RealClock | None, t_real: np.ndarray) -> list[str]:

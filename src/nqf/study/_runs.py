@@ -111,11 +111,11 @@ def _estimate_and_run(ctx, init_factor, lr, steps, form, save_every, factor, row
     (c_real, c_nqf), nbytes = _cost(
         module, found, Xt, Yt, op, Ynqf, W0, lr=lr, steps=steps, form=form, save_every=save_every
     )
+    n_real, sb = (two_step_counts(steps, factor)[0] if factor > 2 else steps), _state_bytes(found)
+    real = _real_seconds(c_real, n_real, save_every, sb)
     if factor > 2:
-        n_half, n_big = two_step_counts(steps, factor)
-        real = _real_seconds(c_real, n_half, save_every) + _real_seconds(c_real, n_big, 1)
-    else:
-        real = _real_seconds(c_real, steps, save_every)
+        real += _real_seconds(c_real, two_step_counts(steps, factor)[1], 1)
+    nbytes += (n_real // _real_save_every(n_real, save_every, sb) + 2) * sb  # the real run's saved states
     total = real + c_nqf * steps
     rows.append(estimate_row(total, nbytes))
     now, peak = process_memory()
@@ -190,8 +190,9 @@ def _train(module, found, Xt, Yt, W0, lr, steps, keep, save_every, *, c_real, ti
     (the time of every such run also into ``timings["real_training"]``' sum, ``"real_step"`` per step)."""
     from ..dynamics import train_network
 
-    every = _real_save_every(steps, save_every)
-    timings[f"estimate_{stage}"] = _real_seconds(c_real, steps, save_every)
+    sb = _state_bytes(found) if keep.get("save_W") or keep.get("save_M") else 0
+    every = _real_save_every(steps, save_every, sb)
+    timings[f"estimate_{stage}"] = _real_seconds(c_real, steps, save_every, sb)
     say(
         f"real network: {steps} steps of full-batch GD (η = {lr:.4g}), "
         f"estimated ~{secs(timings[f'estimate_{stage}'])} s"
@@ -205,15 +206,23 @@ def _train(module, found, Xt, Yt, W0, lr, steps, keep, save_every, *, c_real, ti
     return real
 
 
-def _real_save_every(steps: int, save_every: int) -> int:
-    """The real run saves every this many steps: at least 300 saved states, at most the NQF's cadence."""
-    return max(1, min(save_every, steps // 300))
+#: The real run saves its states as densely as this many bytes allow (at least 300 states): its drop times are
+#: crossings interpolated between saved points (the rank-4 teacher, ε = 1e-12: drop 1 came 1 % late from a save
+#: every 18 steps at 10 η, the drop lasting a few saves).
+DENSE_SAVE_BYTES = 64 * 2**20
 
 
-def _real_seconds(c_real: tuple, steps: int, save_every: int) -> float:
+def _real_save_every(steps: int, save_every: int, state_bytes: int = 0) -> int:
+    """The real run saves every this many steps: every step where :data:`DENSE_SAVE_BYTES` allow, and never fewer
+    than 300 saved states nor more sparsely than the NQF's cadence."""
+    sparse = max(1, min(save_every, steps // 300))
+    return min(sparse, max(1, math.ceil(steps * state_bytes / DENSE_SAVE_BYTES)))
+
+
+def _real_seconds(c_real: tuple, steps: int, save_every: int, state_bytes: int = 0) -> float:
     """Estimated seconds of the real run: ``c_real = (per step, per step saving every step)``."""
     plain, each = c_real
-    return (plain + max(each - plain, 0.0) / _real_save_every(steps, save_every)) * steps
+    return (plain + max(each - plain, 0.0) / _real_save_every(steps, save_every, state_bytes)) * steps
 
 
 def _shifted(traj, shift: float):
@@ -246,10 +255,14 @@ def _cost(module, found, Xt, Yt, op, Ynqf, W0, *, lr: float, steps: int, form: s
         lambda k: simulate(op, Ynqf, W0=W0, lr=lr, steps=k, form=form, save_every=1, **keep), steps
     )
     c_nqf = c_plain + max(c_each - c_plain, 0.0) / max(save_every, 1)
-    n_saved = steps // save_every + 2
-    per_state = found.p * min(found.p, found.n_units)  # the smaller of M (p × p) and W (p × m): _saved_state
-    nbytes = 2 * n_saved * per_state * 8 + sum(v.numel() * 8 for v in module.parameters()) * 3
+    n_saved = steps // save_every + 2  # the NQF's saved states (the real run's: _estimate_and_run)
+    nbytes = n_saved * _state_bytes(found) + sum(v.numel() * 8 for v in module.parameters()) * 3
     return (c_real, c_nqf), nbytes
+
+
+def _state_bytes(found) -> int:
+    """Bytes of one saved state: the smaller of ``M`` (p × p) and ``W`` (p × m), float64 (:func:`_saved_state`)."""
+    return 8 * found.p * min(found.p, found.n_units)
 
 
 def _saved_state(found) -> dict:
