@@ -205,36 +205,40 @@ def measured_floors(eps, times_real, times_nqf) -> np.ndarray:
     return floors
 
 
-def level_time_bounds(levels, levels_module) -> np.ndarray:
+def level_time_bounds(levels, levels_module, levels_reference=None) -> np.ndarray:
     r"""A bound on each drop time's relative error from the real module's level on the preceding plateau.
 
     The mode that switches at drop ``k`` escapes plateau ``k − 1`` at a rate set by the residual there, and
     linearly in it: its signal ``s`` along the escaping direction gives the rate ``ζ ∝ s`` and the drop
     ``ΔL_k = L_{k−1} − L_k ∝ s²``.  Where the real module settles at ``L^mod_{k−1}`` instead of the NQF's
-    ``L_{k−1}`` and, at worst, the whole difference ``δ`` lies along that direction, ``s`` changes by the factor
+    ``L^ref_{k−1}`` and, at worst, the whole difference ``δ`` lies along that direction, ``s`` changes by the factor
     ``√(1 ± δ/ΔL_k)``, the rate by ``δ/(2ΔL_k)`` to first order, and the escape time by as much::
 
-        e_k = |L^mod_{k−1} − L_{k−1}| / (2 |L_{k−1} − L_k|).
+        e_k = |L^mod_{k−1} − L^ref_{k−1}| / (2 |L_{k−1} − L_k|).
 
-    The criterion uses no measured time: ``L^mod`` is the module's loss minimised over the plateau's learned
-    directions (:func:`nqf.dynamics.active_levels`), computed before any comparison.  The first drop has
-    ``e_1 = 0`` (at ``W = 0`` the module's level is the NQF's).
+    The criterion uses no measured time: ``L^mod`` and ``L^ref`` are the module's and the NQF's levels reached by
+    the same steps over the plateau's learned directions (:func:`nqf.dynamics.active_levels`), computed before any
+    comparison.  The first drop has ``e_1 = 0`` (at ``W = 0`` the module's level is the NQF's).
 
     Parameters
     ----------
     levels : array_like, shape (K + 1,)
-        The NQF's plateau levels.
+        The NQF's plateau levels (the drops ``ΔL_k``).
     levels_module : array_like, shape (K + 1,)
         The module's levels (NaN where not computed: the bound is NaN).
+    levels_reference : array_like, shape (K + 1,), optional
+        The NQF's levels by the same steps (default: ``levels``).
 
     Returns
     -------
     ndarray, shape (K,)
     """
     L, Lm = np.asarray(levels, float).reshape(-1), np.asarray(levels_module, float).reshape(-1)
-    if L.shape != Lm.shape or L.size < 1:
+    Lr = L if levels_reference is None else np.asarray(levels_reference, float).reshape(-1)
+    if L.shape != Lm.shape or L.shape != Lr.shape or L.size < 1:
         raise InvalidParameterError(
-            f"`levels` and `levels_module` must both have shape (K + 1,); found {L.shape} and {Lm.shape}"
+            f"`levels`, `levels_module` and `levels_reference` must all have shape (K + 1,); found {L.shape}, "
+            f"{Lm.shape} and {Lr.shape}"
         )
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.abs(Lm[:-1] - L[:-1]) / (2.0 * np.abs(L[:-1] - L[1:]))
+        return np.abs(Lm[:-1] - Lr[:-1]) / (2.0 * np.abs(L[:-1] - L[1:]))

@@ -45,6 +45,7 @@ def active_levels(
     *,
     loss: str | Loss = "mse",
     output=None,
+    nqf=None,
 ) -> np.ndarray:
     r"""The real module's level on each plateau: AGF's cost steps chained along a predicted staircase.
 
@@ -75,11 +76,16 @@ def active_levels(
         Where each plateau's level is read (:func:`nqf.curves.level_read_times`), ``read_times[k] ≥ t_k``.
     loss, output
         As in :func:`~nqf.dynamics.train_network`.
+    nqf : StructureOperator, optional
+        Take the same steps with the NQF's predictions ``f(0) + 𝒜(W Wᵀ)`` (the operator of these units on ``X``)
+        in place of the module's: the reference the module's levels are judged against.  The NQF's own plateau
+        levels are minima the flow over a finite plateau does not reach; the same protocol on both leaves only
+        the module's higher orders in the difference.
 
     Returns
     -------
     ndarray, shape (K + 1,)
-        The module's loss on each plateau (the first: at ``W = 0``).
+        The loss on each plateau (the first: at ``W = 0``).
     """
     loss = as_loss(loss)
     if not isinstance(module, torch.nn.Module):
@@ -104,6 +110,12 @@ def active_levels(
     with torch.no_grad():
         f0 = scatter.module_output(module, torch.zeros(scatter.p, scatter.m, dtype=dt), X, output)
     yt = loss.prepare(y, int(X.shape[0]), f0.shape[1], dt, f0.device)
+
+    def predict(W):
+        if nqf is None:
+            return scatter.module_output(module, W, X, output)
+        return f0 + nqf.forward_factor(W).reshape(f0.shape)
+
     levels = np.full(K + 1, np.nan)
     levels[0] = float(loss.value(f0, yt))
     blocks = [rows for rows, _ in scatter.rows.values()]
@@ -112,12 +124,12 @@ def active_levels(
     t_now = 0.0
     for k in range(K):
         if span.shape[1]:
-            S = _flow(scatter, module, X, yt, loss, output, S, span, tk[k] - t_now)[1]
+            S = _flow(predict, yt, loss, S, span, tk[k] - t_now)[1]
         Wk, Wr = (Ws[int(np.argmin(np.abs(ts - x)))] for x in (tk[k], reads[k + 1]))
         new = _new_directions(Wr, span, int(rk[k + 1]), blocks)  # where the plateau's directions have settled
         S = S + new @ (new.T @ Wk)
         span = torch.cat([span, new], 1)
-        levels[k + 1], S = _flow(scatter, module, X, yt, loss, output, S, span, reads[k + 1] - tk[k])
+        levels[k + 1], S = _flow(predict, yt, loss, S, span, reads[k + 1] - tk[k])
         t_now = reads[k + 1]
     return levels
 
@@ -142,13 +154,14 @@ def _new_directions(W: torch.Tensor, span: torch.Tensor, rank: int, blocks: list
     return torch.cat(out, 1) if out else span[:, :0]
 
 
-def _flow(scatter, module, X, yt, loss: Loss, output, S, span, duration: float):
-    """The module's gradient flow over ``W = span C`` from ``S`` for ``duration``: ``(loss, W)`` at its end."""
-    shape, dt = (span.shape[1], scatter.m), S.dtype
+def _flow(predict, yt, loss: Loss, S, span, duration: float):
+    """Gradient flow of ``loss(predict(W))`` over ``W = span C`` from ``S`` for ``duration``: ``(loss, W)`` at the
+    end."""
+    shape, dt = (span.shape[1], S.shape[1]), S.dtype
 
     def fg(x):
         C = torch.as_tensor(x, dtype=dt).reshape(shape).requires_grad_(True)
-        L = loss.value(scatter.module_output(module, span @ C, X, output), yt)
+        L = loss.value(predict(span @ C), yt)
         (g,) = torch.autograd.grad(L, C)
         return float(L.detach()), g.reshape(-1).numpy().astype(np.float64)
 

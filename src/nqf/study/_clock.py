@@ -63,7 +63,7 @@ def seeded_clock(enabled: bool, problem: tuple, run: tuple, pred, sim, say, timi
         big = (runs[1].t.numpy(), runs[1].loss.numpy())
         t = step_clock((t, traj.loss.numpy()), big, steps=(plan[0][0], plan[1][0]), h=lr)(t)
     clock = real_clock(pred, t, traj.loss.numpy(), sim.t.numpy(), sim.loss.numpy())
-    return _with_levels(clock, (module, found, Xt, Yt), (t, traj.W), lr * steps, say, timings)
+    return _with_levels(clock, (module, found, Xt, Yt, op), (t, traj.W), lr * steps, say, timings)
 
 
 def _with_levels(clock: RealClock, problem: tuple, states: tuple, t_end: float, say, timings: dict) -> RealClock:
@@ -75,15 +75,16 @@ def _with_levels(clock: RealClock, problem: tuple, states: tuple, t_end: float, 
     st = clock.staircase
     if not np.isfinite(st.times).all() or np.any(np.diff(st.times) < 0):
         return clock
-    module, found, Xt, Yt = problem
+    module, found, Xt, Yt, op = problem
     t0 = time.perf_counter()
     reads = level_read_times(t_end, st.times)
-    levels = active_levels(module, found.layout, Xt, Yt, states, st.times, st.ranks, reads)
+    args = (module, found.layout, Xt, Yt, states, st.times, st.ranks, reads)
+    levels, reference = active_levels(*args), active_levels(*args, nqf=op)
     timings["active_levels"] = time.perf_counter() - t0
     say(
         f"the module's level on each plateau (its flow over the learned directions): {secs(timings['active_levels'])} s"
     )
-    bounds = level_time_bounds(st.levels, levels)
+    bounds = level_time_bounds(st.levels, levels, reference)
     return dataclasses.replace(clock, staircase=dataclasses.replace(st, levels_module=levels, time_uncertainty=bounds))
 
 
