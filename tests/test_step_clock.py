@@ -69,7 +69,7 @@ def test_the_clock_is_a_result_and_refuses_bad_steps():
 def iris_eta():
     """analyze on iris (tanh, width 64, ε = 1e-12) and plain GD of the same module from the same W(0) at η."""
     iris = load_dataset("iris")
-    a = nqf.analyze("mlp:width=64,act=tanh", iris, eps=1e-12, seed=0, clock=False)
+    a = nqf.analyze("mlp:width=64,act=tanh", iris, eps=1e-12, seed=0)
     data, module, found, _ = prepare_analysis("mlp:width=64,act=tanh", iris, seed=0)
     W0 = initial_weights(found.p, found.n_units, 1e-12, seed=0)
     X, Y = (torch.as_tensor(v, dtype=torch.float64) for v in (data.X, data.Y))
@@ -86,3 +86,16 @@ def test_analyze_reads_the_real_network_on_the_clock_of_gd_at_eta(iris_eta):
     assert t.size == 2 and np.isfinite(t_gd).all()
     np.testing.assert_allclose(t, t_gd, rtol=2e-3)
     assert a.timings["real_training_large"] > 0 and a.timings["real_training"] > 0
+
+
+def test_the_clock_carries_a_trust_mark_per_drop_and_the_modules_levels(iris_eta):
+    """Every clock time within 5 % of GD at η or flagged by a bound fixed before the comparison; the verdict says
+    which; the module's level after the last drop within 5 % of the real network's (measured 1.2 %)."""
+    a, t_gd = iris_eta
+    st = a.clock.staircase
+    assert st.time_uncertainty is not None and st.levels_module is not None
+    assert st.time_uncertainty[0] == 0.0 and st.levels_module[0] == pytest.approx(st.levels[0])
+    err = np.abs(st.times / t_gd - 1)
+    assert np.all((err <= 0.05) | ~st.trusted())
+    assert any(s.startswith("Trust per drop of the real network's clock") for s in a.verdict["text"])
+    assert st.levels_module[-1] == pytest.approx(a.real.levels_measured[-1], rel=0.05)

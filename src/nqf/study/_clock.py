@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from ..curves import RealClock, level_read_times, level_time_bounds, real_clock, step_clock
+from ..curves import TRUSTED_TIME_ERROR, RealClock, level_read_times, level_time_bounds, real_clock, step_clock
 from ._runs import secs, timed_step_cost, two_step_counts
 
 __all__ = ["seeded_clock", "clock_sentences"]
@@ -103,6 +103,7 @@ def clock_sentences(clock: RealClock | None, t_real: np.ndarray) -> list[str]:
             f"{100 * float(err_seeded[ok].max()):.1f} % of the real network in time (the NQF's own times: "
             f"{100 * float(err_nqf[ok].max()):.1f} %)."
         )
+    out.extend(_trust_sentences(clock))
     seeded = [k + 1 for k in range(clock.times.size) if clock.seeded[k]]
     if seeded:
         floors = ", ".join(f"drop {k}: ε* = {clock.floor[k - 1]:.1e}" for k in seeded)
@@ -116,3 +117,27 @@ def clock_sentences(clock: RealClock | None, t_real: np.ndarray) -> list[str]:
             k, f = max(finite, key=lambda kf: kf[1])
             out.append(f"No drop is seeded at ε = {clock.eps:g}; the highest seeding floor is ε* = {f:.1e} (drop {k}).")
     return out
+
+
+def _trust_sentences(clock: RealClock) -> list[str]:
+    """Which of the clock's drop times to trust: the bound of :func:`nqf.curves.level_time_bounds`, fixed before
+    any comparison, against :data:`nqf.curves.TRUSTED_TIME_ERROR`; and the module's final level beside the NQF's."""
+    st = clock.staircase
+    if st.time_uncertainty is None or st.levels_module is None:
+        return []
+    flagged = [k + 1 for k in range(st.n_drops) if not st.trusted(TRUSTED_TIME_ERROR)[k]]
+    rule = (
+        f"a drop is trusted when the module's own level on the plateau before it, reached by the same steps as the "
+        f"NQF's over the learned directions, moves its escape rate by at most {100 * TRUSTED_TIME_ERROR:g} % "
+        "(fixed before the comparison)"
+    )
+    if flagged:
+        bounds = ", ".join(f"drop {k}: {100 * st.time_uncertainty[k - 1]:.3g} %" for k in flagged)
+        head = f"Trust per drop of the real network's clock: drop(s) {flagged} flagged ({bounds}); {rule}."
+    else:
+        head = f"Trust per drop of the real network's clock: every drop trusted; {rule}."
+    tail = (
+        f" The module's level after the last drop: {st.levels_module[-1]:.4g} (the NQF's: {st.levels[-1]:.4g}; "
+        "the real module's own flow over the learned directions, AGF's cost step)."
+    )
+    return [head + tail]
