@@ -197,6 +197,7 @@ def _square_net_gd(X, Y, W0, t_end, c=2e-3, eta_max=0.02):
     return np.array(ts), np.array(ls)
 
 
+@pytest.mark.slow  # 56 s: the modular-addition GD oracle (benchmarks/bench_leading_order.py runs it too)
 def test_quadratic_activation_modular_addition_first_drops_against_gradient_descent():
     P, m = 7, 12
     X, Y = _modular(P)
