@@ -11,6 +11,7 @@ the seeded prediction against training the real network to the same horizon.
     python benchmarks/bench_corrections.py            # all set-ups (several minutes)
     python benchmarks/bench_corrections.py iris demo  # a subset
     python benchmarks/bench_corrections.py planted    # planted changes of the seeded NQF's source
+    python benchmarks/bench_corrections.py clock      # the clock as `nqf analyze` runs it, against GD at η
 
 Set-ups: ``iris`` (tanh MLP width 64), ``digits5`` (digits restricted to classes 0–4, width
 64), ``demo`` (the demo's whitened teacher task, N = 300, D = 6, singular values 2, 1, 0.5,
@@ -24,6 +25,10 @@ public pieces, and with its source's sign flipped, computed on a Gaussian sample
 ``(x, y)`` mean and covariance, scaled by 1e-3, or left out: which of these planted errors move a drop
 past 5 %).  After each ε sweep: the seeding floor of each later drop, predicted
 (``real_clock``) and measured model-free from the real network's slope ``Δt_k/Δln(1/ε)``.
+``clock`` (iris and digits 0–4, width 64, ε = 1e-8, 1e-12, 1e-20): ``nqf.analyze`` with its defaults (the
+real network and the seeded NQF at 20 η and 10 η, read on GD at η by ``nqf.curves.step_clock``; the seeded
+NQF on the moment rows with its first plateau bridged) against plain GD of the real network at η from the
+same ``W(0)``: each drop's error and trust bound, and the costs ÷ that GD run.
 """
 
 from __future__ import annotations
@@ -215,12 +220,49 @@ def planted(eps: float = 1e-12, m: int = 64) -> None:
         sys.stdout.flush()
 
 
+def clock(eps_list=(1e-8, 1e-12, 1e-20), m: int = 64) -> None:
+    """The clock as ``nqf analyze`` runs it against plain GD at η (module docstring)."""
+    from nqf.study import prepare_analysis
+
+    spec = f"mlp:width={m},act=tanh"
+    print(f"{'set-up':>8} {'eps':>7} {'drop':>4} {'GD at η':>8} {'real err':>8} {'clock err':>9} {'bound':>6} "
+          f"{'flag':>4} | {'clock cost':>10} {'real cost':>9}")  # fmt: skip
+    for name in ("iris", "digits5"):
+        X, Y, _ = _data(name)
+        for eps in eps_list:
+            a = nqf.analyze(spec, X.numpy(), Y.numpy(), eps=eps, seed=0)
+            data, module, found, _ = prepare_analysis(spec, X.numpy(), Y.numpy(), seed=0)
+            W0 = initial_weights(found.p, found.n_units, eps, seed=0)
+            Xt, Yt = (torch.as_tensor(v, dtype=torch.float64) for v in (data.X, data.Y))
+            t0 = time.perf_counter()
+            gd = train_network(module, found.layout, Xt, Yt, W0=W0, lr=a.lr, steps=a.steps, save_every=1,
+                               save_W=False, save_M=False)  # fmt: skip
+            cost = time.perf_counter() - t0
+            t_gd = compare_staircase(gd.t.numpy(), gd.loss.numpy(), a.prediction).times_measured
+            st = a.clock.staircase if a.clock is not None else None
+            c_clock = a.timings.get("seeded_nqf", math.nan) / cost
+            c_real = (a.timings.get("real_training_large", 0.0) + a.timings["real_training"]) / cost
+            for k in range(a.prediction.n_drops):
+                e_real = a.real.times_measured[k] / t_gd[k] - 1
+                e_clock, bound, flag = (
+                    (st.times[k] / t_gd[k] - 1, st.time_uncertainty[k], "" if st.trusted()[k] else "yes")
+                    if st is not None and st.time_uncertainty is not None
+                    else (math.nan, math.nan, "")
+                )
+                tail = f"| {c_clock:10.3f} {c_real:9.3f}" if k == 0 else "|"
+                print(f"{name:>8} {eps:7.0e} {k + 1:4d} {t_gd[k]:8.2f} {100 * e_real:7.2f}% {100 * e_clock:8.2f}% "
+                      f"{100 * bound:5.1f}% {flag:>4} {tail}")  # fmt: skip
+
+
 def main(argv) -> None:
     torch.set_num_threads(1)
     names = argv or ["iris", "digits5", "demo", "widths"]
     for name in names:
         if name == "planted":
             planted()
+            continue
+        if name == "clock":
+            clock()
             continue
         if name == "widths":  # finite width: how the units share a mode, at one ε
             worst = bench("widths", (9, 18, 36, 72, 144), (1e-12,))

@@ -35,6 +35,7 @@ from .._validation import check_inputs, divergence_threshold_value, steps_value
 from ..errors import InvalidParameterError, InvalidTypeError, NormalFormError
 from ..modules import UnitLayout, UnitScatter
 from ..structure import StructureOperator
+from ._bridge import bridged_loop
 from ._factored import apply_G
 from ._initial import initial_state
 from ._loop import training_loop
@@ -100,6 +101,7 @@ def seeded_nqf(
     save: Save | None = None,
     divergence_threshold: float = 1e8,
     source: tuple | None = None,
+    bridge: bool = False,
 ) -> Trajectory:
     r"""GD of the seeded NQF (module docstring) from ``W0``: the NQF with the next orders' seeds.
 
@@ -130,6 +132,12 @@ def seeded_nqf(
         the data seed the later modes: a large Gaussian sample with the data's joint ``(x, y)`` mean and
         covariance leaves the seeds out (iris, ε = 1e-12: drop 2 at +33 % of the real network with 3·10⁴
         Gaussian samples, +2 … +11 % with 3·10³; benchmarks/bench_corrections.py ``planted``).
+    bridge : bool
+        Bridge plateaus in closed form (docs/theory.md §7): the GD steps of the still-small directions are
+        taken at once, with the source and the residual held fixed, as long as the outputs of those directions
+        and of the frozen rest move by at most 10⁻³ of the residual.  In practice the first plateau (drop times
+        unchanged to 0.001 % on iris and digits 0–4); later ones are refused where the rest keeps moving.  The
+        bridged steps are listed in ``info["bridges"]`` as ``(first step, steps)``.
 
     Returns
     -------
@@ -148,6 +156,8 @@ def seeded_nqf(
     if not isinstance(module, torch.nn.Module):
         raise InvalidTypeError(f"`module` must be a torch.nn.Module; found {type(module).__name__}")
     fraction, every = _fraction(learned_fraction), _refresh(refresh)
+    if not isinstance(bridge, bool):
+        raise InvalidTypeError(f"`bridge` must be True or False; found {bridge!r}")
     X = check_inputs("X", X)
     N, steps = int(X.shape[0]), steps_value(steps)
     keep = as_save(save, save_every=save_every, save_M=save_M, save_W=save_W).resolve(steps)
@@ -167,17 +177,32 @@ def seeded_nqf(
         f0 = module_fn(torch.zeros_like(W), X)
     yt = loss.prepare(y, N, f0.shape[1], dt, op.device)
     nqf_fn = _nqf_predictions(op, f0)
-    state: dict = {}
     rec = Recorder(keep.count(steps))
+    extra = _extra_gradient(module_fn, loss, source, (op, X, yt, torch.zeros_like(W)), dt)
+    if bridge:
+        out, bridges = _bridged(op, W, nqf_fn, loss, yt, extra, (opt.lr, steps, N, every, keep, fraction),
+                                divergence_threshold, rec)  # fmt: skip
+    else:
+        out, bridges = _stepped(op, W, nqf_fn, loss, yt, extra, (opt, steps, N, every, keep, fraction),
+                                divergence_threshold, rec), []  # fmt: skip
+    info = {"form": "seeded", "learned_fraction": fraction, "refresh": every, **opt.to_dict(), "steps": steps}
+    info["bridges"] = bridges
+    info.update(loss.to_dict(), **keep.to_dict(), width=scatter.m, f0=f0)
+    return rec.trajectory(lr=opt.lr, dtype=dt, device=op.device, status=out.status, message=out.message, info=info)
+
+
+def _stepped(op, W, nqf_fn, loss: Loss, yt, extra, run: tuple, threshold, rec: Recorder):
+    """Every step of the seeded NQF through :func:`training_loop`."""
+    opt, steps, N, every, keep, fraction = run
+    state: dict = {}
 
     def evaluate(params, idx):
-        return loss.value(nqf_fn(params[0]), yt), None
+        f = nqf_fn(params[0])
+        return loss.value(f, yt), f
 
-    extra = _extra_gradient(module_fn, loss, source, (op, X, yt, torch.zeros_like(W)), dt)
-
-    def gradient(params, ctx, idx):
+    def gradient(params, f, idx):
         Wk = params[0]
-        r = loss.residual(nqf_fn(Wk), yt).reshape(N, -1)
+        r = loss.residual(f, yt).reshape(N, -1)
         g_nqf = 2.0 * apply_G(op, r, Wk, N)  # ∇_W L = 2 G W, G = 𝒜*(r)/N (ZGZ: no cross term)
         k = state.get("k", 0)
         if k % every == 0:
@@ -186,25 +211,37 @@ def seeded_nqf(
         return [g_nqf + state["source"]]
 
     def store(k, params, Lfull):
-        Wd = params[0].detach()
-        rec.add(k, Lfull, W=Wd.clone() if keep.W else None, M=Wd @ Wd.T if keep.M else None)
+        _store(rec, keep, k, params[0], Lfull)
 
-    out = training_loop(
-        [W],
-        opt,
-        steps=steps,
-        n_samples=N,
-        batch_size=None,
-        seed=0,
-        save_every=keep.every or steps,
-        divergence_threshold=divergence_threshold_value(divergence_threshold),
-        evaluate=evaluate,
-        gradient=gradient,
-        save=store,
-    )
-    info = {"form": "seeded", "learned_fraction": fraction, "refresh": every, **opt.to_dict(), "steps": steps}
-    info.update(loss.to_dict(), **keep.to_dict(), width=scatter.m, f0=f0)
-    return rec.trajectory(lr=opt.lr, dtype=dt, device=op.device, status=out.status, message=out.message, info=info)
+    return training_loop(
+        [W], opt, steps=steps, n_samples=N, batch_size=None, seed=0, save_every=keep.every or steps,
+        divergence_threshold=divergence_threshold_value(threshold), evaluate=evaluate, gradient=gradient, save=store,
+    )  # fmt: skip
+
+
+def _bridged(op, W, nqf_fn, loss: Loss, yt, extra, run: tuple, threshold, rec: Recorder):
+    """The seeded NQF with its plateaus bridged (:func:`bridged_loop`)."""
+    lr, steps, N, every, keep, fraction = run
+
+    def loss_and_residual(Wk):
+        f = nqf_fn(Wk)
+        return loss.value(f, yt), loss.residual(f, yt).reshape(N, -1)
+
+    def source_of(Wk, g_nqf):
+        return unlearned_projector(Wk, fraction) @ extra(Wk, g_nqf)
+
+    def store(k, Wk, L):
+        _store(rec, keep, k, Wk, L)
+
+    return bridged_loop(
+        W, op=op, lr=lr, steps=steps, n_samples=N, every=every, save_every=keep.every or steps,
+        threshold=divergence_threshold_value(threshold), parts=(loss_and_residual, source_of), save=store,
+    )  # fmt: skip
+
+
+def _store(rec: Recorder, keep: Save, k: int, W: torch.Tensor, L: float) -> None:
+    Wd = W.detach()
+    rec.add(k, L, W=Wd.clone() if keep.W else None, M=Wd @ Wd.T if keep.M else None)
 
 
 def _grad(fn, W: torch.Tensor) -> torch.Tensor:

@@ -20,14 +20,19 @@ from ._runs import secs, timed_step_cost, two_step_counts
 __all__ = ["seeded_clock", "clock_sentences"]
 
 
-def seeded_clock(enabled: bool, problem: tuple, run: tuple, pred, sim, say, timings: dict) -> RealClock | None:
+def seeded_clock(
+    enabled: bool, problem: tuple, run: tuple, pred, sim, say, timings: dict, moments: tuple | None = None
+) -> RealClock | None:
     """The seeded NQF's drop times (:func:`nqf.dynamics.seeded_nqf`) read against the NQF run ``sim``.
 
     ``problem`` is ``(module, found, X, Y, op, W0)`` with ``op`` the operator on the data themselves; ``run`` is
     ``(η, steps, factor)``: with ``factor > 2`` the seeded NQF runs as the real network does, at ``factor × η`` and
     half that step, and its times are carried onto the clock of ``η`` by the two runs' own delays
-    (:func:`nqf.curves.step_clock`); otherwise at ``η``.  Returns the clock (None when not run); its time goes
-    into ``timings["seeded_nqf"]``.
+    (:func:`nqf.curves.step_clock`); otherwise at ``η``.  ``moments = (op_c, X̃, Ỹ, c)``, where the NQF runs on
+    moment rows (``Ỹ`` the moment targets minus ``f(0)``, ``c`` the loss offset), takes the NQF's steps there (the
+    same gradient, on ``D`` rows) and the module's seeds on the data (``source``).  The plateaus are bridged in
+    closed form (``bridge=True``).  Returns the clock (None when not run); its time goes into
+    ``timings["seeded_nqf"]``.
     """
     from ..dynamics import seeded_nqf
 
@@ -35,11 +40,15 @@ def seeded_clock(enabled: bool, problem: tuple, run: tuple, pred, sim, say, timi
     lr, steps, factor = run
     if not enabled or pred.n_drops < 2 or not op.satisfies_zgz:
         return None
+    shift, (op_nqf, X_nqf, Y_nqf) = 0.0, (op, Xt, Yt)
+    if moments is not None:  # the NQF's steps on the moment rows; the seeds from the module on the data
+        op_nqf, X_nqf, Y_moments, shift = moments
+        Y_nqf = Y_moments + _zero_output(module, found, X_nqf)
 
     def go(h: float, k: int, save_every: int, save_W: bool = False):
         return seeded_nqf(
-            op, copy.deepcopy(module), found.layout, Xt, Yt, W0=W0, lr=h, steps=k, save_every=save_every,
-            save_W=save_W, save_M=False,
+            op_nqf, copy.deepcopy(module), found.layout, X_nqf, Y_nqf, W0=W0, lr=h, steps=k, save_every=save_every,
+            save_W=save_W, save_M=False, bridge=True, source=None if moments is None else (op, Xt, Yt),
         )  # fmt: skip
 
     plan = [(lr * factor / 2, two_step_counts(steps, factor)[0]), (lr * factor, two_step_counts(steps, factor)[1])]
@@ -58,12 +67,23 @@ def seeded_clock(enabled: bool, problem: tuple, run: tuple, pred, sim, say, timi
     if any(r.status != 0 for r in runs):
         say("seeded NQF: a run diverged; the real network's clock is not given")
         return None
-    traj, t = runs[0], runs[0].t.numpy()
+    traj, t, loss = runs[0], runs[0].t.numpy(), runs[0].loss.numpy() + shift
     if len(runs) == 2:
-        big = (runs[1].t.numpy(), runs[1].loss.numpy())
-        t = step_clock((t, traj.loss.numpy()), big, steps=(plan[0][0], plan[1][0]), h=lr)(t)
-    clock = real_clock(pred, t, traj.loss.numpy(), sim.t.numpy(), sim.loss.numpy())
+        big = (runs[1].t.numpy(), runs[1].loss.numpy() + shift)
+        t = step_clock((t, loss), big, steps=(plan[0][0], plan[1][0]), h=lr)(t)
+    clock = real_clock(pred, t, loss, sim.t.numpy(), sim.loss.numpy())
     return _with_levels(clock, (module, found, Xt, Yt, op), (t, traj.W), lr * steps, say, timings)
+
+
+def _zero_output(module, found, X):
+    """The module's output with its units at zero, ``f(0)`` on ``X`` (the NQF's constant part)."""
+    import torch
+
+    from ..modules import UnitScatter
+
+    scatter = UnitScatter(module, found.layout)
+    with torch.no_grad():
+        return scatter.module_output(module, torch.zeros(scatter.p, scatter.m, dtype=X.dtype), X, None)
 
 
 def _with_levels(clock: RealClock, problem: tuple, states: tuple, t_end: float, say, timings: dict) -> RealClock:

@@ -223,7 +223,7 @@ def analyze(
     Yt = torch.as_tensor(data.Y, dtype=torch.float64)
     op, f0, how = _operator(module, found, Xt, say)
     Ynqf = Yt - f0 if is_analytic(how) else Yt
-    op_data, (op, Ynqf, shift) = op, _moments(module, found, Xt, op, Ynqf, how, say)  # op_data: for the seeded NQF
+    op_data, (op, Ynqf, shift, X_moments) = op, _moments(module, found, Xt, op, Ynqf, how, say)  # op_data: seeds
     rows, commuting = _assumption_checks(module, found, Xt, op, f0, how, seed=seed)
     p, m = found.p, found.n_units
     timings["setup"] = time.perf_counter() - t0
@@ -253,7 +253,8 @@ def analyze(
 
     cmp_nqf, cmp_real, val, verdict, curves = _compare(pred, sim, real, eps, found, flat_threshold, gap_tolerance)
     problem, run = (module, found, Xt, Yt, op_data, W0), (lr, steps, 1.0 if real.clock is None else real_step_factor)
-    seeded = seeded_clock(clock, problem, run, pred, sim, say, timings)
+    moments = None if X_moments is None else (op, X_moments, Ynqf, shift)
+    seeded = seeded_clock(clock, problem, run, pred, sim, say, timings, moments)
     release_free_memory()  # the runs' transient arrays: not resident while the report is drawn
     warnings = [n for n in pred.notes if n.startswith("warning:")] + target_scale(data, val)
     verdict["text"][:0] = trained
@@ -414,17 +415,17 @@ def _compare(pred, sim, real: _RealRun, eps: float, found, flat_threshold: float
 
 def _moments(module, found, Xt, op, Ynqf, how: str, say):
     """The NQF's operator and targets on ``D`` moment rows when that is exact (:mod:`nqf.study._moments`),
-    with the loss offset ``c``; else ``(op, Ynqf, 0.0)``."""
+    with the loss offset ``c`` and the rows ``X̃``; else ``(op, Ynqf, 0.0, None)``."""
     from ._moments import compressible, moment_rows
 
     if not compressible(found, how, Xt):
-        return op, Ynqf, 0.0
+        return op, Ynqf, 0.0, None
     Xc, Yc, shift = moment_rows(Xt, Ynqf)
     op_c, _, how_c = structure_of(module, found, Xc)
     if how_c != how:  # the analytic operator did not check out on the moment rows: keep the full data
-        return op, Ynqf, 0.0
+        return op, Ynqf, 0.0, None
     say(f"NQF data: {Xt.shape[0]} samples → {Xc.shape[0]} moment rows (exact for this MLP; loss offset {shift:.4g})")
-    return op_c, Yc, shift
+    return op_c, Yc, shift, Xc
 
 
 def _checked_options(eps, loss: str, steps: int | None = None, max_steps: int | None = None, lr=None) -> float:
