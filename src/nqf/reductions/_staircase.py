@@ -30,7 +30,7 @@ from ._timing import staircase as _staircase_curve
 __all__ = ["Staircase", "METHODS", "TIME_RULES"]
 
 #: Reductions that produce a :class:`Staircase` (its ``method``).
-METHODS = ("lotka-volterra", "limit", "svd-modes", "saddle-sequence", "dormant-flow")
+METHODS = ("lotka-volterra", "limit", "svd-modes", "saddle-sequence", "dormant-flow", "agf")
 
 #: The rules a drop time can come from (its entry in ``Staircase.time_rules``):
 #:
@@ -49,7 +49,9 @@ METHODS = ("lotka-volterra", "limit", "svd-modes", "saddle-sequence", "dormant-f
 #:   (:func:`nqf.dynamics.seeded_nqf`): the real network's clock with the next orders' seeds
 #:   (:func:`nqf.curves.real_clock`);
 #: * ``"dormant flow"`` — the blow-up time of the scaled dormant flow of a term of degree ``k ≥ 3``
-#:   (:func:`nqf.reductions.dormant.dormant_staircase`): ``ρ^{2−k} s_k``, a power of the initial scale.
+#:   (:func:`nqf.reductions.dormant.dormant_staircase`): ``ρ^{2−k} s_k``, a power of the initial scale;
+#: * ``"AGF"`` — Alternating Gradient Flows at order two (:func:`nqf.reductions.dormant.agf_staircase`): the
+#:   dormant strength along a direction reaches its best-fit strength, ``ln(c_u/σ_u)/ζ_u`` per phase.
 TIME_RULES = (
     "logistic",
     "exact flow",
@@ -59,6 +61,7 @@ TIME_RULES = (
     "ε → 0 limit",
     "seeded NQF",
     "dormant flow",
+    "AGF",
 )
 
 

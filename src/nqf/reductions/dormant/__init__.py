@@ -6,11 +6,14 @@
   sphere, and the first order whose maximum is above round-off (:class:`LeadingOrder`);
 * :func:`dormant_staircase` — dormant flows between active phases: a :class:`nqf.reductions.Staircase`
   (method ``"dormant-flow"``) whose times scale as ``ρ^{2−k}``; :func:`chain_staircase` the same for a
-  chain (every drop for a linear chain, by deflation; the first escape otherwise).
+  chain (every drop for a linear chain, by deflation; the first escape otherwise);
+* :func:`agf_staircase` — Alternating Gradient Flows at order two: the NQF's dormant flow alternating with
+  the module's own cost minimisation over the active span (method ``"agf"``).
 
 Equations and assumptions: docs/theory.md, "When the quadratic form is silent".
 """
 
+from ._agf import agf_staircase
 from ._chain import ChainTerm, chain_staircase, chain_term
 from ._flow import ESCAPE_NORM, active_curvature, active_fit, dormant_staircase
 from ._terms import HomogeneousTerm, unit_term
@@ -28,6 +31,7 @@ __all__ = [
     "leading_order",
     "aligned_escape_time",
     "dormant_staircase",
+    "agf_staircase",
     "active_fit",
     "active_curvature",
     "ESCAPE_NORM",
