@@ -66,6 +66,10 @@ CATALOG: dict[str, CatalogEntry] = {
         "_scaling_real",
         "crowded drops on real digits data: loss curve and local exponent from the spectra vs a real MLP",
     ),
+    "theories": CatalogEntry(
+        "_theories",
+        "NQF prediction, seeded NQF, Alternating Gradient Flows and the real network side by side, drop by drop",
+    ),
     "saddles": CatalogEntry(
         "_saddles",
         "non-commuting staircases (tanh MLP, QK attention, CNN): greedy saddle sequence vs the real networks",

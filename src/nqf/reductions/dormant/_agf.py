@@ -13,8 +13,11 @@ This implementation is the collective, small-initialisation form for a layer of 
 dormant units grow along the same eigendirections of ``G``, so a direction activates with every unit's
 component along it (its strength is the dormant part's ``‖uᵀ W_d‖²``), as the units of a wide network do; the
 activated direction is cut into the module's parameter blocks (a unit's input and output weights may move
-apart) and the module minimises its loss over ``W = Q C`` (``Q`` the active span, ``C`` free) from where the
-units are, by L-BFGS.  The escape times are AGF's: ``τ = ln(c_u / σ_u) / ζ_u`` per phase, ``ζ_u = −4 uᵀ G u``,
+apart) and the module minimises its loss over ``W = Q C`` from where the units are, by L-BFGS, with ``C``
+(r × m) and the span ``Q`` (p × r, each column inside its block) both free: the active part keeps its rank, and
+its directions may turn (on non-commuting data the escaping direction is not the saddle's; with ``Q`` held at
+the utility's maximiser the rank-4 teacher's first level stays at 0.71 where the network reaches 0.32).
+The escape times are AGF's: ``τ = ln(c_u / σ_u) / ζ_u`` per phase, ``ζ_u = −4 uᵀ G u``,
 ``σ_u`` the dormant strength along ``u`` at the phase's start.  For one decoupled mode the strength is logistic,
 so this is the time at which it is half learned, and the loss crosses its midpoint ``ln(1 + √2)/ζ`` earlier.
 
@@ -124,7 +127,8 @@ def agf_staircase(
         S, Wd = S + new @ (new.T @ Wd), Wd - new @ (new.T @ Wd)
         span = torch.cat([span, new], 1)
         if cost_step:
-            S = _cost_step(outputs, yt, S, span)
+            S, span = _cost_step(outputs, yt, S, span)
+            Wd = Wd - span @ (span.T @ Wd)  # the active directions may have turned: dormant stays off them
         with torch.no_grad():
             levels.append(_mse(outputs(S), yt))
         times.append(t)
@@ -207,18 +211,36 @@ def _blocks(u: torch.Tensor, span: torch.Tensor, scatter: UnitScatter) -> torch.
     return torch.stack(cols, 1) if cols else span[:, :0]
 
 
-def _cost_step(outputs, yt, S: torch.Tensor, span: torch.Tensor) -> torch.Tensor:
-    """The module's loss minimised over ``W = span C`` from ``S`` (L-BFGS)."""
-    shape, dt = (span.shape[1], S.shape[1]), S.dtype
+def _cost_step(outputs, yt, S: torch.Tensor, span: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The module's loss minimised over the active part ``W = Q C`` from ``S``, ``Q`` (p × r) and ``C`` (r × m) both
+    free, each column of ``Q`` inside its parameter block (L-BFGS): the active units' weights move freely within
+    rank ``r`` — on non-commuting data the directions turn during the switch.  Returns ``(W, the new span)``."""
+    r, m, dt = span.shape[1], S.shape[1], S.dtype
+    mask = (span != 0).to(dt)
+    nq = span.numel()
+
+    def unpack(x):
+        z = torch.as_tensor(x, dtype=dt)
+        return z[:nq].reshape(span.shape) * mask, z[nq:].reshape(r, m)
 
     def fg(x):
-        C = torch.as_tensor(x, dtype=dt).reshape(shape).requires_grad_(True)
-        f = outputs(span @ C)
+        Q, C = (v.requires_grad_(True) for v in unpack(x))
+        f = outputs(Q @ C)
         L = 0.5 * ((f - yt) ** 2).sum() / f.shape[0]
-        (grad,) = torch.autograd.grad(L, C)
-        return float(L.detach()), grad.reshape(-1).numpy().astype(np.float64)
+        gQ, gC = torch.autograd.grad(L, (Q, C))
+        return float(L.detach()), torch.cat([(gQ * mask).reshape(-1), gC.reshape(-1)]).numpy().astype(np.float64)
 
-    x0 = (span.T @ S).reshape(-1).numpy().astype(np.float64)
+    x0 = torch.cat([span.reshape(-1), (span.T @ S).reshape(-1)]).numpy().astype(np.float64)
     res = minimize(fg, x0, jac=True, method="L-BFGS-B",
                    options={"maxiter": COST_ITERATIONS, "gtol": 1e-12, "ftol": 1e-15})  # fmt: skip
-    return span @ torch.as_tensor(res.x, dtype=dt).reshape(shape)
+    Q, C = unpack(res.x)
+    W = Q @ C
+    cols = []
+    for j in range(r):  # the new span: Q's columns, orthonormal within each block (Gram–Schmidt in block order)
+        c = Q[:, j].clone()
+        for q in cols:
+            c = c - (q @ c) * q
+        n = float(c.norm())
+        if n > 1e-12:
+            cols.append(c / n)
+    return W, torch.stack(cols, 1) if cols else span[:, :0]
