@@ -43,7 +43,7 @@ class TheoriesParams(Params):
         ["iris", "digits5", "demo", "teacher4"], min_length=1, description="data sets (docs/theory.md §7)"
     )
     eps: float = Field(1e-12, gt=0, lt=1, description="initial scale: M(0) = εI")
-    width: int = Field(64, ge=2, description="hidden units (≥ p = D + C)")
+    width: int = Field(64, ge=2, description="hidden units (below p = D + C the start is M(0) = εΠ)")
     lr_fraction: float = Field(0.02, gt=0, le=0.2, description="η × largest escape rate")
     save_points: int = Field(2000, ge=50)
     seeded_tolerance: float = Field(0.05, gt=0, description="seeded NQF vs real network, per drop (issue 20)")
@@ -163,7 +163,7 @@ class Theories(Experiment):
         "against the real network, drop by drop, from the same W(0)"
     )
     Params = TheoriesParams
-    tiny = {"setups": ["demo"], "eps": 1e-6, "width": 36, "save_points": 400}
+    tiny = {"setups": ["demo"], "eps": 1e-6, "width": 36, "save_points": 400, "lr_fraction": 0.05}
     checks = (
         "t_k seeded NQF — real network (GD at η, same W(0)), midpoint crossing — 5 % (issue 20)",
         "t_k AGF — real network's crossing of AGF's midpoints — late by 0 … ln(1+√2)/ζ_k (logistic mode)",
