@@ -27,6 +27,7 @@ from typer.core import TyperGroup
 
 from . import __version__
 from ._limits import MAX_STEPS, MAX_THREADS
+from ._text import terminal_echo
 from .errors import NQFError
 
 _DEBUG = {"on": False}
@@ -86,12 +87,12 @@ class _Group(TyperGroup):
             raise
         except _USAGE as exc:  # bad flags of a command: one line, exit 2
             cmd = exc.ctx.command_path if getattr(exc, "ctx", None) is not None else "nqf"
-            typer.echo(f"error: {_one_line(exc.format_message())} (see `{cmd} --help`)", err=True)
+            terminal_echo(f"error: {_one_line(exc.format_message())} (see `{cmd} --help`)", err=True)
             raise typer.Exit(2) from None
         except _PASS_THROUGH:
             raise
         except KeyboardInterrupt:
-            typer.echo("\ninterrupted", err=True)
+            terminal_echo("\ninterrupted", err=True)
             raise typer.Exit(130) from None
         except BrokenPipeError:  # the reader went away (`nqf list | head`): not an error of ours
             _silence_stdout()
@@ -99,16 +100,16 @@ class _Group(TyperGroup):
         except NQFError as exc:
             if _debug():
                 raise
-            typer.echo(f"error: {_one_line(exc)}{_kept(exc)}", err=True)
+            terminal_echo(f"error: {_one_line(exc)}{_kept(exc)}", err=True)
             raise typer.Exit(2) from None
         except Exception as exc:  # noqa: BLE001 - the last-resort handler: one line; --debug shows the traceback
             if _debug():
                 raise
             fault = _input_fault(exc)
             if fault is not None:
-                typer.echo(f"error: {fault}{_kept(exc)}", err=True)
+                terminal_echo(f"error: {fault}{_kept(exc)}", err=True)
                 raise typer.Exit(2) from None
-            typer.echo(
+            terminal_echo(
                 f"error: {type(exc).__name__}: {_one_line(exc)}{_kept(exc)} (run `nqf --debug …` or set "
                 "NQF_TRACEBACK=1 for the traceback)",
                 err=True,
@@ -175,7 +176,7 @@ app = typer.Typer(
 
 def _version(value: bool):
     if value:
-        typer.echo(f"nqf {__version__}")
+        terminal_echo(f"nqf {__version__}")
         raise typer.Exit()
 
 
@@ -191,7 +192,7 @@ def _root(
 
 
 def _fail(message: str, code: int = 2):
-    typer.echo(f"error: {_one_line(message)}", err=True)
+    terminal_echo(f"error: {_one_line(message)}", err=True)
     raise typer.Exit(code)
 
 
@@ -210,13 +211,13 @@ def _judged(check: dict) -> str:
 
 
 def _print_human(results: dict, rundir: Path) -> None:
-    typer.echo(f"{results['experiment']}: {results['description']}")
+    terminal_echo(f"{results['experiment']}: {results['description']}")
     for line in results.get("summary", []):
-        typer.echo(f"  {line}")
+        terminal_echo(f"  {line}")
     if results["checks"]:
-        typer.echo("")
+        terminal_echo("")
         w = max(len(c["name"]) for c in results["checks"])
-        typer.echo(f"  {'quantity':<{w}}  {'predicted':>11}  {'measured':>11}  {'error':>14}  {'tol':>6}  ok")
+        terminal_echo(f"  {'quantity':<{w}}  {'predicted':>11}  {'measured':>11}  {'error':>14}  {'tol':>6}  ok")
         for c in results["checks"]:
 
             def f(v):
@@ -224,11 +225,11 @@ def _print_human(results: dict, rundir: Path) -> None:
 
             ok = {True: "yes", False: "NO", None: ""}[c["passed"]]
             tol = "—" if c["tolerance"] is None else f"{c['tolerance']:.3g}"
-            typer.echo(
+            terminal_echo(
                 f"  {c['name']:<{w}}  {f(c['predicted']):>11}  {f(c['measured']):>11}  {_judged(c):>14}  {tol:>6}  {ok}"
             )
-    typer.echo("")
-    typer.echo(f"run directory: {rundir}   report: {rundir / 'report.html'}   ({results['wall_seconds']} s)")
+    terminal_echo("")
+    terminal_echo(f"run directory: {rundir}   report: {rundir / 'report.html'}   ({results['wall_seconds']} s)")
 
 
 def _execute(
@@ -260,22 +261,22 @@ def _execute(
         )
     except KeyboardInterrupt as exc:
         if getattr(exc, "previous_run_kept", None) is not None:
-            typer.echo(
+            terminal_echo(
                 f"\ninterrupted: --force replaces a run only when the new one completes; {q} is as it was", err=True
             )
         elif getattr(exc, "run_directory", None) is not None:
-            typer.echo(
+            terminal_echo(
                 f"\ninterrupted: partial results kept in {q}; continue with "
                 f"`{rerun or 'nqf run CONFIG'} --out {q} --resume` or rebuild the report with "
                 f"`nqf report {q}`",
                 err=True,
             )
         else:
-            typer.echo(f"\ninterrupted before anything was saved; {q} is as it was", err=True)
+            terminal_echo(f"\ninterrupted before anything was saved; {q} is as it was", err=True)
         raise typer.Exit(130) from None
     # any other failure reaches the group's handler, which adds where the finished part is (.run_directory)
     if as_json:
-        typer.echo(json.dumps(results, indent=2))
+        terminal_echo(json.dumps(results, indent=2))
     else:
         _print_human(results, out)
 
@@ -385,7 +386,7 @@ def list_cmd(as_json: bool = _JSON):
     from .experiments import all_experiments, describe
 
     if as_json:  # the parameters' defaults need the experiments themselves (and torch)
-        typer.echo(
+        terminal_echo(
             json.dumps(
                 {
                     n: {
@@ -403,7 +404,7 @@ def list_cmd(as_json: bool = _JSON):
     descriptions = describe()  # from the catalogue: imports no experiment
     w = max(len(n) for n in descriptions)
     for name, description in descriptions.items():
-        typer.echo(f"{name:<{w}}  {description}")
+        terminal_echo(f"{name:<{w}}  {description}")
 
 
 @app.command()
@@ -416,7 +417,7 @@ def report(rundir: Path = typer.Argument(..., help="A run directory (`nqf run`, 
         from .sweep import rebuild_sweep_report
 
         try:
-            typer.echo(f"report: {rebuild_sweep_report(rundir)}")
+            terminal_echo(f"report: {rebuild_sweep_report(rundir)}")
         except ValueError as exc:
             _fail(str(exc))
         return
@@ -424,9 +425,9 @@ def report(rundir: Path = typer.Argument(..., help="A run directory (`nqf run`, 
 
     drawn = redraw(rundir)  # a missing or malformed results.json: ResultsFileError, exit 2
     if drawn:
-        typer.echo(f"figures redrawn from arrays.npz: {', '.join(sorted(drawn))}")
+        terminal_echo(f"figures redrawn from arrays.npz: {', '.join(sorted(drawn))}")
     path = rebuild_report(rundir)
-    typer.echo(f"report: {path}")
+    terminal_echo(f"report: {path}")
 
 
 # Commands that live with their own package register themselves here: each package exports

@@ -14,6 +14,7 @@ from typing import NoReturn
 import typer
 
 from .._limits import MAX_STEPS, MAX_THREADS
+from .._text import terminal_echo
 
 __all__ = ["register_cli", "MAX_STEPS", "MAX_THREADS"]
 
@@ -96,7 +97,7 @@ def register_cli(app: typer.Typer) -> None:
             _, _, found, _ = prepare_analysis(model, ds, units=units, seed=seed)
         except NQFError as exc:
             _fail(str(exc))
-        log = (lambda s: None) if as_json else (lambda s: typer.echo(s, err=True))
+        log = (lambda s: None) if as_json else (lambda s: terminal_echo(s, err=True))
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         out = Path(out) if out else Path("runs") / f"analyze-{stamp}"
         exp = AnalyzeExperiment(log=log)
@@ -110,16 +111,16 @@ def _report(a, out: Path, results: dict, as_json: bool) -> None:
 
     assert a is not None  # set by a complete run
     if as_json:
-        typer.echo(
+        terminal_echo(
             json.dumps(
                 {"analysis": a.to_dict(), "run_directory": str(out), "wall_seconds": results["wall_seconds"]},
                 indent=2,
             )
         )
         return
-    print_analysis(a, typer.echo)
-    typer.echo("")
-    typer.echo(f"run directory: {out}   report: {out / 'report.html'}   ({results['wall_seconds']} s)")
+    print_analysis(a, terminal_echo)
+    terminal_echo("")
+    terminal_echo(f"run directory: {out}   report: {out / 'report.html'}   ({results['wall_seconds']} s)")
 
 
 def _list_units(params, seed: int) -> None:
@@ -137,13 +138,13 @@ def _list_units(params, seed: int) -> None:
         _fail(str(exc))
     if not lines:
         _fail(f"`model`: no interchangeable units found in {params.model}" + "".join(f"; {r}" for r in refused))
-    typer.echo(f"{len(lines)} layer(s) of units (choose one with --units LAYER_NAME):")
+    terminal_echo(f"{len(lines)} layer(s) of units (choose one with --units LAYER_NAME):")
     for line in lines:
-        typer.echo(f"  {line}")
+        terminal_echo(f"  {line}")
     if refused:
-        typer.echo(f"{len(refused)} layer(s) not offered as units:")
+        terminal_echo(f"{len(refused)} layer(s) not offered as units:")
     for line in refused:
-        typer.echo(f"  {line}")
+        terminal_echo(f"  {line}")
 
 
 def _check_steps(steps: int | None, max_steps: int, lr: float | None) -> None:
@@ -172,7 +173,7 @@ def _check_output(model: str, ds, seed: int) -> None:
 
 def _fail(msg: str, code: int = 2) -> NoReturn:
     """One line ``error: MSG`` on stderr, then exit with ``code`` (2: bad input, 1: the analysis failed)."""
-    typer.echo(f"error: {msg}", err=True)
+    terminal_echo(f"error: {msg}", err=True)
     raise typer.Exit(code)
 
 
@@ -188,7 +189,7 @@ def _run(exp, params, out: Path, *, seed: int, force: bool, as_json: bool) -> di
     except NQFError as exc:
         _fail(str(exc))
     except KeyboardInterrupt:
-        typer.echo(f"\ninterrupted: partial results kept in {out}", err=True)
+        terminal_echo(f"\ninterrupted: partial results kept in {out}", err=True)
         raise typer.Exit(130) from None
     # anything else reaches the last-resort handler of `nqf` (nqf.cli): out of memory and an unwritable
     # --out are input faults there (exit 2, naming the path), everything else is ours (exit 1)

@@ -6,12 +6,15 @@ from pathlib import PurePath
 
 import numpy as np
 
+from .._text import figure_text
+
 __all__ = ["analysis_figure", "data_label"]
 
 
 def data_label(data: str) -> str:
-    """The data's name for a figure: a file's name without its directory (no machine path in a figure)."""
-    return PurePath(str(data).replace("\\", "/")).name or str(data)
+    """The data's name for a figure: a file's name without its directory (no machine path in a figure), shown
+    as typed (:func:`figure_text`: never parsed as mathtext)."""
+    return figure_text(PurePath(str(data).replace("\\", "/")).name or str(data))
 
 
 def analysis_figure(a):

@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import Field
 
 from .._limits import MAX_STEPS
+from .._text import terminal_text
 from ..experiments import Check, Experiment, Outcome, Params, Table
 from ._result import Analysis
 from ._table import level_cell as _level
@@ -294,18 +295,23 @@ def print_analysis(a: Analysis, echo=print) -> None:
     """The header, the checks table, the per-plateau table and the verdict, as text.
 
     The per-plateau table (:func:`printed_table`) holds the same cells as the report's and ``results.json``'s
-    (errors: the real network's against the prediction, in percent; flat is ``yes``/``no`` with the ratio)."""
-    echo(header_line(a))
-    echo("assumption checks:")
+    (errors: the real network's against the prediction, in percent; flat is ``yes``/``no`` with the ratio).
+    Every line passes through :func:`nqf._text.terminal_text` (class and file names are the user's)."""
+
+    def say(line: str) -> None:
+        echo(terminal_text(line))
+
+    say(header_line(a))
+    say("assumption checks:")
     for c in a.checks:
-        echo(f"  {c.name:<24} {c.value:<24} {c.status:<4} {c.note}")
-    echo("")
+        say(f"  {c.name:<24} {c.value:<24} {c.status:<4} {c.note}")
+    say("")
     for line in printed_table(a):
-        echo(line)
-    echo(
+        say(line)
+    say(
         f"  ({PLATEAU_NOTE}; t = η·steps; t seeded: the real network's clock, the seeded NQF; "
         "flat: loss change across the plateau / adjacent drop)"
     )
-    echo("")
+    say("")
     for line in a.verdict["text"]:
-        echo(f"- {line}")
+        say(f"- {line}")

@@ -15,6 +15,7 @@ from pathlib import Path
 import typer
 
 from .._limits import MAX_STEPS
+from .._text import terminal_echo, terminal_text
 
 __all__ = ["register_cli", "sweep"]
 
@@ -22,7 +23,7 @@ EXIT_SOME_FAILED = 3
 
 
 def _fail(message: str, code: int = 2):
-    typer.echo(f"error: {message}", err=True)
+    terminal_echo(f"error: {message}", err=True)
     raise typer.Exit(code)
 
 
@@ -31,16 +32,24 @@ def _swept_text(point) -> str:
     return " ".join(parts + [f"seed={point.seed}"])
 
 
+def _plain(value) -> str:
+    """User text inside a rich markup line: terminal controls shown (:func:`terminal_text`), brackets escaped."""
+    from rich.markup import escape
+
+    return escape(terminal_text(value))
+
+
 def _point_line(point, row) -> str:
+    """The point's line for the rich console: nqf's own markup around user text that is shown as typed."""
     if row["status"] == "complete":
         checks = [c for c in row["checks"] if c.get("measured") is not None][:3]
         from ._table import quantity_name
 
         vals = "  ".join(f"{quantity_name(c['name'])}={c['measured']:.4g}" for c in checks)
         how = "reused" if row.get("reused") else f"{row['wall_seconds']} s"
-        return f"[green]done[/]   {point.short}  {_swept_text(point)}  ({how})  {vals}"
+        return f"[green]done[/]   {_plain(f'{point.short}  {_swept_text(point)}  ({how})  {vals}')}"
     err = f"{row.get('error_type') or ''}: {row.get('error') or ''}".strip(": ")
-    return f"[red]failed[/] {point.short}  {_swept_text(point)}  {err}"
+    return f"[red]failed[/] {_plain(f'{point.short}  {_swept_text(point)}  {err}')}"
 
 
 def sweep(
@@ -95,8 +104,8 @@ def sweep(
     root = out if out is not None else Path("sweeps") / config.stem
     if dry_run:
         for pt in points:
-            typer.echo(f"{pt.short}  {_swept_text(pt)}" + (f"  invalid: {pt.error}" if pt.error else ""))
-        typer.echo(f"{len(points)} points → {root}/points/")
+            terminal_echo(f"{pt.short}  {_swept_text(pt)}" + (f"  invalid: {pt.error}" if pt.error else ""))
+        terminal_echo(f"{len(points)} points → {root}/points/")
         return
     code = _run(
         points,
@@ -160,7 +169,9 @@ def _run(points, spec, base, root: Path, *, scheduler, workers, retries, as_json
                 )
     except KeyboardInterrupt:
         console.print(
-            f"\ninterrupted: finished points are kept in {root}/points; rerun the same command to finish the rest"
+            _plain(
+                f"\ninterrupted: finished points are kept in {root}/points; rerun the same command to finish the rest"
+            )
         )
         return 130
     finally:
@@ -172,13 +183,13 @@ def _run(points, spec, base, root: Path, *, scheduler, workers, retries, as_json
         lock.release()
     counts = doc["counts"]
     if as_json:
-        typer.echo(json.dumps(doc, indent=2))
+        terminal_echo(json.dumps(doc, indent=2))
     else:
         summary = (
             f"{counts['total']} points: {counts['complete']} complete ({counts['reused']} reused), "
             f"{counts['failed']} failed → {root / 'sweep.csv'}, {root / 'report.html'}"
         )
-        console.print(summary, soft_wrap=True)
+        console.print(_plain(summary), soft_wrap=True)
     return 0 if counts["failed"] == 0 and counts["complete"] == counts["total"] else EXIT_SOME_FAILED
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._text import figure_text
 from ._table import read_table
 
 __all__ = ["write_sweep_report", "rebuild_sweep_report", "sweep_figures", "is_sweep_dir"]
@@ -145,16 +146,17 @@ def sweep_figures(doc: dict, root) -> list[dict]:
                     ci += 1
                     where = ", ".join(f"{k}={v}" for k, v in zip(others, gkey, strict=True))
                     label = q + (f" ({where})" if others else "")
-                    fit = _plot_one(ax, members, q, transform, color, label)
+                    fit = _plot_one(ax, members, q, transform, color, figure_text(label))
                     if fit:
                         fits[label] = fit
-            ax.set_xlabel(xlabel)
+            ax.set_xlabel(figure_text(xlabel))
             ax.set_ylabel(fam.replace("#", "k"))
             if logx:
                 ax.set_xscale("log")
             nseeds = len(doc["sweep"].get("seeds") or [None])
             ax.set_title(
-                f"{fam.replace('#', 'k')} vs {xlabel}: mean ± sd over {nseeds} seed(s), dots: seeds, dashed: predicted",
+                f"{fam.replace('#', 'k')} vs {figure_text(xlabel)}: mean ± sd over {nseeds} seed(s), dots: seeds, "
+                "dashed: predicted",
                 fontsize=9,
             )
             ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
