@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..errors import DivergenceError
+from ..errors import DivergenceError, ShapeError
 from ..results import Result, summarize, to_jsonable
 
 __all__ = ["Trajectory", "DIVERGED", "FINISHED"]
@@ -56,6 +56,17 @@ class Trajectory(Result):
     status: int = FINISHED
     message: str = "finished"
     info: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not isinstance(self.t, torch.Tensor) or self.t.ndim != 1:
+            raise ShapeError(f"`t` must be a 1-D tensor of saved times; found {_shape(self.t)}")
+        K = int(self.t.shape[0])
+        for name in ("loss", "step", "M", "W", "mu"):
+            x = getattr(self, name)
+            if name != "loss" and x is None:
+                continue
+            if not isinstance(x, torch.Tensor) or x.ndim == 0 or int(x.shape[0]) != K:
+                raise ShapeError(f"`{name}` must hold one entry per saved time (K = {K}); found {_shape(x)}")
 
     @property
     def success(self) -> bool:
@@ -108,3 +119,7 @@ class Trajectory(Result):
             },
             "Trajectory",
         )
+
+
+def _shape(x) -> str:
+    return f"shape {tuple(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from .._validation import as_tensor, check_shape
-from ..errors import InvalidParameterError, ShapeError, UnknownNameError
+from ..errors import InvalidParameterError, InvalidTypeError, ShapeError, UnknownNameError
 
 __all__ = ["UnitSlice", "UnitLayout", "UnitScatter", "get_unit_weights", "set_unit_weights"]
 
@@ -220,6 +220,11 @@ class UnitScatter:
     """
 
     def __init__(self, module: torch.nn.Module, units: UnitLayout):
+        if not isinstance(units, UnitLayout):
+            raise InvalidTypeError(
+                f"`units` must be a UnitLayout (``module.units`` of an nqf network, or a layout from "
+                f"nqf.modules.find_units); found {type(units).__name__}"
+            )
         params = dict(module.named_parameters())
         self.layout = units.resolve(params)
         sizes = self.layout.block_sizes(params)

@@ -23,8 +23,8 @@ import time
 
 import torch
 
-from .._validation import as_tensor
-from ..errors import InvalidParameterError, InvalidTypeError
+from .._validation import as_tensor, int_param
+from ..errors import InvalidParameterError, InvalidTypeError, ShapeError
 from ..structure import StructureOperator, commutes
 from ._staircase import Staircase
 
@@ -124,6 +124,12 @@ def predict(
     e = float(eps)
     if not (math.isfinite(e) and 0.0 < e < 1.0):
         raise InvalidParameterError(f"`eps` must lie in (0, 1) (the initial scale, M(0) = εI); found {eps!r}")
+    if init not in ("isotropic", "balanced"):
+        raise InvalidParameterError(f"`init` must be 'isotropic' or 'balanced'; found {init!r}")
+    if max_rank is not None:
+        max_rank = int_param("max_rank", max_rank, minimum=1)
+    if M0 is not None:
+        M0 = _checked_M0(M0, op.p)
     Y = as_tensor("y", y, ndim=(1, 2), dtype=torch.float64)
     if method == "svd-modes":
         from .svd_modes import two_layer_modes
@@ -202,3 +208,15 @@ def _bounded(st: Staircase, max_rank) -> Staircase:
         global_minimum=False,
         notes=(note, *st.notes),
     )
+
+
+def _checked_M0(M0, p: int) -> torch.Tensor:
+    """``M0`` as a finite, symmetric ``p × p`` float64 tensor, or an error naming it."""
+    M = as_tensor("M0", M0, ndim=2, dtype=torch.float64)
+    if tuple(M.shape) != (p, p):
+        raise ShapeError(f"`M0` must have shape (p, p) = ({p}, {p}); found {tuple(M.shape)}")
+    if not bool(torch.isfinite(M).all()):
+        raise InvalidParameterError("`M0` must be finite; found NaN or inf entries")
+    if not torch.allclose(M, M.T, rtol=1e-10, atol=1e-12 * float(M.abs().max())):
+        raise InvalidParameterError("`M0` must be symmetric (an order parameter M = W Wᵀ); found M0 ≠ M0ᵀ")
+    return M

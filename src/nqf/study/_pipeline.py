@@ -211,6 +211,7 @@ def analyze(
         or a non-MSE loss.
     """
     say = log or (lambda s: None)
+    steps, max_steps, save_points, lr_fraction, seed = _checked_counts(steps, max_steps, save_points, lr_fraction, seed)
     eps = _checked_options(eps, loss, steps, max_steps, lr)  # before anything is computed
     timings, memory = {}, {}
     t0 = time.perf_counter()
@@ -426,6 +427,21 @@ def _moments(module, found, Xt, op, Ynqf, how: str, say):
         return op, Ynqf, 0.0, None
     say(f"NQF data: {Xt.shape[0]} samples → {Xc.shape[0]} moment rows (exact for this MLP; loss offset {shift:.4g})")
     return op_c, Yc, shift, Xc
+
+
+def _checked_counts(steps, max_steps, save_points, lr_fraction, seed):
+    """``analyze``'s counts and fractions as the types they must be, or an error naming the keyword."""
+    from .._validation import float_param, int_param
+
+    steps = None if steps is None else int_param("steps", steps, minimum=1)
+    max_steps = None if max_steps is None else int_param("max_steps", max_steps, minimum=1)
+    return (
+        steps,
+        max_steps,
+        int_param("save_points", save_points, minimum=1),
+        float_param("lr_fraction", lr_fraction, positive=True),
+        int_param("seed", seed, minimum=0),
+    )
 
 
 def _checked_options(eps, loss: str, steps: int | None = None, max_steps: int | None = None, lr=None) -> float:
