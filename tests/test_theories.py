@@ -1,7 +1,7 @@
 """The `theories` experiment: NQF prediction, seeded NQF and AGF against the real network (plain GD at η).
 
 Its small configuration (the demo's set-up, width 36, ε = 1e-6) passes every judged check; with AGF's cost
-step skipped (a planted error) the AGF level of the second plateau misses the real network's (0.28 against
+step skipped (a planted error) the AGF level of the second plateau misses the real network's (0.19 against
 0.13) and its check fails.
 """
 

@@ -103,6 +103,7 @@ def _deep_linear_operator():
     return from_module(net, cand.layout, torch.tensor(X)), torch.tensor(Y), cand.n_units
 
 
+@pytest.mark.slow  # 24 s; the default suite keeps the two-head and zoo checks of the width-aware prediction
 @pytest.mark.parametrize("eps", [1e-12])
 def test_clock_from_a_rank_deficient_start(eps):
     """The deep linear network's first layer (width 10 < p = 20) starts from M(0) = εΠ; the saddle clock

@@ -79,20 +79,34 @@ def _check_archive(path: Path, what: str, *, required: bool) -> None:
         )
 
 
+def _columns_text(header: list[str], shown: int = 12) -> str:
+    """The header for a message: the first ``shown`` names, and how many there are in all."""
+    if len(header) <= shown:
+        return str(header)
+    return f"{header[:shown]} … ({len(header)} columns)"
+
+
 def _split_columns(header: list[str], target: str | None, path: str) -> list[int]:
     if not target:
         raise DataError(
             f"`target`: a CSV file needs the target column(s) (--target NAME[,NAME…] or 0-based "
-            f"indices); {path} has columns {header}"
+            f"indices); {path} has columns {_columns_text(header)}"
         )
-    idx = []
+    position = {h: j for j, h in enumerate(header)}  # names are unique (checked before)
+    idx: list[int] = []
     for tok in [t.strip() for t in str(target).split(",") if t.strip()]:
-        if tok in header:
-            idx.append(header.index(tok))
+        if tok in position:
+            j = position[tok]
         elif tok.lstrip("-").isdigit() and -len(header) <= int(tok) < len(header):
-            idx.append(int(tok) % len(header))
+            j = int(tok) % len(header)
         else:
-            raise DataError(f"`target`: column {tok!r} not found in {path}; its columns are {header}")
+            raise DataError(f"`target`: column {tok!r} not found in {path}; its columns are {_columns_text(header)}")
+        if j in idx:
+            raise DataError(
+                f"`target`: {target!r} names column {header[j]!r} (index {j}) more than once; name each target "
+                "column once"
+            )
+        idx.append(j)
     return idx
 
 
@@ -132,7 +146,12 @@ def _read_csv(path: Path, target: str | None):
     if len(rows) < 2:
         raise DataError(f"`data`: {path} needs a header row and at least one data row; found {len(rows)} rows")
     header = [h.strip() for h in rows[0]]
-    dup = next((h for i, h in enumerate(header) if h in header[:i]), None)
+    dup, seen = None, set()  # one pass with a set: the pairwise search took 16 s at 40 000 columns
+    for h in header:
+        if h in seen:
+            dup = h
+            break
+        seen.add(h)
     if dup is not None:
         raise DataError(
             f"`data`: column name {dup!r} appears {header.count(dup)} times in the header of {path}; "
@@ -146,7 +165,8 @@ def _read_csv(path: Path, target: str | None):
             f"has {len(rows[bad + 1])}"
         )
     cols = [[r[j].strip() for r in rows[1:]] for j in range(len(header))]
-    rest = [j for j in range(len(header)) if j not in idx]
+    targets = set(idx)
+    rest = [j for j in range(len(header)) if j not in targets]
     if not rest:
         raise DataError(f"`target`: every column of {path} is a target; no inputs are left")
     feats = []

@@ -1,0 +1,42 @@
+"""CSV headers at sizes that used to hang, and a target named twice (issue 37, classes 7 and 8)."""
+
+from __future__ import annotations
+
+import pytest
+
+from nqf.data import load_dataset
+from nqf.errors import DataError
+
+
+def _wide(path, n_cols: int, dup: bool = False):
+    names = [f"c{j}" for j in range(n_cols)]
+    if dup:
+        names[-1] = names[0]
+    with open(path, "w") as fh:
+        fh.write(",".join(names) + "\n")
+        fh.write(",".join("1" for _ in names) + "\n")
+        fh.write(",".join("2" for _ in names) + "\n")
+    return path
+
+
+def test_duplicate_column_name_in_a_wide_header(tmp_path):
+    """40 000 columns (the pairwise search took 16 s here; one pass over a set, milliseconds)."""
+    path = _wide(tmp_path / "wide.csv", 40_000, dup=True)
+    with pytest.raises(DataError, match="column name 'c0' appears 2 times"):
+        load_dataset(str(path), target="c1")
+
+
+def test_a_missing_target_in_a_wide_header_names_a_few_columns(tmp_path):
+    path = _wide(tmp_path / "wide.csv", 5_000)
+    with pytest.raises(DataError) as info:
+        load_dataset(str(path), target="nope")
+    msg = str(info.value)
+    assert "'nope' not found" in msg and "(5000 columns)" in msg and len(msg) < 1000
+
+
+@pytest.mark.parametrize("target", ["label,3", "label,label", "3,-1", "label, label"])
+def test_a_target_named_twice_is_refused(tmp_path, target):
+    path = tmp_path / "d.csv"
+    path.write_text("a,b,c,label\n" + "".join(f"{i},{i + 1},{i % 3},{i % 2}\n" for i in range(12)))
+    with pytest.raises(DataError, match="`target`: .* more than once"):
+        load_dataset(str(path), target=target)
