@@ -40,3 +40,24 @@ def test_a_target_named_twice_is_refused(tmp_path, target):
     path.write_text("a,b,c,label\n" + "".join(f"{i},{i + 1},{i % 3},{i % 2}\n" for i in range(12)))
     with pytest.raises(DataError, match="`target`: .* more than once"):
         load_dataset(str(path), target=target)
+
+
+def test_report_of_a_missing_directory_names_it(tmp_path):
+    """`nqf report missing-dir` had named the parent ("/tmp holds no results.json")."""
+    from typer.testing import CliRunner
+
+    from nqf.cli import app
+
+    missing = tmp_path / "missing-run"
+    res = CliRunner().invoke(app, ["report", str(missing)])
+    assert res.exit_code == 2
+    assert f"`RUN_DIR` {missing} does not exist" in res.output and "Traceback" not in res.output
+
+
+def test_a_config_with_a_byte_order_mark_is_read(tmp_path):
+    """An editor's "UTF-8 with BOM" had been refused as invalid TOML at line 1, column 1."""
+    from nqf.experiments import load_config
+
+    cfg = tmp_path / "bom.toml"
+    cfg.write_bytes(b'\xef\xbb\xbfexperiment = "demo"\n')
+    assert load_config(cfg)[1].name == "demo"

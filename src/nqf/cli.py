@@ -413,6 +413,8 @@ def report(rundir: Path = typer.Argument(..., help="A run directory (`nqf run`, 
     directory's) saved results."""
     from .report import rebuild_report
 
+    if not rundir.is_dir():
+        _fail(f"`RUN_DIR` {rundir} {'is not a directory' if rundir.exists() else 'does not exist'}")
     if (rundir / "sweep.json").is_file():  # a sweep directory (`nqf sweep`)
         from .sweep import rebuild_sweep_report
 

@@ -116,7 +116,7 @@ def read_config_data(path) -> dict:
     if b"\x00" in raw:
         raise ConfigError(f"config file {path} is a binary file (it holds NUL bytes); expected a TOML file")
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")  # a byte-order mark (an editor's "UTF-8 with BOM") is not part of the TOML
     except UnicodeDecodeError:
         raise ConfigError(f"config file {path} is not UTF-8 text (a binary file?); expected a TOML file") from None
     try:
