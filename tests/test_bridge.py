@@ -61,7 +61,7 @@ def _first_plateau_bridge(iris, cls=Bridge):
     plan = plan_bridge(op, W, r, g, torch.zeros_like(W), h=h, n_samples=Y.shape[0], remaining=10_000, min_steps=2)
     assert plan is not None, "the isotropic start at ε = 1e-12 is a plateau: a bridge must be taken"
     bridge, n = plan
-    planted = cls(bridge.W_frozen, bridge.basis, bridge.a0, bridge.c, bridge.g, bridge.h, bridge.n_max)
+    planted = cls(bridge.W_frozen, bridge.basis, bridge.a0, bridge.c, bridge.g, bridge.h)
     return planted.state(n), _steps(op, Y, W, h, n), n
 
 

@@ -59,11 +59,11 @@ BRIDGE_SAVES = 32
 class Bridge:
     """The closed form of ``n`` GD steps on a plateau (module docstring): ``state(n)`` gives ``W`` after them."""
 
-    __slots__ = ("W_frozen", "basis", "a0", "c", "g", "h", "n_max")
+    __slots__ = ("W_frozen", "basis", "a0", "c", "g", "h")
 
     def __init__(self, W_frozen: torch.Tensor, basis: torch.Tensor, a0: torch.Tensor, c: torch.Tensor,
-                 g: torch.Tensor, h: float, n_max: int):  # fmt: skip
-        self.W_frozen, self.basis, self.a0, self.c, self.g, self.h, self.n_max = W_frozen, basis, a0, c, g, h, n_max
+                 g: torch.Tensor, h: float):  # fmt: skip
+        self.W_frozen, self.basis, self.a0, self.c, self.g, self.h = W_frozen, basis, a0, c, g, h
 
     def block(self, n: int) -> torch.Tensor:
         """The moving block ``V`` after ``n`` steps (p × m)."""
@@ -124,7 +124,7 @@ def plan_bridge(
     if speed * min_steps > allowed:
         return None
     basis = basis_u @ U
-    bridge = Bridge(frozen, basis, basis.T @ V, basis.T @ s_block, g, h, remaining)
+    bridge = Bridge(frozen, basis, basis.T @ V, basis.T @ s_block, g, h)
     limit = remaining if speed == 0.0 else min(remaining, int(allowed / speed))
     n = _length(op, bridge, V, budget, limit)
     return (bridge, n) if n >= min_steps else None

@@ -101,11 +101,11 @@ def _runs(name: str, P: TheoriesParams, ctx) -> dict:
     t, L = real.t.numpy(), real.loss.numpy()
     by_agf = compare_staircase(t, L, agf)
     return {
-        "pred_times": st.times, "pred_levels": st.levels,
+        "pred_times": st.times, "pred_levels": st.levels, "pred_curve": st.loss_curve(t),
         "real_t": t, "real_loss": L, "real_times": compare_staircase(t, L, st).times_measured,
         "seeded_t": seeded.t.numpy(), "seeded_loss": seeded.loss.numpy(),
         "seeded_times": compare_staircase(seeded.t.numpy(), seeded.loss.numpy(), st).times_measured,
-        "agf_times": agf.times, "agf_levels": agf.levels, "agf_rates": agf.rates[:-1],
+        "agf_times": agf.times, "agf_levels": agf.levels, "agf_rates": agf.rates[:-1], "agf_curve": agf.loss_curve(t),
         "agf_real_times": by_agf.times_measured, "agf_real_levels": by_agf.levels_measured,
     }  # fmt: skip
 
@@ -197,12 +197,6 @@ def _table(rows: list) -> Table:
     )  # fmt: skip
 
 
-def _staircase_xy(times, levels, t_end: float):
-    x = np.concatenate([[0.0], np.asarray(times, float), [t_end]])
-    y = np.concatenate([np.asarray(levels, float), [float(levels[-1])]])
-    return x, y
-
-
 def _figure(arrays: dict, P: TheoriesParams):
     n = len(P.setups)
     fig, axes = new_figure(ncols=n, figsize=(4.6 * n, 3.9))
@@ -214,9 +208,8 @@ def _figure(arrays: dict, P: TheoriesParams):
         ax.plot(t, L, color="k", lw=2.0, label="real network (GD)")
         ax.plot(ts, Ls, "--", color="C1", lw=1.4, label="seeded NQF")
         for key, style, label in (("pred", ("C0", ":"), "NQF prediction"), ("agf", ("C2", "-."), "AGF")):
-            x, y = _staircase_xy(arrays[f"{name}_{key}_times"], arrays[f"{name}_{key}_levels"], float(t[-1]))
-            ax.step(np.minimum(x, t[-1]), np.maximum(y, floor), where="post", color=style[0], ls=style[1], lw=1.5,
-                    label=label)  # fmt: skip
+            curve = np.maximum(arrays[f"{name}_{key}_curve"], floor)  # Staircase.loss_curve at the real run's times
+            ax.plot(t, curve, color=style[0], ls=style[1], lw=1.5, label=label)
         ax.set_xlim(0.0, float(t[-1]))
         ax.set_ylim(floor, 1.5 * float(L[0]))
         ax.set_yscale("log")

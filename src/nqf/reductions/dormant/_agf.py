@@ -103,7 +103,8 @@ def agf_staircase(
     N = int(X.shape[0])
     with torch.no_grad():
         f0 = scatter.module_output(module, torch.zeros_like(W), X)
-    yt = as_loss("mse").prepare(y, N, f0.shape[1], dt, op.device)
+    mse = as_loss("mse")
+    yt = mse.prepare(y, N, f0.shape[1], dt, op.device)
     limit = op.p if max_drops is None else int(max_drops)
     if limit < 1:
         raise InvalidParameterError(f"`max_drops` must be ≥ 1; found {max_drops!r}")
@@ -111,13 +112,19 @@ def agf_staircase(
     def outputs(Wa):
         return scatter.module_output(module, Wa, X)
 
+    def level(Wa) -> float:
+        with torch.no_grad():
+            return float(mse.value(outputs(Wa), yt))
+
     span, S, Wd = torch.zeros(op.p, 0, dtype=dt), torch.zeros_like(W), W.clone()
     with torch.no_grad():
-        scale = float(torch.linalg.eigvalsh(_G(op, outputs(S) - yt, span)).abs().max())  # G's size at the start
-    t, levels, times, rates, dirs, modes, notes = 0.0, [_mse(outputs(S), yt)], [], [], [], [], []
+        scale = float(
+            torch.linalg.eigvalsh(_G(op, mse.residual(outputs(S), yt), span)).abs().max()
+        )  # G's size at the start
+    t, levels, times, rates, dirs, modes, notes = 0.0, [level(S)], [], [], [], [], []
     while len(times) < limit and span.shape[1] < op.p:
         with torch.no_grad():
-            r = outputs(S) - yt
+            r = mse.residual(outputs(S), yt)
         phase = _next_activation(op, r, Wd, span, scale)
         if phase is None:
             notes.append("no dormant direction grows on the residual of the active units")
@@ -129,10 +136,9 @@ def agf_staircase(
         S, Wd = S + new @ (new.T @ Wd), Wd - new @ (new.T @ Wd)
         span = torch.cat([span, new], 1)
         if cost_step:
-            S, span = _cost_step(outputs, yt, S, span)
+            S, span = _cost_step(lambda Wa: mse.value(outputs(Wa), yt), S, span)
             Wd = Wd - span @ (span.T @ Wd)  # the active directions may have turned: dormant stays off them
-        with torch.no_grad():
-            levels.append(_mse(outputs(S), yt))
+        levels.append(level(S))
         times.append(t)
         rates.append(zeta)
         dirs.append(u.numpy())
@@ -156,15 +162,10 @@ def agf_staircase(
     )
 
 
-def _mse(f: torch.Tensor, yt: torch.Tensor) -> float:
-    return 0.5 * float(((f - yt) ** 2).sum()) / f.shape[0]
-
-
 def _G(op: StructureOperator, r: torch.Tensor, span: torch.Tensor) -> torch.Tensor:
     """``P G(r) P`` (p × p, symmetric), ``P`` the projector off the active span."""
-    eye = torch.eye(op.p, dtype=op.dtype)
-    G = op.adjoint_apply(r.reshape(r.shape[0], -1) / r.shape[0], eye)
-    P = eye - span @ span.T
+    G = op.adjoint(r.reshape(r.shape[0], -1)) / r.shape[0]
+    P = torch.eye(op.p, dtype=op.dtype) - span @ span.T
     G = P @ (0.5 * (G + G.T)) @ P
     return 0.5 * (G + G.T)
 
@@ -213,7 +214,7 @@ def _blocks(u: torch.Tensor, span: torch.Tensor, scatter: UnitScatter) -> torch.
     return torch.stack(cols, 1) if cols else span[:, :0]
 
 
-def _cost_step(outputs, yt, S: torch.Tensor, span: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _cost_step(loss_of, S: torch.Tensor, span: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The module's loss minimised over the active part ``W = Q C`` from ``S``, ``Q`` (p × r) and ``C`` (r × m) both
     free, each column of ``Q`` inside its parameter block (L-BFGS): the active units' weights move freely within
     rank ``r`` — on non-commuting data the directions turn during the switch.  Returns ``(W, the new span)``."""
@@ -227,8 +228,7 @@ def _cost_step(outputs, yt, S: torch.Tensor, span: torch.Tensor) -> tuple[torch.
 
     def fg(x):
         Q, C = (v.requires_grad_(True) for v in unpack(x))
-        f = outputs(Q @ C)
-        L = 0.5 * ((f - yt) ** 2).sum() / f.shape[0]
+        L = loss_of(Q @ C)
         gQ, gC = torch.autograd.grad(L, (Q, C))
         return float(L.detach()), torch.cat([(gQ * mask).reshape(-1), gC.reshape(-1)]).numpy().astype(np.float64)
 
