@@ -1,6 +1,6 @@
 """``python -m nqf``: the ``nqf`` command line."""
 
-from .cli import app
+from .cli import main
 
 if __name__ == "__main__":  # pragma: no branch
-    app(prog_name="nqf")
+    main()

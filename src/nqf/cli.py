@@ -14,6 +14,7 @@ Error contract (by exception *type*, in :class:`_Group`, for every command):
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import errno
 import json
@@ -447,8 +448,21 @@ def _register_commands() -> None:
 _register_commands()
 
 
-def main() -> None:  # pragma: no cover - entry point
-    app()
+def main() -> None:  # pragma: no cover - entry point (tests run `python -m nqf` in a subprocess)
+    """The ``nqf`` command; ends the process past any non-daemon thread the user's model code left running
+    (Python's own exit would wait for it forever)."""
+    try:
+        app(prog_name="nqf")
+    except SystemExit as exc:
+        from ._usercode import alive_foreign_threads
+
+        if alive_foreign_threads():
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            os._exit(code)
+        raise
 
 
 if __name__ == "__main__":  # pragma: no cover

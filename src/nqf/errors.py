@@ -68,6 +68,12 @@ class ModelSpecError(NQFError, ValueError):
     """A model specification (``mlp:width=…``, ``FILE.py:FACTORY``) cannot be parsed, loaded or built."""
 
 
+class ModelCodeError(ModelSpecError):
+    """The user's model code (a model file, its factory or its forward) failed or did what nqf cannot analyse:
+    it exited, raised, recursed forever, ran past its time budget, modified its input in place, drew random
+    numbers, or returned non-finite, non-floating or detached outputs."""
+
+
 class SweepError(NQFError, ValueError):
     """A sweep specification (``--grid``, ``--zip``, ``--seeds``, ``[sweep]``) or a ``sweep.json`` is invalid.
 

@@ -170,6 +170,25 @@ def _as_float_inputs(X, y, name: str) -> tuple[np.ndarray, np.ndarray]:
     return X, y
 
 
+def _check_inputs(X: np.ndarray, name: str) -> None:
+    """Refuse inputs nothing can be learned from or computed with: every input the same for every sample, or
+    values so large that sums of their squares overflow float64 (standardising and the structure matrices would
+    turn them into zeros or infinities)."""
+    Xf = X.reshape(X.shape[0], -1)
+    if Xf.shape[0] > 1 and Xf.shape[1] and not np.any(Xf != Xf[:1]):
+        raise DataError(
+            f"`X` of {name}: every input is the same for every sample ({Xf.shape[1]} constant column(s)); "
+            "nothing distinguishes the samples, so there is nothing to learn"
+        )
+    big = float(np.max(np.abs(Xf))) if Xf.size else 0.0
+    limit = float(np.sqrt(np.finfo(np.float64).max / max(Xf.size, 1)))
+    if big > limit:
+        raise DataError(
+            f"`X` of {name}: inputs as large as {big:.3g}; sums of their squares overflow float64 (above "
+            f"{limit:.3g}), so standardising and the structure matrices would fail: rescale the inputs"
+        )
+
+
 def _check_learnable(y: np.ndarray, task: str, name: str) -> None:
     """Refuse, before anything runs, targets nothing can be learned from: a single sample, one class only,
     or a regression target that is the same for every sample."""
@@ -179,7 +198,7 @@ def _check_learnable(y: np.ndarray, task: str, name: str) -> None:
         n = len(np.unique(y.reshape(y.shape[0], -1)[:, 0]))
         if n < 2:
             raise DataError(f"`Y` of {name}: classification needs at least 2 classes; every target is {y.flat[0]!r}")
-    elif np.issubdtype(y.dtype, np.number) and np.all(y == y[:1]):
+    elif (np.issubdtype(y.dtype, np.number) or y.dtype == bool) and np.all(y == y[:1]):
         raise DataError(
             f"`Y` of {name}: the target is constant ({y.flat[0]!r} for every sample); after centring there is "
             "nothing to learn"
@@ -237,6 +256,7 @@ def prepare(
                 f"`{nm}` must be finite; found {a[tuple(bad)]} at index {tuple(int(i) for i in bad)} "
                 f"in {name} (remove or impute missing values first)"
             )
+    _check_inputs(X, name)
     task, how = _task_of(y, task, one_hot)
     _check_learnable(y, task, name)
     rec = {

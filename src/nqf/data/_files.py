@@ -5,6 +5,7 @@ named columns (numbers or class names), ``.npz`` and ``.pt`` with ``X`` and ``y`
 from __future__ import annotations
 
 import csv
+import math
 import os
 import stat
 import zipfile
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import DataError
+from ..errors import DataError, ShapeError
 
 #: Bundled data sets: name → (scikit-learn loader, task).
 BUILTIN: dict[str, tuple[str, str]] = {
@@ -165,6 +166,7 @@ def _read_csv(path: Path, target: str | None):
             f"has {len(rows[bad + 1])}"
         )
     cols = [[r[j].strip() for r in rows[1:]] for j in range(len(header))]
+    _check_missing(cols, header, idx, path)
     targets = set(idx)
     rest = [j for j in range(len(header)) if j not in targets]
     if not rest:
@@ -190,6 +192,18 @@ def _read_csv(path: Path, target: str | None):
     return np.stack(feats, axis=1), y, None
 
 
+def _check_missing(cols: list[list[str]], header: list[str], targets: list[int], path: Path) -> None:
+    """Refuse a missing value (empty, ``NA``, ``nan``), naming its column and data row: a target first."""
+    for j in [*targets, *(j for j in range(len(header)) if j not in targets)]:
+        i = next((i for i, v in enumerate(cols[j]) if v in _MISSING), None)
+        if i is not None:
+            kind = "target" if j in targets else "input"
+            raise DataError(
+                f"`data`: {kind} column {header[j]!r} of {path} has no value at data row {i + 1} "
+                f"({cols[j][i]!r}); remove that row or fill in the value"
+            )
+
+
 def _pick(obj, path: Path):
     if isinstance(obj, (tuple, list)):
         if len(obj) == 2:
@@ -200,6 +214,41 @@ def _pick(obj, path: Path):
             return obj["X"], obj["Y"] if "Y" in keys else obj["y"]
         raise DataError(f"`data`: {path} must hold arrays `X` and `Y` (or `y`); found {sorted(keys)}")
     raise DataError(f"`data`: {path} must hold a dict with `X` and `Y` or a pair (X, Y); found {type(obj).__name__}")
+
+
+def _nested_shape(a, depth: int = 0) -> tuple[int, ...] | None:
+    """The shape ``a`` has once it is an array, read without building it (a tensor's or array's own shape, or
+    a list's length and its first item's shape); None for anything else."""
+    if hasattr(a, "shape") and hasattr(a, "dtype"):
+        return tuple(int(n) for n in a.shape)
+    if isinstance(a, (list, tuple)) and depth < 32:
+        inner = _nested_shape(a[0], depth + 1) if a else ()
+        return None if inner is None else (len(a), *inner)
+    if isinstance(a, (int, float, bool)):
+        return ()
+    return None
+
+
+def _check_sizes(X, y, path: Path) -> None:
+    """Refuse, before ``X`` and ``Y`` are built as arrays, sample counts that differ and sizes past the memory
+    limit: a 3 MiB ``.pt`` holding a list of 1000 references to one tensor is 2.4 GB once stacked."""
+    from .._memory import check_memory
+
+    sx, sy = _nested_shape(X), _nested_shape(y)
+    if sx is None or sy is None:
+        return  # ragged or of another type: _as_array names it
+    if sx and sy and sx[0] != sy[0]:
+        raise ShapeError(
+            f"`X` and `Y` must have the same number of samples; found {sx[0]} inputs and {sy[0]} targets in {path}"
+        )
+    n = math.prod(sx) + math.prod(sy)
+    stored = path.stat().st_size
+    if n > stored + 2**17:  # a value takes at least one byte in the file (bool, int8); more are repeats
+        raise DataError(
+            f"`data`: {path} stores {stored} bytes but holds X of shape {sx} and Y of shape {sy} ({n} values): "
+            "it repeats data (a list of references to one tensor, or an expanded view); save the values themselves"
+        )
+    check_memory(8.0 * n, f"`data`: {path}", f"X of shape {sx} and Y of shape {sy} as float64")
 
 
 def _as_array(a, name: str, path: Path) -> np.ndarray:
@@ -316,6 +365,7 @@ def _read_pt(path: Path):
     except Exception as exc:  # noqa: BLE001 - re-raised as DataError naming the file (torch.load of junk raises anything)
         raise _pt_error(path, exc) from exc
     X, y = _pick(_tensor_dataset(obj, path), path)
+    _check_sizes(X, y, path)  # before anything is copied: a view or a list of one tensor can be huge once stacked
     return _as_array(X, "X", path), _as_array(y, "Y", path), None
 
 

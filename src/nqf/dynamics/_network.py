@@ -125,7 +125,7 @@ def train_network(
     scatter = UnitScatter(module, units)
     ref = next(iter(scatter.base.values()))
     dt, dev = ref.dtype, ref.device
-    X = X.to(dev)
+    X = X.to(device=dev, dtype=dt) if X.is_floating_point() else X.to(dev)  # float32 data, a float64 module
     W = initial_state(scatter.p, W0=W0, width=scatter.m, dtype=dt, device=dev).W0
     assert W is not None  # W0 given: the parser returns it
     itemsize = torch.empty((), dtype=dt).element_size()

@@ -78,6 +78,11 @@ def parse_config(data: dict, source: str = "config"):
     """Validate a config mapping; returns ``(RunConfig, experiment, params)``."""
     from ._catalog import get_experiment
 
+    if isinstance(data, dict) and "sweep" in data:  # the sweep's own table: not a run's key
+        raise ConfigError(
+            f"{source}: sweep: a [sweep] table is read by `nqf sweep` (run `nqf sweep {source}`); remove it to "
+            "run the config as one run"
+        )
     try:
         cfg = RunConfig.model_validate(data)
     except ValidationError as exc:

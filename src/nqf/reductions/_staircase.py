@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import InvalidParameterError, ShapeError
+from ..errors import InvalidParameterError, NonFiniteError, ShapeError
 from ..results import Result, to_jsonable
 from ._timing import staircase as _staircase_curve
 
@@ -71,6 +71,44 @@ def _f64(name: str, value, ndim: int) -> np.ndarray:
         raise ShapeError(f"`{name}` must be {ndim}-D; found shape {a.shape}")
     a.setflags(write=False)
     return a
+
+
+#: Relative rise of one plateau level over the previous one still read as round-off of the level searches.
+LEVEL_RISE_TOL = 1e-6
+
+
+def _check_levels(levels: np.ndarray) -> None:
+    """Plateau levels are finite and do not rise: each drop lowers the loss (up to :data:`LEVEL_RISE_TOL` of the
+    largest level, the round-off of the reductions' level searches)."""
+    if not np.all(np.isfinite(levels)):
+        raise NonFiniteError(f"`levels` must be finite; found {levels.tolist()[:6]}")
+    rise = np.diff(levels)
+    scale = float(np.max(np.abs(levels))) if levels.size else 0.0
+    if rise.size and float(rise.max()) > LEVEL_RISE_TOL * scale:
+        k = int(np.argmax(rise))
+        raise InvalidParameterError(
+            f"`levels` must not rise from one plateau to the next (each drop lowers the loss); found L_{k} = "
+            f"{levels[k]:.6g} < L_{k + 1} = {levels[k + 1]:.6g}"
+        )
+
+
+#: Time rules that read a time off a run (NaN there: the run never reached that drop); every other rule predicts.
+MEASURED_RULES = ("seeded NQF",)
+
+
+def _check_times(name: str, a: np.ndarray, rules: tuple) -> None:
+    """Times are ``≥ 0`` or ``inf`` (a drop that never comes); NaN only where the time was measured on a run that
+    did not reach the drop (:data:`MEASURED_RULES`) or for a leading order the rule does not have."""
+    measured = np.array([r in MEASURED_RULES for r in rules], dtype=bool) if rules else np.ones(a.size, dtype=bool)
+    bad = (np.isnan(a) & ~measured) | (a < 0)
+    if name == "times" and np.any(bad):
+        k = int(np.argmax(bad))
+        raise InvalidParameterError(
+            f"`times` must be ≥ 0 (inf: a drop that never comes; NaN only for a time measured on a run that did not "
+            f"reach the drop, rule {MEASURED_RULES[0]!r}); found t_{k + 1} = {a[k]} by rule {rules[k]!r}"
+        )
+    if name != "times" and np.any(a < 0):
+        raise InvalidParameterError(f"`{name}` must be ≥ 0 or NaN; found {a.tolist()[:6]}")
 
 
 def _i64(name: str, value, n: int) -> np.ndarray:
@@ -144,11 +182,18 @@ class Staircase(Result):
         K = levels.size - 1
         if K < 0:
             raise ShapeError("`levels` must hold at least the initial plateau L_0; found an empty array")
+        _check_levels(levels)
         set_(self, "levels", levels)
-        for name in ("times", "times_leading"):
-            a = _f64(name, getattr(self, name), 1)
+        times = {name: _f64(name, getattr(self, name), 1) for name in ("times", "times_leading")}
+        for name, a in times.items():
             if a.size != K:
                 raise ShapeError(f"`{name}` must have K = {K} entries (one fewer than `levels`); found {a.size}")
+        rules = tuple(str(r) for r in self.time_rules)
+        if len(rules) != K or not set(rules) <= set(TIME_RULES):
+            raise InvalidParameterError(f"`time_rules` must be {K} entries of {TIME_RULES}; found {rules!r}")
+        set_(self, "time_rules", rules)
+        for name, a in times.items():
+            _check_times(name, a, rules if name == "times" else ())
             set_(self, name, a)
         rates = _f64("rates", self.rates, 1)
         if rates.size != K + 1:
@@ -160,10 +205,6 @@ class Staircase(Result):
         if dirs.shape[1] != K:
             raise ShapeError(f"`directions` must have shape (p, {K}); found {dirs.shape}")
         set_(self, "directions", dirs)
-        rules = tuple(str(r) for r in self.time_rules)
-        if len(rules) != K or not set(rules) <= set(TIME_RULES):
-            raise InvalidParameterError(f"`time_rules` must be {K} entries of {TIME_RULES}; found {rules!r}")
-        set_(self, "time_rules", rules)
         set_(self, "global_minimum", bool(self.global_minimum))
         set_(self, "notes", tuple(str(n) for n in self.notes))
         for name, n in (("levels_module", K + 1), ("time_uncertainty", K)):

@@ -17,6 +17,7 @@ from ._html import (
     write_report,
 )
 from ._rundir import (
+    HeldLock,
     ResumeMismatchError,
     RunDirectory,
     RunDirectoryError,
@@ -27,6 +28,7 @@ from ._rundir import (
     atomic_write_text,
     figure_files,
     has_marker,
+    hold_lock,
     is_run_directory,
     marker_text,
     read_arrays,
@@ -68,6 +70,8 @@ __all__ = [
     "MAX_EMBED_TOTAL",
     "format_cell",
     "acquire_lock",
+    "hold_lock",
+    "HeldLock",
     "figure_files",
     "read_arrays",
     "has_marker",

@@ -79,6 +79,7 @@ from ._runfiles import (
     _PICKLE_SUFFIXES,
     RUN_MARKER,
     RUN_OUTPUTS,
+    HeldLock,
     ResumeMismatchError,
     RunDirectoryError,
     RunDirectoryExistsError,
@@ -88,6 +89,7 @@ from ._runfiles import (
     describe_differences,
     figure_files,
     has_marker,
+    hold_lock,
     is_run_directory,
     lock_path,
     marker_text,
@@ -113,6 +115,8 @@ __all__ = [
     "marker_text",
     "lock_path",
     "acquire_lock",
+    "hold_lock",
+    "HeldLock",
     "describe_differences",
     "figure_files",
     "read_arrays",
@@ -165,26 +169,14 @@ class RunDirectory:
             raise RunDirectoryExistsError(f"`--out` {self.path}: cannot use this path as a run directory")
         self._real = real
         self._parent = real.parent
-        if real.exists() and not real.is_dir():
-            raise RunDirectoryExistsError(f"`--out` {self.path} exists and is not a directory")
+        self._refuse(force, resume)  # before the lock: a refused --out creates nothing, beside it or anywhere
         self._parent.mkdir(parents=True, exist_ok=True)
         self._lock = self._acquire_lock()
         self._done = False
         try:
             self._recover()
+            self._refuse(force, resume)  # again, holding the lock: nothing changed in between
             existing = real.is_dir() and any(real.iterdir())
-            if existing and not (force or resume):
-                raise RunDirectoryExistsError(
-                    f"run directory {self.path} already holds files; pass --force to overwrite them or "
-                    "--resume to continue an interrupted run"
-                )
-            clash = sorted(e.name for e in real.iterdir() if e.name in RUN_OUTPUTS) if existing else []
-            if clash and not is_run_directory(real):
-                raise RunDirectoryExistsError(
-                    f"`--out` {self.path} is not a run directory (no {RUN_MARKER} marker) and holds "
-                    f"{', '.join(clash)}, which a run would replace: nqf never overwrites files it did not write, "
-                    "so nothing was changed; choose a new or empty --out"
-                )
             self.previous = real if existing else None
             stale = self._siblings("new") + self._siblings("old")
             self._reuse: dict[str, tuple[Path, dict]] = {}
@@ -204,6 +196,36 @@ class RunDirectory:
         except BaseException:
             self._release()
             raise
+
+    def _refuse(self, force: bool, resume: bool) -> None:
+        """Refuse ``--out`` that is a file, a folder holding files without ``force``/``resume``, a folder nqf did not
+        write that holds names a run writes, or a symbolic link to a folder nqf did not write that is not empty."""
+        real, shown = self._real, self.path
+        if real.exists() and not real.is_dir():
+            raise RunDirectoryExistsError(f"`--out` {shown} exists and is not a directory")
+        entries = sorted(e.name for e in real.iterdir()) if real.is_dir() else []
+        if not entries:
+            return
+        run = is_run_directory(real)
+        if os.path.islink(os.path.abspath(shown)) and not run:
+            raise RunDirectoryExistsError(
+                f"`--out` {shown} is a symbolic link to {real}, a folder nqf did not write (no {RUN_MARKER} marker) "
+                f"that holds {len(entries)} entries; nqf writes a run only into a new or empty folder or a run "
+                "directory it wrote, so nothing was changed: choose another --out"
+            )
+        if not (force or resume):
+            what = "a previous run" if run else f"{len(entries)} entries and is not a run directory (no {RUN_MARKER})"
+            raise RunDirectoryExistsError(
+                f"`--out` {shown} already holds {what}; pass --force to replace the run (files nqf did not write are "
+                "carried into it) or --resume to continue an interrupted run, or choose another --out"
+            )
+        clash = [e for e in entries if e in RUN_OUTPUTS]
+        if clash and not run:
+            raise RunDirectoryExistsError(
+                f"`--out` {shown} is not a run directory (no {RUN_MARKER} marker) and holds "
+                f"{', '.join(clash)}, which a run would replace: nqf never overwrites files it did not write, "
+                "so nothing was changed; choose a new or empty --out"
+            )
 
     # ------------------------------------------------------------------ lock and recovery
     @property

@@ -3,6 +3,7 @@ checkpoints and figures, reading its arrays, and how two run identities differ."
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -126,22 +127,64 @@ def lock_path(path) -> Path:
     return real.parent / f".{real.name}.nqf-lock"
 
 
-def acquire_lock(path):
-    """Take the lock of run directory ``path`` without waiting (a held ``filelock.FileLock``); release it with
-    ``.release()``.  Raises :class:`RunDirectoryLockedError` when another process holds it."""
+class HeldLock:
+    """A held ``filelock.FileLock`` whose file is removed when it is released (:func:`hold_lock`)."""
+
+    def __init__(self, lock, path: Path):
+        self._lock, self.path = lock, path
+
+    def release(self) -> None:
+        """Remove the lock file, then release the lock (idempotent).  The file goes while the lock is still held:
+        a process that opened it in the meantime finds its inode unlinked and retries (filelock ≥ 3.20.4 checks
+        ``st_nlink``), so two holders never exist."""
+        lock, self._lock = self._lock, None
+        if lock is None:
+            return
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+        finally:
+            lock.release()
+
+    @property
+    def is_locked(self) -> bool:
+        return self._lock is not None and self._lock.is_locked
+
+    def __repr__(self) -> str:
+        return f"HeldLock({str(self.path)!r}, held={self.is_locked})"
+
+
+def hold_lock(path, busy: str, name: str = "--out") -> HeldLock:
+    """Take the lock file ``path`` without waiting; its folder must exist.  Raises :class:`RunDirectoryLockedError`
+    with ``busy`` when another process holds it, and :class:`RunDirectoryError` naming ``name`` when the file
+    cannot be created there (a read-only or virtual file system such as ``/proc``)."""
     from filelock import FileLock, Timeout
 
-    lp = lock_path(path)
-    lp.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(lp), timeout=0)
+    path = Path(path)
+    lock = FileLock(str(path), timeout=0)
     try:
         lock.acquire(timeout=0)
     except Timeout:
-        raise RunDirectoryLockedError(
-            f"run directory {path} is being written by another nqf process (lock {lp} is held); wait for it to "
-            "finish or choose another --out"
+        if path.is_file():
+            raise RunDirectoryLockedError(busy) from None
+        raise RunDirectoryError(f"`{name}`: cannot create the lock file {path} (is {path.parent} writable?)") from None
+    except OSError as exc:
+        raise RunDirectoryError(
+            f"`{name}`: cannot create the lock file {path} ({exc.strerror or exc}); choose another {name}"
         ) from None
-    return lock
+    return HeldLock(lock, path)
+
+
+def acquire_lock(path) -> HeldLock:
+    """Take the lock of run directory ``path`` without waiting (:func:`hold_lock`, beside the directory); its
+    ``.release()`` removes the lock file.  Raises :class:`RunDirectoryLockedError` when another process holds it."""
+    lp = lock_path(path)
+    lp.parent.mkdir(parents=True, exist_ok=True)
+    return hold_lock(
+        lp,
+        f"run directory {path} is being written by another nqf process (lock {lp} is held); wait for it to "
+        "finish or choose another --out",
+    )
 
 
 def describe_differences(found: dict, expected: dict) -> list[str]:

@@ -13,7 +13,7 @@ from typing import NoReturn
 
 import typer
 
-from .._limits import MAX_STEPS, MAX_THREADS
+from .._limits import DEFAULT_TIMEOUT, MAX_STEPS, MAX_THREADS
 from .._text import terminal_echo
 
 __all__ = ["register_cli", "MAX_STEPS", "MAX_THREADS"]
@@ -55,6 +55,12 @@ def register_cli(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the analysis as JSON."),
         seed: int = typer.Option(0, "--seed", min=0, help="Seed of the model factory and the initial frame."),
         threads: int = typer.Option(1, "--threads", min=1, max=MAX_THREADS, help="CPU threads for torch."),
+        timeout: float = typer.Option(
+            DEFAULT_TIMEOUT,
+            "--timeout",
+            help="Seconds each call into the model file may take during the input checks (import, factory, "
+            "one forward over the data).",
+        ),
         list_units: bool = typer.Option(
             False, "--list-units", help="List the model's layers of units (name, kind, units, p) and exit."
         ),
@@ -65,9 +71,7 @@ def register_cli(app: typer.Typer) -> None:
         import torch
         from pydantic import ValidationError
 
-        from ..errors import NQFError
-        from ._output import AnalyzeExperiment, AnalyzeParams, load_data
-        from ._pipeline import prepare_analysis
+        from ._output import AnalyzeExperiment, AnalyzeParams
 
         torch.set_num_threads(threads)
         try:
@@ -87,22 +91,40 @@ def register_cli(app: typer.Typer) -> None:
         except ValidationError as exc:  # one line naming the flag
             err = exc.errors()[0]
             _fail(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}; found {err.get('input')!r}")
-        if list_units:
-            _list_units(params, seed)
+        if _check_input(params, seed, timeout, list_units):
             return
-        _check_steps(steps, max_steps, lr)
-        try:  # everything that can be wrong with the input fails here, before any run directory exists
-            ds = load_data(params, seed)
-            _check_output(model, ds, seed)
-            _, _, found, _ = prepare_analysis(model, ds, units=units, seed=seed)
-        except NQFError as exc:
-            _fail(str(exc))
         log = (lambda s: None) if as_json else (lambda s: terminal_echo(s, err=True))
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         out = Path(out) if out else Path("runs") / f"analyze-{stamp}"
         exp = AnalyzeExperiment(log=log)
         results = _run(exp, params, out, seed=seed, force=force, as_json=as_json)
         _report(exp.analysis, out, results, as_json)
+
+
+def _check_input(params, seed: int, timeout: float, list_units: bool) -> bool:
+    """Everything that can be wrong with the input fails here, before any run directory exists; each call into
+    the model file gets at most ``--timeout`` seconds.  True when done (``--list-units`` printed)."""
+    from .._usercode import check_timeout, time_budget
+    from ..errors import NQFError
+    from ._output import load_data
+    from ._pipeline import prepare_analysis
+
+    try:
+        budget = time_budget(check_timeout(timeout))
+    except NQFError as exc:
+        _fail(str(exc))
+    if list_units:
+        with budget:
+            _list_units(params, seed)
+        return True
+    _check_steps(params.steps, params.max_steps, params.lr)
+    try:
+        with budget:
+            ds = load_data(params, seed)
+            prepare_analysis(params.model, ds, units=params.units, seed=seed)
+    except NQFError as exc:
+        _fail(str(exc))
+    return False
 
 
 def _report(a, out: Path, results: dict, as_json: bool) -> None:
@@ -159,16 +181,6 @@ def _check_steps(steps: int | None, max_steps: int, lr: float | None) -> None:
         check_step_budget(steps, max_steps, lr)
     except InvalidParameterError as exc:
         _fail(str(exc))
-
-
-def _check_output(model: str, ds, seed: int) -> None:
-    """A model file's forward on the data: one tensor as wide as the data's targets (built once, see
-    :func:`nqf.study._models.build_model`)."""
-    if ".py:" not in str(model):
-        return
-    from ._models import build_model, check_model_output
-
-    check_model_output(build_model(model, ds.n_features, ds.n_outputs, seed=seed), ds.X, ds.n_outputs, model)
 
 
 def _fail(msg: str, code: int = 2) -> NoReturn:

@@ -17,7 +17,6 @@ both work.  The result must be a ``torch.nn.Module``; it is converted to float64
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import importlib.util
 import inspect
@@ -27,27 +26,26 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from .._usercode import probe_forward, user_files, users_code
 from ..errors import ModelSpecError, NQFError
 from ..structure import REGISTRY, ActivationModule, find_activation
 
-__all__ = ["build_model", "parse_spec", "load_factory", "check_model_output", "Elementwise", "MODEL_KINDS"]
+__all__ = [
+    "build_model",
+    "parse_spec",
+    "load_factory",
+    "model_files",
+    "check_model_output",
+    "check_users_forward",
+    "Elementwise",
+    "MODEL_KINDS",
+]
 
 #: A model file larger than this is refused before it is read (1 MiB of Python is not a model definition).
 MAX_MODEL_FILE_BYTES = 2**20
 #: The last model a factory built, by (file, its mtime and size, factory, D, C, seed): the factory runs once
 #: per ``nqf analyze`` even though the input checks and the run both build the model (a deep copy each time).
 _BUILT: dict[tuple, nn.Module] = {}
-
-
-@contextlib.contextmanager
-def _users_code(what: str):
-    """Run the user's code (import of a model file, a factory call): what it prints goes to stderr (stdout
-    stays one JSON document with ``--json``), ``sys.exit`` is reported as an error naming ``what``."""
-    try:
-        with contextlib.redirect_stdout(sys.stderr):
-            yield
-    except SystemExit as exc:
-        raise ModelSpecError(f"`model`: {what} called sys.exit({exc.code!r}); a model file must not exit") from None
 
 
 MODEL_KINDS = ("mlp",)
@@ -90,7 +88,7 @@ def parse_spec(spec: str) -> tuple[str, dict]:
         if not eq or key not in opts:
             raise ModelSpecError(f"`model`: {kind} takes width=INT, act=NAME, bias=true|false; found {item!r}")
         if key == "width":
-            if not val.isdigit() or int(val) < 2:
+            if not (val.isascii() and val.isdigit()) or int(val) < 2:  # "²".isdigit() is True
                 raise ModelSpecError(f"`model`: width must be an integer ≥ 2; found {val!r}")
             opts["width"] = int(val)
         elif key == "act":
@@ -118,6 +116,7 @@ def load_factory(spec: str):
     path = Path(path_s)
     if not path_s or not name or path.suffix != ".py":
         raise ModelSpecError(f"`model`: expected FILE.py:FACTORY; found {spec!r}")
+    path = path.absolute()  # a model file that changes the working directory keeps its own path valid
     if not path.exists():
         raise ModelSpecError(f"`model`: file {path_s!r} not found")
     from ..data import check_regular_file
@@ -133,7 +132,7 @@ def load_factory(spec: str):
             raise ModelSpecError(f"`model`: {path_s} cannot be imported as a Python module")
         module = importlib.util.module_from_spec(loader_spec)
         sys.modules[mod_name] = module
-        with _users_code(f"importing {path_s}"):
+        with users_code(f"importing {path_s}"):
             loader_spec.loader.exec_module(module)
     except ModelSpecError:
         raise
@@ -179,7 +178,7 @@ def _factory_model(spec: str, D: int, C: int, seed: int) -> nn.Module:
             _BUILT.clear()
     try:
         fn = load_factory(spec)
-        with _users_code(f"the factory {spec}"):
+        with users_code(f"the factory {spec}", blame_all=True):
             model = _call_factory(fn, D, C)
     except NQFError:
         raise
@@ -197,28 +196,41 @@ def _factory_model(spec: str, D: int, C: int, seed: int) -> nn.Module:
     return model
 
 
-def check_model_output(model: nn.Module, X, n_outputs: int, spec: str) -> None:
-    """Run ``model`` on two samples of ``X`` and refuse, naming ``spec``, a forward that does not return one
-    tensor of shape ``(n, n_outputs)`` (a tuple, a dict, the wrong output width for the data's targets).
-    A forward that raises is left to the input checks that follow (they name the layer that does not fit)."""
-    x = torch.as_tensor(X[:2], dtype=torch.float64)
-    try:
-        with torch.no_grad(), _users_code(f"the forward of {spec}"):
-            out = model(x)
-    except (RuntimeError, ValueError, TypeError, IndexError, AttributeError):
-        return  # the input checks that follow name what does not fit (layer sizes, input shape)
+def check_model_output(model: nn.Module, X, n_outputs: int, spec: str, files=()) -> None:
+    """Run ``model``'s forward on ``X`` (:func:`nqf._usercode.probe_forward`: refused, naming ``spec``, when
+    it exits, raises, hangs, modifies its input, draws random numbers or returns non-finite, non-floating or
+    detached values) and refuse a forward that does not return one tensor of shape ``(N, n_outputs)`` (a tuple,
+    a dict, the wrong output width for the data's targets).  ``files``: the user's source files."""
+    out = probe_forward(model, X, spec, files=files)
     if not isinstance(out, torch.Tensor):
         raise ModelSpecError(
             f"`model`: the forward of {spec} must return one tensor of shape (N, {n_outputs}); found "
             f"{type(out).__name__} (return only the output, not a tuple)"
         )
-    width = int(out.reshape(out.shape[0], -1).shape[1]) if out.ndim >= 1 and out.shape[0] == x.shape[0] else None
+    n = len(X)
+    width = int(out.reshape(out.shape[0], -1).shape[1]) if out.ndim >= 1 and out.shape[0] == n else None
     if width != n_outputs:
         raise ModelSpecError(
             f"`model`: {spec} has output width {width if width is not None else tuple(out.shape)}, but the data "
             f"has {n_outputs} target column(s) (one-hot classes or regression targets); make the last layer output "
             f"{n_outputs}"
         )
+
+
+def model_files(spec) -> tuple[str, ...]:
+    """The model file of a ``FILE.py:FACTORY`` spec, as an absolute path (``()`` for anything else)."""
+    if isinstance(spec, str) and ".py:" in spec:
+        return (str(Path(spec.rpartition(":")[0]).absolute()),)
+    return ()
+
+
+def check_users_forward(spec, module: nn.Module, X, n_outputs: int) -> None:
+    """:func:`check_model_output` for the user's own code (a model file's module or a module passed in);
+    the built-in spec is nqf's own and is not probed."""
+    if isinstance(spec, str) and ".py:" not in spec:
+        return
+    desc = spec if isinstance(spec, str) else type(spec).__name__
+    check_model_output(module, X, n_outputs, desc, user_files(module, model_files(spec)))
 
 
 def check_builtin_memory(width: int, D: int, C: int, N: int = 0) -> None:

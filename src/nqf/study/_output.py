@@ -81,22 +81,26 @@ class AnalyzeExperiment(Experiment):
         self.analysis: Analysis | None = None
 
     def run(self, params: AnalyzeParams, ctx, out: Outcome) -> None:
+        from .._usercode import users_code
+        from ._models import model_files
         from ._pipeline import analyze
 
         data = load_data(params, ctx.seed)
-        a = analyze(
-            params.model,
-            data,
-            eps=params.eps,
-            units=params.units,
-            lr=params.lr,
-            steps=params.steps,
-            max_steps=params.max_steps,
-            seed=ctx.seed,
-            gap_tolerance=params.gap_tolerance,
-            flat_threshold=params.flat_threshold,
-            log=self.log,
-        )
+        # what the model file's code does wrong during the run (exits, raises, recurses) names the model
+        with users_code(f"the model {params.model}", model_files(params.model), stdout=False):
+            a = analyze(
+                params.model,
+                data,
+                eps=params.eps,
+                units=params.units,
+                lr=params.lr,
+                steps=params.steps,
+                max_steps=params.max_steps,
+                seed=ctx.seed,
+                gap_tolerance=params.gap_tolerance,
+                flat_threshold=params.flat_threshold,
+                log=self.log,
+            )
         self.analysis = a
         fill_outcome(a, out)
 

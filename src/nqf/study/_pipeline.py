@@ -51,7 +51,7 @@ from ._checks import (
 from ._clock import clock_sentences, seeded_clock
 from ._crowded import add_crowded
 from ._discover import analysed_module, choose_units
-from ._models import build_model
+from ._models import build_model, check_users_forward
 from ._notes import data_line, target_scale, trained_notes, training_only_notes
 from ._operators import is_analytic, structure_of
 from ._orders import dormant_prediction, dormant_step, examine_orders, relation_order
@@ -112,7 +112,8 @@ def prepare_analysis(model, X, Y=None, *, units: str | None = None, seed: int = 
     Raises
     ------
     NQFError
-        Bad data (NaN, mismatched lengths), a built-in spec on inputs that are not ``(N, D)``, a non-smooth
+        Bad data (NaN, mismatched lengths), a built-in spec on inputs that are not ``(N, D)``, a forward that
+        fails or misbehaves (:func:`nqf.study._models.check_users_forward`: a ``ModelCodeError``), a non-smooth
         layer, no interchangeable units, an activation with ``σ(0) ≠ 0``.
     """
     data = _as_data(X, Y, data_name)
@@ -122,6 +123,7 @@ def prepare_analysis(model, X, Y=None, *, units: str | None = None, seed: int = 
     if not isinstance(model, str):
         module = copy.deepcopy(module)
     freeze_training_only(module)
+    check_users_forward(model, module, data.X, data.n_outputs)  # exits, hangs, in-place, random, NaN, detached
     check_smooth(module)
     found = choose_units(module, units)
     check_activation_at_zero(found)

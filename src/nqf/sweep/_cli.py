@@ -78,7 +78,7 @@ def sweep(
     """
     from ..errors import SweepError
     from ..experiments import ConfigError, apply_overrides, parse_config, parse_set, read_config_data
-    from ._execute import DaskMissingError, require_dask
+    from ._execute import DaskMissingError, check_scheduler, require_dask
     from ._grid import combine, parse_assignments, sweep_from_table
     from ._points import build_points
 
@@ -98,6 +98,10 @@ def sweep(
         )
         points = build_points(data, spec)
     except (ConfigError, SweepError) as exc:
+        _fail(str(exc))
+    try:
+        check_scheduler(scheduler)
+    except SweepError as exc:
         _fail(str(exc))
     if scheduler not in (None, "local") and workers is not None:
         _fail("`--workers` sets the size of a local cluster; with `--scheduler tcp://…` the cluster has its own")
@@ -224,8 +228,8 @@ def _claim_root(root: Path):
     """``(directory, held lock)``: the sweep directory ``root`` made absolute, created, marked and locked;
     refuses (exit 2) a folder that is not a sweep of nqf and holds files (nothing nqf did not write is
     overwritten), and a directory another `nqf sweep` is writing."""
-    from filelock import FileLock, Timeout
-
+    from ..errors import NQFError
+    from ..report import hold_lock
     from ._table import SWEEP_MARKER, is_sweep_directory, mark_sweep_directory
 
     absolute = Path(os.path.abspath(root))
@@ -241,11 +245,12 @@ def _claim_root(root: Path):
         mark_sweep_directory(absolute)
     except OSError as exc:
         _fail(f"`--out` {root}: cannot create the sweep directory ({exc.strerror or exc})")
-    lock = FileLock(str(absolute / ".sweep.lock"))
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        _fail(f"another `nqf sweep` is running in {root}; wait for it or use another --out")
+    try:  # removed again when the sweep ends (HeldLock.release)
+        lock = hold_lock(
+            absolute / ".sweep.lock", f"another `nqf sweep` is running in {root}; wait for it or use another --out"
+        )
+    except NQFError as exc:
+        _fail(str(exc))
     return absolute, lock
 
 

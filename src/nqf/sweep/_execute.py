@@ -40,6 +40,7 @@ from ._points import Point, is_finished, point_dir, read_results
 __all__ = [
     "DaskMissingError",
     "require_dask",
+    "check_scheduler",
     "open_client",
     "run_point",
     "execute",
@@ -68,6 +69,13 @@ def require_dask():
     return distributed
 
 
+def check_scheduler(scheduler: str | None) -> None:
+    """``--scheduler``: ``None``, ``"local"`` or a Dask address (``tcp://``, ``tls://``, ``ucx://``, ``inproc://``);
+    checked before the sweep starts, so a bad one is the only line printed."""
+    if scheduler not in (None, "local") and not str(scheduler).startswith(("tcp://", "tls://", "ucx://", "inproc://")):
+        raise SweepError(f"`--scheduler`: expected 'local' or an address like tcp://HOST:PORT; found {scheduler!r}")
+
+
 @contextmanager
 def open_client(scheduler: str | None = None, workers: int | None = None, retries: int = 3):
     """A ``distributed.Client`` for the executor (see module docstring); closes what it started."""
@@ -75,8 +83,7 @@ def open_client(scheduler: str | None = None, workers: int | None = None, retrie
     import dask.config
 
     if scheduler not in (None, "local"):
-        if not str(scheduler).startswith(("tcp://", "tls://", "ucx://", "inproc://")):
-            raise SweepError(f"`--scheduler`: expected 'local' or an address like tcp://HOST:PORT; found {scheduler!r}")
+        check_scheduler(scheduler)
         client = distributed.Client(scheduler, timeout="20s")
         try:
             yield client

@@ -30,6 +30,7 @@ smallest ε, so each point measures at ``v``, and the sweep varies it.
 from __future__ import annotations
 
 import itertools
+import math
 import typing
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,6 +85,12 @@ class SweepSpec(Result):
         """The swept keys, in column order (grid, then zip; ``seed`` is separate)."""
         return list(self.grid) + list(self.zip)
 
+    @property
+    def n_combinations(self) -> int:
+        """How many combinations :meth:`combinations` gives, counted without building them."""
+        n = math.prod(len(v) for v in self.grid.values())
+        return n * (len(next(iter(self.zip.values()))) if self.zip else 1)
+
     def combinations(self) -> list[dict[str, Any]]:
         """Every combination of the swept keys (without seeds), grid outermost, zip innermost."""
         gkeys = list(self.grid)
@@ -99,7 +106,7 @@ class SweepSpec(Result):
 
     def __repr__(self) -> str:
         text = (
-            f"SweepSpec(grid={list(self.grid)}, zip={list(self.zip)}, combinations={len(self.combinations())}, "
+            f"SweepSpec(grid={list(self.grid)}, zip={list(self.zip)}, combinations={self.n_combinations}, "
             f"seeds={summarize(self.seeds)})"
         )
         return clip(text)
@@ -159,6 +166,10 @@ def parse_assignments(items, flag: str) -> dict[str, list]:
         out[key] = parse_values(raw, key)
     return out
 
+
+#: At most this many points in one sweep (combinations × seeds, counted before any point is built: a grid of
+#: 10⁶ points is refused at once instead of being built for minutes, dry run included).
+MAX_POINTS = 100_000
 
 #: At most this many seeds in one sweep (a range is counted before it is expanded, so that
 #: ``--seeds 0-10000000`` is refused at once instead of building ten million points).

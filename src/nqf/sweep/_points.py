@@ -21,7 +21,7 @@ from typing import Any
 
 from ..errors import SweepError
 from ..results import Result, clip, summarize, to_jsonable
-from ._grid import SweepSpec, coerce_for_param
+from ._grid import MAX_POINTS, SweepSpec, coerce_for_param
 
 __all__ = ["Point", "build_points", "is_finished", "point_dir", "SHORT"]
 
@@ -112,6 +112,14 @@ def build_points(base: dict, spec: SweepSpec) -> list[Point]:
         if key not in fields and key not in ("device",):
             raise SweepError(f"`{key}`: not a parameter of {exp.name!r}; expected one of {', '.join(fields)}")
     seeds = spec.seeds if spec.seeds is not None else [base.get("seed", 0)]
+    n = spec.n_combinations * len(seeds)
+    if n > MAX_POINTS:
+        sizes = " × ".join(f"{len(v)} {k}" for k, v in spec.grid.items())
+        sizes += f"{' × ' if sizes else ''}{len(seeds)} seed(s)"
+        raise SweepError(
+            f"the sweep has {n} points ({sizes}{', zipped lists' if spec.zip else ''}); at most {MAX_POINTS} "
+            "points in one sweep: split it into several sweeps"
+        )
     points: list[Point] = []
     seen: set[str] = set()
     for combo in spec.combinations():
