@@ -76,3 +76,31 @@ def test_analyze_check_reports_the_same_number():
         row, yes = check_commutation(op)
         assert yes is expected
         assert row.value == f"{commutator_defect(op):.2e}"
+
+
+def test_probed_ratio_is_zero_for_commuting_and_near_the_exact_one_otherwise():
+    """Above EXACT_BELOW the commutator's norm is estimated from probe vectors (O(p²)): exactly zero (to
+    round-off) for commuting matrices, within the estimator's spread √(2/PROBES) of the exact ratio otherwise."""
+    from nqf.structure._commute import PROBES, _probed_ratio
+
+    rng = np.random.default_rng(3)
+    gen = torch.Generator().manual_seed(0)
+    Q, _ = np.linalg.qr(rng.standard_normal((300, 300)))
+    X = torch.tensor(Q @ np.diag(rng.standard_normal(300)) @ Q.T)
+    Y = torch.tensor(Q @ np.diag(rng.standard_normal(300)) @ Q.T)
+    assert float(_probed_ratio(X, Y, gen)) < 1e-13
+    for trial in range(5):
+        E = torch.tensor(rng.standard_normal((300, 300)))
+        Yp = Y + 1e-3 * (E + E.T)
+        exact, probed = float(commutator_ratio(X, Yp)), float(_probed_ratio(X, Yp, gen))
+        assert abs(probed / exact - 1) < 3 * math.sqrt(2 / PROBES), (trial, exact, probed)
+
+
+def test_the_probed_test_decides_like_the_exact_one(monkeypatch):
+    import nqf.structure._commute as commute
+
+    rng = np.random.default_rng(0)
+    ops = {True: DenseStructure(_commuting(rng)), False: DenseStructure(_symmetric(rng))}
+    monkeypatch.setattr(commute, "EXACT_BELOW", 2)  # every p is "large": the probes decide
+    for expected, op in ops.items():
+        assert commutes(op) is expected
