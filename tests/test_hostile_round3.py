@@ -220,3 +220,21 @@ def test_a_constant_boolean_target_is_refused_from_python(value):
         nqf.analyze("mlp:width=8", X, np.full(30, value), steps=20)
     with pytest.raises(DataError, match="target is constant"):
         prepare(X, np.full(30, value), task="regression")
+
+
+@pytest.mark.parametrize(
+    "text, set_, needles",
+    [
+        ('experiment = "demo"\nparams = "abc"\n', "eps=1e-3", ["params", "'abc'", "--set"]),
+        ('experiment = "demo"\nparams = [1, 2]\n', "eps=1e-3", ["params", "[1, 2]", "list"]),
+        ('experiment = "demo"\n', "params=abc", ["--set", "`params` is the table", "NAME=VALUE"]),
+    ],
+    ids=["params-a-string", "params-a-list", "set-params-itself"],
+)
+def test_set_on_a_config_whose_params_are_not_a_table(text, set_, needles, tmp_path):
+    """``params = "abc"`` with ``--set`` ended in a ValueError from dict() (exit 1)."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(text)
+    res = runner.invoke(app, ["run", str(cfg), "--set", set_, "--out", str(tmp_path / "r")])
+    assert_one_line(res, needles)
+    assert not (tmp_path / "r").exists()

@@ -186,3 +186,27 @@ def test_a_link_to_an_empty_folder_or_a_run_is_written_through(target, tmp_path)
     res = runner.invoke(app, ["run", str(cfg), "--out", str(tmp_path / "link"), "--force"])
     assert res.exit_code == 0, res.output
     assert (real / "results.json").is_file() and os.listdir(tmp_path / "outside") == ["real"]
+
+
+def test_ctrl_c_in_a_real_process_leaves_no_lock_file(tmp_path):
+    """SIGINT while `nqf analyze` trains: exit 130, what was finished kept, and no lock file beside it."""
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "r"
+    env = {k: v for k, v in os.environ.items() if k != "NQF_TRACEBACK"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nqf", "analyze", "--data", "digits", "--model", "mlp:width=64", "--eps", "1e-12",
+         "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**env, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert proc.stderr is not None
+    for line in proc.stderr:  # wait until the run has started (its directory and lock exist)
+        if line.startswith("structure operator"):
+            break
+    assert lock_path_of(out).exists() or any(p.name.endswith("nqf-lock") for p in tmp_path.iterdir())
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert [p.name for p in tmp_path.iterdir() if "nqf-" in p.name] == []

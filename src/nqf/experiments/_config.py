@@ -168,8 +168,18 @@ def parse_set(items) -> dict[str, Any]:
 def apply_overrides(data: dict, overrides: dict[str, Any]) -> dict:
     """A copy of the config mapping ``data`` with ``overrides`` applied (see :func:`parse_set` for keys)."""
     new = {k: v for k, v in data.items()}
-    params = dict(new.get("params") or {})
+    given = new.get("params")
+    if given is not None and not isinstance(given, dict):
+        raise ConfigError(
+            f"params: expected a table of parameters ([params] or params = {{…}}); found {given!r} "
+            f"({type(given).__name__}), so --set cannot add to it"
+        )
+    params = dict(given or {})
     for key, value in overrides.items():
+        if key == "params":
+            raise ConfigError(
+                f"--set: `params` is the table of parameters; set one with --set NAME=VALUE; found params={value!r}"
+            )
         if key in _TOP_LEVEL:
             new[key] = value
         else:
