@@ -7,7 +7,7 @@ import pytest
 from nqf._memory import _glibc, process_memory, release_free_memory
 
 
-@pytest.mark.skipif(_glibc() is None or process_memory()[0] is None, reason="needs glibc and /proc/self/statm")
+@pytest.mark.skipif(_glibc() is None or process_memory()[0] is None, reason="needs glibc and the resident size")
 def test_freed_heap_memory_leaves_the_resident_set():
     release_free_memory()
     base = process_memory()[0]

@@ -10,25 +10,24 @@ import math
 import os
 import sys
 
+import psutil
 import torch
 
 from ._validation import ParameterError
 
 
 def available_memory(device=None) -> int | None:
-    """Bytes of memory available for new allocations: ``MemAvailable`` of ``/proc/meminfo`` on the host,
-    free memory of the GPU for a CUDA device; ``None`` when unknown."""
+    """Bytes of memory available for new allocations: psutil's ``virtual_memory().available`` on the host
+    (``MemAvailable`` of ``/proc/meminfo`` on Linux; ``sysconf``'s available pages where psutil fails), free
+    memory of the GPU for a CUDA device; ``None`` when unknown."""
     if device is not None and torch.device(device).type == "cuda":
         try:
             return int(torch.cuda.mem_get_info(torch.device(device))[0])
         except (RuntimeError, AssertionError, ValueError, AttributeError):  # unknown is acceptable
             return None
     try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
+        return int(psutil.virtual_memory().available)
+    except (psutil.Error, OSError, RuntimeError, ValueError, AttributeError):  # unknown here: the fallback
         pass
     try:
         return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
@@ -50,17 +49,16 @@ def memory_limit(device=None) -> int | None:
 
 
 def process_memory() -> tuple[int | None, int | None]:
-    """``(resident bytes now, peak resident bytes so far)`` of this process: ``/proc/self/statm`` and
-    ``getrusage``'s ``ru_maxrss`` (KiB on Linux, bytes on macOS); ``None`` for what the platform does not tell."""
+    """``(resident bytes now, peak resident bytes so far)`` of this process: psutil's ``memory_info().rss`` and
+    ``getrusage``'s ``ru_maxrss`` (KiB on Linux, bytes on macOS; psutil has no portable peak); ``None`` for what
+    the platform does not tell."""
     now = peak = None
     try:
-        with open("/proc/self/statm") as fh:
-            now = int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError, AttributeError):
+        now = int(psutil.Process().memory_info().rss)
+    except (psutil.Error, OSError, RuntimeError, ValueError, AttributeError):  # unknown is acceptable
         pass
     try:
         import resource
-        import sys
 
         maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         peak = int(maxrss) if sys.platform == "darwin" else int(maxrss) * 1024

@@ -97,3 +97,8 @@ class NoPowerLawError(NQFError, ValueError):
 
 class SilentError(NQFError, ValueError):
     """No order up to 4 of the analysed units carries signal on the data: nothing grows, nothing to compare."""
+
+
+class MissingDependencyError(NQFError, ImportError):
+    """An optional dependency is not installed; the message names what needs it and the one ``pip install`` line
+    (``pandas`` for the ``to_frame()`` tables: ``pip install 'nqf[frames]'``)."""

@@ -9,6 +9,8 @@ analysis, a check, …) is a frozen dataclass deriving from :class:`Result`:
   type chooses to report), so ``json.dumps(obj.to_dict())`` works and
   ``json.loads(json.dumps(d)) == d``;
 * ``pickle`` round-trips (instances hold only data: tensors, arrays, numbers, strings).
+* a result that is a table (:class:`nqf.Staircase`, :class:`nqf.study.Analysis`) also gives it as a
+  pandas DataFrame, ``obj.to_frame()``; pandas is optional (the ``frames`` extra, :func:`require_pandas`).
 
 The JSON conventions are those of ``results.json`` (:mod:`nqf.report._schema`): a NaN or
 ±inf float is ``null``, arrays and tensors are nested lists, tuples are lists, mapping keys
@@ -24,13 +26,37 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidTypeError
+from .errors import InvalidTypeError, MissingDependencyError
 
-__all__ = ["Result", "to_jsonable", "compact_repr", "summarize", "clip", "MAX_REPR"]
+__all__ = ["Result", "to_jsonable", "compact_repr", "summarize", "clip", "MAX_REPR", "require_pandas", "FRAMES_HINT"]
 
 #: Longest ``repr`` of a result; longer ones are cut (the convention asks for well under 400 characters).
 MAX_REPR = 360
 _MAX_STR = 48
+
+
+#: How to install the optional pandas that the ``to_frame()`` tables need (the ``frames`` extra).
+FRAMES_HINT = "pip install 'nqf[frames]'"
+
+
+def require_pandas(what: str):
+    """The ``pandas`` module, imported on first use (it is optional: the ``frames`` extra).
+
+    Parameters
+    ----------
+    what : str
+        What needs it (``"Staircase.to_frame()"``), named in the message.
+
+    Raises
+    ------
+    MissingDependencyError
+        pandas is not installed: one line naming ``what`` and :data:`FRAMES_HINT`.
+    """
+    try:
+        import pandas
+    except ImportError:
+        raise MissingDependencyError(f"`{what}` needs pandas: install it with `{FRAMES_HINT}`") from None
+    return pandas
 
 
 def _torch():

@@ -15,11 +15,10 @@ import datetime as _dt
 import platform
 import shlex
 import signal
-import sys
 import threading
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Sized
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -120,13 +119,47 @@ class RunContext:
     seed: int
     show_progress: bool = False
 
+    _bars: Any = field(default=None, init=False, repr=False, compare=False)  # the live rich Progress
+
     def progress(self, iterable: Iterable, desc: str, total: int | None = None):
-        """Wrap ``iterable`` in a progress bar on a terminal (off otherwise and with ``--json``)."""
+        """Wrap ``iterable`` in a progress bar on a terminal (off otherwise and with ``--json``).
+
+        The bar is rich's, on stderr, and transient: it is erased when the loop ends (or is left by ``break`` or
+        an exception).  A loop inside another adds its bar under the outer one (one live display).
+        """
         if not self.show_progress:
             return iterable
-        from tqdm.auto import tqdm
+        return self._track(iterable, desc, len(iterable) if total is None and isinstance(iterable, Sized) else total)
 
-        return tqdm(iterable, desc=desc, total=total, leave=False, file=sys.stderr)
+    def _track(self, iterable: Iterable, desc: str, total: int | None):
+        """Yield from ``iterable`` with its task in the live display, started by the outermost loop."""
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        outer = self._bars is None
+        if outer:
+            self._bars = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=True,
+                redirect_stdout=False,  # as before: the run's own output is not captured
+                redirect_stderr=False,
+            )
+            self._bars.start()
+        bars = self._bars
+        task = bars.add_task(desc, total=total)
+        try:
+            for item in iterable:
+                yield item
+                bars.advance(task)
+        finally:
+            bars.remove_task(task)
+            if outer:
+                bars.stop()
+                self._bars = None
 
     def checkpoint(self, key: str, compute):
         """Compute a finished part once; ``--resume`` reuses it from the run directory."""

@@ -53,7 +53,7 @@ it with a message naming smooth replacements.  Finding a layer is structural;
 :func:`select_units` picks one candidate (the only one, or the one named by
 the CLI's ``--units LAYER_NAME``, or the one whose layers contain every other's: experts before
 the hidden neurons inside each expert) and raises :class:`~nqf.errors.NoUnitsError` otherwise,
-naming, when nothing is found, every layer that blocks and why (:func:`~nqf.modules.unit_refusals`).
+naming, when nothing is found, every layer that blocks and why (:func:`~nqf.modules.refused_units`).
 """
 
 from __future__ import annotations

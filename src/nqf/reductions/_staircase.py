@@ -20,12 +20,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import InvalidParameterError, NonFiniteError, ShapeError
-from ..results import Result, to_jsonable
+from ..results import Result, require_pandas, to_jsonable
 from ._timing import staircase as _staircase_curve
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["Staircase", "METHODS", "TIME_RULES"]
 
@@ -254,6 +258,39 @@ class Staircase(Result):
             }
             for k in range(self.n_drops)
         ]
+
+    def to_frame(self) -> pd.DataFrame:
+        """The staircase as a table, one row per plateau ``k = 0 … K`` (needs pandas: ``pip install 'nqf[frames]'``).
+
+        Columns: ``k``; ``level`` (``L_k``), ``rank``, ``rate`` (:attr:`levels`, :attr:`ranks`, :attr:`rates`);
+        ``time``, the drop time ``t_k`` that starts plateau ``k`` (``0.0`` for ``k = 0``, then :attr:`times`);
+        ``time_rule`` (``None`` for ``k = 0``); ``time_leading`` (``0.0``, then :attr:`times_leading`); then
+        ``level_module`` (:attr:`levels_module`) and ``time_uncertainty`` (of the drop that starts the plateau,
+        NaN for ``k = 0``) where the staircase has them.  ``df.attrs`` holds ``method``, ``eps`` and
+        ``global_minimum``.
+
+        Raises
+        ------
+        MissingDependencyError
+            pandas is not installed.
+        """
+        pd = require_pandas("Staircase.to_frame()")
+        cols = {
+            "k": np.arange(self.levels.size, dtype=np.int64),
+            "level": np.array(self.levels),  # copies: the frame is the caller's, the staircase stays read-only
+            "rank": np.array(self.ranks),
+            "rate": np.array(self.rates),
+            "time": np.concatenate([[0.0], self.times]),
+            "time_rule": pd.Series([None, *self.time_rules], dtype=object),  # object: None stays None
+            "time_leading": np.concatenate([[0.0], self.times_leading]),
+        }
+        if self.levels_module is not None:
+            cols["level_module"] = np.array(self.levels_module)
+        if self.time_uncertainty is not None:
+            cols["time_uncertainty"] = np.concatenate([[math.nan], self.time_uncertainty])
+        df = pd.DataFrame(cols)
+        df.attrs.update(method=self.method, eps=self.eps, global_minimum=self.global_minimum)
+        return df
 
     def __repr__(self) -> str:
         t1 = float(self.times[0]) if self.n_drops else math.nan

@@ -14,7 +14,7 @@ r"""Switch-on times, level crossings and staircases: the one place for each (doc
 * :func:`crossing_times` / :func:`crossing_time` — first time a sampled curve
   reaches a level, upward (``x ≥ level``) or downward (``x ≤ level``), by linear
   interpolation between the bracketing samples (optionally linear in ``ln t``,
-  or refined by bisection on a callable such as an ODE's dense output);
+  or refined by Brent's method on a callable such as an ODE's dense output);
 * :func:`crossing_index` — the bracketing sample itself;
 * :func:`midpoint_levels` and :func:`staircase` — the levels halfway between
   plateaus (where a drop is timed) and the piecewise-constant staircase.
@@ -25,6 +25,7 @@ Conventions: training time ``t = η · steps``; rates ``ζ`` in the same units.
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 
@@ -215,8 +216,14 @@ def crossing_time(
     Parameters
     ----------
     refine : callable, optional
-        ``s ↦ x(s)`` between samples (e.g. an ODE's dense output): the crossing is then
-        bisected ``iters`` times inside the bracketing interval instead of interpolated.
+        ``s ↦ x(s)`` between samples (e.g. an ODE's dense output): the crossing is then found by Brent's method
+        (:func:`scipy.optimize.brentq`) on ``x(s) − level`` inside the bracketing interval ``[t_{i−1}, t_i]``
+        instead of interpolated.  The left sample is returned where ``x`` already reaches the level there, the
+        right one where it does not reach it there (NaN included).
+    iters : int
+        The resolution of the refinement, as the number of interval halvings it is worth: the root is located
+        to ``xtol = (t_i − t_{i−1}) · 2^−iters`` (what ``iters`` bisection steps resolve; bounded below by
+        brentq's relative tolerance of 4 machine epsilons), in at most ``max(4 iters, 100)`` iterations.
     """
     if refine is None:
         return float(crossing_times(t, x, [level], direction=direction, log_t=log_t, never=never)[0])
@@ -227,14 +234,24 @@ def crossing_time(
         return float(never)
     if i == 0:
         return float(t[0])
-    a, b = float(t[i - 1]), float(t[i])
-    for _ in range(int(iters)):
-        c = 0.5 * (a + b)
-        if s * refine(c) >= s * level:
-            b = c
-        else:
-            a = c
-    return 0.5 * (a + b)
+    return _refined_crossing(refine, float(level), s, float(t[i - 1]), float(t[i]), int(iters))
+
+
+def _refined_crossing(refine, level: float, s: float, a: float, b: float, iters: int) -> float:
+    """The root of ``s · (refine − level)`` in ``[a, b]`` by brentq (see :func:`crossing_time`'s ``refine``)."""
+    from scipy.optimize import brentq
+
+    def gap(c: float) -> float:
+        v = s * (float(refine(c)) - level)
+        return v if v == v else -math.inf  # NaN: not reached
+
+    if b <= a or gap(a) >= 0.0:
+        return a
+    if not gap(b) >= 0.0:
+        return b
+    xtol = max(math.ldexp(b - a, -iters), sys.float_info.min)  # brentq needs xtol > 0
+    root, _ = brentq(gap, a, b, xtol=xtol, maxiter=max(4 * iters, 100), full_output=True, disp=False)
+    return float(root)
 
 
 def midpoint_levels(levels) -> np.ndarray:

@@ -207,15 +207,22 @@ def svg_is_safe(data: bytes) -> bool:
     """True when an SVG holds nothing active: no entities (a DOCTYPE without internal subset is allowed),
     no ``<script>``, ``<foreignObject>``, animation, ``<a>`` or event-handler attribute (``on…``), every
     ``href`` local (``#id``) or an embedded PNG/JPEG/GIF, and no style that loads or runs anything.  Only such
-    an SVG is linked from a report."""
-    import xml.etree.ElementTree as ET
+    an SVG is linked from a report.
 
-    low = data.lower()
-    if b"<!entity" in low or re.search(rb"<!doctype[^>]*\[", low):  # an internal DTD subset: entities
+    The SVG is parsed by ``defusedxml``, which refuses every entity declaration (internal, external, parameter:
+    the way an external DTD is pulled in) and never resolves an external reference; a DOCTYPE that only names
+    an external DTD (matplotlib's ``svg11.dtd``) is accepted, as nothing fetches it.  An internal DTD subset is
+    refused before parsing too (it could also give attributes defaults)."""
+    from xml.etree.ElementTree import ParseError
+
+    import defusedxml.ElementTree as defused_etree
+    from defusedxml import DefusedXmlException
+
+    if re.search(rb"<!doctype[^>]*\[", data.lower()):  # an internal DTD subset
         return False
     try:
-        root = ET.fromstring(data)
-    except (ET.ParseError, ValueError):
+        root = defused_etree.fromstring(data)
+    except (ParseError, DefusedXmlException, ValueError):  # not XML; a declaration defusedxml refuses
         return False
     if root.tag.rsplit("}", 1)[-1].lower() != "svg":
         return False

@@ -139,6 +139,10 @@ __all__ = [
 class RunDirectory:
     """A run directory being written (see the module docstring for the life cycle).
 
+    Use as a context manager (commits on success, discards on an exception) or call
+    :meth:`commit` / :meth:`discard` yourself.  Files are written into :attr:`staging`
+    until then.
+
     Parameters
     ----------
     path : str or Path
@@ -150,10 +154,6 @@ class RunDirectory:
     identity : dict, optional
         ``{"config": resolved config, "config_hash": …, "seed": …, "nqf_version": …}`` recorded in every
         checkpoint and compared on resume.
-
-    Use as a context manager (commits on success, discards on an exception) or call
-    :meth:`commit` / :meth:`discard` yourself.  Files are written into :attr:`staging`
-    until then.
     """
 
     RESULT_FILES = ("results.json", "arrays.npz", "report.html")

@@ -1,6 +1,6 @@
 """The run id: how a run directory's files carry it, and the check that they all agree.
 
-Every run gets a fresh id (:attr:`nqf.report.RunDirectory.run_id`), recorded in
+Every run gets a fresh id (the ``run_id`` of :class:`nqf.report.RunDirectory`), recorded in
 ``results.json`` (``run_id``), in the zip comment of ``arrays.npz``
 (``nqf-run-id=ID``, :func:`archive_comment`), in a PNG text chunk (``nqf-run-id``) and
 the SVG ``dc:identifier`` (``nqf-run-id:ID``) of every figure (:func:`figure_metadata`),
@@ -10,8 +10,11 @@ in ``report.html`` (``<meta name="nqf-run-id">``) and in every checkpoint header
 
 from __future__ import annotations
 
+import io
 import re
+import struct
 import zipfile
+import zlib
 from pathlib import Path
 
 __all__ = ["RUN_ID_KEY", "figure_metadata", "archive_comment", "read_run_ids", "verify_run"]
@@ -30,29 +33,39 @@ def archive_comment(run_id: str) -> bytes:
     return f"{RUN_ID_KEY}={run_id}".encode("ascii")
 
 
+# Text chunks after the image data need the pixels decoded to be reached; only images up to this many pixels
+# (a 4096 × 4096 figure) are decoded, so a file declaring huge dimensions is never inflated.
+_DECODE_PIXELS = 1 << 24
+
+
 def _png_text(data: bytes) -> dict[str, str]:
-    """The text chunks (``tEXt``, uncompressed ``iTXt``) of a PNG file, by keyword."""
-    out = {}
-    if not data.startswith(b"\x89PNG\r\n\x1a\n"):
-        return out
-    pos = 8
-    while pos + 8 <= len(data):
-        length = int.from_bytes(data[pos : pos + 4], "big")
-        kind = data[pos + 4 : pos + 8]
-        body = data[pos + 8 : pos + 8 + length]
-        if kind == b"tEXt" and b"\x00" in body:
-            k, v = body.split(b"\x00", 1)
-            out[k.decode("latin-1")] = v.decode("latin-1")
-        elif kind == b"iTXt" and b"\x00" in body:
-            k, rest = body.split(b"\x00", 1)
-            # compression flag, method, language\0, translated keyword\0, text
-            parts = rest[2:].split(b"\x00", 2)
-            if len(parts) == 3:
-                out[k.decode("latin-1")] = parts[2].decode("utf-8", "replace")
-        elif kind == b"IEND":
-            break
-        pos += 12 + length
-    return out
+    """The text chunks (``tEXt``, ``zTXt``, ``iTXt``) of a PNG file, by keyword, as Pillow reads them; empty
+    for a file that is not a PNG or that Pillow refuses (a broken chunk, a bad checksum, dimensions past its
+    decompression-bomb limit).
+
+    The chunks before the image data (where matplotlib, Pillow and libpng write them) come from the header
+    alone.  Those after it (the format allows both) are read by decoding the image, for images of at most
+    :data:`_DECODE_PIXELS` pixels; when that decoding fails (truncated image data) the header's chunks are kept.
+    """
+    from PIL import Image, PngImagePlugin
+
+    # What Pillow raises on a file it cannot read: not a PNG (UnidentifiedImageError, an OSError), a broken
+    # chunk or checksum (SyntaxError), truncated data (OSError, EOFError, struct.error), text past its limits
+    # (ValueError), broken compression (zlib.error), dimensions past its decompression-bomb limit (the error, or
+    # the warning where warnings are errors).
+    errors = (OSError, SyntaxError, EOFError, ValueError, struct.error, zlib.error)
+    errors = (*errors, Image.DecompressionBombError, Image.DecompressionBombWarning)
+    try:
+        with Image.open(io.BytesIO(data), formats=["PNG"]) as im:
+            text = {k: str(v) for k, v in im.info.items() if isinstance(v, str)}  # other entries: dpi, gamma, …
+            if not isinstance(im, PngImagePlugin.PngImageFile) or im.width * im.height > _DECODE_PIXELS:
+                return text
+            try:
+                return {k: str(v) for k, v in im.text.items()}
+            except errors:
+                return text
+    except errors:
+        return {}
 
 
 def read_run_ids(path) -> dict[str, str | None]:

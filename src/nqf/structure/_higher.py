@@ -36,6 +36,9 @@ __all__ = ["HigherOrderTerms", "MLPHigherOrder", "mlp_higher_order"]
 class HigherOrderTerms:
     """Cubic and quartic terms of an additive module's normal form, evaluated on ``W`` (never as arrays).
 
+    Subclasses implement :meth:`cubic`, :meth:`quartic`, :meth:`cubic_gradient`,
+    :meth:`quartic_gradient` and :meth:`take`.
+
     Attributes
     ----------
     p : int
@@ -44,9 +47,6 @@ class HigherOrderTerms:
         Samples.
     C : int
         Outputs.
-
-    Subclasses implement :meth:`cubic`, :meth:`quartic`, :meth:`cubic_gradient`,
-    :meth:`quartic_gradient` and :meth:`take`.
     """
 
     __slots__ = ("p", "N", "C", "dtype", "device")

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from ..curves import RealClock, StaircaseComparison
 from ..reductions import Staircase
-from ..results import Result, summarize
+from ..results import Result, require_pandas, summarize
 from ..results import to_jsonable as _clean
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["Analysis", "CheckRow"]
 
@@ -147,7 +153,7 @@ class Analysis(Result):
 
     def table(self) -> list[list]:
         """Per plateau ``k``: predicted / NQF / real level and drop time with relative errors (fractions, full
-        precision), flatness; :meth:`report_table` is the printed table."""
+        precision), flatness; :meth:`report_table` is the printed table, :meth:`to_frame` this one as a DataFrame."""
         P, S, R = self.prediction, self.nqf, self.real
         rows = []
         for k in range(P.levels.size):
@@ -174,6 +180,67 @@ class Analysis(Result):
                 ]
             )
         return [_clean(r) for r in rows]
+
+    def to_frame(self) -> pd.DataFrame:
+        """:meth:`table` as a pandas DataFrame, one row per plateau ``k = 0 … K``, at full precision (needs pandas:
+        ``pip install 'nqf[frames]'``).
+
+        Columns: ``k``, ``rank``; ``level_predicted``, ``level_nqf``, ``level_real`` and ``level_error_nqf``,
+        ``level_error_real`` (``|L − L_pred| / L_pred``, fractions); ``time_predicted``, ``time_rule``,
+        ``time_nqf``, ``time_real``, the drop time that starts plateau ``k`` (``0.0`` and rule ``None`` for
+        ``k = 0``; NaN: never reached) and ``time_error_nqf``, ``time_error_real`` (fractions of the predicted
+        time, NaN for ``k = 0``); ``flatness`` (real) and ``flat``; where the analysis has the seeded clock
+        (:attr:`clock`), ``time_seeded`` and ``time_error_seeded`` (the real time against it).  ``df.attrs``
+        holds ``model``, ``data``, ``method``, ``eps``, ``lr``, ``steps``, ``p``, ``width`` and ``trust``.
+
+        Raises
+        ------
+        MissingDependencyError
+            pandas is not installed.
+        """
+        pd = require_pandas("Analysis.to_frame()")
+        P, S, R, C = self.prediction, self.nqf, self.real, self.clock
+
+        def starts(t) -> np.ndarray:  # drop times t_1 … t_K → the time each plateau starts (t_0 = 0)
+            return np.concatenate([[0.0], np.asarray(t, dtype=np.float64)])
+
+        def drop_errors(e) -> np.ndarray:  # per drop → per plateau (no drop starts plateau 0)
+            return np.concatenate([[math.nan], np.asarray(e, dtype=np.float64)])
+
+        cols = {
+            "k": np.arange(P.levels.size, dtype=np.int64),
+            "rank": np.array(P.ranks),
+            "level_predicted": np.array(P.levels),
+            "level_nqf": np.array(S.levels_measured, dtype=np.float64),
+            "level_real": np.array(R.levels_measured, dtype=np.float64),
+            "level_error_nqf": S.level_errors,
+            "level_error_real": R.level_errors,
+            "time_predicted": starts(P.times),
+            "time_rule": pd.Series([None, *P.time_rules], dtype=object),  # object: None stays None
+            "time_nqf": starts(S.times_measured),
+            "time_real": starts(R.times_measured),
+            "time_error_nqf": drop_errors(S.time_errors),
+            "time_error_real": drop_errors(R.time_errors),
+            "flatness": np.array(R.flatness, dtype=np.float64),
+            "flat": np.array(R.flat, dtype=bool),
+        }
+        if C is not None:
+            cols["time_seeded"] = starts(C.times)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                cols["time_error_seeded"] = drop_errors(np.abs(R.times_measured / C.times - 1))
+        df = pd.DataFrame(cols)
+        df.attrs.update(
+            model=self.model,
+            data=self.data,
+            method=P.method,
+            eps=self.eps,
+            lr=self.lr,
+            steps=self.steps,
+            p=self.p,
+            width=self.width,
+            trust=self.verdict.get("trust"),
+        )
+        return df
 
     TABLE_COLUMNS = (
         "plateau k",

@@ -3,7 +3,7 @@
 * :mod:`nqf.sweep._grid` — ``--grid`` / ``--zip`` / ``--seeds`` and the ``[sweep]`` table;
 * :mod:`nqf.sweep._points` — the resolved config of each point, its hash and run directory;
 * :mod:`nqf.sweep._execute` — the points on a ``distributed.Client`` (local processes or a cluster);
-* :mod:`nqf.sweep._table` — ``sweep.csv`` / ``sweep.json``;
+* :mod:`nqf.sweep._table` — ``sweep.csv`` / ``sweep.json``, and :func:`sweep_frame`, the table as a pandas DataFrame;
 * :mod:`nqf.sweep._report` — ``report.html`` with each headline quantity against the swept parameter.
 
 Importing this package imports neither Dask nor torch; :func:`register_cli` adds ``nqf sweep`` to the
@@ -14,6 +14,7 @@ from ._cli import register_cli
 from ._grid import SweepSpec, parse_seeds, parse_values
 from ._points import Point, build_points, is_finished, point_dir
 from ._report import rebuild_sweep_report
+from ._table import sweep_frame
 
 __all__ = [
     "SweepSpec",
@@ -25,4 +26,5 @@ __all__ = [
     "point_dir",
     "rebuild_sweep_report",
     "register_cli",
+    "sweep_frame",
 ]

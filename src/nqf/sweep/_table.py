@@ -19,13 +19,20 @@ import csv
 import datetime as _dt
 import io
 import json
+import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..errors import SweepError
+from pydantic import ValidationError
+
+from ..errors import InvalidTypeError, SweepError
+from ..results import require_pandas
 from ._points import Point
-from ._schema import SCHEMA, read_sweep_file
+from ._schema import SCHEMA, SweepRow, read_sweep_file
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = [
     "SCHEMA",
@@ -36,6 +43,7 @@ __all__ = [
     "read_table",
     "is_sweep_directory",
     "mark_sweep_directory",
+    "sweep_frame",
 ]
 
 #: The marker file of a sweep directory (``{"kind": "nqf-sweep", "version": 1}``): ``nqf sweep --out DIR`` writes
@@ -138,11 +146,12 @@ def build_table(
 
 
 def _columns(doc: dict) -> list[str]:
+    """The columns of ``sweep.csv`` (module docstring): every quantity and metric that some row has, in order."""
     qs: dict[str, None] = {}
     ms: dict[str, None] = {}
     for r in doc["rows"]:
         qs.update(dict.fromkeys(r["measured"]))
-        ms.update(dict.fromkeys(r["metrics"]))
+        ms.update(dict.fromkeys(r.get("metrics") or {}))
     return (
         ["point"]
         + list(doc["keys"])
@@ -162,24 +171,24 @@ def _csv_cell(v) -> str:
     return str(v)
 
 
+def _cell(row: dict, column: str):
+    """The value of ``column`` (one of :func:`_columns`) in ``row`` (None where the row has none)."""
+    if column.startswith("measured: "):
+        return row["measured"].get(column[len("measured: ") :])
+    if column.startswith("metric: "):
+        return (row.get("metrics") or {}).get(column[len("metric: ") :])
+    if column in row["swept"] and column not in ("point", "seed", "status"):
+        return row["swept"][column]
+    return row.get(column)
+
+
 def to_csv(doc: dict) -> str:
     cols = _columns(doc)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(cols)
     for r in doc["rows"]:
-        cells = []
-        for c in cols:
-            if c.startswith("measured: "):
-                v = r["measured"].get(c[len("measured: ") :])
-            elif c.startswith("metric: "):
-                v = r["metrics"].get(c[len("metric: ") :])
-            elif c in r["swept"] and c not in ("point", "seed", "status"):
-                v = r["swept"][c]
-            else:
-                v = r.get(c)
-            cells.append(_csv_cell(v))
-        w.writerow(cells)
+        w.writerow([_csv_cell(_cell(r, c)) for c in cols])
     return buf.getvalue()
 
 
@@ -207,3 +216,80 @@ def read_table(root) -> dict:
     if not path.exists():
         raise SweepError(f"{root} holds no sweep.json (not a sweep directory?)")
     return read_sweep_file(path)
+
+
+def _checked_rows(rows: Any) -> list[dict]:
+    """Rows of a ``sweep.json`` given as Python data, checked like the file's (:class:`SweepRow`)."""
+    if not isinstance(rows, list):
+        raise SweepError(f"`path_or_rows`: `rows` must be a list of sweep.json rows; found {type(rows).__name__}")
+    out = []
+    for i, raw in enumerate(rows):
+        if not isinstance(raw, dict):
+            raise SweepError(f"`path_or_rows`: row {i} must be a dict (a sweep.json row); found {type(raw).__name__}")
+        try:
+            row = SweepRow.model_validate(raw)
+        except ValidationError as exc:
+            e = exc.errors()[0]
+            loc = ".".join(str(p) for p in e["loc"]) or "(row)"
+            raise SweepError(f"`path_or_rows`: row {i} is not a sweep.json row: `{loc}`: {e['msg']}") from None
+        out.append(dict(raw, **row.model_dump()))
+    return out
+
+
+def _sweep_document(path_or_rows: Any) -> dict:
+    """``{"experiment", "keys", "rows"}`` of a sweep directory, a ``sweep.json``, its document or its rows."""
+    if isinstance(path_or_rows, (str, os.PathLike)):
+        path = Path(path_or_rows)
+        return read_table(path) if path.is_dir() else read_sweep_file(path)
+    if isinstance(path_or_rows, dict):
+        if "rows" not in path_or_rows:
+            raise SweepError("`path_or_rows`: a sweep.json document needs its `rows`; found none")
+        rows = _checked_rows(path_or_rows["rows"])
+        keys = path_or_rows.get("keys")
+        if keys is not None and not (isinstance(keys, list) and all(isinstance(k, str) for k in keys)):
+            raise SweepError(f"`path_or_rows`: `keys` must be a list of the swept keys' names; found {keys!r:.80}")
+        return {"experiment": path_or_rows.get("experiment"), "keys": keys, "rows": rows}
+    if isinstance(path_or_rows, (list, tuple)):
+        return {"experiment": None, "keys": None, "rows": _checked_rows(list(path_or_rows))}
+    raise InvalidTypeError(
+        "`path_or_rows` must be a sweep directory, a sweep.json path, its document (a dict) or its rows (a list); "
+        f"found {type(path_or_rows).__name__}"
+    )
+
+
+def sweep_frame(path_or_rows) -> pd.DataFrame:
+    """The sweep table as a pandas DataFrame, one row per point with the columns of ``sweep.csv``.
+
+    pandas is optional: ``pip install 'nqf[frames]'``.  Columns: ``point`` (short config hash, the directory
+    under ``points/``), each swept key, ``seed``, ``status``, ``reused``, ``wall_seconds``, ``error_type``,
+    ``error``, then ``measured: Q`` for every check's measured quantity (:func:`quantity_name`) and
+    ``metric: K`` for every metric.  Values are kept as read, with pandas' own dtypes (a value a row lacks is
+    pandas' missing value, ``df.isna()``; a list-valued key stays a list).  ``df.attrs`` holds ``experiment``
+    (``None`` for bare rows) and ``keys`` (the swept keys).
+
+    Parameters
+    ----------
+    path_or_rows : str, path, dict or list of dict
+        A sweep directory (``nqf sweep --out DIR``), its ``sweep.json``, the document :func:`read_table`
+        returns, or that document's ``rows``.
+
+    Raises
+    ------
+    SweepError
+        No ``sweep.json`` there, or one (or rows) that does not match the sweep table schema.
+    InvalidTypeError
+        ``path_or_rows`` is none of the above.
+    MissingDependencyError
+        pandas is not installed.
+    """
+    pd = require_pandas("sweep_frame()")
+    doc = _sweep_document(path_or_rows)
+    if doc["keys"] is None:
+        seen: dict[str, None] = {}
+        for r in doc["rows"]:
+            seen.update(dict.fromkeys(r["swept"]))
+        doc["keys"] = list(seen)
+    cols = _columns(doc)
+    df = pd.DataFrame([[_cell(r, c) for c in cols] for r in doc["rows"]], columns=cols)
+    df.attrs.update(experiment=doc.get("experiment"), keys=list(doc["keys"]))
+    return df

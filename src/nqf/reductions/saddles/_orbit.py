@@ -6,7 +6,7 @@ that ``qᵀ(Φ(s) − M_k) q ≈ e^{4 h s}`` as ``s → −∞``: it is seeded a
 ``V_0 = [V, √δ Q]`` at ``s_lo = −ln(1/δ)/(4h)`` (relative error ``O(δ)``) and
 integrated with the factored gradient flow of :func:`nqf.dynamics.integrate_factor`
 (DOP853, dense output) until the loss has fallen to ``floor``.  A level crossing
-on ``Φ`` is bracketed on a grid and bisected on the dense output
+on ``Φ`` is bracketed on a grid and refined on the dense output by Brent's method
 (:func:`nqf.reductions.crossing_time`).
 
 The absolute tolerance follows the size of the factor: the orbit grows from
