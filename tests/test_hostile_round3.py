@@ -3,7 +3,6 @@ hung, and answers that were silent or misleading.  Each CLI case is one line nam
 traceback; each API case an ``NQFError`` naming the argument."""
 
 import math
-import time
 
 import numpy as np
 import pytest
@@ -106,10 +105,8 @@ def test_a_sweep_past_max_points_is_refused_before_any_point_is_built(grid, tmp_
             args += ["--seeds", n]
         else:
             args += ["--grid", f"{'eps' if key == 'a' else 't_max'}=" + ",".join(str(i + 1) for i in range(int(n)))]
-    t0 = time.perf_counter()
-    res = runner.invoke(app, args)
+    res = runner.invoke(app, args)  # built point by point, the dry run would list 10⁵–10⁶ lines, not refuse
     assert_one_line(res, ["points", "at most 100000"])
-    assert time.perf_counter() - t0 < 30
 
 
 def test_max_points_counts_zips_and_seeds_and_can_pass():

@@ -102,12 +102,10 @@ def test_a_misbehaving_forward_is_one_line_naming_the_model(case, tmp_path):
 def test_user_code_past_its_time_budget_is_refused(where, text, tmp_path):
     path = tmp_path / "usermodel.py"
     path.write_text(text)
-    t0 = time.perf_counter()
-    res = runner.invoke(
+    res = runner.invoke(  # without the budget the sleep (10⁶ s) outlasts pytest's own timeout: the test fails
         app, ["analyze", "--data", "iris", "--model", f"{path}:make", "--timeout", "1", "--out", str(tmp_path / "r")]
     )
     assert_one_line(res, [where, "usermodel.py", "--timeout 1 s"])
-    assert time.perf_counter() - t0 < 30  # refused after its budget, not after the sleep
     assert not (tmp_path / "r").exists()
 
 
