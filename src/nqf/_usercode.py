@@ -103,10 +103,10 @@ def _in_files(exc: BaseException, files: frozenset[str]) -> bool:
 
 
 def _first_line(exc: BaseException) -> str:
-    try:
+    try:  # one line; any other control character is escaped when it is printed (nqf._text)
         text = str(exc).strip().replace("\n", " ")
     except Exception:  # noqa: BLE001 - an exception whose __str__ fails: its type alone
-        text = ""  # one line; any other control character is escaped when printed
+        text = ""
     return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__
 
 
@@ -179,7 +179,6 @@ def users_code(
     timeout = _BUDGET.get() if timeout is None else timeout
     cwd = os.getcwd()
     before = set(threading.enumerate())
-    moved = False
     try:
         with contextlib.redirect_stdout(sys.stderr) if stdout else contextlib.nullcontext(), _alarm(timeout):
             yield
