@@ -1,5 +1,6 @@
 """Shared test utilities (importable as `helpers` from any test module)."""
 
+import importlib
 import json
 
 import numpy as np
@@ -34,3 +35,21 @@ def interacting_commuting_modes(seed=3, p=6, N=40):
     a = rng.standard_normal((N, p)) @ mix.T
     y = a @ np.array([2.0, 1.0, 0.5, 0.3, 0.0, 0.0]) + 0.2 * rng.standard_normal(N)
     return U, a, y
+
+
+def resolves(dotted: str) -> bool:
+    """True when ``dotted`` (``nqf.x.y``) imports as a module, or is an attribute path from the longest module
+    before it."""
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        try:
+            for attr in parts[i:]:
+                obj = getattr(obj, attr)
+        except AttributeError:
+            return False
+        return True
+    return False

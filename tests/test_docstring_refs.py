@@ -5,29 +5,13 @@ are relative to their class and are not checked here."""
 
 from __future__ import annotations
 
-import importlib
 import re
 from pathlib import Path
 
+from helpers import resolves
+
 SRC = Path(__file__).parents[1] / "src" / "nqf"
 ROLE = re.compile(r":(?:func|class|meth|mod|data|attr|exc|obj):`~?(nqf(?:\.[A-Za-z_][A-Za-z0-9_]*)+)`")
-
-
-def resolves(dotted: str) -> bool:
-    """True when ``dotted`` imports as a module, or is an attribute path from the longest module before it."""
-    parts = dotted.split(".")
-    for i in range(len(parts), 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:i]))
-        except ImportError:
-            continue
-        try:
-            for attr in parts[i:]:
-                obj = getattr(obj, attr)
-        except AttributeError:
-            return False
-        return True
-    return False
 
 
 def references(text: str):

@@ -139,12 +139,16 @@ def _alarm(seconds: float | None) -> Iterator[None]:
 
 
 def check_timeout(timeout) -> float | None:
-    """``timeout``: ``None`` (no budget) or seconds ``> 0``."""
+    """``timeout``: ``None`` (no budget) or finite seconds ``> 0`` and below ``10⁷``
+    (:func:`nqf._validation.positive_float`, imported here: this module stays light for ``nqf --version``)."""
     if timeout is None:
         return None
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not (0 < float(timeout) < 10**7):
-        raise InvalidParameterError(f"--timeout (`timeout`): expected seconds > 0; found {timeout!r}")
-    return float(timeout)
+    from ._validation import positive_float
+
+    seconds = positive_float("--timeout", timeout)
+    if seconds >= 10**7:
+        raise InvalidParameterError(f"`--timeout` must be below 10⁷ seconds; found {timeout!r}")
+    return seconds
 
 
 @contextlib.contextmanager
