@@ -43,6 +43,18 @@ def cached(fn):
 
 
 @cached
+def _forecast():
+    """nqf.forecast of a bias-free MLP with p = D + C = 1000 (8 units, scaled to 1e-3) on the MLP problem's data."""
+    X, y, _ = mlp_problem()
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(D, 8, bias=False), torch.nn.Tanh(), torch.nn.Linear(8, C, bias=False))
+    with torch.no_grad():
+        for prm in net.parameters():
+            prm.mul_(1e-3)
+    return nqf.forecast(net.double(), X, y, lr=0.1, momentum=0.9, batch_size=4)
+
+
+@cached
 def mlp_problem():
     """MLP structure with p = D + C = 1000: N = 6 samples, a random teacher."""
     from nqf.structure._mlp import mlp
@@ -321,10 +333,17 @@ FACTORIES = {
     "nqf.sweep._execute.SweepState": (_sweep_state, ()),
     "nqf.dynamics._loop.LoopOutcome": (lambda f: _loop(), ()),
     "nqf.experiments._real_data_checks.UpperBoundCheck": (lambda f: _upper_bound_check(), ()),
+    "nqf.curves._training_clock.TrainingClock": (lambda f: _forecast().clock, ()),
+    "nqf.study._forecast_result.Forecast": (lambda f: _forecast(), ()),
+    "nqf.study._forecast_result.LogJudgement": (
+        lambda f: _forecast().judge(np.arange(P, dtype=float), np.linspace(1.0, 0.0, P)),
+        (),
+    ),
 }
 
 #: Public dataclasses that are not results of a computation (inputs, specifications, run contexts).
 NOT_RESULTS = {
+    "nqf.study._output_side.OutputSide": "an intermediate of nqf.forecast inside nqf.study (a projection basis)",
     "nqf.modules._units.UnitSlice": "an input: how a parameter is split into units",
     "nqf.structure._activations.Activation": "an input: an activation function with its derivatives at 0",
     "nqf.experiments._runner.RunContext": "what a running experiment may use (run directory, device, seed)",

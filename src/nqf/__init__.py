@@ -42,6 +42,8 @@ _LAZY_ATTRS: dict[str, tuple[str, str]] = {
     "predict": ("nqf.reductions", "predict"),
     "Staircase": ("nqf.reductions", "Staircase"),
     "analyze": ("nqf.study", "analyze"),
+    "forecast": ("nqf.study", "forecast"),
+    "Forecast": ("nqf.study", "Forecast"),
 }
 
 __all__ = [  # kept equal to the two tables above by tests/test_package.py
@@ -62,6 +64,8 @@ __all__ = [  # kept equal to the two tables above by tests/test_package.py
     "predict",
     "Staircase",
     "analyze",
+    "forecast",
+    "Forecast",
 ]
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these are resolved lazily
@@ -81,7 +85,9 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these are reso
     from .reductions import Staircase as Staircase
     from .reductions import predict as predict
     from .reductions.svd_modes import two_layer_modes as two_layer_modes
+    from .study import Forecast as Forecast
     from .study import analyze as analyze
+    from .study import forecast as forecast
 
 
 def _version() -> str:

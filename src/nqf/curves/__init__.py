@@ -5,6 +5,8 @@
 * :func:`real_clock` — the real network's drop times from a seeded-NQF run, the seeds and the
   seeding floor ``ε*_k`` below which the leading-order clock fails (docs/theory.md §7);
 * :func:`step_clock` — GD's clock at a step from runs at two larger steps (Richardson in the step);
+* :func:`training_clock` — a user's optimiser (GD, SGD, momentum, a schedule; the loss's scale) on the NQF's
+  clock: the step of their loop at which a predicted drop happens (:class:`TrainingClock`);
 * :func:`detect_steps` — times of sudden drops and plateau levels of a loss curve;
 * :func:`fit_power_law` — power-law fit over a chosen or automatic window, with a bootstrap interval;
 * :func:`predict_exponent` — ``(a − 1)/b`` from per-mode losses ``ℓ_k`` and rates ``ζ_k``;
@@ -19,13 +21,21 @@ Curves are taken as array_like or tensors; results are NumPy float64 arrays.
 """
 
 from ._compare import FLAT_THRESHOLD, StaircaseComparison, compare_staircase, level_read_times, regime_exit
-from ._crowded import CrowdedComparison, CrowdedPrediction, compare_crowded, crowded_prediction, drop_widths
+from ._crowded import (
+    CrowdedComparison,
+    CrowdedPrediction,
+    compare_crowded,
+    crowded_prediction,
+    drop_widths,
+    mode_sum,
+)
 from ._exponents import ExponentPrediction, predict_exponent, predicted_curve
 from ._powerlaw import PowerLawFit, auto_window, fit_power_law
 from ._real_clock import TRUSTED_TIME_ERROR, RealClock, level_time_bounds, measured_floors, real_clock
 from ._schedule import stable_learning_rate, step_count
 from ._step_clock import StepClock, first_crossing, step_clock
 from ._steps import Steps, detect_steps
+from ._training_clock import UNPREDICTED, TrainingClock, loss_scale, training_clock
 from ._validity import ValidityReport, ValiditySweep, remainder_ratio, validity_report, validity_sweep
 
 __all__ = [
@@ -42,6 +52,10 @@ __all__ = [
     "stable_learning_rate",
     "StepClock",
     "step_clock",
+    "TrainingClock",
+    "training_clock",
+    "loss_scale",
+    "UNPREDICTED",
     "first_crossing",
     "step_count",
     "Steps",
@@ -57,6 +71,7 @@ __all__ = [
     "crowded_prediction",
     "compare_crowded",
     "drop_widths",
+    "mode_sum",
     "ValidityReport",
     "ValiditySweep",
     "remainder_ratio",

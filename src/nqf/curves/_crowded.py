@@ -35,7 +35,14 @@ from ._curves import as_curve
 from ._exponents import predict_exponent, predicted_curve
 from ._powerlaw import PowerLawFit, fit_power_law
 
-__all__ = ["CrowdedPrediction", "CrowdedComparison", "crowded_prediction", "compare_crowded", "drop_widths"]
+__all__ = [
+    "CrowdedPrediction",
+    "CrowdedComparison",
+    "crowded_prediction",
+    "compare_crowded",
+    "drop_widths",
+    "mode_sum",
+]
 
 #: ``w_k ζ_k``: time for a logistic mode's excess loss to fall from 90 % to 10 % of ``ℓ_k``, times its rate.
 WIDTH_FACTOR = float(logit(1 - math.sqrt(0.1)) - logit(1 - math.sqrt(0.9)))
@@ -113,11 +120,13 @@ class CrowdedPrediction(Result):
 
     def mode_sum(self, t, staircase) -> np.ndarray:
         """The staircase's exact mode sum at times ``t`` (array_like, shape (T,))."""
-        return _mode_sum(np.asarray(t, float), staircase)
+        return mode_sum(np.asarray(t, float), staircase)
 
 
-def _mode_sum(t: np.ndarray, staircase) -> np.ndarray:
-    """``L_K + Σ_k ℓ_k expit(ζ_k (t_k − t))²`` through :func:`predicted_curve` (``ln q_k = ζ_k t_k``)."""
+def mode_sum(t, staircase) -> np.ndarray:
+    """The staircase as a smooth curve, each drop a logistic mode: ``L_K + Σ_k ℓ_k expit(ζ_k (t_k − t))²`` at
+    times ``t`` (array_like), through :func:`predicted_curve` (``ln q_k = ζ_k t_k``: half saturation at ``t_k``)."""
+    t = np.asarray(t, float)
     K = staircase.n_drops
     lv = np.asarray(staircase.levels, float)
     ell, zeta, tk = lv[:-1] - lv[1:], np.asarray(staircase.rates[:K], float), np.asarray(staircase.times, float)
@@ -204,7 +213,7 @@ def crowded_prediction(staircase, *, n_grid: int = 20, max_decades: float | None
     t = np.geomspace(t0, t1, int(n_grid))
     h = (t1 / t0) ** (0.5 / (n_grid - 1))
     fine = np.geomspace(t0 / h, t1 * h, _FINE * n_grid + 1)
-    ex = _mode_sum(fine, staircase) - L_inf
+    ex = mode_sum(fine, staircase) - L_inf
     notes = []
     if np.any(ex <= 0):
         notes.append("the mode sum reaches L_K inside the window (float64): local exponent undefined there")
@@ -212,7 +221,7 @@ def crowded_prediction(staircase, *, n_grid: int = 20, max_decades: float | None
     cells = [(fine >= ti / h) & (fine <= ti * h) for ti in t]
     lo = np.array([np.nanmin(loc[c]) for c in cells])
     hi = np.array([np.nanmax(loc[c]) for c in cells])
-    L = _mode_sum(t, staircase)
+    L = mode_sum(t, staircase)
     ok = (fine >= t0) & (fine <= t1) & (ex > 0)
     wfit = (
         fit_power_law(fine[ok], ex[ok] + L_inf, window=(t0, t1), L_inf=L_inf, n_boot=0).exponent

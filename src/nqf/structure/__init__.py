@@ -32,6 +32,7 @@ from ._higher import HigherOrderTerms, mlp_higher_order
 from ._mlp import mlp
 from ._moe import mixture_of_experts
 from ._operator import DenseStructure, ProjectedStructure, StructureOperator, project_operator
+from ._output_projection import OutputProjection, project_outputs
 from ._readout import ReadoutStructure
 from ._subspace import data_subspace
 
@@ -49,6 +50,8 @@ __all__ = [
     "ProjectedStructure",
     "data_subspace",
     "project_operator",
+    "OutputProjection",
+    "project_outputs",
     "DenseStructure",
     "BilinearStructure",
     "SensingStructure",

@@ -23,6 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 _ATTRS: dict[str, str] = {
     "analyze": "_pipeline",
+    "forecast": "_forecast",
+    "Forecast": "_forecast_result",
+    "LogJudgement": "_forecast_result",
     "prepare_analysis": "_pipeline",
     "Analysis": "_result",
     "CheckRow": "_result",
@@ -39,7 +42,10 @@ __all__ = [  # equal to the keys of _ATTRS
     "Analysis",
     "CheckRow",
     "FoundUnits",
+    "Forecast",
+    "LogJudgement",
     "analyze",
+    "forecast",
     "build_model",
     "choose_units",
     "find_unit_layers",
@@ -52,6 +58,8 @@ __all__ = [  # equal to the keys of _ATTRS
 if TYPE_CHECKING:
     from ._cli import register_cli
     from ._discover import FoundUnits, choose_units, find_unit_layers, unit_listing
+    from ._forecast import forecast
+    from ._forecast_result import Forecast, LogJudgement
     from ._models import build_model
     from ._output import save_analysis
     from ._pipeline import analyze, prepare_analysis

@@ -19,6 +19,34 @@ from .._text import terminal_echo
 __all__ = ["register_cli", "MAX_STEPS", "MAX_THREADS"]
 
 
+_TIMEOUT = typer.Option(
+    DEFAULT_TIMEOUT,
+    "--timeout",
+    help="Seconds each call into the model file may take during the input checks (import, factory, "
+    "one forward over the data).",
+)
+_LIST_UNITS = typer.Option(
+    False, "--list-units", help="List the model's layers of units (name, kind, units, p) and exit."
+)
+# `--predict-only` and the user's optimiser (nqf.study._predict_only)
+_PREDICT_ONLY = typer.Option(
+    False, "--predict-only", help="Predict the staircase and each drop's step; train nothing (seconds)."
+)
+_START = typer.Option(
+    "eps",
+    "--start",
+    help="With --predict-only: eps (M(0) = εI, analyze's start) or weights (the factory's own weights).",
+)
+_MOMENTUM = typer.Option(0.0, "--momentum", help="With --predict-only: heavy-ball momentum of the steps --lr.")
+_BATCH_SIZE = typer.Option(None, "--batch-size", help="With --predict-only: minibatch size (times as full batch).")
+_LOSS = typer.Option(
+    "half_mse",
+    "--loss",
+    help="With --predict-only: the loss --lr steps on: half_mse ((1/N) Σ ½‖f − y‖², analyze's) or mse "
+    "(torch.nn.MSELoss, mean over samples and outputs).",
+)
+
+
 def register_cli(app: typer.Typer) -> None:
     """Add the ``analyze`` command to ``app``."""
 
@@ -55,15 +83,13 @@ def register_cli(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the analysis as JSON."),
         seed: int = typer.Option(0, "--seed", min=0, help="Seed of the model factory and the initial frame."),
         threads: int = typer.Option(1, "--threads", min=1, max=MAX_THREADS, help="CPU threads for torch."),
-        timeout: float = typer.Option(
-            DEFAULT_TIMEOUT,
-            "--timeout",
-            help="Seconds each call into the model file may take during the input checks (import, factory, "
-            "one forward over the data).",
-        ),
-        list_units: bool = typer.Option(
-            False, "--list-units", help="List the model's layers of units (name, kind, units, p) and exit."
-        ),
+        timeout: float = _TIMEOUT,
+        list_units: bool = _LIST_UNITS,
+        predict_only: bool = _PREDICT_ONLY,
+        start: str = _START,
+        momentum: float = _MOMENTUM,
+        batch_size: int | None = _BATCH_SIZE,
+        loss: str = _LOSS,
     ):
         """Your model on your data: predicted plateaus and drop times, NQF and real training, verdict."""
         import datetime as _dt
@@ -93,12 +119,31 @@ def register_cli(app: typer.Typer) -> None:
             _fail(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}; found {err.get('input')!r}")
         if _check_input(params, seed, timeout, list_units):
             return
+        if predict_only:
+            opts = {"start": start, "momentum": momentum, "batch_size": batch_size, "loss": loss}
+            return _predict_only(params, seed, as_json, opts)
         log = (lambda s: None) if as_json else (lambda s: terminal_echo(s, err=True))
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         out = Path(out) if out else Path("runs") / f"analyze-{stamp}"
         exp = AnalyzeExperiment(log=log)
         results = _run(exp, params, out, seed=seed, force=force, as_json=as_json)
         _report(exp.analysis, out, results, as_json)
+
+
+def _predict_only(params, seed: int, as_json: bool, opts: dict) -> None:
+    """``--predict-only``: :func:`nqf.study._predict_only.predict_only_cmd` with the optimiser flags ``opts``."""
+    from ._predict_only import predict_only_cmd
+
+    predict_only_cmd(
+        params,
+        seed=seed,
+        as_json=as_json,
+        fail=_fail,
+        start=str(opts["start"]),
+        momentum=float(opts["momentum"]),
+        batch_size=opts["batch_size"],
+        loss=str(opts["loss"]),
+    )
 
 
 def _check_input(params, seed: int, timeout: float, list_units: bool) -> bool:

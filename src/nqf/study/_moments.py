@@ -21,13 +21,18 @@ import math
 
 import torch
 
-__all__ = ["moment_rows", "compressible"]
+__all__ = ["moment_rows", "compressible", "compressible_inputs"]
 
 
 def compressible(found, how: str, X: torch.Tensor) -> bool:
     """Whether the NQF of ``found`` on ``X`` can use :func:`moment_rows`: the whole model is a two-layer MLP
     without hidden bias (its analytic operator, label ``"analytic mlp"``), inputs ``(N, D)`` with ``N > D``."""
-    return how == "analytic mlp" and found.is_whole_mlp and not found.bias and X.ndim == 2 and X.shape[0] > X.shape[1]
+    return how == "analytic mlp" and found.is_whole_mlp and not found.bias and compressible_inputs(X)
+
+
+def compressible_inputs(X: torch.Tensor) -> bool:
+    """Inputs ``(N, D)`` with ``N > D``: fewer moment rows than samples."""
+    return X.ndim == 2 and X.shape[0] > X.shape[1]
 
 
 def moment_rows(X: torch.Tensor, Y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float]:

@@ -37,7 +37,7 @@ from torch import nn
 from ..modules import UnitScatter, evaluation_mode, get_unit_weights, set_unit_weights
 from ._discover import FoundUnits, output_at_zero
 
-__all__ = ["structure_of", "is_analytic", "DENSE_BUDGET", "AGREEMENT_RTOL"]
+__all__ = ["structure_of", "is_analytic", "activation_name", "DENSE_BUDGET", "AGREEMENT_RTOL"]
 
 #: Bytes the dense autodiff array ``N × C × p × p`` (float64, built twice) may take; above it, matrix-free.
 DENSE_BUDGET = 256 * 2**20
@@ -81,7 +81,7 @@ def is_analytic(how: str) -> bool:
     return how.startswith("analytic")
 
 
-def _activation_name(act: nn.Module | None) -> str | None:
+def activation_name(act: nn.Module | None) -> str | None:
     """The registry name of a smooth activation (analytic operator possible), else None."""
     from ..structure import Activation, activation_of_module
 
@@ -95,7 +95,7 @@ def _analytic_mlp(module: nn.Module, found: FoundUnits, X: torch.Tensor, C: int)
     """:func:`nqf.structure.mlp` for hidden neurons between two ``nn.Linear`` layers (read out by the rest)."""
     from ..structure import mlp
 
-    act = _activation_name(found.activation)
+    act = activation_name(found.activation)
     if found.kind != "mlp-hidden" or act is None or len(found.names) != 2:
         return None
     first, second = (module.get_submodule(n) for n in found.names)
@@ -176,7 +176,7 @@ def _analytic_conv(module: nn.Module, found: FoundUnits, X: torch.Tensor, C: int
     """:func:`nqf.structure.conv1d`/``conv2d`` for channels of a plain zero-padded convolution."""
     from ..structure import conv1d, conv2d
 
-    act = _activation_name(found.activation)
+    act = activation_name(found.activation)
     if found.kind != "conv-channels" or act is None or len(found.names) != 2:
         return None
     conv, readout = (module.get_submodule(n) for n in found.names)

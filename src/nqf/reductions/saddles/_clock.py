@@ -324,7 +324,8 @@ def predicted_escape_times(seq, eps: float, *, chain: list | None = None, M0=Non
         :func:`heteroclinic_chain` of ``seq`` (reused).
     M0 : torch.Tensor, shape (p, p), optional
         A start other than ``εI`` (:func:`corrected_escape_times`); the first drop is normalised by
-        ``q_0ᵀ M0 q_0``, the leading order of the later ones stays ``τ_k ln(1/ε)``.
+        ``q_0ᵀ M0 q_0``, the leading order of a later one is ``τ_k ln(1/ε_k)`` with ``ε_k = q_kᵀ M0 q_k`` the size
+        the start gives its escape direction (``ε`` for ``M0 = εI``).
     recursion : bool
         False: the later drops at leading order only (no heteroclinic integration).
 
@@ -335,9 +336,14 @@ def predicted_escape_times(seq, eps: float, *, chain: list | None = None, M0=Non
         One of :data:`TIME_RULES` per drop.
     """
     lead = np.asarray(seq.escape_times(eps), dtype=float)
-    if M0 is not None and lead.size:  # drop 1 from the size the start gives its direction, not ε
+    if M0 is not None and lead.size:  # each drop from the size the start gives its direction, not ε
+        B = start_factor(seq.saddles[0].escape_direction.shape[0], eps, M0)
         q0 = seq.saddles[0].escape_direction[:, :1]
-        lead[0] += math.log(eps / seed_size(q0, start_factor(q0.shape[0], eps, M0))) / float(seq.escape_rates[0])
+        lead[0] += math.log(eps / seed_size(q0, B)) / float(seq.escape_rates[0])
+        for k in range(1, lead.size):  # leading order τ_k ln(1/ε_k), ε_k = q_kᵀ M0 q_k of its escape direction
+            size = seed_size(seq.saddles[k].escape_direction[:, :1], B)
+            if 0.0 < size < 1.0:
+                lead[k] *= math.log(1.0 / size) / math.log(1.0 / eps)
     first = TIME_RULES[0] if np.isfinite(seq.first_offset) else TIME_RULES[2]
     if lead.size <= 1 or not recursion:  # drop 1 has its exact offset already; the recursion serves later drops
         return lead, tuple(first if k == 0 else TIME_RULES[2] for k in range(lead.size))
