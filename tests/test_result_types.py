@@ -335,6 +335,10 @@ FACTORIES = {
     "nqf.experiments._real_data_checks.UpperBoundCheck": (lambda f: _upper_bound_check(), ()),
     "nqf.curves._training_clock.TrainingClock": (lambda f: _forecast().clock, ()),
     "nqf.study._forecast_result.Forecast": (lambda f: _forecast(), ()),
+    "nqf.study._watch.WatchStatus": (
+        lambda f: __import__("nqf.study", fromlist=["x"]).Monitor(_forecast()).update(1.0, 0.3),
+        (),
+    ),
     "nqf.study._forecast_result.LogJudgement": (
         lambda f: _forecast().judge(np.arange(P, dtype=float), np.linspace(1.0, 0.0, P)),
         (),

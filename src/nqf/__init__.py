@@ -44,6 +44,7 @@ _LAZY_ATTRS: dict[str, tuple[str, str]] = {
     "analyze": ("nqf.study", "analyze"),
     "forecast": ("nqf.study", "forecast"),
     "Forecast": ("nqf.study", "Forecast"),
+    "watch": ("nqf.study", "watch"),
 }
 
 __all__ = [  # kept equal to the two tables above by tests/test_package.py
@@ -66,6 +67,7 @@ __all__ = [  # kept equal to the two tables above by tests/test_package.py
     "analyze",
     "forecast",
     "Forecast",
+    "watch",
 ]
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these are resolved lazily
@@ -88,6 +90,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these are reso
     from .study import Forecast as Forecast
     from .study import analyze as analyze
     from .study import forecast as forecast
+    from .study import watch as watch
 
 
 def _version() -> str:

@@ -26,6 +26,9 @@ _ATTRS: dict[str, str] = {
     "forecast": "_forecast",
     "Forecast": "_forecast_result",
     "LogJudgement": "_forecast_result",
+    "watch": "_watch",
+    "Monitor": "_watch",
+    "WatchStatus": "_watch",
     "prepare_analysis": "_pipeline",
     "Analysis": "_result",
     "CheckRow": "_result",
@@ -44,6 +47,8 @@ __all__ = [  # equal to the keys of _ATTRS
     "FoundUnits",
     "Forecast",
     "LogJudgement",
+    "Monitor",
+    "WatchStatus",
     "analyze",
     "forecast",
     "build_model",
@@ -53,6 +58,7 @@ __all__ = [  # equal to the keys of _ATTRS
     "register_cli",
     "save_analysis",
     "unit_listing",
+    "watch",
 ]
 
 if TYPE_CHECKING:
@@ -64,6 +70,7 @@ if TYPE_CHECKING:
     from ._output import save_analysis
     from ._pipeline import analyze, prepare_analysis
     from ._result import Analysis, CheckRow
+    from ._watch import Monitor, WatchStatus, watch
 
 
 def __getattr__(name: str) -> Any:

@@ -1,0 +1,145 @@
+"""Issue 35's acceptance: nqf.forecast against a plain user loop on the digits MLP, and nqf.watch's overhead.
+
+The user's loop (float32, as users run it): ``nn.Sequential(Linear(64, 256), Tanh(), Linear(256, 10))`` with
+PyTorch's default initialisation scaled by ``--scales`` (1e-3 and 1e-5), every parameter trained by
+``torch.optim.SGD`` on ``nn.MSELoss()`` against one-hot targets, inputs standardised; full-batch GD at
+lr 0.5, minibatch SGD (batch 64, lr 0.5) and SGD with momentum 0.9 (batch 64, lr 0.05).  The full-batch loss is
+evaluated after every step; each drop's measured step is its midpoint crossing (:meth:`nqf.Forecast.judge`).
+Printed per case: the forecast's CPU seconds, and per drop the predicted and measured steps, the error and
+whether the forecast trusts the drop.
+
+Then the monitor: the same loop (SGD, batch 64) timed per step with and without ``monitor.update(step,
+loss)`` after every step, best of ``--repeat`` blocks, and the ratio printed (issue 35: at most 1 %).
+
+Run: ``python benchmarks/bench_forecast.py [--scales 1e-3 1e-5] [--repeat 5]`` (about a minute).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from sklearn.datasets import load_digits  # noqa: E402
+
+import nqf  # noqa: E402
+
+CASES = {
+    "GD": dict(lr=0.5, batch=None, momentum=0.0),
+    "SGD 64": dict(lr=0.5, batch=64, momentum=0.0),
+    "SGD 64 + momentum 0.9": dict(lr=0.05, batch=64, momentum=0.9),
+}
+
+
+def digits():
+    d = load_digits()
+    X = (d.data - d.data.mean(0)) / np.where(d.data.std(0) > 0, d.data.std(0), 1.0)
+    return torch.tensor(X, dtype=torch.float32), torch.eye(10)[d.target]
+
+
+def make_net(scale: float, seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    net = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.Tanh(), torch.nn.Linear(256, 10))
+    with torch.no_grad():
+        for p in net.parameters():
+            p.mul_(scale)
+    return net
+
+
+def user_loop(net, X, Y, steps: int, *, lr, batch, momentum, seed: int = 1, monitor=None):
+    """The user's loop; the full-batch loss after every step (index k: the loss after k steps)."""
+    opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=momentum)
+    loss_fn = torch.nn.MSELoss()
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        full = [float(loss_fn(net(X), Y))]
+    for k in range(steps):
+        idx = torch.randint(0, X.shape[0], (batch,), generator=g) if batch else slice(None)
+        opt.zero_grad()
+        loss = loss_fn(net(X[idx]), Y[idx])
+        loss.backward()
+        opt.step()
+        with torch.no_grad():
+            full.append(float(loss_fn(net(X), Y)))
+        if monitor is not None:
+            monitor.update(k + 1, full[-1])
+    return np.array(full)
+
+
+def case(scale: float, name: str, X, Y) -> dict:
+    """One acceptance case: the forecast (and its CPU seconds), the loop's full-batch loss, the judgement."""
+    c = CASES[name]
+    net = make_net(scale)
+    t0 = time.process_time()
+    fc = nqf.forecast(net, X, Y, lr=c["lr"], momentum=c["momentum"], batch_size=c["batch"])
+    cpu = time.process_time() - t0
+    L = user_loop(net, X, Y, int(1.3 * np.nanmax(fc.steps)) + 20, **c)
+    return {"forecast": fc, "cpu": cpu, "loss": L, "judgement": fc.judge(np.arange(L.size), L)}
+
+
+def overhead(X, Y, repeat: int) -> tuple[float, float]:
+    """Seconds per step of the SGD-64 loop without and with ``monitor.update`` (the update alone, best of blocks)."""
+    net = make_net(1e-3)
+    monitor = nqf.watch(net, X, Y, lr=0.5, batch_size=64)
+    opt = torch.optim.SGD(net.parameters(), lr=0.5)
+    loss_fn = torch.nn.MSELoss()
+    g = torch.Generator().manual_seed(0)
+    best_step, best_update = np.inf, np.inf
+    step = 0
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        losses = []
+        for _ in range(200):
+            idx = torch.randint(0, X.shape[0], (64,), generator=g)
+            opt.zero_grad()
+            loss = loss_fn(net(X[idx]), Y[idx])
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        best_step = min(best_step, (time.perf_counter() - t0) / 200)
+        t0 = time.perf_counter()
+        for v in losses:
+            step += 1
+            monitor.update(step, v)
+        best_update = min(best_update, (time.perf_counter() - t0) / len(losses))
+    return best_step, best_update
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scales", type=float, nargs="+", default=[1e-3, 1e-5])
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    X, Y = digits()
+    worst = 0.0
+    for scale in args.scales:
+        for name in CASES:
+            r = case(scale, name, X, Y)
+            fc, j = r["forecast"], r["judgement"]
+            print(
+                f"\nscale {scale:g}, {name}: forecast {r['cpu']:.2f} s CPU, {fc.n_drops} drops ({fc.staircase.method})"
+            )
+            for k in range(fc.n_drops):
+                tag = "trusted" if fc.trusted[k] else f"not trusted: {fc.reasons[k]}"
+                print(
+                    f"  drop {k + 1}: predicted {fc.steps[k]:8.1f}  measured {j.measured[k]:8.1f}  "
+                    f"error {j.errors[k]:+6.1%}  ({tag})"
+                )
+                if fc.trusted[k] and np.isfinite(j.errors[k]):
+                    worst = max(worst, abs(j.errors[k]))
+            print(f"  all drops: largest |error| {np.nanmax(np.abs(j.errors)):.1%}")
+    print(f"\nlargest |error| of a trusted drop: {worst:.1%} (acceptance: 10 %)")
+    step, update = overhead(X, Y, args.repeat)
+    print(
+        f"\nmonitor.update: {update * 1e6:.1f} µs per call; the SGD-64 step {step * 1e3:.2f} ms; "
+        f"overhead {update / step:.3%} (acceptance: ≤ 1 %)"
+    )
+
+
+if __name__ == "__main__":
+    main()
