@@ -37,6 +37,10 @@ integers (integer dtype, or float values that are all integers) with at most
 (``task="regression"`` keeps integer targets as numbers).  The rule that decided is
 ``Dataset.preprocessing["task_rule"]``.
 
+Loss logs (:func:`read_loss_log`, a :class:`LossLog`): a CSV of (step, loss), a Hugging Face
+``trainer_state.json`` or TensorBoard event files, for judging a run against its forecast
+(``nqf compare --log``, :meth:`nqf.Forecast.judge`).
+
 Refused before anything runs (one :class:`nqf.errors.DataError` naming the file):
 a path that is not a regular file (a FIFO, ``/dev/zero``, a directory:
 :func:`check_regular_file`, never opened), a file above :data:`MAX_FILE_BYTES`,
@@ -60,8 +64,13 @@ from ._datasets import (
     load_dataset,
     prepare,
 )
+from ._logs import LOSS_KEYS, STEP_COLUMNS, LossLog, read_loss_log
 
 __all__ = [
+    "LossLog",
+    "read_loss_log",
+    "LOSS_KEYS",
+    "STEP_COLUMNS",
     "Dataset",
     "load_dataset",
     "prepare",

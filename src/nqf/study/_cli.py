@@ -48,7 +48,10 @@ _LOSS = typer.Option(
 
 
 def register_cli(app: typer.Typer) -> None:
-    """Add the ``analyze`` command to ``app``."""
+    """Add the ``analyze`` and ``compare`` commands to ``app``."""
+    from ._compare_cli import register_compare
+
+    register_compare(app)
 
     @app.command("analyze")
     def analyze_cmd(

@@ -8,7 +8,7 @@ import numpy as np
 
 from .._text import figure_text
 
-__all__ = ["analysis_figure", "data_label"]
+__all__ = ["analysis_figure", "data_label", "forecast_figure"]
 
 
 def data_label(data: str) -> str:
@@ -53,4 +53,44 @@ def analysis_figure(a):
     ax2.set_xlabel("training time t = η·steps")
     ax2.set_ylabel("mode strength q_kᵀ M(t) q_k")
     ax2.set_title("escaping directions: real network (solid), NQF (dashed)", fontsize=9)
+    return fig
+
+
+def forecast_figure(fc, steps, loss, judgement, title: str = ""):
+    """A logged curve of the user's loop against its :class:`nqf.Forecast`: the log, the predicted curve
+    (:meth:`nqf.Forecast.loss_curve`), the predicted levels, each drop's predicted step (dashed: trusted, dotted:
+    not) and the log's measured midpoint crossings."""
+    from ..report import mark_times, new_figure
+
+    s, L = np.asarray(steps, float), np.asarray(loss, float)
+    last = float(np.nanmax(fc.steps, initial=0.0)) if np.isfinite(fc.steps).any() else 0.0
+    end = float(s[-1]) if not last or s[-1] <= 2.5 * last else 2.0 * last  # the staircase, not the long tail
+    if end < s[-1]:
+        title = f"{title} (log shown to step {end:.4g} of {s[-1]:.4g})" if title else ""
+        s, L = s[s <= end], L[s <= end]
+    fig, ax = new_figure(figsize=(8, 4.6))
+    ax.plot(s, L, lw=1.8, label="your run (log)")
+    grid = np.linspace(0.0, float(s[-1]), 800)
+    ax.plot(grid, fc.loss_curve(grid), "--", lw=1.3, color="k", label=f"forecast ({fc.staircase.method})")
+    for level in fc.levels:
+        ax.axhline(level, color="0.8", lw=0.6, zorder=0)
+    shown = np.isfinite(fc.steps) & (fc.steps <= s[-1])
+    trusted = shown & fc.trusted
+    labels = [str(k + 1) for k in range(fc.n_drops)]
+    mark_times(ax, np.where(trusted, fc.steps, np.nan), labels, color="C3")
+    for k in np.nonzero(shown & ~fc.trusted)[0]:
+        ax.axvline(fc.steps[k], color="C3", ls=":", lw=0.9, alpha=0.6)
+    hit = np.isfinite(judgement.measured)
+    mids = 0.5 * (fc.levels[:-1] + fc.levels[1:])
+    if hit.any():
+        ax.plot(judgement.measured[hit], mids[hit], "o", ms=5, color="C2", label="measured drop (midpoint crossing)")
+    ax.plot([], [], color="C3", ls="--", lw=0.9, label="predicted drop (trusted)")
+    if (shown & ~fc.trusted).any():
+        ax.plot([], [], color="C3", ls=":", lw=0.9, label="predicted drop (not trusted)")
+    ax.set_xlabel(
+        f"step of your loop ({fc.clock.optimizer}, lr {fc.clock.lr if fc.clock.lr is not None else 'scheduled'})"
+    )
+    ax.set_ylabel("loss (your loss's units)")
+    ax.set_title(figure_text(title) if title else "your run against its forecast", fontsize=9, pad=14)
+    ax.legend(fontsize=8, loc="upper right")
     return fig
