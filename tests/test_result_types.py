@@ -42,6 +42,17 @@ def cached(fn):
     return wrapper
 
 
+def _loss_log(f):
+    """A CSV loss log of P points read back (``f``: pytest's ``tmp_path``-like folder argument, or a temp dir)."""
+    import tempfile
+    from pathlib import Path
+
+    folder = Path(tempfile.mkdtemp())
+    rows = "".join(f"{k},{1.0 / (k + 1)}\n" for k in range(P))
+    (folder / "log.csv").write_text("step,loss\n" + rows)
+    return nqf.data.read_loss_log(folder / "log.csv")
+
+
 @cached
 def _forecast():
     """nqf.forecast of a bias-free MLP with p = D + C = 1000 (8 units, scaled to 1e-3) on the MLP problem's data."""
@@ -335,6 +346,7 @@ FACTORIES = {
     "nqf.experiments._real_data_checks.UpperBoundCheck": (lambda f: _upper_bound_check(), ()),
     "nqf.curves._training_clock.TrainingClock": (lambda f: _forecast().clock, ()),
     "nqf.study._forecast_result.Forecast": (lambda f: _forecast(), ()),
+    "nqf.data._logs.LossLog": (lambda f: _loss_log(f), ()),
     "nqf.study._watch.WatchStatus": (
         lambda f: __import__("nqf.study", fromlist=["x"]).Monitor(_forecast()).update(1.0, 0.3),
         (),

@@ -52,6 +52,11 @@ def register_cli(app: typer.Typer) -> None:
     from ._compare_cli import register_compare
 
     register_compare(app)
+    _register_analyze(app)
+
+
+def _register_analyze(app: typer.Typer) -> None:
+    """Add the ``analyze`` command to ``app``."""
 
     @app.command("analyze")
     def analyze_cmd(

@@ -7,7 +7,7 @@ The monitor holds a :class:`nqf.Forecast` (made once, before training) and reads
   falls below the midpoint of its two predicted levels — the same crossing :meth:`Forecast.judge` and
   :func:`nqf.curves.compare_staircase` measure; its step is interpolated between your two updates around it;
 * **next drop**: its predicted step, with the forecast's uncertainty (one e-fold of its escape for a
-  leading-order time, :attr:`Forecast.uncertainty`), or the tolerance where none is known;
+  leading-order time, the forecast's ``uncertainty``), or the tolerance where none is known;
 * **last drop**: its measured step and how early or late it came (``(measured − predicted)/predicted``);
 * **regime**: the run has *left* the regime of the prediction when its loss is not finite, rises above where it
   started, or falls below the last predicted level by more than ``gap_tolerance`` of that level (the network fits
@@ -123,8 +123,25 @@ class Monitor:
 
     @property
     def predicted_steps(self) -> np.ndarray:
-        """Each drop's predicted step (:attr:`nqf.Forecast.steps`)."""
+        """Each drop's predicted step (the ``steps`` of :class:`nqf.Forecast`)."""
         return self.forecast.steps
+
+    @property
+    def last_step(self) -> float | None:
+        """The step of the latest update (None before the first)."""
+        return self._prev_step
+
+    def lightning_callback(self, *, echo=print):
+        """This monitor as a ``lightning.pytorch.Callback`` (:func:`nqf.study._adapters.lightning_callback`)."""
+        from ._adapters import lightning_callback
+
+        return lightning_callback(self, echo=echo)
+
+    def hf_callback(self, *, echo=print):
+        """This monitor as a ``transformers.TrainerCallback`` (:func:`nqf.study._adapters.hf_callback`)."""
+        from ._adapters import hf_callback
+
+        return hf_callback(self, echo=echo)
 
     def update(self, step, loss) -> WatchStatus:
         """Read the loss at ``step`` (after that step, or any steps since the last update) and say where the run is.
