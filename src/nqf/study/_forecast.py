@@ -133,6 +133,11 @@ def forecast(
         st = dataclasses.replace(st, levels=st.levels + shift)
     steps = np.array([clock.step_of(float(t), float(r)) for t, r in zip(st.times, st.rates[: st.n_drops], strict=True)])
     notes = _notes(side, clock, found, module)
+    if not st.n_drops:
+        notes.append(
+            "no drop: the quadratic form carries no signal to these targets; the first order that does sets a "
+            "power-law clock in 1/ε (nqf analyze finds it)"
+        )
     timings = {"setup": round(setup, 3), "prediction": round(time.perf_counter() - t0 - setup, 3)}
     say(f"prediction: {st.method}, {st.n_drops} drops in {timings['prediction']:.2f} s ({how})")
     return Forecast(
@@ -225,11 +230,9 @@ def _doubts(st, side) -> list[str]:
     ok = st.trusted()
     for k in np.nonzero(~ok)[0]:
         reasons[k] = "the reduction's time is uncertain"
-    w, times = drop_widths(st), np.asarray(st.times, float)
-    for k in range(K - 1):
-        if times[k + 1] - times[k] < 0.5 * (w[k] + w[k + 1]):
-            for j in (k, k + 1):
-                reasons[j] = reasons[j] or "crowds its neighbour (closer than their widths)"
+    times = np.asarray(st.times, float)
+    for k in np.nonzero(_crowded(st))[0]:
+        reasons[k] = reasons[k] or "crowds its neighbour (closer than their widths)"
     if side.names and K and FAST_MARGIN / side.slowest_rate > times[0]:
         reasons[0] = reasons[0] or f"{', '.join(side.names)} fit slower than the first escape"
     for k, rule in enumerate(st.time_rules):
@@ -238,15 +241,30 @@ def _doubts(st, side) -> list[str]:
     return reasons
 
 
+def _crowded(st) -> np.ndarray:
+    """Drops closer to a neighbour than the mean of their widths (:func:`nqf.curves.drop_widths`), shape (K,)."""
+    K = st.n_drops
+    w, times = drop_widths(st), np.asarray(st.times, float)
+    out = np.zeros(K, bool)
+    close = np.diff(times) < 0.5 * (w[:-1] + w[1:]) if K > 1 else np.zeros(0, bool)
+    out[:-1] |= close
+    out[1:] |= close
+    return out
+
+
 def _uncertainty(st) -> np.ndarray:
     """Relative uncertainty of each drop's time: the staircase's own bound where it has one, else one e-fold of
-    the escaping mode ``1/(ζ_k t_k)`` for a leading-order time, NaN for an exact rule without a bound."""
+    the escaping mode ``1/(ζ_k t_k)`` for a leading-order time; for a crowded drop at least its width over its
+    time ``w_k/t_k`` (its midpoint crossing mixes its neighbours' modes); NaN for an exact rule without a bound."""
     K = st.n_drops
     own = np.full(K, np.nan) if st.time_uncertainty is None else np.asarray(st.time_uncertainty, float)
+    times = np.asarray(st.times, float)
     with np.errstate(divide="ignore", invalid="ignore"):
-        efold = 1.0 / (np.asarray(st.rates[:K], float) * np.asarray(st.times, float))
+        efold = 1.0 / (np.asarray(st.rates[:K], float) * times)
+        width = drop_widths(st) / times
     loose = np.array([r in LOOSE_RULES for r in st.time_rules], bool)
-    return np.where(np.isfinite(own), own, np.where(loose, efold, np.nan))
+    base = np.where(np.isfinite(own), own, np.where(loose, efold, np.nan))
+    return np.where(_crowded(st), np.fmax(base, width), base)
 
 
 def _notes(side, clock, found, module) -> list[str]:
