@@ -193,3 +193,29 @@ def test_output_projection_against_its_dense_form():
         proj.take([0, 1])
     with pytest.raises(NQFError, match="`basis`"):
         OutputProjection(op, B[:5])
+
+
+def test_forecast_with_a_schedule_meets_torchs_scheduler():
+    """A step schedule given as a function: the loop runs it with torch.optim.lr_scheduler.LambdaLR."""
+    X, Y = _iris()
+    net = _net(1e-3, seed=2)
+
+    def lr_at(k: int) -> float:
+        return 0.25 if k < 30 else 0.5  # a warm-up: half the step for 30 steps
+
+    fc = nqf.forecast(net, X, Y, schedule=lr_at)
+    opt = torch.optim.SGD(net.parameters(), lr=1.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    loss_fn = torch.nn.MSELoss()
+    L = []
+    for _ in range(int(1.4 * np.nanmax(fc.steps)) + 20):
+        opt.zero_grad()
+        loss = loss_fn(net(X), Y)
+        loss.backward()
+        opt.step()
+        sched.step()
+        L.append(float(loss.detach()))
+    j = fc.judge(np.arange(len(L)), L)
+    assert j.passed, j.lines()
+    constant = fc.with_clock(nqf.curves.training_clock(lr=0.5, n_outputs=3))
+    assert not constant.judge(np.arange(len(L)), L).passed  # the schedule is what makes it right

@@ -49,15 +49,26 @@ def evaluation_mode():
     ``scaled_dot_product_attention`` onto its math kernel (the fused CPU/GPU
     kernels have no forward-mode derivative).
     """
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    fast = torch.backends.mha.get_fastpath_enabled()
-    torch.backends.mha.set_fastpath_enabled(False)
+    mha = getattr(torch.backends, "mha", None)  # torch ≥ 2.3; torch 2.2 has no switch (see below)
+    fast = mha.get_fastpath_enabled() if mha is not None else None
+    if mha is not None:
+        mha.set_fastpath_enabled(False)
     try:
-        with sdpa_kernel(SDPBackend.MATH):
+        with _math_attention():
             yield
     finally:
-        torch.backends.mha.set_fastpath_enabled(fast)
+        if mha is not None:
+            mha.set_fastpath_enabled(fast)
+
+
+def _math_attention():
+    """``scaled_dot_product_attention`` on its math kernel: ``torch.nn.attention.sdpa_kernel`` (torch ≥ 2.3), or
+    the flags of ``torch.backends.cuda.sdp_kernel`` that torch 2.2 (the lowest supported) reads on every device."""
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:  # torch 2.2
+        return torch.backends.cuda.sdp_kernel(enable_flash=False, enable_math=True, enable_mem_efficient=False)
+    return sdpa_kernel(SDPBackend.MATH)
 
 
 def _set_param(module: nn.Module, name: str, value: torch.Tensor, requires_grad: bool) -> None:
