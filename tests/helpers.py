@@ -53,3 +53,16 @@ def resolves(dotted: str) -> bool:
             return False
         return True
     return False
+
+
+def _torch_minor() -> tuple[int, int]:
+    import torch
+
+    major, minor = torch.__version__.split("+")[0].split(".")[:2]
+    return int(major), int(minor)
+
+
+#: torch ≥ 2.3: the switch of attention's fused fast path (nqf refuses attention on older torch).
+TORCH_HAS_MHA_SWITCH = _torch_minor() >= (2, 3)
+#: torch ≥ 2.6: a saved TensorDataset can be read without unpickling it (nqf refuses it on older torch).
+TORCH_READS_TENSOR_DATASET = _torch_minor() >= (2, 6)

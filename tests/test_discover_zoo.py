@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from typer.testing import CliRunner
 
+from helpers import TORCH_HAS_MHA_SWITCH
 from nqf.cli import app
 from nqf.errors import NormalFormError, NoUnitsError
 from nqf.modules import find_units, from_module, refused_units, select_units
@@ -302,6 +303,7 @@ def _pre_activation_by_hand(net, X):
     return enc.linear1(x1)
 
 
+@pytest.mark.skipif(not TORCH_HAS_MHA_SWITCH, reason="torch < 2.3: nqf refuses attention (tests/test_torch_compat.py)")
 def test_transformer_relu_feed_forward_is_measured_not_hidden():
     torch.manual_seed(6)
     net = ZOO.transformer(64, 3).to(DT).eval()

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from helpers import loglog_slope
+from helpers import TORCH_HAS_MHA_SWITCH, loglog_slope
 from nqf.errors import NonFiniteError, ShapeError
 from nqf.modules._attention_layouts import attention_units
 from nqf.modules._autodiff import from_module
@@ -23,6 +23,10 @@ from nqf.structure._attention import (
     attention_token_weights,
     multi_head_attention,
     qk_attention,
+)
+
+pytestmark = pytest.mark.skipif(
+    not TORCH_HAS_MHA_SWITCH, reason="torch < 2.3: nqf refuses nn.MultiheadAttention (tests/test_torch_compat.py)"
 )
 
 DT = torch.float64

@@ -327,13 +327,24 @@ def _stand_in(torch):
     return torch.serialization.safe_globals([(_SavedTensorDataset, TENSOR_DATASET)])
 
 
+def _torch_version() -> str:
+    import torch
+
+    return str(torch.__version__)
+
+
 def _pt_error(path: Path, exc: Exception) -> DataError:
     """One line for a ``.pt`` file torch.load(weights_only=True) refuses: the object it holds that nqf does not
     unpickle and how to save the data instead, or the first line of torch's message."""
     import re
 
     text = str(exc)
-    found = re.search(r"GLOBAL (\S+) was not an allowed global", text)
+    found = re.search(r"GLOBAL (\S+) was not an allowed global", text) or re.search(r"Unsupported class (\S+)", text)
+    if found and found.group(1).endswith(".TensorDataset"):  # torch < 2.6 cannot map the name to a stand-in
+        return DataError(
+            f"`data`: {path} holds a TensorDataset, which this torch ({_torch_version()}) cannot read without "
+            f"unpickling it (torch ≥ 2.6 can); {_SAVE_AS}"
+        )
     if found:
         return DataError(
             f"`data`: {path} holds the Python object {found.group(1)}, which nqf never unpickles (a .pt file is read "

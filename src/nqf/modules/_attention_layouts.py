@@ -68,6 +68,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import InvalidTypeError
+from ._compat import check_attention_torch
 from ._units import UnitLayout, UnitSlice
 
 __all__ = ["attention_units", "HeadSubsetAttention"]
@@ -95,6 +96,7 @@ def attention_units(mha: nn.MultiheadAttention, prefix: str = "") -> UnitLayout:
     TypeError
         If ``mha`` is not an ``nn.MultiheadAttention``.
     """
+    check_attention_torch(mha)
     if not isinstance(mha, nn.MultiheadAttention):
         raise InvalidTypeError(f"`mha` must be a torch.nn.MultiheadAttention; found {type(mha).__name__}")
     E, H = mha.embed_dim, mha.num_heads

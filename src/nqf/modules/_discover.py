@@ -66,6 +66,7 @@ from ..errors import InvalidTypeError, NoUnitsError
 from ..structure import ActivationModule, module_classes, smooth_alternatives_text
 from ._attention_layouts import attention_units
 from ._autodiff import is_non_smooth_layer
+from ._compat import check_attention_torch
 from ._conv_layouts import conv_units
 from ._experts import find_experts, stack_experts
 from ._refusals import unit_refusals
@@ -346,9 +347,12 @@ def find_units(module: nn.Module) -> list[UnitCandidate]:
     ------
     TypeError
         ``module`` is not an ``nn.Module``.
+    NormalFormError
+        ``module`` holds attention and the installed torch is older than 2.3 (:func:`check_attention_torch`).
     """
     if not isinstance(module, nn.Module):
         raise InvalidTypeError(f"`module` must be a torch.nn.Module; found {type(module).__name__}")
+    check_attention_torch(module)  # torch 2.2: attention's fast path cannot be switched off
     params = dict(module.named_parameters())
     found: list[UnitCandidate] = []
     skip: list[str] = []

@@ -35,6 +35,7 @@ from torch.func import functional_call
 from .._validation import tolerance
 from ..errors import NormalFormError
 from ._attention_layouts import HeadSubsetAttention
+from ._compat import has_mha_switch, math_attention
 from ._units import UnitLayout, UnitScatter, UnitSlice
 
 __all__ = ["reduced_copy", "check_reduced_copy", "evaluation_mode"]
@@ -49,26 +50,17 @@ def evaluation_mode():
     ``scaled_dot_product_attention`` onto its math kernel (the fused CPU/GPU
     kernels have no forward-mode derivative).
     """
-    mha = getattr(torch.backends, "mha", None)  # torch ≥ 2.3; torch 2.2 has no switch (see below)
-    fast = mha.get_fastpath_enabled() if mha is not None else None
-    if mha is not None:
-        mha.set_fastpath_enabled(False)
+    if not has_mha_switch():  # torch 2.2 has no switch: attention is refused there (modules/_compat.py)
+        with math_attention():
+            yield
+        return
+    fast = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
     try:
-        with _math_attention():
+        with math_attention():
             yield
     finally:
-        if mha is not None:
-            mha.set_fastpath_enabled(fast)
-
-
-def _math_attention():
-    """``scaled_dot_product_attention`` on its math kernel: ``torch.nn.attention.sdpa_kernel`` (torch ≥ 2.3), or
-    the flags of ``torch.backends.cuda.sdp_kernel`` that torch 2.2 (the lowest supported) reads on every device."""
-    try:
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-    except ImportError:  # torch 2.2
-        return torch.backends.cuda.sdp_kernel(enable_flash=False, enable_math=True, enable_mem_efficient=False)
-    return sdpa_kernel(SDPBackend.MATH)
+        torch.backends.mha.set_fastpath_enabled(fast)
 
 
 def _set_param(module: nn.Module, name: str, value: torch.Tensor, requires_grad: bool) -> None:
