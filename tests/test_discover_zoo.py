@@ -290,7 +290,10 @@ def test_cli_list_units_shows_refusals():
     res = CliRunner().invoke(app, ["analyze", "--model", f"{ZOO_FILE}:transformer", "--data", "digits", "--list-units"])
     if TORCH_HAS_MHA_SWITCH:
         assert res.exit_code == 0, res.output
-        assert "1 layer(s) not offered as units:" in res.output and "refused `embed`: TransformerEncoderLayer" in res.output
+        assert (
+            "1 layer(s) not offered as units:" in res.output
+            and "refused `embed`: TransformerEncoderLayer" in res.output
+        )
     else:  # torch 2.2: attention refused in one line
         assert res.exit_code == 2 and "needs torch ≥ 2.3" in res.output, res.output
     res = CliRunner().invoke(app, ["analyze", "--model", f"{ZOO_FILE}:rnn", "--data", "digits", "--list-units"])

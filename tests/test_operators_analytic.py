@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch import nn
 
+from helpers import TORCH_HAS_MHA_SWITCH
 from nqf.modules import from_module
 from nqf.structure import ReadoutStructure, mlp
 from nqf.study import choose_units
@@ -68,12 +69,14 @@ class _Attn(nn.Module):
         return self.readout(self.att(t, t, t, need_weights=False, attn_mask=mask)[0].mean(1))
 
 
+@pytest.mark.skipif(not TORCH_HAS_MHA_SWITCH, reason="torch < 2.3: nqf refuses attention (tests/test_torch_compat.py)")
 def test_attention_heads_read_out_through_the_token_mean():
     torch.manual_seed(2)
     X = torch.randn(10, 12, dtype=DT)
     _same_as_autodiff(_Attn(), X, expect="analytic attention + readout")
 
 
+@pytest.mark.skipif(not TORCH_HAS_MHA_SWITCH, reason="torch < 2.3: nqf refuses attention (tests/test_torch_compat.py)")
 def test_transformer_layer_heads_with_layer_norms_after_them():
     torch.manual_seed(3)
     X = torch.randn(6, 3, 4, dtype=DT)
@@ -82,6 +85,7 @@ def test_transformer_layer_heads_with_layer_norms_after_them():
     _same_as_autodiff(model, X, expect="analytic attention + readout")
 
 
+@pytest.mark.skipif(not TORCH_HAS_MHA_SWITCH, reason="torch < 2.3: nqf refuses attention (tests/test_torch_compat.py)")
 def test_a_causal_mask_is_not_taken_for_plain_attention():
     """The analytic family assumes no mask: with a causal one the operator is the module's own autodiff one."""
     torch.manual_seed(2)

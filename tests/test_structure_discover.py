@@ -12,6 +12,7 @@ import pytest
 import torch
 from torch import nn
 
+from helpers import TORCH_HAS_MHA_SWITCH
 from nqf.errors import NormalFormError, NoUnitsError
 from nqf.modules import (
     UnitCandidate,
@@ -130,6 +131,7 @@ def test_no_units_and_unknown_layers():
         find_units(lambda x: x)
 
 
+@pytest.mark.skipif(not TORCH_HAS_MHA_SWITCH, reason="torch < 2.3: nqf refuses attention (tests/test_torch_compat.py)")
 def test_attention_heads_of_transformer_layers():
     enc = nn.TransformerEncoder(
         nn.TransformerEncoderLayer(6, 3, 8, batch_first=True, dtype=DT), 2, enable_nested_tensor=False

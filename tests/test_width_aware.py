@@ -19,6 +19,7 @@ from scipy.optimize import minimize
 from torch import nn
 
 import nqf
+from helpers import TORCH_HAS_MHA_SWITCH
 from nqf.curves import compare_staircase
 from nqf.data import load_dataset, prepare
 from nqf.dynamics import initial_weights
@@ -158,6 +159,7 @@ class _SmallRowTransformer(nn.Module):
         return self.readout(self.encoder(self.embed(x.reshape(x.shape[0], 8, 8))).mean(dim=1))
 
 
+@pytest.mark.skipif(not TORCH_HAS_MHA_SWITCH, reason="torch < 2.3: nqf refuses attention (tests/test_torch_compat.py)")
 def test_two_heads_predict_no_level_below_what_two_heads_reach():
     """Issue 32: a 2-head transformer was predicted to reach a rank-8 saddle.  Its NQF on 24 digits (3 classes),
     head dimension 4 (p = 140): the top escape rate is 4-fold degenerate, and with max_rank = 2 the staircase

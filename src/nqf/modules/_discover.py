@@ -345,10 +345,8 @@ def find_units(module: nn.Module) -> list[UnitCandidate]:
 
     Raises
     ------
-    TypeError
-        ``module`` is not an ``nn.Module``.
-    NormalFormError
-        ``module`` holds attention and the installed torch is older than 2.3 (:func:`check_attention_torch`).
+    TypeError, NormalFormError
+        ``module`` is not an ``nn.Module``; it holds attention and torch is older than 2.3 (``modules/_compat.py``).
     """
     if not isinstance(module, nn.Module):
         raise InvalidTypeError(f"`module` must be a torch.nn.Module; found {type(module).__name__}")
