@@ -106,20 +106,15 @@ class Forecast(Result):
         (:meth:`nqf.curves.TrainingClock.time_of`) rescaled so that the drops fall on :attr:`steps`."""
         st = self.staircase
         K = st.n_drops
-        t_axis = np.asarray(self.clock.time_of(np.asarray(steps, float)), float)
-        if not K or not np.isfinite(self.steps).all():
-            return self.clock.loss_scale * mode_sum(t_axis, st)
-        # the drops at their own steps: time axis piecewise linear through (steps_k, t_k)
-        knots_s = np.concatenate([[0.0], self.steps])
-        knots_t = np.concatenate([[0.0], st.times])
-        order = np.argsort(knots_s)
         s = np.asarray(steps, float)
-        slope = (knots_t[order][-1] / knots_s[order][-1]) if knots_s[order][-1] > 0 else 0.0
-        t = np.where(
-            s <= knots_s[order][-1],
-            np.interp(s, knots_s[order], knots_t[order]),
-            knots_t[order][-1] + slope * (s - knots_s[order][-1]),
-        )
+        if not K or not np.isfinite(self.steps).all():
+            return self.clock.loss_scale * mode_sum(np.asarray(self.clock.time_of(s), float), st)
+        # the drops at their own steps: a time axis piecewise linear through (0, 0) and each (step_k, t_k)
+        order = np.argsort(np.concatenate([[0.0], self.steps]))
+        knots_s = np.concatenate([[0.0], self.steps])[order]
+        knots_t = np.concatenate([[0.0], st.times])[order]
+        slope = knots_t[-1] / knots_s[-1] if knots_s[-1] > 0 else 0.0
+        t = np.where(s <= knots_s[-1], np.interp(s, knots_s, knots_t), knots_t[-1] + slope * (s - knots_s[-1]))
         half = float(np.log(1.0 / (np.sqrt(2.0) - 1.0)))  # logit(1/√2): midpoint to half saturation
         shifted = dataclasses.replace(st, times=np.asarray(st.times, float) + half / np.asarray(st.rates[:K], float))
         return self.clock.loss_scale * mode_sum(t, shifted)

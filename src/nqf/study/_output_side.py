@@ -73,7 +73,7 @@ def output_side(module, found, X: torch.Tensor) -> OutputSide:
     set_unit_weights(m, found.layout, torch.zeros_like(get_unit_weights(m, found.layout)))
     outside = _outside(m, found)
     if not outside:
-        return _none(X.shape[0])
+        return _none()
     for _, p in outside:
         p.grad = None
     out = m(X).reshape(X.shape[0], -1)
@@ -81,7 +81,7 @@ def output_side(module, found, X: torch.Tensor) -> OutputSide:
     (out * probe).sum().backward()
     live = [(n, p) for n, p in outside if p.grad is not None and bool(p.grad.abs().max() > 0)]
     if not live:
-        return _none(out.shape[0])
+        return _none()
     size = sum(int(p.numel()) for _, p in live)
     if size > MAX_OUTPUT_PARAMS:
         raise NormalFormError(
@@ -93,7 +93,7 @@ def output_side(module, found, X: torch.Tensor) -> OutputSide:
     return _from_jacobian(tuple(n for n, _ in live), J, out.shape)
 
 
-def _none(n: int) -> OutputSide:
+def _none() -> OutputSide:
     return OutputSide((), torch.zeros(0, 0, dtype=torch.float64), math.inf, False)
 
 
