@@ -50,7 +50,9 @@ def compare_run(
 
 
 def _verdict(fc, j) -> str:
-    reached = fc.trusted & (j.measured == j.measured)
+    import numpy as np
+
+    reached = fc.trusted & np.isfinite(j.measured)
     if not fc.trusted.any():
         return "verdict: no drop is trusted (each drop's reason is above); the comparison is shown, not judged"
     if not reached.any():
@@ -67,6 +69,8 @@ def register_compare(app: typer.Typer) -> None:
     def compare_cmd(
         model: str = typer.Option(..., "--model", help="FILE.py:FACTORY (your model as it starts training) or a spec."),
         data: str = typer.Option(..., "--data", help="The data your loop trained on (as nqf analyze --data)."),
+        target: str | None = typer.Option(None, "--target", help="CSV target column(s), names or 0-based indices."),
+        task: str = typer.Option("auto", "--task", help="classification, regression, or auto (as nqf analyze)."),
         log: Path = _LOG,
         key: str | None = _KEY,
         lr: float = _LR,
@@ -89,7 +93,16 @@ def register_compare(app: typer.Typer) -> None:
         from ._output import AnalyzeParams
 
         try:
-            params = AnalyzeParams(model=model, data=data, units=units, eps=eps, lr=lr, standardize=not no_standardize)
+            params = AnalyzeParams(
+                model=model,
+                data=data,
+                target=target,
+                task=task,  # type: ignore[arg-type]  # checked by pydantic: one line naming --task
+                units=units,
+                eps=eps,
+                lr=lr,
+                standardize=not no_standardize,
+            )
         except ValidationError as exc:
             err = exc.errors()[0]
             _fail(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}; found {err.get('input')!r}")
