@@ -162,6 +162,17 @@ def test_bad_input_names_the_parameter(args, kw, match):
         nqf.forecast(model, X, Y, **kw)
 
 
+def test_units_at_exact_zero_are_refused_saying_why():
+    X, Y = _iris()
+    net = _net(1e-3)
+    with torch.no_grad():
+        net[0].weight.zero_()
+        net[0].bias.zero_()
+        net[2].weight.zero_()
+    with pytest.raises(NQFError, match="all zero"):
+        nqf.forecast(net, X, Y, lr=0.5)
+
+
 def test_the_users_module_is_not_modified():
     X, Y = _iris()
     net = _net(1e-3).float()

@@ -164,6 +164,11 @@ def _predicted(op, Y, M0, eps: float, width: int):
     """:func:`nqf.predict` from ``M0``; a start so large that an escape would end before step 0 is refused."""
     from ..errors import InvalidParameterError, NormalFormError
 
+    if not eps > 0:
+        raise NormalFormError(
+            "`model`: its units are all zero (M(0) = W(0) W(0)ᵀ = 0): nothing escapes from an exact zero; start from "
+            "small non-zero weights (PyTorch's initialisation × 1e-3, say)"
+        )
     try:
         return predict(op, Y, min(eps, 0.5), M0=M0, max_rank=width)
     except InvalidParameterError as exc:
