@@ -9,12 +9,13 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import NoReturn
 
 import typer
 
 from .._limits import DEFAULT_TIMEOUT, MAX_STEPS, MAX_THREADS
 from .._text import terminal_echo
+from ._cli_exit import analyze_params
+from ._cli_exit import fail as _fail
 
 __all__ = ["register_cli", "MAX_STEPS", "MAX_THREADS"]
 
@@ -103,28 +104,23 @@ def _register_analyze(app: typer.Typer) -> None:
         import datetime as _dt
 
         import torch
-        from pydantic import ValidationError
 
-        from ._output import AnalyzeExperiment, AnalyzeParams
+        from ._output import AnalyzeExperiment
 
         torch.set_num_threads(threads)
-        try:
-            params = AnalyzeParams(
-                model=model,
-                data=data,
-                target=target,
-                task=task,  # type: ignore[arg-type]  # checked by pydantic: one line naming --task
-                units=units,
-                eps=eps,
-                lr=lr,
-                steps=steps,
-                max_steps=max_steps,
-                subset=subset,
-                standardize=not no_standardize,
-            )
-        except ValidationError as exc:  # one line naming the flag
-            err = exc.errors()[0]
-            _fail(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}; found {err.get('input')!r}")
+        params = analyze_params(
+            model=model,
+            data=data,
+            target=target,
+            task=task,  # type: ignore[arg-type]  # checked by pydantic: one line naming --task
+            units=units,
+            eps=eps,
+            lr=lr,
+            steps=steps,
+            max_steps=max_steps,
+            subset=subset,
+            standardize=not no_standardize,
+        )
         if _check_input(params, seed, timeout, list_units):
             return
         if predict_only:
@@ -234,12 +230,6 @@ def _check_steps(steps: int | None, max_steps: int, lr: float | None) -> None:
         check_step_budget(steps, max_steps, lr)
     except InvalidParameterError as exc:
         _fail(str(exc))
-
-
-def _fail(msg: str, code: int = 2) -> NoReturn:
-    """One line ``error: MSG`` on stderr, then exit with ``code`` (2: bad input, 1: the analysis failed)."""
-    terminal_echo(f"error: {msg}", err=True)
-    raise typer.Exit(code)
 
 
 def _run(exp, params, out: Path, *, seed: int, force: bool, as_json: bool) -> dict:

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import NoReturn
 
 import typer
 
 from .._text import terminal_echo
+from ._cli_exit import analyze_params
+from ._cli_exit import fail as _fail
 
 __all__ = ["register_compare", "compare_run"]
 
@@ -24,11 +25,6 @@ _LR = typer.Option(..., "--lr", help="The step your loop used (on the --loss bel
 _START = typer.Option("weights", "--start", help="weights (the factory's model as it started training) or eps.")
 _LOSS = typer.Option("mse", "--loss", help="Your loss: mse (torch.nn.MSELoss) or half_mse ((1/N) Σ ½‖f − y‖²).")
 _FIGURE = typer.Option(None, "--figure", help="Where to draw the figure (default: LOG's name + '.forecast.png').")
-
-
-def _fail(msg: str) -> NoReturn:
-    terminal_echo(f"error: {msg}", err=True)
-    raise typer.Exit(2)
 
 
 def compare_run(
@@ -87,25 +83,18 @@ def register_compare(app: typer.Typer) -> None:
         seed: int = typer.Option(0, "--seed", min=0, help="Seed of the model factory."),
     ):
         """Judge a run's own loss log against the forecast of its model, data and optimiser (nothing trained)."""
-        from pydantic import ValidationError
-
         from ..errors import NQFError
-        from ._output import AnalyzeParams
 
-        try:
-            params = AnalyzeParams(
-                model=model,
-                data=data,
-                target=target,
-                task=task,  # type: ignore[arg-type]  # checked by pydantic: one line naming --task
-                units=units,
-                eps=eps,
-                lr=lr,
-                standardize=not no_standardize,
-            )
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            _fail(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}; found {err.get('input')!r}")
+        params = analyze_params(
+            model=model,
+            data=data,
+            target=target,
+            task=task,  # type: ignore[arg-type]  # checked by pydantic: one line naming --task
+            units=units,
+            eps=eps,
+            lr=lr,
+            standardize=not no_standardize,
+        )
         out = figure if figure is not None else Path(f"{log.name}.forecast.png")
         if out.exists() and not force or out.is_symlink():
             _fail(f"--figure: {out} exists (or is a link); pass --force to overwrite a file, or another --figure")
