@@ -147,6 +147,13 @@ class TrainingClock(Result):
             return max(0.0, (need - math.log(amp)) / math.log(lam))
         return self._scheduled_step(need, rate)
 
+    def drop_steps(self, staircase) -> np.ndarray:
+        """Each drop of a :class:`nqf.Staircase` at its step: :meth:`step_of` its time at its own escape rate, (K,)."""
+        K = staircase.n_drops
+        return np.array(
+            [self.step_of(float(t), float(r)) for t, r in zip(staircase.times, staircase.rates[:K], strict=True)]
+        )
+
     def time_of(self, step) -> np.ndarray:
         """Flow time reached after ``step`` steps, to leading order (``Σ_{j<step} c η_j (1 − d)/(1 − β)``):
         the axis on which a logged curve is drawn against the prediction."""

@@ -131,7 +131,7 @@ def forecast(
         import dataclasses
 
         st = dataclasses.replace(st, levels=st.levels + shift)
-    steps = np.array([clock.step_of(float(t), float(r)) for t, r in zip(st.times, st.rates[: st.n_drops], strict=True)])
+    steps = clock.drop_steps(st)
     notes = _notes(side, clock, found, module)
     if not st.n_drops:
         notes.append(

@@ -86,10 +86,7 @@ class Forecast(Result):
             from ..errors import InvalidTypeError
 
             raise InvalidTypeError(f"`clock` must be a nqf.curves.TrainingClock; found {type(clock).__name__}")
-        st = self.staircase
-        steps = np.array(
-            [clock.step_of(float(t), float(r)) for t, r in zip(st.times, st.rates[: st.n_drops], strict=True)]
-        )
+        steps = clock.drop_steps(self.staircase)
         levels = clock.loss_scale / self.clock.loss_scale * self.levels
         start = clock.loss_scale / self.clock.loss_scale * self.level_start
         return dataclasses.replace(self, clock=clock, steps=steps, levels=levels, level_start=start)
