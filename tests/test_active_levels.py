@@ -106,3 +106,36 @@ def test_every_clock_time_is_within_five_percent_of_gd_at_eta_or_flagged(make):
     err = np.abs(st.times / compare_staircase(gd.t.numpy(), gd.loss.numpy(), a.prediction).times_measured - 1)
     assert np.all((err <= 0.05) | flags), (err, st.time_uncertainty)
     assert flags.any() and np.any(err > 0.05)  # a failing drop exists, and it is flagged
+
+
+def test_a_flow_stiffer_than_gd_at_lr_follows_is_stopped(demo, monkeypatch):
+    """With ``lr`` each flow may use ``8 · duration / lr`` right-hand sides (RK45 needs about ``3.6 · duration / lr``
+    where the curvature reaches ``2/lr``, the most GD at ``lr`` follows).  At the run's own step (5e-3) nothing is
+    stopped and the levels are the unlimited ones; at a step of 1 (stable only below curvature 2), the demo's flows
+    (curvature up to ~10) are stopped: NaN from the first stopped plateau on.  The floor of 200 right-hand sides is
+    set to 0 here so that the short flows are judged by the curvature alone."""
+    from nqf.dynamics import _cost_step
+
+    X, Y, net, real, sim, st = demo
+    t_nqf = compare_staircase(sim.t.numpy(), sim.loss.numpy(), st).times_measured
+    reads = level_read_times(24.0, t_nqf)
+    args = (net, net.units, X, Y, (sim.t.numpy(), sim.W), t_nqf, st.ranks, reads)
+    monkeypatch.setattr(_cost_step, "RHS_FLOOR", 0)
+    free = active_levels(*args)
+    np.testing.assert_allclose(active_levels(*args, lr=5e-3), free, rtol=1e-12)
+    stiff = active_levels(*args, lr=1.0)
+    assert stiff[0] == free[0] and np.isnan(stiff[-1])
+    first = int(np.argmax(np.isnan(stiff)))
+    assert np.isnan(stiff[first:]).all() and np.isfinite(stiff[:first]).all()
+    with pytest.raises(InvalidParameterError, match="lr"):
+        active_levels(*args, lr=0.0)
+
+
+def test_a_level_not_computed_gives_no_bound_and_an_untrusted_drop():
+    """NaN levels (a stopped flow) give NaN bounds; ``Staircase.trusted`` reads them as not trusted, and the verdict
+    says there is no bound instead of printing ``nan %``."""
+    from nqf.study._clock import _bound_text
+
+    b = level_time_bounds(np.array([1.0, 0.5, 0.4]), np.array([1.0, np.nan, np.nan]))
+    assert b[0] == 0.0 and np.isnan(b[1])
+    assert _bound_text(b[1]).startswith("no bound") and _bound_text(0.052) == "5.2 %"

@@ -14,6 +14,14 @@ directions (a tanh unit trading input scale for output scale).  The real network
 plateau: the demo's real loss sits at 1.1e-3 at ``t = 24`` where the span's minimum is 5.3e-4.  So
 each step integrates the gradient flow ``dC/dt = −∇_C L`` for the given ``duration`` (``solve_ivp``,
 RK45; the module's own loss and gradient through :class:`nqf.modules.UnitScatter`).
+
+A flow that the run's gradient descent cannot follow is stopped.  GD at step ``η`` tracks the flow only where the
+loss's curvature is below ``2/η``; RK45 on a flow of curvature ``λ`` needs steps of about ``3.3/λ`` (six
+right-hand sides each), so above ``2/η`` it needs more than ``3.6 duration/η`` right-hand sides.  Given ``lr``,
+each step may use :data:`RHS_PER_GD_STEP` ``· duration/η`` of them (twice that, for rejected steps) plus
+:data:`RHS_FLOOR`; a step that needs more has entered a region no GD run at ``η`` reaches, and its level and every
+later one are NaN (on digits with 32 tanh units, ten classes, a chained state grew from norm 3 to 74 over two
+plateaus while the NQF's curvature rose from 37 to 3·10⁴: one RK45 step took 217 s).
 """
 
 from __future__ import annotations
@@ -31,6 +39,14 @@ __all__ = ["active_levels"]
 
 #: Relative tolerance of the flow (RK45).
 RTOL = 1e-6
+#: Right-hand sides a flow may use per GD step of its duration (RK45 at curvature ``2/η``: about 3.6; twice that).
+RHS_PER_GD_STEP = 8
+#: Right-hand sides every flow may use whatever its duration (the first steps' step-size search).
+RHS_FLOOR = 200
+
+
+class _TooStiff(Exception):
+    """A flow needed more right-hand sides than GD at the run's step could follow."""
 
 
 def active_levels(
@@ -46,6 +62,7 @@ def active_levels(
     loss: str | Loss = "mse",
     output=None,
     nqf=None,
+    lr: float | None = None,
 ) -> np.ndarray:
     r"""The real module's level on each plateau: AGF's cost steps chained along a predicted staircase.
 
@@ -81,11 +98,14 @@ def active_levels(
         in place of the module's: the reference the module's levels are judged against.  The NQF's own plateau
         levels are minima the flow over a finite plateau does not reach; the same protocol on both leaves only
         the module's higher orders in the difference.
+    lr : float, optional
+        The step ``η`` of the GD run the levels are for: a flow stiffer than GD at ``η`` can follow is stopped
+        (module docstring) and its level and the later ones are NaN.  Default: no limit.
 
     Returns
     -------
     ndarray, shape (K + 1,)
-        The loss on each plateau (the first: at ``W = 0``).
+        The loss on each plateau (the first: at ``W = 0``); NaN from the first flow stopped as too stiff.
     """
     loss = as_loss(loss)
     if not isinstance(module, torch.nn.Module):
@@ -122,15 +142,25 @@ def active_levels(
     S = torch.zeros(scatter.p, scatter.m, dtype=dt)
     span = torch.zeros(scatter.p, 0, dtype=dt)
     t_now = 0.0
-    for k in range(K):
-        if span.shape[1]:
-            S = _flow(predict, yt, loss, S, span, tk[k] - t_now)[1]
-        Wk, Wr = (Ws[int(np.argmin(np.abs(ts - x)))] for x in (tk[k], reads[k + 1]))
-        new = _new_directions(Wr, span, int(rk[k + 1]), blocks)  # where the plateau's directions have settled
-        S = S + new @ (new.T @ Wk)
-        span = torch.cat([span, new], 1)
-        levels[k + 1], S = _flow(predict, yt, loss, S, span, reads[k + 1] - tk[k])
-        t_now = reads[k + 1]
+    if lr is not None and not (np.isfinite(lr) and lr > 0):
+        raise InvalidParameterError(f"`lr` must be a positive finite step (GD's η); found {lr!r}")
+
+    def flow(S, span, duration):
+        budget = None if lr is None else RHS_FLOOR + int(RHS_PER_GD_STEP * max(duration, 0.0) / lr)
+        return _flow(predict, yt, loss, S, span, duration, budget)
+
+    try:
+        for k in range(K):
+            if span.shape[1]:
+                S = flow(S, span, tk[k] - t_now)[1]
+            Wk, Wr = (Ws[int(np.argmin(np.abs(ts - x)))] for x in (tk[k], reads[k + 1]))
+            new = _new_directions(Wr, span, int(rk[k + 1]), blocks)  # where the plateau's directions have settled
+            S = S + new @ (new.T @ Wk)
+            span = torch.cat([span, new], 1)
+            levels[k + 1], S = flow(S, span, reads[k + 1] - tk[k])
+            t_now = reads[k + 1]
+    except _TooStiff:
+        pass  # this level and the later ones stay NaN
     return levels
 
 
@@ -154,10 +184,17 @@ def _new_directions(W: torch.Tensor, span: torch.Tensor, rank: int, blocks: list
     return torch.cat(out, 1) if out else span[:, :0]
 
 
-def _flow(predict, yt, loss: Loss, S, span, duration: float):
+def _flow(predict, yt, loss: Loss, S, span, duration: float, budget: int | None = None):
     """Gradient flow of ``loss(predict(W))`` over ``W = span C`` from ``S`` for ``duration``: ``(loss, W)`` at the
-    end."""
+    end; :class:`_TooStiff` once it has used more than ``budget`` right-hand sides."""
     shape, dt = (span.shape[1], S.shape[1]), S.dtype
+    used = [0]
+
+    def rhs(_t, z):
+        used[0] += 1
+        if budget is not None and used[0] > budget:
+            raise _TooStiff
+        return -fg(z)[1]
 
     def fg(x):
         C = torch.as_tensor(x, dtype=dt).reshape(shape).requires_grad_(True)
@@ -167,6 +204,6 @@ def _flow(predict, yt, loss: Loss, S, span, duration: float):
 
     x = (span.T @ S).reshape(-1).numpy().astype(np.float64)
     if duration > 0.0:
-        sol = solve_ivp(lambda _t, z: -fg(z)[1], (0.0, float(duration)), x, method="RK45", rtol=RTOL, atol=1e-12)
+        sol = solve_ivp(rhs, (0.0, float(duration)), x, method="RK45", rtol=RTOL, atol=1e-12)
         x = sol.y[:, -1]
     return fg(x)[0], span @ torch.as_tensor(x, dtype=dt).reshape(shape)

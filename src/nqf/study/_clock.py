@@ -72,7 +72,7 @@ def seeded_clock(
         big = (runs[1].t.numpy(), runs[1].loss.numpy() + shift)
         t = step_clock((t, loss), big, steps=(plan[0][0], plan[1][0]), h=lr)(t)
     clock = real_clock(pred, t, loss, sim.t.numpy(), sim.loss.numpy())
-    return _with_levels(clock, (module, found, Xt, Yt, op), (t, traj.W), lr * steps, say, timings)
+    return _with_levels(clock, (module, found, Xt, Yt, op), (t, traj.W), lr, lr * steps, say, timings)
 
 
 def _zero_output(module, found, X):
@@ -86,10 +86,13 @@ def _zero_output(module, found, X):
         return scatter.module_output(module, torch.zeros(scatter.p, scatter.m, dtype=X.dtype), X, None)
 
 
-def _with_levels(clock: RealClock, problem: tuple, states: tuple, t_end: float, say, timings: dict) -> RealClock:
+def _with_levels(
+    clock: RealClock, problem: tuple, states: tuple, lr: float, t_end: float, say, timings: dict
+) -> RealClock:
     """The clock's staircase with the module's level on each plateau (:func:`nqf.dynamics.active_levels`, from the
     seeded states) and each time's bound from it (:func:`nqf.curves.level_time_bounds`); unchanged where a drop
-    time is missing."""
+    time is missing.  The flows stop where they are stiffer than GD at ``lr`` follows (NaN levels: those drops are
+    not trusted)."""
     from ..dynamics import active_levels
 
     st = clock.staircase
@@ -99,7 +102,8 @@ def _with_levels(clock: RealClock, problem: tuple, states: tuple, t_end: float, 
     t0 = time.perf_counter()
     reads = level_read_times(t_end, st.times)
     args = (module, found.layout, Xt, Yt, states, st.times, st.ranks, reads)
-    levels, reference = active_levels(*args), active_levels(*args, nqf=op)
+    levels, reference = active_levels(*args, lr=lr), active_levels(*args, nqf=op, lr=lr)
+    levels = np.where(np.isfinite(reference), levels, np.nan)  # a level without its reference is not judged
     timings["active_levels"] = time.perf_counter() - t0
     say(
         f"the module's level on each plateau (its flow over the learned directions): {secs(timings['active_levels'])} s"
@@ -152,12 +156,25 @@ def _trust_sentences(clock: RealClock) -> list[str]:
         "(fixed before the comparison)"
     )
     if flagged:
-        bounds = ", ".join(f"drop {k}: {100 * st.time_uncertainty[k - 1]:.3g} %" for k in flagged)
+        bounds = ", ".join(f"drop {k}: {_bound_text(st.time_uncertainty[k - 1])}" for k in flagged)
         head = f"Trust per drop of the real network's clock: drop(s) {flagged} flagged ({bounds}); {rule}."
     else:
         head = f"Trust per drop of the real network's clock: every drop trusted; {rule}."
-    tail = (
-        f" The module's level after the last drop: {st.levels_module[-1]:.4g} (the NQF's: {st.levels[-1]:.4g}; "
-        "the real module's own flow over the learned directions, AGF's cost step)."
-    )
+    if not np.isfinite(st.levels_module[-1]):
+        tail = (
+            " The module's level after the last drop: not computed (the flow over the learned directions became "
+            "stiffer than GD at η can follow: the chained state left the region the run reaches)."
+        )
+    else:
+        tail = (
+            f" The module's level after the last drop: {st.levels_module[-1]:.4g} (the NQF's: {st.levels[-1]:.4g}; "
+            "the real module's own flow over the learned directions, AGF's cost step)."
+        )
     return [head + tail]
+
+
+def _bound_text(bound: float) -> str:
+    """One drop's time bound in percent, or why there is none."""
+    if not math.isfinite(bound):
+        return "no bound (its plateau's level was not computed)"
+    return f"{100 * bound:.3g} %"
