@@ -66,6 +66,7 @@ def predict(
     max_rank: int | None = None,
     init: str = "isotropic",
     chain: list | None = None,
+    subspace: bool = False,
     log=None,
     timings: dict | None = None,
 ) -> Staircase:
@@ -97,6 +98,11 @@ def predict(
         Start of the SVD-mode reduction (``M(0) = εI`` or one unit per mode).
     chain : list, optional
         Heteroclinic chain of the saddle sequence, reused for its O(1) times.
+    subspace : bool
+        Saddle sequence only: time every drop by the NQF restricted to the span of the saddles and their escape
+        directions (:meth:`nqf.reductions.saddles.SaddleSequence.subspace_times`, rule ``"subspace flow"``)
+        instead of leading order with its O(1) corrections (``"auto"`` then takes the saddle sequence).  Refused
+        with another method.
     log : callable, optional
         ``log(line)`` receives a progress line after the saddle search: the drops found, the
         search's time, and the time of the O(1) clock of the later drops, between one drop's and all
@@ -128,6 +134,13 @@ def predict(
         raise InvalidParameterError(f"`init` must be 'isotropic' or 'balanced'; found {init!r}")
     if max_rank is not None:
         max_rank = int_param("max_rank", max_rank, minimum=1)
+    if not isinstance(subspace, bool):
+        raise InvalidTypeError(f"`subspace` must be a bool; found {type(subspace).__name__}")
+    if subspace and method not in ("auto", "saddle-sequence"):
+        raise InvalidParameterError(
+            f"`subspace` times the drops of the saddle sequence; method {method!r} does not use it (pass "
+            "method='saddle-sequence' or 'auto', or leave subspace=False)"
+        )
     if M0 is not None:
         M0 = _checked_M0(M0, op.p)
     Y = as_tensor("y", y, ndim=(1, 2), dtype=torch.float64)
@@ -139,7 +152,8 @@ def predict(
     if commuting is None and method == "auto":
         commuting = commutes(op)
     dense_entries = op.n_samples * op.n_outputs * op.p**2
-    if method in ("lotka-volterra", "limit") or (method == "auto" and commuting and dense_entries <= LV_MAX_ENTRIES):
+    lv_auto = method == "auto" and commuting and dense_entries <= LV_MAX_ENTRIES and not subspace
+    if method in ("lotka-volterra", "limit") or lv_auto:
         from ..dynamics import initial_state
         from .lv import reduce
 
@@ -152,12 +166,12 @@ def predict(
     t0 = time.perf_counter()
     seq = saddle_sequence(op, Y, rule=rule, max_rank=_checked_rank(max_rank))
     K, spent = len(seq) - 1, time.perf_counter() - t0
-    low, high = clock_cost(seq) if chain is None else (0.0, 0.0)
+    low, high = clock_cost(seq) if chain is None and not subspace else (0.0, 0.0)
     if log is not None:
         later = f"; O(1) clock of drops 2–{K}: {low:.2g}–{high:.2g} s" if high > 0 else ""
         log(f"saddle search: {K} drops in {spent:.1f} s{later}")
     t0 = time.perf_counter()
-    st = seq.staircase(e, chain=chain, M0=M0)
+    st = seq.staircase(e, chain=chain, M0=M0, subspace=subspace)
     if timings is not None:
         timings.update(search=spent, clock=time.perf_counter() - t0, estimate_clock=high, estimate_clock_low=low)
     if commuting and method == "auto":

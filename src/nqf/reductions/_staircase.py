@@ -47,6 +47,8 @@ METHODS = ("lotka-volterra", "limit", "svd-modes", "saddle-sequence", "dormant-f
 #: * ``"O(1) recursion"`` — the loss's midpoint crossing with the ``O(1)`` offset of the
 #:   small-part recursion (later drops of a saddle sequence);
 #: * ``"leading order"`` — ``τ_k ln(1/ε)`` only (unknown ``O(1)`` offset);
+#: * ``"subspace flow"`` — the loss's midpoint crossing of the NQF restricted to the span of the saddle
+#:   sequence's factors and escape directions (:meth:`nqf.reductions.saddles.SaddleSequence.subspace_times`);
 #: * ``"ε → 0 limit"`` — ``τ_k ln(1/ε)`` from the saddle-to-saddle limit of
 #:   interacting Lotka–Volterra modes;
 #: * ``"seeded NQF"`` — the loss's midpoint crossing of the seeded NQF
@@ -62,6 +64,7 @@ TIME_RULES = (
     "exact offset",
     "O(1) recursion",
     "leading order",
+    "subspace flow",
     "ε → 0 limit",
     "seeded NQF",
     "dormant flow",

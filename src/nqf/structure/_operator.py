@@ -413,6 +413,12 @@ class ProjectedStructure(StructureOperator):
     def _adjoint(self, R):
         return self.U.T @ self.base._adjoint(R) @ self.U
 
+    def forward_factor(self, L: torch.Tensor) -> torch.Tensor:
+        return self.base.forward_factor(self.U @ L)  # r products in p dimensions, not the p × p matrix U M Uᵀ
+
+    def adjoint_apply(self, R: torch.Tensor, L: torch.Tensor) -> torch.Tensor:
+        return self.U.T @ self.base.adjoint_apply(R, self.U @ L)
+
     def _dense(self):
         return torch.einsum("pi,ncpq,qj->ncij", self.U, self.base._dense(), self.U)
 

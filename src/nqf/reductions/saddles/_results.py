@@ -222,6 +222,33 @@ class SaddleSequence(Result):
         eps = _check_eps(eps)
         return np.asarray(corrected_escape_times(self._problem, self.saddles, eps), dtype=float)
 
+    def subspace_times(self, eps: float, *, M0=None) -> np.ndarray:
+        """Drop times of the NQF restricted to the span of the saddles and their escape directions.
+
+        The flow ``Ẇ = −2 G(M) W`` with ``W = Q C``, ``Q`` an orthonormal basis of every ``V_k`` and escape
+        direction (:mod:`nqf.reductions.saddles._subspace`): the same plateaus, with the transits between them,
+        the growth of the next escape direction during the earlier plateaus and overlapping plateaus, which the
+        leading order ``τ_k ln(1/ε)`` leaves out.  Each time is the downward crossing of ``(L_{k−1} + L_k)/2``.
+
+        Parameters
+        ----------
+        eps : float in (0, 1)
+            ``M(0) = εI``.
+        M0 : array_like, shape (p, p), optional
+            A start other than ``εI`` (e.g. ``W(0) W(0)ᵀ`` of a width below ``p``).
+
+        Returns
+        -------
+        numpy.ndarray, shape (K,)
+            NaN for a drop the reduced flow does not reach (:data:`~nqf.reductions.saddles._subspace.HORIZON`
+            times the latest leading-order time).
+        """
+        from ._subspace import subspace_times
+
+        eps = _check_eps(eps)
+        M = None if M0 is None else torch.as_tensor(M0, dtype=torch.float64)
+        return subspace_times(self._problem, self.saddles, eps, M0=M)
+
     def first_escape_time(self, eps: float, level: float | None = None) -> float:
         """Time at which the loss from ``M(0) = ε I`` crosses ``L_0 − level (L_0 − L_1)``.
 
@@ -238,7 +265,9 @@ class SaddleSequence(Result):
         s_level = self._orbit.crossing(L0 - level * (L0 - L1))
         return self.saddles[1].tau * math.log(1.0 / eps) + s_level
 
-    def staircase(self, eps: float, *, chain: list | None = None, leading: bool = False, M0=None) -> Staircase:
+    def staircase(
+        self, eps: float, *, chain: list | None = None, leading: bool = False, M0=None, subspace: bool = False
+    ) -> Staircase:
         """The predicted staircase at ``ε`` (:class:`nqf.reductions.Staircase`, method ``"saddle-sequence"``).
 
         Drop times by the best rule available for each
@@ -259,15 +288,27 @@ class SaddleSequence(Result):
             A start other than ``εI`` (e.g. ``εΠ`` of a width below ``p``): the first drop is timed from
             ``q_0ᵀ M0 q_0`` and the recursion runs on a factor of ``M0``
             (:func:`nqf.reductions.saddles._clock.corrected_escape_times`).
+        subspace : bool
+            Time every drop by the saddle-subspace flow (:meth:`subspace_times`, rule ``"subspace flow"``) instead.
         """
         from ._clock import predicted_escape_times
 
         eps = _check_eps(eps)
         K = len(self.saddles) - 1
-        if leading or K == 0:
+        if subspace:
+            times, rules = self.subspace_times(eps, M0=M0), ("subspace flow",) * K
+            how = "drop times: midpoint crossings of the NQF restricted to the span of the saddles and their escape "
+            how += "directions (the saddle-subspace flow; time_rules)"
+        elif leading or K == 0:
             times, rules = predicted_escape_times(self, eps, M0=M0, recursion=False)
         else:
             times, rules = predicted_escape_times(self, eps, chain=chain, M0=M0)
+        if not subspace:
+            how = (
+                "drop times: the first with its exact O(1) offset; later ones with the O(1) correction of the "
+                "small-part recursion where it applies, else leading order τ_k ln(1/ε) (rule per drop in "
+                "time_rules)"
+            )
         dirs = [self.saddles[k].escape_direction[:, 0].numpy() for k in range(K)]
         return Staircase(
             "saddle-sequence",
@@ -282,9 +323,7 @@ class SaddleSequence(Result):
             np.full(K, -1),
             bool(self.global_minimum),
             (
-                "drop times: the first with its exact O(1) offset; later ones with the O(1) correction of the "
-                "small-part recursion where it applies, else leading order τ_k ln(1/ε) (rule per drop in "
-                "time_rules)",
+                how,
                 *_order_warning(times, rules),
                 *self.notes,
             ),
