@@ -110,7 +110,8 @@ def predict(
     timings : dict, optional
         Saddle sequence only: receives the seconds of the ``"search"`` (with its first orbit) and of the
         ``"clock"`` (the staircase's O(1) times), and the clock's estimate as ``"estimate_clock"`` (its
-        upper bound) and ``"estimate_clock_low"``.
+        upper bound) and ``"estimate_clock_low"``; with ``subspace`` the seconds of the subspace flow as
+        ``"subspace"`` instead of the clock's.
 
     Returns
     -------
@@ -172,7 +173,11 @@ def predict(
         log(f"saddle search: {K} drops in {spent:.1f} s{later}")
     t0 = time.perf_counter()
     st = seq.staircase(e, chain=chain, M0=M0, subspace=subspace)
-    if timings is not None:
+    if subspace and log is not None:
+        log(f"subspace flow (the drop times): {time.perf_counter() - t0:.1f} s")
+    if timings is not None and subspace:
+        timings.update(search=spent, subspace=time.perf_counter() - t0)
+    elif timings is not None:
         timings.update(search=spent, clock=time.perf_counter() - t0, estimate_clock=high, estimate_clock_low=low)
     if commuting and method == "auto":
         note = (

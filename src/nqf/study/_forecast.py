@@ -32,6 +32,7 @@ import torch
 from ..curves import drop_widths, training_clock
 from ..errors import ShapeError
 from ..reductions import predict
+from ..structure import commutes
 from ._forecast_result import Forecast
 from ._output_side import centred_mlp_rows, output_side
 
@@ -170,7 +171,8 @@ def _predicted(op, Y, M0, eps: float, width: int):
             "small non-zero weights (PyTorch's initialisation × 1e-3, say)"
         )
     try:
-        return predict(op, Y, min(eps, 0.5), M0=M0, max_rank=width)
+        commuting = commutes(op)  # as nqf.analyze: non-commuting data timed by the saddle-subspace flow
+        return predict(op, Y, min(eps, 0.5), commuting=commuting, M0=M0, max_rank=width, subspace=not commuting)
     except InvalidParameterError as exc:
         if not str(exc).startswith("`times`"):
             raise

@@ -293,17 +293,23 @@ def analyze(
 
 def _predicted(op, Ynqf, eps: float, commuting: bool, W0: torch.Tensor, shift: float, say, timings: dict):
     """:func:`nqf.predict` from the actual start (``M0 = W0 W0ᵀ`` when the width is below ``p``), bounded by
-    the width (``max_rank`` = the number of units), its levels moved by the moment rows' loss offset ``shift``;
+    the width (``max_rank`` = the number of units), on non-commuting data timed by the saddle-subspace flow
+    (``subspace=True``), its levels moved by the moment rows' loss offset ``shift``;
     the search's and the clock's times (and the clock's estimate) go into ``timings``."""
     t0 = time.perf_counter()
     p, m = W0.shape
     M0 = W0 @ W0.T if m < p else None
     phases: dict = {}  # the saddle sequence's search and O(1) clock, each with its estimate
-    pred = predict(op, Ynqf, eps, commuting=commuting, M0=M0, max_rank=m, log=say, timings=phases)
+    # non-commuting data: the saddle sequence, each drop timed by its subspace flow (the O(1) terms included)
+    pred = predict(
+        op, Ynqf, eps, commuting=commuting, M0=M0, max_rank=m, subspace=not commuting, log=say, timings=phases
+    )
     if shift:
         pred = dataclasses.replace(pred, levels=pred.levels + shift)
     timings["prediction"] = phases.get("search", time.perf_counter() - t0)
-    if phases:  # the clock's estimate: printed after the search, between one later drop's cost and all of theirs
+    if "subspace" in phases:  # the subspace flow: seconds, after the search (no estimate: it is the short part)
+        timings["prediction_subspace"] = phases["subspace"]
+    elif phases:  # the clock's estimate: printed after the search, between one later drop's cost and all of theirs
         timings["prediction_clock"], timings["estimate_prediction_clock"] = phases["clock"], phases["estimate_clock"]
         timings["estimate_prediction_clock_low"] = phases["estimate_clock_low"]
     release_free_memory()  # the search's transient arrays: not resident during the runs

@@ -296,9 +296,18 @@ class SaddleSequence(Result):
         eps = _check_eps(eps)
         K = len(self.saddles) - 1
         if subspace:
-            times, rules = self.subspace_times(eps, M0=M0), ("subspace flow",) * K
+            times, rules = self.subspace_times(eps, M0=M0), ["subspace flow"] * K
             how = "drop times: midpoint crossings of the NQF restricted to the span of the saddles and their escape "
             how += "directions (the saddle-subspace flow; time_rules)"
+            missed = [k for k in range(K) if not np.isfinite(times[k])]
+            if missed:  # not reached by the reduced flow: the leading-order rule for those drops, said in a note
+                lead, lead_rules = predicted_escape_times(self, eps, M0=M0, recursion=False)
+                for k in missed:
+                    times[k], rules[k] = lead[k], lead_rules[k]
+                how += (
+                    f"; drop(s) {[k + 1 for k in missed]} not reached by the subspace flow (the flow leaves the span "
+                    "or lingers elsewhere): timed by the rule named in time_rules"
+                )
         elif leading or K == 0:
             times, rules = predicted_escape_times(self, eps, M0=M0, recursion=False)
         else:
