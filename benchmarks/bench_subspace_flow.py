@@ -70,7 +70,8 @@ def main(argv=None) -> int:
             print("  leading order (+O(1)):", " ".join(f"{100 * e:.1f}" for e in r["leading"]), "%")
             print("  subspace flow:        ", " ".join(f"{100 * e:.2f}" for e in r["subspace"]), "%")
             print(
-                f"  worst: leading {100 * np.nanmax(r['leading']):.1f} %, subspace {100 * np.nanmax(r['subspace']):.2f} %;"
+                f"  worst: leading {100 * np.nanmax(r['leading']):.1f} %, "
+                f"subspace {100 * np.nanmax(r['subspace']):.2f} %;"
                 f" seconds: subspace clock {r['s_clock']:.2f} (after the search), full flow {r['s_flow']:.2f}"
                 f" (ratio {r['s_clock'] / r['s_flow']:.2f})"
             )

@@ -76,3 +76,17 @@ def test_subspace_is_refused_where_it_does_not_apply(case):
         predict(op, Y, EPS, method="lotka-volterra", subspace=True)
     with pytest.raises(InvalidTypeError, match="subspace"):
         predict(op, Y, EPS, subspace="yes")
+
+
+def test_a_drop_the_reduced_flow_does_not_reach_falls_back_to_leading_order(case, monkeypatch):
+    """Planted: a horizon far too short (1e-3 of the latest leading-order time): no drop is reached, each falls
+    back to the rule ``predict`` gives without ``subspace`` (the same times), and a note says so."""
+    from nqf.reductions.saddles import _subspace
+
+    op, Y, leading, *_ = case
+    monkeypatch.setattr(_subspace, "HORIZON", 1e-3)
+    st = predict(op, Y, EPS, method="saddle-sequence", subspace=True)
+    assert "subspace flow" not in st.time_rules and st.time_rules[1:] == ("leading order",) * 4
+    assert leading.time_rules[1:] == ("leading order",) * 4  # the rule without subspace: the same times
+    np.testing.assert_allclose(st.times[1:], leading.times[1:], rtol=1e-12)
+    assert any("not reached by the subspace flow" in n for n in st.notes)

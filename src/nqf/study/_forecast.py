@@ -245,6 +245,11 @@ def _doubts(st, side) -> list[str]:
     for k, rule in enumerate(st.time_rules):
         if rule in LOOSE_RULES:
             reasons[k] = reasons[k] or f"{rule} time (its O(1) term, about one e-fold 1/ζ, is left out)"
+        elif rule == "subspace flow" and k > 0:
+            reasons[k] = reasons[k] or (
+                "the NQF's time; a later drop of the network itself parts from it where the first switch seeds it "
+                "(below its seeding floor, which nqf analyze's seeded clock computes and the forecast does not)"
+            )
     return reasons
 
 
