@@ -324,7 +324,7 @@ class SaddleSequence(Result):
             eps,
             self.plateau_levels,
             times,
-            rules,
+            tuple(rules),
             self.escape_times(eps, offset=False),
             self.escape_rates,
             self.ranks,
