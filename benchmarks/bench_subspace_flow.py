@@ -12,6 +12,9 @@ Set-up (the zoo's ``dropout_mlp`` / ``batchnorm_mlp`` rows as ``nqf analyze`` se
 Prints, per drop, the relative time error of each clock against the full flow, ``K``, and the seconds of the
 subspace clock and of the full flow (measured in this run).
 
+Last, a case with fewer units than the span has dimensions (a correlated-input MLP with 3 units), where the
+subspace flow is not enough.
+
 Run: ``python benchmarks/bench_subspace_flow.py [--widths 32,256] [--eps 1e-6,1e-12]``
 """
 
@@ -33,7 +36,10 @@ from nqf.structure import mlp
 
 
 def row(X, Y, m: int, eps: float) -> dict:
-    op = mlp(X, "tanh", bias=True, n_outputs=Y.shape[1])
+    return row_op(mlp(X, "tanh", bias=True, n_outputs=Y.shape[1]), Y, m, eps)
+
+
+def row_op(op, Y, m: int, eps: float) -> dict:
     W0 = initial_weights(op.p, m, eps, seed=0)
     M0 = W0 @ W0.T
     leading = predict(op, Y, eps, M0=M0, max_rank=m, method="saddle-sequence")
@@ -56,6 +62,15 @@ def row(X, Y, m: int, eps: float) -> dict:
     )  # fmt: skip
 
 
+def few_units(m: int = 3, eps: float = 1e-6) -> dict:
+    """Fewer units than the span has dimensions: correlated inputs (N = 120, D = 6), a rank-4 teacher (2, 1.4, 0.9,
+    0.5), tanh MLP (p = 10), ``m`` units."""
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(120, 6, generator=g, dtype=torch.float64) @ (torch.eye(6) + 0.3 * torch.ones(6, 6)).double()
+    Y = X[:, :4] @ torch.diag(torch.tensor([2.0, 1.4, 0.9, 0.5], dtype=torch.float64))
+    return row_op(mlp(X, "tanh", n_outputs=4), Y, m, eps)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--widths", default="32")
@@ -63,10 +78,13 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     data = load_dataset("digits")
     X, Y = (torch.as_tensor(v, dtype=torch.float64) for v in (data.X, data.Y))
-    for m in (int(w) for w in args.widths.split(",")):
-        for eps in (float(e) for e in args.eps.split(",")):
-            r = row(X, Y, m, eps)
-            print(f"digits, m = {m}, ε = {eps:g}: p = {r['p']}, K = {r['K']}, {r['drops']} drops")
+    cases = [(f"digits, m = {m}", lambda m=m, e=e: row(X, Y, m, e), e) for m in map(int, args.widths.split(","))
+             for e in map(float, args.eps.split(","))]  # fmt: skip
+    cases.append(("few units: correlated-input MLP, m = 3", few_units, 1e-6))
+    for name, make, eps in cases:
+        if True:
+            r = make()
+            print(f"{name}, ε = {eps:g}: p = {r['p']}, K = {r['K']}, {r['drops']} drops")
             print("  leading order (+O(1)):", " ".join(f"{100 * e:.1f}" for e in r["leading"]), "%")
             print("  subspace flow:        ", " ".join(f"{100 * e:.2f}" for e in r["subspace"]), "%")
             print(
