@@ -64,7 +64,10 @@ def iris_gd():
 
 def test_forecast_meets_the_users_gd_loop(iris_gd):
     fc, L = iris_gd
-    assert fc.n_drops == 2 and fc.trusted.all(), fc.lines()
+    # drop 2 is timed by the subspace flow: the NQF's time, which a real network leaves below its seeding floor (not
+    # computed by the forecast): printed, not trusted; both drops are judged here all the same
+    assert fc.n_drops == 2 and fc.trusted.tolist() == [True, False], fc.lines()
+    assert "seeding floor" in fc.reasons[1]
     j = fc.judge(np.arange(L.size), L, tolerance=TOLERANCE)
     assert j.passed, j.lines()
     assert np.all(np.abs(j.errors) < TOLERANCE)
@@ -134,7 +137,7 @@ def test_adam_times_are_not_predicted():
 
 def test_result_convention(iris_gd):
     fc, _ = iris_gd
-    assert len(repr(fc)) < 360 and "trusted=2" in repr(fc)
+    assert len(repr(fc)) < 360 and "trusted=1" in repr(fc)
     d = json.loads(json.dumps(fc.to_dict()))
     assert d["clock"]["lr"] == 0.5 and len(d["steps"]) == 2
     back = pickle.loads(pickle.dumps(fc))
