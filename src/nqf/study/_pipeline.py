@@ -293,14 +293,12 @@ def analyze(
 
 def _predicted(op, Ynqf, eps: float, commuting: bool, W0: torch.Tensor, shift: float, say, timings: dict):
     """:func:`nqf.predict` from the actual start (``M0 = W0 W0ᵀ`` when the width is below ``p``), bounded by
-    the width (``max_rank`` = the number of units), on non-commuting data timed by the saddle-subspace flow
-    (``subspace=True``), its levels moved by the moment rows' loss offset ``shift``;
-    the search's and the clock's times (and the clock's estimate) go into ``timings``."""
+    the width (``max_rank`` = the number of units), on non-commuting data timed by the saddle-subspace flow, its
+    levels moved by the moment rows' offset ``shift``; the phases' times (and estimates) go into ``timings``."""
     t0 = time.perf_counter()
     p, m = W0.shape
     M0 = W0 @ W0.T if m < p else None
     phases: dict = {}  # the saddle sequence's search and O(1) clock, each with its estimate
-    # non-commuting data: the saddle sequence, each drop timed by its subspace flow (the O(1) terms included)
     pred = predict(
         op, Ynqf, eps, commuting=commuting, M0=M0, max_rank=m, subspace=not commuting, log=say, timings=phases
     )
