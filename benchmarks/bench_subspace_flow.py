@@ -47,14 +47,14 @@ def row_op(op, Y, m: int, eps: float) -> dict:
     sub = predict(op, Y, eps, M0=M0, max_rank=m, method="saddle-sequence", subspace=True)
     t_sub = time.perf_counter() - t0  # the saddle search included
     t0 = time.perf_counter()
-    saddle_sequence(op, Y, max_rank=m)
+    seq = saddle_sequence(op, Y, max_rank=m)
     t_search = time.perf_counter() - t0
     T = 1.3 * float(np.nanmax(sub.times))
     t0 = time.perf_counter()
     flow = gradient_flow(op, Y, M0=M0, t_span=(0, T), t_eval=np.linspace(0, T, 40001), rtol=1e-10, method="DOP853")
     t_flow = time.perf_counter() - t0
     t_nqf = compare_staircase(flow.t.numpy(), flow.loss.numpy(), leading).times_measured
-    K = saddle_span(saddle_sequence(op, Y, max_rank=m).saddles).shape[1]
+    K = saddle_span(seq.saddles).shape[1]
     return dict(
         m=m, eps=eps, p=op.p, K=K, drops=leading.n_drops,
         leading=np.abs(leading.times / t_nqf - 1), subspace=np.abs(sub.times / t_nqf - 1),

@@ -48,16 +48,6 @@ def saddle_span(saddles) -> torch.Tensor:
     return U[:, S > 1e-10 * float(S[0])]
 
 
-def _reduced_start(Q: torch.Tensor, eps: float, M0) -> torch.Tensor:
-    """A ``K × K`` factor of ``Qᵀ M(0) Q`` (``εI`` when ``M0`` is None)."""
-    K = Q.shape[1]
-    if M0 is None:
-        return math.sqrt(eps) * torch.eye(K, dtype=torch.float64)
-    B = Q.T @ start_factor(Q.shape[0], eps, M0)
-    lam, V = torch.linalg.eigh(B @ B.T)
-    return V * lam.clamp(min=0.0).sqrt()
-
-
 def subspace_times(prob, saddles, eps: float, *, M0=None, t_max: float | None = None) -> np.ndarray:
     """Drop times of the saddle-subspace flow (module docstring): the downward crossings of the midpoints.
 
@@ -88,7 +78,8 @@ def subspace_times(prob, saddles, eps: float, *, M0=None, t_max: float | None = 
         taus = np.array([s.tau for s in saddles[1:]], dtype=float)
         t_max = HORIZON * float(np.nanmax(taus)) * math.log(1.0 / eps) + HORIZON / max(saddles[0].escape_rate, 1e-300)
     op = prob.op.compress(Q.to(dtype=prob.op.dtype, device=prob.op.device))
-    L0 = _reduced_start(Q, eps, M0).to(dtype=op.dtype, device=op.device)
+    M0_K = None if M0 is None else Q.T @ torch.as_tensor(M0, dtype=torch.float64) @ Q  # Qᵀ M(0) Q (εI for None)
+    L0 = start_factor(Q.shape[1], eps, M0_K).to(dtype=op.dtype, device=op.device)
     shape = tuple(L0.shape)
     y, f0 = prob.y, prob.f0
     cache: dict = {}
