@@ -220,3 +220,21 @@ def test_drop_times_out_of_order_are_flagged():
     (w,) = _order_warning([523.8, 222.4], ("exact offset", "leading order"))
     assert w.startswith("warning:") and "t_1 = 523.8 (exact offset) > t_2 = 222.4 (leading order)" in w
     assert _order_warning([1.0, 2.0, np.nan], ("exact offset", "leading order", "leading order")) == ()
+
+
+def test_carrying_cuts_the_tail_that_removes_at_most_the_fraction_of_the_fall():
+    """Levels 10 → 1 → 0.2 → 0.05 → 0.0: after drop 3 the loss left to fall is 0.05 of 10 (0.5 %), so with the
+    default 1 % the staircase keeps 3 drops; with 0.1 % all 4; a staircase that does not fall keeps everything."""
+    K = 4
+    st = Staircase("saddle-sequence", 1e-6, [10.0, 1.0, 0.2, 0.05, 0.0], [1.0, 2.0, 5.0, 40.0],
+                   ("leading order",) * K, [1.0, 2.0, 5.0, 40.0], [1.0, 0.5, 0.2, 0.01, 0.0], [0, 1, 2, 3, 4],
+                   np.eye(5)[:, :K], np.full(K, -1), True, ("a note",))  # fmt: skip
+    cut = st.carrying()
+    assert cut.n_drops == 3 and cut.levels.tolist() == [10.0, 1.0, 0.2, 0.05] and cut.directions.shape == (5, 3)
+    assert not cut.global_minimum and cut.notes[0].startswith("tail: drops 4–4") and cut.notes[1] == "a note"
+    assert cut.ranks.tolist() == [0, 1, 2, 3] and cut.time_rules == ("leading order",) * 3
+    assert st.carrying(0.001) is st and st.carrying(0.6).n_drops == 1  # 1 of 10 left after drop 1: 10 %
+    flat = Staircase("limit", 1e-3, [3.0], [], (), [], [0], [0], np.zeros((2, 0)), [])
+    assert flat.carrying() is flat
+    with pytest.raises(InvalidParameterError, match="fraction"):
+        st.carrying(0.0)

@@ -90,3 +90,21 @@ def test_a_drop_the_reduced_flow_does_not_reach_falls_back_to_leading_order(case
     assert leading.time_rules[1:] == ("leading order",) * 4  # the rule without subspace: the same times
     np.testing.assert_allclose(st.times[1:], leading.times[1:], rtol=1e-12)
     assert any("not reached by the subspace flow" in n for n in st.notes)
+
+
+def test_the_tail_keeps_the_leading_order_and_the_flow_stops_before_it(case, monkeypatch):
+    """Planted: ``learning_drops`` says 2 (the staircase has no real tail: drops 3–5 carry a quarter of the
+    fall), so drops 3–5 are the tail: the flow times drops 1–2 as before and stops; drops 3–5 keep the leading
+    order, a note names them, and ``Staircase.carrying`` cuts at 2 at the fraction that makes them the tail."""
+    from nqf.reductions.saddles import _results
+
+    op, Y, leading, sub, t_nqf = case
+    L = leading.levels
+    fraction = float((L[2] - L[-1]) / (L[0] - L[-1])) * 1.001
+    monkeypatch.setattr(_results, "learning_drops", lambda levels: 2)
+    st = predict(op, Y, EPS, method="saddle-sequence", subspace=True)
+    assert st.time_rules == ("subspace flow",) * 2 + ("leading order",) * 3
+    np.testing.assert_allclose(st.times[:2], sub.times[:2], rtol=1e-7)
+    np.testing.assert_allclose(st.times[2:], leading.times[2:], rtol=1e-12)
+    assert any("drops 3–5 remove at most" in n for n in st.notes)
+    assert st.carrying(fraction).n_drops == 2  # the same cut as Staircase.carrying at that fraction

@@ -25,7 +25,7 @@ import torch
 
 from .._validation import as_tensor, int_param
 from ..errors import InvalidParameterError, InvalidTypeError, ShapeError
-from ..structure import StructureOperator, commutes
+from ..structure import StructureOperator, channel_split, commutes
 from ._staircase import Staircase
 
 __all__ = ["predict", "LV_MAX_ENTRIES"]
@@ -116,6 +116,10 @@ def predict(
     Returns
     -------
     Staircase
+        When ``op``'s units are ``k`` channels each (:func:`nqf.structure.channel_split`: attention heads, whose
+        ``d_h`` value–output channels enter the quadratic form as units of their own), the staircase is that of
+        the channel operator: started from ``M' = Σ_i P_i M(0) P_iᵀ``, bounded by ``k · max_rank`` channels,
+        its ``directions`` channel directions (strength ``qᵀ M' q``), with a note saying so.
 
     Raises
     ------
@@ -145,6 +149,24 @@ def predict(
     if M0 is not None:
         M0 = _checked_M0(M0, op.p)
     Y = as_tensor("y", y, ndim=(1, 2), dtype=torch.float64)
+    opts = dict(method=method, commuting=commuting, init=init, chain=chain, subspace=subspace, log=log, timings=timings)
+    split = None if method == "svd-modes" else channel_split(op)
+    if split is None:
+        return _predict(op, Y, e, M0=M0, max_rank=max_rank, **opts)
+    start = e * torch.eye(op.p, dtype=torch.float64) if M0 is None else M0
+    rank = None if max_rank is None else split.rank(max_rank)
+    st = _predict(split.op, Y, e, M0=split.reduce(start), max_rank=rank, **opts)
+    note = (
+        f"channels: each unit's quadratic form is {split.k} identical copies (I_{split.k} ⊗ A', e.g. an attention "
+        f"head's value–output channels), so the NQF is that of the {split.k}"
+        + (f" × {int(max_rank)} = {split.k * int(max_rank)}" if max_rank is not None else " × m")
+        + f" channels, p' = {split.op.p} (nqf.structure.channel_split); directions are channel directions"
+    )
+    return dataclasses.replace(st, notes=(note, *st.notes))
+
+
+def _predict(op, Y, e: float, *, method, commuting, M0, max_rank, init, chain, subspace, log, timings) -> Staircase:
+    """:func:`predict` on checked arguments, for an operator whose units are one channel each."""
     if method == "svd-modes":
         from .svd_modes import two_layer_modes
 

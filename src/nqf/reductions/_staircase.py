@@ -18,6 +18,7 @@ Conventions: ``L = (1/N) Σ_n ½‖f_n − y_n‖²``, training time ``t = η ·
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -26,6 +27,7 @@ import numpy as np
 
 from ..errors import InvalidParameterError, NonFiniteError, ShapeError
 from ..results import Result, require_pandas, to_jsonable
+from ._timing import TAIL_FRACTION, learning_drops
 from ._timing import staircase as _staircase_curve
 
 if TYPE_CHECKING:
@@ -150,7 +152,8 @@ class Staircase(Result):
     ranks : ndarray of int64, shape (K + 1,)
         Rank of the order parameter on each plateau (number of active modes).
     directions : ndarray, shape (p, K)
-        Unit-space direction that grows at drop ``k`` (mode strengths ``qᵀ M(t) q``).
+        Unit-space direction that grows at drop ``k`` (mode strengths ``qᵀ M(t) q``); for units made of channels
+        (:func:`nqf.structure.channel_split`) a channel direction (``p'`` rows, strength ``qᵀ M'(t) q``).
     modes : ndarray of int64, shape (K,)
         Index of the mode that switches at drop ``k`` in the reduction's own list
         (Lotka–Volterra and SVD modes; ``−1`` for the saddle sequence).
@@ -232,6 +235,27 @@ class Staircase(Result):
         if self.time_uncertainty is None:
             return np.ones(self.n_drops, dtype=bool)
         return np.nan_to_num(self.time_uncertainty, nan=np.inf) <= float(limit)
+
+    def carrying(self, fraction: float = TAIL_FRACTION) -> Staircase:
+        """The staircase through the drops that carry the learning: cut after the first drop that leaves at most
+        ``fraction`` of the fall ``L_0 − L_K`` (``nqf.reductions._timing.learning_drops``), with a note naming the
+        drops left out; itself when there is no such tail."""
+        K, k = self.n_drops, learning_drops(self.levels, fraction)
+        if k >= K:
+            return self
+        note = (
+            f"tail: drops {k + 1}–{K} (L = {self.levels[k]:.4g} → {self.levels[-1]:.4g}, at most "
+            f"{100 * float(fraction):g} % of the fall L_0 − L_K, predicted at t = {self.times[k]:.4g}–"
+            f"{self.times[-1]:.4g}) are left out"
+        )
+        cut = {name: getattr(self, name)[: k + 1] for name in ("levels", "rates", "ranks", "levels_module")
+               if getattr(self, name) is not None}  # fmt: skip
+        cut.update({name: getattr(self, name)[:k] for name in ("times", "times_leading", "modes", "time_uncertainty")
+                    if getattr(self, name) is not None})  # fmt: skip
+        return dataclasses.replace(
+            self, **cut, time_rules=self.time_rules[:k], directions=self.directions[:, :k], global_minimum=False,
+            notes=(note, *self.notes),
+        )  # fmt: skip
 
     @property
     def p(self) -> int:

@@ -38,8 +38,13 @@ __all__ = [
     "crossing_times",
     "crossing_time",
     "midpoint_levels",
+    "learning_drops",
+    "TAIL_FRACTION",
     "staircase",
 ]
+
+#: A staircase's tail: the drops after the first one that leaves at most this fraction of its fall ``L_0 − L_K``.
+TAIL_FRACTION = 0.01
 
 _DIRECTIONS = ("up", "down")
 
@@ -258,6 +263,18 @@ def midpoint_levels(levels) -> np.ndarray:
     """``(L_{k−1} + L_k)/2``, ``k = 1..K``: the level at which drop ``k`` of a staircase is timed."""
     lev = np.asarray(levels, dtype=np.float64).reshape(-1)
     return 0.5 * (lev[:-1] + lev[1:])
+
+
+def learning_drops(levels, fraction: float = TAIL_FRACTION) -> int:
+    """The drops that carry the learning: the smallest ``k`` with ``L_k − L_K ≤ fraction · (L_0 − L_K)`` (``K``
+    when the staircase does not fall).  The drops after it (the tail) remove at most ``fraction`` of the fall."""
+    lev = np.asarray(levels, dtype=np.float64).reshape(-1)
+    f = _check_fraction(fraction)
+    fall = lev[0] - lev[-1]
+    K = lev.size - 1
+    if not (np.isfinite(fall) and fall > 0):
+        return K
+    return int(np.argmax(lev - lev[-1] <= f * fall))
 
 
 def staircase(t, times, levels) -> np.ndarray:

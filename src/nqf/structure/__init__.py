@@ -24,6 +24,7 @@ from ._activations import (
 from ._attention import READOUTS as ATTENTION_READOUTS
 from ._attention import EyeKronKernel, HeadValueKernel, multi_head_attention, qk_attention
 from ._bilinear import BilinearKernel, BilinearStructure, DenseKernel, OneHotKronKernel
+from ._channels import ChannelSplit, ChannelStructure, channel_split
 from ._commute import COMMUTING_RTOL, commutator_defect, commutator_ratio, commutes
 from ._conv import READOUTS as CONV_READOUTS
 from ._conv import conv1d, conv2d, conv_output_size
@@ -74,6 +75,9 @@ __all__ = [
     "conv1d",
     "conv2d",
     "ReadoutStructure",
+    "ChannelSplit",
+    "ChannelStructure",
+    "channel_split",
     "conv_output_size",
     "multi_head_attention",
     "qk_attention",

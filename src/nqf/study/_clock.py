@@ -15,6 +15,7 @@ import time
 import numpy as np
 
 from ..curves import TRUSTED_TIME_ERROR, RealClock, level_read_times, level_time_bounds, real_clock, step_clock
+from ..structure import channel_split
 from ._runs import secs, timed_step_cost, two_step_counts
 
 __all__ = ["seeded_clock", "clock_sentences"]
@@ -99,6 +100,12 @@ def _with_levels(
     if not np.isfinite(st.times).all() or np.any(np.diff(st.times) < 0):
         return clock
     module, found, Xt, Yt, op = problem
+    if channel_split(op) is not None:  # the staircase's ranks count channels, the cost step's spans count units
+        say(
+            "the module's level on each plateau: not computed (the units are channels of the heads, and the "
+            "cost step's span of learned directions is one direction per head)"
+        )
+        return clock
     t0 = time.perf_counter()
     reads = level_read_times(t_end, st.times)
     args = (module, found.layout, Xt, Yt, states, st.times, st.ranks, reads)

@@ -64,7 +64,7 @@ def structure_of(module: nn.Module, found: FoundUnits, X: torch.Tensor, *, check
     f0 = output_at_zero(module, found.layout, X)
     C = f0.shape[1]
     sub = torch.arange(min(check_samples, X.shape[0]))
-    for build in (_analytic_mlp, _analytic_conv, _analytic_attention):
+    for build in (_analytic_mlp, _analytic_conv, _analytic_attention, _analytic_experts):
         built = build(module, found, X, C)
         if built is not None and _agrees(built[0], module, found, X, sub):
             return built[0], f0, built[1]
@@ -235,6 +235,51 @@ def _analytic_attention(module: nn.Module, found: FoundUnits, X: torch.Tensor, C
     if inner.p != found.p:
         return None
     return _read_out(module, found, X, inner, found.names[-1], "analytic attention", tokens=True)
+
+
+def _analytic_experts(module: nn.Module, found: FoundUnits, X: torch.Tensor, C: int):
+    """Identical two-layer experts (``Linear``, smooth activation, ``Linear`` without bias) summed with a softmax
+    gate whose rows are part of the units (uniform, ``1/E``, at zero units), the sum being the module's output: to
+    second order ``f = (1/E) Σ_e Σ_j a_ej σ'(0)(u_ejᵀx + c_ej)``, a two-layer MLP of the experts' hidden neurons
+    scaled by ``1/E``, each expert ``h`` of them (:class:`nqf.structure.ChannelStructure` over
+    :func:`nqf.structure.mlp`; the gate rows do not enter).  Whether the module is that is left to the agreement
+    check against its own derivatives."""
+    from ..structure import ChannelStructure, mlp
+
+    if found.kind != "experts" or not found.names:
+        return None
+    stack = module.get_submodule(found.names[0])
+    seq = getattr(stack, "stacked", None)
+    if not isinstance(seq, nn.Sequential) or len(seq) != 3:
+        return None
+    first, act_module, second = seq
+    act = activation_name(act_module)
+    if not (isinstance(first, nn.Linear) and isinstance(second, nn.Linear)) or second.bias is not None or act is None:
+        return None
+    h, D = first.weight.shape[1:]
+    E = int(first.weight.shape[0])  # the stacked parameter is (E, h, D): one slice per expert
+    where, start = {}, 0  # each layout slice's offset in the unit (one expert's slice of a stacked parameter)
+    for sl in found.layout.slices:
+        where[sl.param] = start
+        start += module.get_parameter(sl.param)[0].numel()
+    prefix = f"{found.names[0]}.stacked."
+    names = [prefix + "0.weight", prefix + "2.weight"] + ([prefix + "0.bias"] if first.bias is not None else [])
+    if start != found.p or any(n not in where for n in names) or second.weight.shape[1:] != (C, h):
+        return None
+    j = torch.arange(h)[:, None]
+    cols = [where[names[1]] + torch.arange(C)[None, :] * h + j, where[names[0]] + j * D + torch.arange(D)[None, :]]
+    Xin = _layer_input(module, found.names[0] + ".stacked", X)
+    if first.bias is not None:
+        cols.append(where[names[2]] + j)
+        Xin = torch.cat([Xin, torch.ones(Xin.shape[0], 1, dtype=Xin.dtype)], 1)
+    if Xin.ndim != 2:
+        return None
+    index = torch.cat(cols, 1)
+    layout = f"expert = {h} hidden neurons (channels) of (a ∈ R^{C}, u ∈ R^{D}" + (
+        ", c)" if first.bias is not None else ")"
+    )
+    op = ChannelStructure(mlp(Xin / E, act, bias=False, n_outputs=C), index, found.p, layout=layout)
+    return op, "analytic experts"
 
 
 def _agrees(op, module: nn.Module, found: FoundUnits, X: torch.Tensor, sub: torch.Tensor) -> bool:

@@ -57,6 +57,7 @@ from ._operators import is_analytic, structure_of
 from ._orders import dormant_prediction, dormant_step, examine_orders, relation_order
 from ._result import Analysis
 from ._runs import _estimate_and_run, _prediction_estimate, _RealRun
+from ._strengths import strength_reader
 from ._verdict import judge, validity
 
 __all__ = ["analyze", "prepare_analysis"]
@@ -254,7 +255,7 @@ def analyze(
     if real.note:
         notes.append(real.note)
 
-    cmp_nqf, cmp_real, val, verdict, curves = _compare(pred, sim, real, eps, found, flat_threshold, gap_tolerance)
+    cmp_nqf, cmp_real, val, verdict, curves = _compare(pred, op, sim, real, eps, found, flat_threshold, gap_tolerance)
     problem, run = (module, found, Xt, Yt, op_data, W0), (lr, steps, 1.0 if real.clock is None else real_step_factor)
     moments = None if X_moments is None else (op, X_moments, Ynqf, shift)
     seeded = seeded_clock(clock, problem, run, pred, sim, say, timings, moments)
@@ -294,7 +295,8 @@ def analyze(
 def _predicted(op, Ynqf, eps: float, commuting: bool, W0: torch.Tensor, shift: float, say, timings: dict):
     """:func:`nqf.predict` from the actual start (``M0 = W0 W0ᵀ`` when the width is below ``p``), bounded by
     the width (``max_rank`` = the number of units), on non-commuting data timed by the saddle-subspace flow, its
-    levels moved by the moment rows' offset ``shift``; the phases' times (and estimates) go into ``timings``."""
+    levels moved by the moment rows' offset ``shift``, through the drops that carry the learning
+    (:meth:`Staircase.carrying`); the phases' times (and estimates) go into ``timings``."""
     t0 = time.perf_counter()
     p, m = W0.shape
     M0 = W0 @ W0.T if m < p else None
@@ -304,6 +306,9 @@ def _predicted(op, Ynqf, eps: float, commuting: bool, W0: torch.Tensor, shift: f
     )
     if shift:
         pred = dataclasses.replace(pred, levels=pred.levels + shift)
+    if (cut := pred.carrying()) is not pred:  # a tail of tiny drops would set the runs' horizon: not analysed
+        pred = cut
+        say(f"prediction: {pred.notes[0]} of the runs and the comparison")
     timings["prediction"] = phases.get("search", time.perf_counter() - t0)
     if "subspace" in phases:  # the subspace flow: seconds, after the search (no estimate: it is the short part)
         timings["prediction_subspace"] = phases["subspace"]
@@ -393,26 +398,26 @@ def _check_curves(sim, real, lr: float, steps: int) -> None:
         )
 
 
-def _compare(pred, sim, real: _RealRun, eps: float, found, flat_threshold: float, gap_tolerance: float):
+def _compare(pred, op, sim, real: _RealRun, eps: float, found, flat_threshold: float, gap_tolerance: float):
     """Both runs against the prediction, the validity of the quadratic regime, the verdict and the curves.
 
     The real run is judged on its own saved states at their times on the table's clock (``real.t``); the
     curves, the figure and the validity test put it on the NQF's saved times (linear interpolation where
     the two runs saved at different times)."""
-    Q = torch.from_numpy(pred.directions.copy())
+    strengths = strength_reader(pred.directions, op)
     ts, Ln = sim.t.numpy(), sim.loss.numpy()
     same = len(real.t) == len(ts) and np.array_equal(real.t, ts)
     n = min(len(sim), len(real.t)) if same else int(np.searchsorted(ts, real.t[-1] * (1 + 1e-12), side="right"))
     t, Ln = ts[:n], Ln[:n]
     cmp_nqf = compare_staircase(t, Ln, pred, flat_threshold=flat_threshold)
     cmp_real = compare_staircase(real.t, real.loss, pred, flat_threshold=flat_threshold)
-    s_real = _strengths(Q, real.traj, len(real.t))
+    s_real = strengths(real.traj, len(real.t))
     if same:
         Lr, s_real = real.loss[:n], s_real[:n]
     else:
         Lr = np.interp(t, real.t, real.loss)
         s_real = np.stack([np.interp(t, real.t, col) for col in s_real.T], 1) if s_real.shape[1] else s_real[:n]
-    strength = {"strength_real": s_real, "strength_nqf": _strengths(Q, sim, n)}
+    strength = {"strength_real": s_real, "strength_nqf": strengths(sim, n)}
     val = validity(t, Lr, Ln, torch.as_tensor(sim.step)[:n].numpy(), pred, gap_tolerance)
     verdict = judge(pred, cmp_nqf, cmp_real, val, eps, found, found.n_units, found.p)
     add_crowded(verdict, pred, t, Lr, Ln)
@@ -484,16 +489,3 @@ def _assumption_checks(module, found, Xt, op, f0, how: str, *, seed: int):
     rows.append(check_width(found.n_units, found.p))
     rows.append(check_training_only(training_only_layers(module)))
     return rows, commuting
-
-
-def _strengths(Q: torch.Tensor, tr, n: int) -> np.ndarray:
-    """Mode strengths ``qₖᵀ M(t) qₖ = ‖W(t)ᵀ qₖ‖²`` of the first ``n`` saved states of ``tr``, shape (n, K)
-    (from ``M`` or ``W``, whichever was saved; K = 0 with neither)."""
-    if not Q.numel():
-        return np.zeros((n, 0))
-    if tr.M is not None:
-        QT = Q.T.contiguous()
-        return ((QT @ tr.M[:n]) * QT).sum(-1).numpy()  # no copy of the saved M (einsum made one: 26 MB on digits)
-    if tr.W is not None:
-        return torch.einsum("pk,tpm->tkm", Q, tr.W[:n]).pow(2).sum(-1).numpy()
-    return np.zeros((n, 0))

@@ -20,6 +20,7 @@ from ..curves import StepClock, step_clock
 from ..dynamics import Trajectory
 from ..reductions import LV_MAX_ENTRIES
 from ..reductions.saddles import SEARCH_EVALUATIONS, search_cost
+from ..structure import channel_split
 from ._checks import estimate_row
 
 #: Operator evaluations (``forward_factor`` + ``adjoint_apply``) assumed for the Lotka–Volterra reduction of
@@ -66,7 +67,10 @@ def _prediction_estimate(op, Y, n_outputs: int, commuting: bool) -> tuple[float,
     """The time of the prediction's first phase, before it runs: for the saddle sequence its search with the
     first orbit (:func:`nqf.reductions.saddles.search_cost`, right-hand sides timed on this problem; the O(1)
     clock of the later drops is estimated by :func:`nqf.predict` once the drops are known), for commuting
-    data :data:`PREDICT_EVALUATIONS` timed operator evaluations."""
+    data :data:`PREDICT_EVALUATIONS` timed operator evaluations; both on the units' channels where
+    :func:`nqf.predict` works on them (:func:`nqf.structure.channel_split`)."""
+    split = channel_split(op)
+    op = op if split is None else split.op
     if not commuting or op.n_samples * op.n_outputs * op.p**2 > LV_MAX_ENTRIES:  # as nqf.predict decides
         seconds, per = search_cost(op, Y)
         return seconds, (

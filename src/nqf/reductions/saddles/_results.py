@@ -17,6 +17,7 @@ import torch
 from ...errors import InvalidParameterError
 from ...results import Result, to_jsonable
 from .._staircase import Staircase
+from .._timing import TAIL_FRACTION, learning_drops
 
 __all__ = ["Saddle", "SaddleSequence"]
 
@@ -243,11 +244,13 @@ class SaddleSequence(Result):
             NaN for a drop the reduced flow does not reach (:data:`~nqf.reductions.saddles._subspace.HORIZON`
             times the latest leading-order time).
         """
+        return self._subspace(_check_eps(eps), M0, None)
+
+    def _subspace(self, eps: float, M0, through: int | None) -> np.ndarray:
         from ._subspace import subspace_times
 
-        eps = _check_eps(eps)
         M = None if M0 is None else torch.as_tensor(M0, dtype=torch.float64)
-        return subspace_times(self._problem, self.saddles, eps, M0=M)
+        return subspace_times(self._problem, self.saddles, eps, M0=M, through=through)
 
     def first_escape_time(self, eps: float, level: float | None = None) -> float:
         """Time at which the loss from ``M(0) = ε I`` crosses ``L_0 − level (L_0 − L_1)``.
@@ -296,14 +299,21 @@ class SaddleSequence(Result):
         eps = _check_eps(eps)
         K = len(self.saddles) - 1
         if subspace:
-            times, rules = self.subspace_times(eps, M0=M0), ["subspace flow"] * K
+            through = learning_drops(self.plateau_levels)
+            times, rules = self._subspace(eps, M0, through), ["subspace flow"] * K
             how = "drop times: midpoint crossings of the NQF restricted to the span of the saddles and their escape "
             how += "directions (the saddle-subspace flow; time_rules)"
-            missed = [k for k in range(K) if not np.isfinite(times[k])]
-            if missed:  # not reached by the reduced flow: the leading-order rule for those drops, said in a note
+            if through < K:
+                how += (
+                    f"; drops {through + 1}–{K} remove at most {100 * TAIL_FRACTION:g} % of the fall: the flow stops "
+                    "before them (its cost grows with the last time) and they keep the leading-order rule"
+                )
+            missed = [k for k in range(through) if not np.isfinite(times[k])]
+            if missed or through < K:  # the leading-order rule for drops not reached or not timed, said in a note
                 lead, lead_rules = predicted_escape_times(self, eps, M0=M0, recursion=False)
-                for k in missed:
+                for k in [*missed, *range(through, K)]:
                     times[k], rules[k] = lead[k], lead_rules[k]
+            if missed:
                 how += (
                     f"; drop(s) {[k + 1 for k in missed]} not reached by the subspace flow (the flow leaves the span "
                     "or lingers elsewhere): timed by the rule named in time_rules"
