@@ -177,15 +177,16 @@ def test_mode_strengths_from_the_saved_factor_equal_those_from_M():
     built independently here), and a wrong contraction (Wᵀ q summed before squaring) differs."""
     from types import SimpleNamespace
 
-    from nqf.study._pipeline import _strengths
+    from nqf.study._strengths import strength_reader
 
     gen = torch.Generator().manual_seed(0)
     W = torch.randn(5, 7, 3, generator=gen, dtype=torch.float64)
     Q = torch.linalg.qr(torch.randn(7, 2, generator=gen, dtype=torch.float64))[0]
     M = W @ W.transpose(1, 2)
-    from_M = _strengths(Q, SimpleNamespace(M=M, W=None), 4)
-    from_W = _strengths(Q, SimpleNamespace(M=None, W=W), 4)
+    read = strength_reader(Q.numpy(), SimpleNamespace(p=7))
+    from_M = read(SimpleNamespace(M=M, W=None), 4)
+    from_W = read(SimpleNamespace(M=None, W=W), 4)
     np.testing.assert_allclose(from_W, from_M, rtol=1e-12)
     wrong = torch.einsum("pk,tpm->tk", Q, W[:4]).pow(2).numpy()
     assert not np.allclose(wrong, from_M, rtol=1e-3)
-    assert _strengths(Q, SimpleNamespace(M=None, W=None), 4).shape == (4, 0)
+    assert read(SimpleNamespace(M=None, W=None), 4).shape == (4, 0)

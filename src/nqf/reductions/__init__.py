@@ -15,7 +15,9 @@ picks the reduction for an operator (``nqf.predict`` is the same function).
 * switch-on times and level crossings shared by all three (:func:`logistic_switch_time`,
   :func:`leading_switch_time`, :func:`crossing_times`, :func:`crossing_time`,
   :func:`crossing_index`, :func:`midpoint_levels`); the staircase curve itself is
-  :meth:`Staircase.loss_curve`.
+  :meth:`Staircase.loss_curve`;
+* the drops that carry the learning (:func:`learning_drops`, :data:`TAIL_FRACTION`;
+  :meth:`Staircase.carrying` cuts the tail after them).
 
 The submodules are imported on first use (``nqf.reductions.lv`` loads scipy).
 Conventions and equations: docs/theory.md.
@@ -33,8 +35,10 @@ if TYPE_CHECKING:  # loaded lazily below; imported here for the type checker onl
     from ._timing import (
         crossing_index,
         crossing_time,
+        TAIL_FRACTION,
         crossing_times,
         leading_switch_time,
+        learning_drops,
         logistic_switch_time,
         midpoint_levels,
     )
@@ -54,6 +58,8 @@ _NAMES = {
     "crossing_time": "._timing",
     "crossing_index": "._timing",
     "midpoint_levels": "._timing",
+    "learning_drops": "._timing",
+    "TAIL_FRACTION": "._timing",
 }
 
 __all__ = [  # the submodules and the keys of _NAMES (tests/test_package.py)
@@ -72,6 +78,8 @@ __all__ = [  # the submodules and the keys of _NAMES (tests/test_package.py)
     "crossing_time",
     "crossing_index",
     "midpoint_levels",
+    "learning_drops",
+    "TAIL_FRACTION",
 ]
 
 
