@@ -33,9 +33,9 @@ if TYPE_CHECKING:  # loaded lazily below; imported here for the type checker onl
     from ._predict import LV_MAX_ENTRIES, predict
     from ._staircase import METHODS, TIME_RULES, Staircase
     from ._timing import (
+        TAIL_FRACTION,
         crossing_index,
         crossing_time,
-        TAIL_FRACTION,
         crossing_times,
         leading_switch_time,
         learning_drops,
