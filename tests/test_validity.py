@@ -87,5 +87,5 @@ def test_real_run_report_and_sweep(setup):
     assert sw.normalised_gap_at_switch.shape == (3,)
     # early gap relative to the loss drop grows with ε
     assert sw.early_normalised_gap[0] < sw.early_normalised_gap[1] < sw.early_normalised_gap[2]
-    with pytest.raises(ValueError, match="`eps` must be"):
+    with pytest.raises(ValueError, match=r"`eps` must lie in \(0, 1\)"):
         validity_sweep(net, net.units, X, y, op, Wd, [0.0], lr=0.1, steps=10)

@@ -194,6 +194,22 @@ def positive_float(name: str, value) -> float:
     return float_param(name, value, positive=True)
 
 
+def eps_value(value, name: str = "eps") -> float:
+    """The initial scale ``ε``: a finite real in ``(0, 1)`` (``M(0) = εI``, a mode's start ``ε``, or ``ε z*``).
+
+    The one check of ``eps`` in nqf, with one wording for every way it can be wrong; a scale ``≥ 1`` is not
+    small and has no plateau, so it is refused everywhere rather than giving a time ``≤ 0``."""
+    try:
+        v = float_param(name, value)
+    except ParameterError:
+        v, found = math.nan, _describe(value)
+    else:
+        found = repr(v)
+    if not 0.0 < v < 1.0:
+        raise ParameterError(f"`{name}` must lie in (0, 1) (the initial scale ε); found {found}")
+    return v
+
+
 def seed_value(value, name: str = "seed") -> int:
     """A random seed: an ``int`` in ``[0, 2**32)`` (what NumPy accepts); bools refused."""
     return int_param(name, value, minimum=0, maximum=2**32 - 1)

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import log_expit
 
+from .._validation import eps_value
 from ..errors import InvalidParameterError, ShapeError
 from ..reductions import logistic_switch_time
 from ..results import Result
@@ -156,11 +157,8 @@ def predict_exponent(ell, zeta, k_range: tuple | None = None) -> ExponentPredict
 
 
 def _q(zeta, eps, z0_convention, z_star):
-    if not (isinstance(eps, (int, float)) and math.isfinite(eps) and eps > 0):
-        raise InvalidParameterError(f"`eps` must be a positive finite number; found {eps!r}")
+    eps = eps_value(eps)
     if z0_convention == "relative":
-        if eps >= 1:
-            raise InvalidParameterError(f"`eps` must be < 1 in the relative convention z_k(0) = ε z*_k; found {eps!r}")
         return np.full(zeta.shape, math.log1p(-eps) - math.log(eps)), np.ones(zeta.shape, bool)
     if z0_convention == "absolute":
         if z_star is None:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .._validation import eps_value
 from ..errors import InvalidParameterError
 from ..reductions import Staircase
 from ..results import Result, to_jsonable
@@ -80,9 +81,7 @@ class RealClock(Result):
 
     def times_at(self, eps: float) -> np.ndarray:
         """The real network's drop times at another ``eps``, from this run's seeds (module docstring)."""
-        eps = float(eps)
-        if not 0.0 < eps < 1.0:
-            raise InvalidParameterError(f"`eps` must lie in (0, 1); found {eps:g}")
+        eps = eps_value(eps)
         tau = self._tau()
         shift = np.log(self.eps / eps)
         t_nqf = self.times_nqf + tau * shift
@@ -182,6 +181,7 @@ def measured_floors(eps, times_real, times_nqf) -> np.ndarray:
     tr, tn = np.asarray(times_real, dtype=float), np.asarray(times_nqf, dtype=float)
     if eps.ndim != 1 or eps.size < 3 or np.any(np.diff(eps) >= 0):
         raise InvalidParameterError(f"`eps` must be at least three decreasing values; found {eps.tolist()}")
+    eps = np.array([eps_value(e) for e in eps])
     if tr.shape != tn.shape or tr.shape[0] != eps.size:
         raise InvalidParameterError(
             f"`times_real` and `times_nqf` must both have shape ({eps.size}, K); found {tr.shape} and {tn.shape}"

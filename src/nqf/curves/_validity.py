@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch.func import functional_call
 
-from .._validation import as_tensor
+from .._validation import as_tensor, eps_value
 from ..dynamics import Trajectory, simulate, train_network
 from ..errors import InvalidParameterError, ShapeError
 from ..modules import UnitScatter
@@ -286,8 +286,9 @@ def validity_sweep(
     ValiditySweep
     """
     eps = np.asarray(eps, dtype=float).reshape(-1)
-    if eps.size == 0 or not np.all(eps > 0):
-        raise InvalidParameterError(f"`eps` must be a non-empty sequence of positive numbers; found {eps}")
+    if eps.size == 0:
+        raise InvalidParameterError("`eps` must be a non-empty sequence of initial scales; found none")
+    eps = np.array([eps_value(e) for e in eps])
     W_dir = as_tensor("W_dir", W_dir, ndim=2, dtype=op.dtype, device=op.device)
     reports, early, early_n = [], [], []
     for e in eps:

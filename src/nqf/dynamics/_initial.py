@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .._validation import as_tensor, check_shape, float_param, int_param, tolerance
+from .._validation import as_tensor, check_shape, eps_value, int_param, tolerance
 from ..errors import InvalidParameterError, InvalidTypeError, ShapeError
 
 __all__ = ["initial_state", "initial_weights", "check_psd", "InitialState", "INITS"]
@@ -70,13 +70,6 @@ def _smallest_eigenvalues(Mb: torch.Tensor) -> torch.Tensor:
     return torch.linalg.eigvalsh(Mb)[:, 0]
 
 
-def _eps_value(eps) -> float:
-    eps = float_param("eps", eps, positive=True)
-    if not eps < 1:
-        raise InvalidParameterError(f"`eps` must lie in (0, 1) (M(0) = εI); found {eps}")
-    return eps
-
-
 def initial_weights(
     p: int,
     width: int,
@@ -113,7 +106,7 @@ def initial_weights(
     """
     p = int_param("p", p, minimum=1)
     width = int_param("width", width, minimum=1)
-    eps = _eps_value(eps)
+    eps = eps_value(eps)
     if generator is not None and not isinstance(generator, torch.Generator):
         raise InvalidTypeError(f"`generator` must be a torch.Generator; found {type(generator).__name__}")
     if init not in INITS:
@@ -233,7 +226,7 @@ def initial_state(
         raise InvalidParameterError(f"give `eps` (the initial scale) or one of `M0`/`W0`, not {' and '.join(given)}")
     if eps is not None:
         if width is None:
-            M0 = _eps_value(eps) * torch.eye(int_param("p", p, minimum=1), dtype=dtype)
+            M0 = eps_value(eps) * torch.eye(int_param("p", p, minimum=1), dtype=dtype)
         else:
             W0 = initial_weights(p, width, eps, generator, seed=seed, dtype=dtype)
     if W0 is not None:

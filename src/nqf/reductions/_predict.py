@@ -18,12 +18,11 @@ method             when                                                      tim
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 
 import torch
 
-from .._validation import as_tensor, int_param
+from .._validation import as_tensor, eps_value, int_param
 from ..errors import InvalidParameterError, InvalidTypeError, ShapeError
 from ..structure import StructureOperator, channel_split, commutes
 from ._staircase import Staircase
@@ -132,9 +131,7 @@ def predict(
         raise InvalidTypeError(f"`op` must be a StructureOperator; found {type(op).__name__}")
     if method not in _METHODS:
         raise InvalidParameterError(f"`method` must be one of {_METHODS}; found {method!r}")
-    e = float(eps)
-    if not (math.isfinite(e) and 0.0 < e < 1.0):
-        raise InvalidParameterError(f"`eps` must lie in (0, 1) (the initial scale, M(0) = εI); found {eps!r}")
+    e = eps_value(eps)
     if init not in ("isotropic", "balanced"):
         raise InvalidParameterError(f"`init` must be 'isotropic' or 'balanced'; found {init!r}")
     if max_rank is not None:

@@ -29,6 +29,7 @@ import sys
 
 import numpy as np
 
+from .._validation import eps_value
 from ..errors import InvalidParameterError, ShapeError
 
 __all__ = [
@@ -109,15 +110,13 @@ def leading_switch_time(rate, eps: float) -> np.ndarray:
     ----------
     rate : array_like
     eps : float > 0
-        Initial scale (a plateau exists only for ``ε < 1``; ``ε ≥ 1`` gives ``≤ 0``).
+        Initial scale in ``(0, 1)`` (a plateau exists only for ``ε < 1``; ``ε ≥ 1`` is refused, as everywhere).
 
     Returns
     -------
     numpy.ndarray, shape of ``rate``
     """
-    e = float(eps)
-    if not (math.isfinite(e) and e > 0.0):
-        raise InvalidParameterError(f"`eps` must be a positive finite number (the initial scale); found {eps!r}")
+    e = eps_value(eps)
     zeta = np.asarray(rate, dtype=np.float64)
     with np.errstate(divide="ignore"):
         return np.where(zeta > 0, math.log(1.0 / e) / np.where(zeta > 0, zeta, 1.0), np.inf)

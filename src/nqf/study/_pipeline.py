@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from .._memory import process_memory, release_free_memory
+from .._validation import eps_value
 from ..curves import FLAT_THRESHOLD, compare_staircase, stable_learning_rate, step_count
 from ..data import Dataset, prepare
 from ..dynamics import initial_weights
@@ -463,9 +464,7 @@ def _checked_options(eps, loss: str, steps: int | None = None, max_steps: int | 
     if lr is not None:
         lr = float_param("lr", lr, positive=True)
     check_step_budget(steps, max_steps, lr)
-    eps = float_param("eps", eps, positive=True)
-    if not eps < 1:
-        raise InvalidParameterError(f"`eps` must lie in (0, 1); found {eps}")
+    eps = eps_value(eps)
     if loss != "mse":
         raise InvalidParameterError(f"`loss` must be 'mse' (the staircase is predicted for MSE); found {loss!r}")
     return eps

@@ -37,7 +37,7 @@ import scipy.sparse as sp
 import torch
 from scipy.linalg import cholesky_banded, get_lapack_funcs
 
-from ..._validation import as_tensor
+from ..._validation import as_tensor, eps_value
 from ...errors import InvalidParameterError, ShapeError
 from ...results import Result
 from .._staircase import Staircase
@@ -165,9 +165,7 @@ class LimitResult(Result):
             ``β`` of the system, for the rates ``ζ = 4β`` and the leading-order times
             ``ln(1/ε)/ζ`` (default: NaN rates and leading times equal to ``τ ln(1/ε)``).
         """
-        ref = self.eps if eps is None else float(eps)
-        if ref is None or not 0.0 < ref < 1.0:
-            raise InvalidParameterError(f"`eps` must lie in (0, 1) (the initial scale); found {ref!r}")
+        ref = eps_value(self.eps if eps is None else eps)
         E = len(self.events)
         times = self.taus.numpy() * -np.log(ref)
         modes = self.modes.numpy()

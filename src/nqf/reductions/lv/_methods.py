@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import torch
 
-from ...errors import InvalidParameterError
+from ..._validation import eps_value
 from .._staircase import Staircase
 from . import _final as final
 from . import _logistic as logistic
@@ -246,9 +246,7 @@ class LotkaVolterraSolvers:
         """
         from ._limit import limit
 
-        eps = float(np.max(self._z0)) if eps is None else float(eps)
-        if not 0 < eps < 1:
-            raise InvalidParameterError(f"`eps` must lie in (0, 1); found {eps}")
+        eps = eps_value(float(np.max(self._z0)) if eps is None else eps)
         with np.errstate(divide="ignore"):
             s0 = np.log(self._z0) / (-np.log(eps))
         C = self._dense if self._dense is not None else np.diag(self._diag) if self.is_diagonal else self._sparse

@@ -51,6 +51,7 @@ import numpy as np
 import torch
 from scipy.integrate import solve_ivp
 
+from ...errors import InvalidParameterError
 from .._timing import leading_switch_time, midpoint_levels
 from ._orbit import Heteroclinic, solve_in_segments
 
@@ -181,7 +182,13 @@ def corrected_escape_times(
     p = prob.p
     B = start_factor(p, eps, M0)
     # exact normalisation of the first escape: q_0ᵀ M(t) q_0 = e^{4 h_0 t} q_0ᵀ M0 q_0 in the linear regime
-    T = float(leading_switch_time(4.0 * h0, seed_size(saddles[0].escape_direction[:, :1], B)))
+    seed = seed_size(saddles[0].escape_direction[:, :1], B)
+    if not 0.0 < seed < 1.0:  # nothing to escape from, or a start not small along the first escape: no plateau
+        raise InvalidParameterError(
+            f"`M0` must be small and non-zero along the first escape direction q_0 (0 < q_0ᵀ M0 q_0 < 1); "
+            f"found {seed:.4g}"
+        )
+    T = float(leading_switch_time(4.0 * h0, seed))
     Z, t = None, 0.0
     out, info = [], []
     for k in range(K):

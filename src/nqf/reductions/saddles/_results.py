@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..._validation import eps_value
 from ...errors import InvalidParameterError
 from ...results import Result, to_jsonable
 from .._staircase import Staircase
@@ -198,7 +199,7 @@ class SaddleSequence(Result):
             s_level``, the time at which the loss crosses
             ``L_0 − level (L_0 − L_1)`` (``level = first_level``).
         """
-        eps = _check_eps(eps)
+        eps = eps_value(eps)
         t = self.taus[1:] * math.log(1.0 / eps)
         if offset and t.size and np.isfinite(self.first_offset):
             t[0] += self.first_offset
@@ -220,7 +221,7 @@ class SaddleSequence(Result):
         """
         from ._clock import corrected_escape_times
 
-        eps = _check_eps(eps)
+        eps = eps_value(eps)
         return np.asarray(corrected_escape_times(self._problem, self.saddles, eps), dtype=float)
 
     def subspace_times(self, eps: float, *, M0=None) -> np.ndarray:
@@ -244,7 +245,7 @@ class SaddleSequence(Result):
             NaN for a drop the reduced flow does not reach (:data:`~nqf.reductions.saddles._subspace.HORIZON`
             times the latest leading-order time).
         """
-        return self._subspace(_check_eps(eps), M0, None)
+        return self._subspace(eps_value(eps), M0, None)
 
     def _subspace(self, eps: float, M0, through: int | None) -> np.ndarray:
         from ._subspace import subspace_times
@@ -258,7 +259,7 @@ class SaddleSequence(Result):
         ``t = ln(1/ε)/(4 λ_1) + s_level`` with ``s_level`` read off the escape
         trajectory (exact up to ``o(1)`` as ``ε → 0``).
         """
-        eps = _check_eps(eps)
+        eps = eps_value(eps)
         if len(self.saddles) < 2:
             return float("inf")
         level = self.first_level if level is None else float(level)
@@ -296,7 +297,7 @@ class SaddleSequence(Result):
         """
         from ._clock import predicted_escape_times
 
-        eps = _check_eps(eps)
+        eps = eps_value(eps)
         K = len(self.saddles) - 1
         if subspace:
             through = learning_drops(self.plateau_levels)
@@ -367,13 +368,6 @@ class SaddleSequence(Result):
             "message": self.message,
             "notes": list(self.notes),
         }
-
-
-def _check_eps(eps) -> float:
-    eps = float(eps)
-    if not 0.0 < eps < 1.0:
-        raise InvalidParameterError(f"`eps` must lie in (0, 1) (the initial scale, M(0) = ε I); found {eps}")
-    return eps
 
 
 def _order_warning(times, rules) -> tuple[str, ...]:

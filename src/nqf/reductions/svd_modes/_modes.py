@@ -76,7 +76,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..._validation import as_tensor
+from ..._validation import as_tensor, eps_value
 from ...errors import InvalidParameterError, NormalFormError, ShapeError
 from ...results import Result
 from ...structure import get_activation
@@ -419,8 +419,7 @@ def two_layer_modes(
         raise InvalidParameterError(f"`init` must be one of {_INITS}; found {init!r}")
     if on_not_whitened not in ("raise", "warn"):
         raise InvalidParameterError(f"`on_not_whitened` must be 'raise' or 'warn'; found {on_not_whitened!r}")
-    if not (isinstance(eps, (int, float)) and math.isfinite(eps) and eps > 0):
-        raise InvalidParameterError(f"`eps` must be a positive finite number; found {eps!r}")
+    eps = eps_value(eps)
     if sigma1 is None:
         act = get_activation(activation)
         if not act.zgz:
