@@ -183,6 +183,33 @@ def test_predict_refuses_bad_input_with_the_parameter_named():
         nqf.predict(np.eye(3), y, 1e-6)
 
 
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"method": "lotka-volterra", "init": "balanced"}, "`init` is the start of the SVD-mode reduction"),
+        ({"method": "saddle-sequence", "init": "balanced"}, "`init`"),
+        ({"method": "limit", "chain": []}, "`chain`"),
+        ({"method": "auto", "chain": []}, "'auto' chose the Lotka–Volterra"),  # commuting data: LV, no chain
+    ],
+)
+def test_predict_refuses_a_keyword_its_method_would_ignore(kwargs, match):
+    """Issue 36: ``predict(method=…)`` used to drop ``init``/``chain``/``M0`` of other methods silently."""
+    op, y = _commuting_dense()
+    with pytest.raises(InvalidParameterError, match=match):
+        nqf.predict(op, y, 1e-6, **kwargs)
+    rest = {k: v for k, v in kwargs.items() if k not in ("init", "chain")}
+    assert nqf.predict(op, y, 1e-6, **rest).n_drops >= 1  # the same call without the keyword runs
+
+
+def test_svd_modes_refuse_a_start_matrix():
+    from nqf.experiments._demo import teacher_task
+
+    X, Y, _ = teacher_task(200, 8, [2.0, 1.0], 0)
+    with pytest.raises(InvalidParameterError, match="`M0`: the SVD-mode reduction starts from `init`"):
+        nqf.predict(mlp(X, "tanh", n_outputs=2), Y, 1e-6, method="svd-modes", M0=1e-6 * torch.eye(10))
+    assert nqf.predict(mlp(X, "tanh", n_outputs=2), Y, 1e-6, method="svd-modes", init="balanced").n_drops == 2
+
+
 #: Where a staircase is judged (flatness, plateau read points, midpoint crossings of a loss) or predicted.
 _JUDGE = {"curves/_compare.py"}
 _RULE_NAMES = {"plateau_flatness", "downward_crossings", "midpoint_levels"}

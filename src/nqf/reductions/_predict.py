@@ -85,8 +85,9 @@ def predict(
     commuting : bool, optional
         Whether the structure matrices commute (default: :func:`nqf.structure.commutes`, two random adjoints).
     M0 : array_like, shape (p, p), optional
-        Initial order parameter of the Lotka–Volterra reduction (default ``εI``; a
-        rank-deficient start ``εΠ`` for a width below ``p``).
+        Initial order parameter of the Lotka–Volterra reduction and the saddle sequence (default ``εI``; a
+        rank-deficient start ``εΠ`` for a width below ``p``).  Refused with ``"svd-modes"`` (its start is
+        ``init``).
     max_rank : int, optional
         The largest rank ``M = W Wᵀ`` can reach: the number of units ``m`` (``nqf.analyze`` passes it).
         The saddle sequence stops at this rank and the SVD modes at this many modes, with a note, so the
@@ -94,9 +95,11 @@ def predict(
         bounded by it: with commuting data the loss depends on ``M`` only through its diagonal in the
         common eigenbasis, which an ``M`` of any rank ``≥ 1`` reaches (``M = w wᵀ``, ``w_j² = z_j``).
     init : {"isotropic", "balanced"}
-        Start of the SVD-mode reduction (``M(0) = εI`` or one unit per mode).
+        Start of the SVD-mode reduction (``M(0) = εI`` or one unit per mode); ``"balanced"`` is refused with
+        another method.
     chain : list, optional
-        Heteroclinic chain of the saddle sequence, reused for its O(1) times.
+        Heteroclinic chain of the saddle sequence, reused for its O(1) times; refused with a method that does not
+        use it (also when ``"auto"`` picks the Lotka–Volterra reduction).
     subspace : bool
         Saddle sequence only: time every drop by the NQF restricted to the span of the saddles and their escape
         directions (:meth:`nqf.reductions.saddles.SaddleSequence.subspace_times`, rule ``"subspace flow"``)
@@ -123,7 +126,8 @@ def predict(
     Raises
     ------
     NQFError
-        An unknown method, ``eps`` outside (0, 1), non-commuting data for
+        An unknown method, ``eps`` outside (0, 1), a keyword the method does not use (``init``, ``M0``,
+        ``chain``, ``subspace``), non-commuting data for
         ``"lotka-volterra"``/``"limit"``, an operator that is not a two-layer MLP for
         ``"svd-modes"``, inputs that are not whitened.
     """
@@ -143,6 +147,7 @@ def predict(
             f"`subspace` times the drops of the saddle sequence; method {method!r} does not use it (pass "
             "method='saddle-sequence' or 'auto', or leave subspace=False)"
         )
+    _refuse_unused(method, M0=M0, init=init, chain=chain)
     if M0 is not None:
         M0 = _checked_M0(M0, op.p)
     Y = as_tensor("y", y, ndim=(1, 2), dtype=torch.float64)
@@ -174,6 +179,11 @@ def _predict(op, Y, e: float, *, method, commuting, M0, max_rank, init, chain, s
     dense_entries = op.n_samples * op.n_outputs * op.p**2
     lv_auto = method == "auto" and commuting and dense_entries <= LV_MAX_ENTRIES and not subspace
     if method in ("lotka-volterra", "limit") or lv_auto:
+        if chain is not None:
+            raise InvalidParameterError(
+                "`chain` is the saddle sequence's heteroclinic chain; 'auto' chose the Lotka–Volterra reduction "
+                "for these commuting data, which does not use it (pass method='saddle-sequence')"
+            )
         from ..dynamics import initial_state
         from .lv import reduce
 
@@ -211,6 +221,24 @@ def _predict(op, Y, e: float, *, method, commuting, M0, max_rank, init, chain, s
         )
         st = dataclasses.replace(st, notes=(note, *st.notes))
     return st
+
+
+def _refuse_unused(method: str, *, M0, init: str, chain) -> None:
+    """A keyword the chosen method would silently ignore is refused, naming it and the method that uses it."""
+    if init != "isotropic" and method != "svd-modes":
+        raise InvalidParameterError(
+            f"`init` is the start of the SVD-mode reduction; method {method!r} does not use it (pass "
+            f"method='svd-modes', or give the start as M0); found init={init!r}"
+        )
+    if M0 is not None and method == "svd-modes":
+        raise InvalidParameterError(
+            "`M0`: the SVD-mode reduction starts from `init` ('isotropic': εI, 'balanced': one unit per mode) and "
+            "does not take M0; use another method or leave M0 out"
+        )
+    if chain is not None and method not in ("auto", "saddle-sequence"):
+        raise InvalidParameterError(
+            f"`chain` is the saddle sequence's heteroclinic chain; method {method!r} does not use it"
+        )
 
 
 def _checked_rank(max_rank) -> int | None:
