@@ -1,9 +1,23 @@
 """Shared test utilities (importable as `helpers` from any test module)."""
 
 import importlib
+import importlib.util
 import json
+from pathlib import Path
 
 import numpy as np
+
+#: The model zoo of issue 32 (``benchmarks/zoo/models.py``): models written the way researchers write them.
+ZOO_FILE = Path(__file__).resolve().parents[1] / "benchmarks" / "zoo" / "models.py"
+
+
+def load_zoo(name: str = "nqf_test_zoo"):
+    """The zoo's module, loaded from its file (``benchmarks`` is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, ZOO_FILE)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def loglog_slope(s, e):

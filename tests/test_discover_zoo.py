@@ -9,15 +9,12 @@ feed-forward pre-activations of a transformer layer computed by hand from its we
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 from torch import nn
 from typer.testing import CliRunner
 
-from helpers import TORCH_HAS_MHA_SWITCH
+from helpers import TORCH_HAS_MHA_SWITCH, ZOO_FILE, load_zoo
 from nqf.cli import app
 from nqf.errors import NormalFormError, NoUnitsError
 from nqf.modules import find_units, from_module, refused_units, select_units
@@ -26,18 +23,7 @@ from nqf.study import choose_units
 from nqf.study._checks import check_smooth
 
 DT = torch.float64
-ZOO_FILE = Path(__file__).resolve().parents[1] / "benchmarks" / "zoo" / "models.py"
-
-
-def _zoo():
-    spec = importlib.util.spec_from_file_location("nqf_test_zoo", ZOO_FILE)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-ZOO = _zoo()
+ZOO = load_zoo()
 
 
 def _close(a, b, rel=1e-10):

@@ -10,12 +10,10 @@ the horizon, and the loss still falling — the predicted level is the limit, th
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import torch
 
+from helpers import load_zoo
 from nqf.curves import compare_staircase
 from nqf.dynamics import gradient_flow
 from nqf.modules import from_module
@@ -24,22 +22,13 @@ from nqf.study import choose_units
 
 DT = torch.float64
 EPS = 1e-6
-ZOO_FILE = Path(__file__).resolve().parents[1] / "benchmarks" / "zoo" / "models.py"
-
-
-def _zoo():
-    spec = importlib.util.spec_from_file_location("nqf_test_zoo_slow", ZOO_FILE)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def test_the_last_level_is_the_flows_limit_reached_long_after_the_analysis_horizon():
     """Measured: drop within 3.8 % of its time; at the horizon (t ≈ 69) the flow is at 3.0 % of ``L_0``; it
     crosses 1 % at t ≈ 257 and is at 0.45 % at t = 400, still falling.  Planted: a level read off the flow at
     the horizon (what a too-short run shows) is passed by the flow by more than half of itself."""
-    zoo = _zoo()
+    zoo = load_zoo("nqf_test_zoo_slow")
     X, Y = (torch.as_tensor(a, dtype=DT) for a in zoo.images_data())
     torch.manual_seed(0)
     net = zoo.conv2d_rgb(X[0].numel(), 1).to(DT).eval()
