@@ -69,7 +69,8 @@ def test_factory_sequential_equals_builtin_spec(tmp_path, wine):
     json.dumps(a.to_dict())
     c = pickle.loads(pickle.dumps(a))
     np.testing.assert_array_equal(c.curves["loss_real"], a.curves["loss_real"])
-    assert [r.name for r in a.checks][:4] == ["smooth at 0", "unit symmetry", "zero-gradient condition", "commutation"]
+    names = ["smooth at 0", "unit symmetry", "zero-gradient condition", "NQF error order", "commutation"]
+    assert [r.name for r in a.checks][:5] == names
     import matplotlib.pyplot as plt
 
     plt.close(a.plot())

@@ -6,6 +6,7 @@
 * commutation of the structure matrices, tested with two random adjoints
   (``‖[𝒜*(R), 𝒜*(S)]‖ / (‖𝒜*(R)‖ ‖𝒜*(S)‖)``, milliseconds, nothing dense is built):
   decides Lotka–Volterra or the saddle sequence;
+* the order of the NQF's error in the units: a cubic term (``σ''(0) ≠ 0``, a gate) makes it ``O(‖W‖³)``;
 * width against ``p`` (``M(0) = εI`` needs ``m ≥ p``);
 * memory and time, estimated before the long runs from the sizes and a timed step;
 * training-only randomness (dropout, batch statistics): such layers are switched to eval mode, as the
@@ -14,6 +15,8 @@
 
 from __future__ import annotations
 
+import copy
+import math
 from typing import NoReturn
 
 import torch
@@ -32,6 +35,7 @@ __all__ = [
     "check_smooth",
     "check_symmetry",
     "check_zgz",
+    "check_error_order",
     "check_commutation",
     "check_width",
     "estimate_row",
@@ -195,6 +199,49 @@ def check_commutation(op, rtol: float = COMMUTING_RTOL) -> tuple[CheckRow, bool]
         else "not commuting: greedy saddle sequence (nqf.reductions.saddles.saddle_sequence)"
     )
     return CheckRow("commutation", f"{value:.2e}", f"≤ {rtol:g} for Lotka–Volterra", "ok", note), yes
+
+
+def check_error_order(module: nn.Module, found, X: torch.Tensor, *, seed: int = 0, scale: float = 1e-2) -> CheckRow:
+    """Whether the module has a term of third order in the units, which the NQF leaves out.
+
+    Along a random ``W`` (columns of norm ~1, every unit at once) the odd part of ``g(s) = f(sW) − f(0)``,
+    ``(g(s) − g(−s))/2``, holds the odd orders (the first is zero by the zero-gradient condition), the even
+    part the NQF's ``s²`` term.  An odd part above the round-off of ``f`` that shrinks 8-fold when ``s`` halves
+    is a cubic term: an activation with ``σ''(0) ≠ 0`` (GELU, SiLU), or a factor first order in the units such
+    as a softmax gate over experts.  The row gives ``κ`` with ``|f₃| / |f₂| ≈ κ r`` at units of norm ``r``
+    (``warn``); without one the error is ``O(‖W‖⁴)`` (``ok``).  Samples: the first 64 of ``X``.
+    """
+    from ..modules import UnitScatter
+
+    net = copy.deepcopy(module if getattr(found, "module", None) is None else found.module).eval()
+    scatter = UnitScatter(net, found.layout)
+    gen = torch.Generator().manual_seed(seed)
+    W = torch.randn(scatter.p, scatter.m, generator=gen, dtype=X.dtype) / math.sqrt(scatter.p)
+    xs = X[:64]
+
+    def parts(s: float):
+        with torch.no_grad():
+            plus, minus, zero = (scatter.module_output(net, c * W, xs) for c in (s, -s, 0.0))
+        floor = 64 * torch.finfo(X.dtype).eps * float(torch.maximum(plus.abs(), minus.abs()).max())
+        return float((plus - minus).abs().max()) / 2, float((plus + minus - 2 * zero).abs().max()) / 2, floor
+
+    odd, even, floor = parts(scale)
+    odd_half, _, floor_half = parts(scale / 2)
+    expected = "O(‖W‖⁴): no cubic term in the units"
+    if odd <= floor or odd_half <= floor_half or not even > 0:
+        return CheckRow("NQF error order", "O(‖W‖⁴)", expected, "ok", "the odd part of f(sW) is at round-off")
+    order = math.log2(odd / odd_half)  # 3 for a cubic term
+    if abs(order - 3) < 0.5:
+        kappa = (odd / scale**3) / (even / scale**2)
+        value = f"O(‖W‖³): |f₃|/|f₂| ≈ {kappa:.2g}·r (odd part ÷ {2**order:.1f} when s halves)"
+    else:  # not a Taylor term (a kink gives |s|·s: order 2)
+        value = f"odd part of order s^{order:.1f} (÷ {2**order:.1f} when s halves)"
+    note = (
+        "a term of third order in the units (an activation with σ''(0) ≠ 0, or a factor first order in the units, "
+        "such as a gate) that the NQF leaves out: the network parts from the NQF as its units grow, most at the "
+        "later drops"
+    )
+    return CheckRow("NQF error order", value, expected, "warn", note)
 
 
 def check_width(width: int, p: int) -> CheckRow:

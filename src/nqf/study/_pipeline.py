@@ -41,6 +41,7 @@ from ..reductions import predict
 from ._checks import (
     check_activation_at_zero,
     check_commutation,
+    check_error_order,
     check_smooth,
     check_symmetry,
     check_training_only,
@@ -483,6 +484,7 @@ def _assumption_checks(module, found, Xt, op, f0, how: str, *, seed: int):
     rows = [check_smooth(module, found=found, X=Xt)]
     rows.append(check_symmetry(module, found.layout, Xt, seed=seed))
     rows.append(check_zgz(op, f0, how, found.activation))
+    rows.append(check_error_order(module, found, Xt, seed=seed))
     row, commuting = check_commutation(op)
     rows.append(row)
     rows.append(check_width(found.n_units, found.p))
