@@ -139,6 +139,8 @@ def test_channel_structure_products_agree_with_its_dense_matrices():
     assert channel_split(op).k == 3 and channel_split(op.take(torch.arange(5))).op.n_samples == 5
     with pytest.raises(ShapeError, match="disjoint"):
         ChannelStructure(ch, torch.zeros(2, 6, dtype=torch.int64), 20)
+    with pytest.raises(NormalFormError, match="zero-gradient condition"):
+        ChannelStructure(mlp(torch.randn(7, 3, dtype=DT), "sigmoid"), torch.arange(4)[None], 20)  # σ(0) ≠ 0
 
 
 def test_experts_get_the_analytic_channel_operator_equal_to_their_autodiff_operator():

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import ShapeError
+from ..errors import NormalFormError, ShapeError
 from ._attention import EyeKronKernel, HeadValueKernel
 from ._bilinear import BilinearStructure
 from ._operator import StructureOperator
@@ -90,7 +90,10 @@ class ChannelStructure(StructureOperator):
     def __init__(self, channel: StructureOperator, index, p: int, layout: str = ""):
         index = torch.as_tensor(index, dtype=torch.int64)
         if not channel.satisfies_zgz:
-            raise ShapeError("`channel` must satisfy the zero-gradient condition (no linear or cross term)")
+            raise NormalFormError(
+                "`channel` must satisfy the zero-gradient condition (no linear or cross term); found an operator "
+                "with one"
+            )
         flat = index.reshape(-1)
         if index.ndim != 2 or index.shape[1] != channel.p or int(flat.min()) < 0 or int(flat.max()) >= int(p):
             raise ShapeError(
