@@ -118,6 +118,13 @@ def _exponent(scales, times) -> float:
     return float(np.polyfit(-np.log(np.asarray(scales)[ok]), np.log(np.asarray(times)[ok]), 1)[0])
 
 
+def _exponent_row(rep, label: str, scales, times, predicted: float, tol: float) -> None:
+    """One row: the measured exponent of ``t`` against ``1/scale`` (:func:`_exponent`) against ``predicted``."""
+    slope = _exponent(scales, np.array(times))
+    err = slope / predicted - 1
+    rep.row(label, f"{min(scales):g}–{max(scales):g}", "1", predicted, slope, err, verdict=_verdict(err, tol))
+
+
 # --- (a) modular addition -------------------------------------------------------------------------------------
 def modular_data(p: int, seed: int = 1):
     """All p² pairs: inputs ``(S^a x, S^b x)``, targets ``S^{a+b} x``; ``x`` zero-mean with distinct |DFT|."""
@@ -282,16 +289,7 @@ def parity(rep: Report, bits: int, act: str, rhos, m: int = 32) -> None:
             err,
             None if change is None else change[0],
         )
-    slope = _exponent(rhos, np.array(real))
-    rep.row(
-        f"{name}: exponent of t vs 1/ρ",
-        f"{min(rhos):g}–{max(rhos):g}",
-        "1",
-        k - 2,
-        slope,
-        slope / (k - 2) - 1,
-        verdict=_verdict(slope / (k - 2) - 1, TOL_EXP_PARITY),
-    )
+    _exponent_row(rep, f"{name}: exponent of t vs 1/ρ", rhos, real, k - 2, TOL_EXP_PARITY)
     u2 = los["data"].maxima[0].value
     clock = [round(math.log(1 / (r * _unit(W1)) ** 2) / (4 * u2), 1) for r in rhos]
     rep.note(
@@ -386,16 +384,7 @@ def chain_first(rep: Report, L: int, eps_list) -> None:
         pred.append(float(st.times[0]))
         real.append(float(run.crossings[0]))
         rep.time_row(f"(c) chain L={L}, first drop", eps, 1, pred[-1], real[-1], change[0])
-    slope = _exponent(eps_list, np.array(real))
-    rep.row(
-        f"(c) chain L={L}: exponent of t1 vs 1/ε",
-        f"{min(eps_list):g}–{max(eps_list):g}",
-        "1",
-        L - 2,
-        slope,
-        slope / (L - 2) - 1,
-        verdict=_verdict(slope / (L - 2) - 1, TOL_EXP),
-    )
+    _exponent_row(rep, f"(c) chain L={L}: exponent of t1 vs 1/ε", eps_list, real, L - 2, TOL_EXP)
 
 
 def balanced_layers(L: int, eps: float, U, V, seed: int = 6) -> list[np.ndarray]:

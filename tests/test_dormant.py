@@ -71,6 +71,10 @@ def test_modular_addition_is_silent_at_second_order(act, order):
     assert lo.maximum(2).value <= lo.maximum(2).tolerance  # exactly zero up to round-off
     assert f"k = {order}" in lo.sentence() and "second" in lo.sentence()
     assert pickle.loads(pickle.dumps(lo)).order == order and "order" in lo.to_dict()
+    W = torch.randn(terms[0].p, 2, dtype=torch.float64)
+    for term in terms:  # slots, pickled by Python's own protocol (no hand-written state pair)
+        back = pickle.loads(pickle.dumps(term))
+        assert (back.degree, back.name) == (term.degree, term.name) and torch.equal(back.value(W), term.value(W))
 
 
 def test_two_bit_parity_is_never_seen_by_an_odd_activation_without_bias():

@@ -41,22 +41,24 @@ def _higher_terms(module, found, Xt: torch.Tensor, how: str, n_outputs: int):
     return higher_order_terms(module, Xt, units=found.layout)
 
 
-def examine_orders(module, found, Xt, op, targets, how: str, say, *, seed: int = 0) -> LeadingOrder | None:
-    """The :class:`LeadingOrder` of the units when the quadratic form is silent at round-off (a progress line
-    says which order leads); None when it is not (the NQF's prediction stands).  ``op`` and ``targets`` are the
-    full data's (not the moment rows)."""
+def examine_orders(module, found, Xt, op, targets, how: str, say, *, seed: int = 0):
+    """``(order, higher)``: the :class:`LeadingOrder` of the units when the quadratic form is silent at round-off
+    (a progress line says which order leads), with the orders-3-and-4 terms it examined (for
+    :func:`dormant_prediction`, which then does not build them again; None where they could not be built);
+    ``(None, None)`` when the quadratic form is not silent (the NQF's prediction stands).  ``op`` and ``targets``
+    are the full data's (not the moment rows)."""
     second = leading_order([unit_term(op, 2)], targets, shuffles=0, starts=4, seed=seed)
     if second.order == 2:
-        return None
+        return None, None
     try:
         higher = _higher_terms(module, found, Xt, how, targets.shape[1])
     except NormalFormError as err:
         say(f"order: the quadratic form carries no signal; orders 3 and 4 not examined ({err})")
-        return second
+        return second, None
     third_fourth = leading_order([unit_term(higher, 3), unit_term(higher, 4)], targets, shuffles=SHUFFLES, seed=seed)
     found_order = LeadingOrder(maxima=second.maxima + third_fourth.maxima, order=third_fourth.order)
     say(f"order: {found_order.sentence()}")
-    return found_order
+    return found_order, higher
 
 
 def relation_order(module, found, Xt, op, targets, how: str, W0, say, *, seed: int = 0):
@@ -93,12 +95,14 @@ def relation_order(module, found, Xt, op, targets, how: str, W0, say, *, seed: i
     ), (float(pred.times[0]) if pred.n_drops else None)
 
 
-def dormant_prediction(order: LeadingOrder, module, found, Xt, targets, W0, eps: float, how: str, say):
-    """The degree-``k`` staircase of ``order`` from the analysis' ``W0``; :class:`SilentError` when no order
-    carries signal (the sentence names which orders were examined)."""
+def dormant_prediction(order: LeadingOrder, higher, module, found, Xt, targets, W0, eps: float, how: str, say):
+    """The degree-``k`` staircase of ``order`` from the analysis' ``W0``, with the higher-order terms
+    :func:`examine_orders` built (``higher``; built here when None); :class:`SilentError` when no order carries
+    signal (the sentence names which orders were examined)."""
     if order.order is None or order.order == 2:
         raise SilentError(f"{order.sentence()}: no drop to predict or to train for")
-    higher = _higher_terms(module, found, Xt, how, targets.shape[1])
+    if higher is None:
+        higher = _higher_terms(module, found, Xt, how, targets.shape[1])
     term = unit_term(higher, order.order)
     pred = dormant_staircase(term, targets, W0, eps)
     say(

@@ -327,14 +327,14 @@ def _ordered_prediction(ctx, eps, commuting, shift, lr_fraction, trained: list, 
     lr)``; ``lr`` is the order-k clock's step when the quadratic form is silent (None otherwise).  The order's
     sentence goes to ``trained`` (the verdict's opening)."""
     module, found, Xt, op, op_data, Ynqf, residual0, how, W0 = ctx
-    order = examine_orders(module, found, Xt, op_data, residual0, how, say, seed=seed)
+    order, higher = examine_orders(module, found, Xt, op_data, residual0, how, say, seed=seed)
     if order is None:  # the quadratic form is not silent: its prediction, and whether it learns a relation
         pred = _predicted(op, Ynqf, eps, commuting, W0, shift, say, timings)
         relation = relation_order(module, found, Xt, op_data, residual0, how, W0, say, seed=seed)
         if relation is not None:
             trained.append(relation[0])
         return pred, relation, None
-    pred, term = dormant_prediction(order, module, found, Xt, residual0, W0, eps, how, say)
+    pred, term = dormant_prediction(order, higher, module, found, Xt, residual0, W0, eps, how, say)
     trained.append(order.sentence()[0].upper() + order.sentence()[1:] + ".")
     return pred, None, dormant_step(term, pred, residual0, lr_fraction)
 

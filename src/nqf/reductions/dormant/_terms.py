@@ -47,14 +47,6 @@ class HomogeneousTerm:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name}, k={self.degree}, p={self.p}, N={self.N}, C={self.C})"
 
-    def __getstate__(self):
-        names = [k for c in type(self).__mro__ for k in getattr(c, "__slots__", ())]
-        return {k: getattr(self, k) for k in names if hasattr(self, k)}
-
-    def __setstate__(self, state):
-        for k, v in state.items():
-            object.__setattr__(self, k, v)
-
     def value(self, W: torch.Tensor) -> torch.Tensor:
         """``g(W)``, shape ``(N, C)``."""
         raise NotImplementedError
