@@ -32,37 +32,40 @@ def _rows(n=30, cell=lambda i: f"{(i * 7) % 5 - 2},{(i * 3) % 4 - 1.5}", label=l
 # --------------------------------------------------------------------------- class 8: misleading answers
 
 
-def _data_cases(t):
+def _data_cases():
+    """Each case: (a writer of its CSV under a folder, what the refusal must name).  Nothing is written here:
+    the case ids are read at collection, in the caller's working directory."""
     return {
         "missing-target-empty": (
-            _csv(t / "m1.csv", [r if i != 7 else r.rsplit(",", 1)[0] + "," for i, r in enumerate(_rows())]),
+            lambda t: _csv(t / "m1.csv", [r if i != 7 else r.rsplit(",", 1)[0] + "," for i, r in enumerate(_rows())]),
             ["target column 'label'", "data row 8"],
         ),
         "missing-target-NA": (
-            _csv(t / "m2.csv", [r if i != 3 else r.rsplit(",", 1)[0] + ",NA" for i, r in enumerate(_rows())]),
+            lambda t: _csv(t / "m2.csv", [r if i != 3 else r.rsplit(",", 1)[0] + ",NA" for i, r in enumerate(_rows())]),
             ["target column 'label'", "data row 4", "'NA'"],
         ),
         "missing-input": (
-            _csv(t / "m3.csv", [r if i != 11 else "," + r.split(",", 1)[1] for i, r in enumerate(_rows())]),
+            lambda t: _csv(t / "m3.csv", [r if i != 11 else "," + r.split(",", 1)[1] for i, r in enumerate(_rows())]),
             ["input column 'a'", "data row 12"],
         ),
         "constant-inputs": (
-            _csv(t / "c.csv", _rows(cell=lambda i: "1.5,-2")),
+            lambda t: _csv(t / "c.csv", _rows(cell=lambda i: "1.5,-2")),
             ["every input is the same", "2 constant column"],
         ),
         "inputs-of-1e300": (
-            _csv(t / "h.csv", _rows(cell=lambda i: f"{(i % 5 + 1) * 1e300},{(i % 3) * 1e299}")),
+            lambda t: _csv(t / "h.csv", _rows(cell=lambda i: f"{(i % 5 + 1) * 1e300},{(i % 3) * 1e299}")),
             ["overflow", "5e+300"],
         ),
     }
 
 
-CASE_IDS = sorted(_data_cases(__import__("pathlib").Path(".")))
+CASE_IDS = sorted(_data_cases())
 
 
 @pytest.mark.parametrize("case", CASE_IDS)
 def test_a_data_file_that_misled_is_one_line_naming_it(case, tmp_path):
-    path, needles = _data_cases(tmp_path)[case]
+    write, needles = _data_cases()[case]
+    path = write(tmp_path)
     res = runner.invoke(app, ["analyze", "--data", path, "--target", "label", "--out", str(tmp_path / "r")])
     assert_one_line(res, [path.rsplit("/", 1)[1], *needles])
     assert not (tmp_path / "r").exists()
