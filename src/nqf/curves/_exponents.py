@@ -226,7 +226,7 @@ def predicted_curve(
     zeta : array_like, shape (K,)
         Rates ``ζ_k = 4β_k > 0``.
     eps : float
-        Initial scale.
+        Initial scale, in ``(0, 1)`` in either convention.
     z0_convention : {"relative", "absolute"}
         ``z_k(0) = ε z*_k`` or ``z_k(0) = ε``.
     z_star : array_like, shape (K,), optional

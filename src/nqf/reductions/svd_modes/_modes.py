@@ -395,7 +395,7 @@ def two_layer_modes(
     sigma1 : float, optional
         ``σ'(0)`` directly (overrides ``activation``).
     eps : float
-        Initial scale ``ε > 0``.
+        Initial scale ``ε`` in ``(0, 1)``.
     init : {"balanced", "isotropic"}
     whiten_tol : float
         Largest accepted ``‖Σ_xx − I‖_F/√D``.
