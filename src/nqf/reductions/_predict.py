@@ -261,19 +261,7 @@ def _bounded(st: Staircase, max_rank) -> Staircase:
         f"drop(s) (down to L = {float(st.levels[-1]):.4g}) cannot be reached; the staircase stops at "
         f"L = {float(st.levels[K]):.4g}"
     )
-    return dataclasses.replace(
-        st,
-        levels=st.levels[:keep],
-        times=st.times[:K],
-        time_rules=st.time_rules[:K],
-        times_leading=st.times_leading[:K],
-        rates=st.rates[:keep],
-        ranks=st.ranks[:keep],
-        directions=st.directions[:, :K],
-        modes=st.modes[:K],
-        global_minimum=False,
-        notes=(note, *st.notes),
-    )
+    return st._through(K, note)
 
 
 def _checked_M0(M0, p: int) -> torch.Tensor:

@@ -248,6 +248,11 @@ class Staircase(Result):
             f"{100 * float(fraction):g} % of the fall L_0 − L_K, predicted at t = {self.times[k]:.4g}–"
             f"{self.times[-1]:.4g}) are left out"
         )
+        return self._through(k, note)
+
+    def _through(self, k: int, note: str) -> Staircase:
+        """The staircase through drop ``k`` (plateaus ``0 … k``), not a global minimum, with ``note`` first: the one
+        cut of every per-plateau and per-drop field (the tail, a width that cannot reach the later drops)."""
         cut = {name: getattr(self, name)[: k + 1] for name in ("levels", "rates", "ranks", "levels_module")
                if getattr(self, name) is not None}  # fmt: skip
         cut.update({name: getattr(self, name)[:k] for name in ("times", "times_leading", "modes", "time_uncertainty")

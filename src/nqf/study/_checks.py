@@ -219,9 +219,12 @@ def check_error_order(module: nn.Module, found, X: torch.Tensor, *, seed: int = 
     W = torch.randn(scatter.p, scatter.m, generator=gen, dtype=X.dtype) / math.sqrt(scatter.p)
     xs = X[:64]
 
+    with torch.no_grad():
+        zero = scatter.module_output(net, 0.0 * W, xs)
+
     def parts(s: float):
         with torch.no_grad():
-            plus, minus, zero = (scatter.module_output(net, c * W, xs) for c in (s, -s, 0.0))
+            plus, minus = (scatter.module_output(net, c * W, xs) for c in (s, -s))
         floor = 64 * torch.finfo(X.dtype).eps * float(torch.maximum(plus.abs(), minus.abs()).max())
         return float((plus - minus).abs().max()) / 2, float((plus + minus - 2 * zero).abs().max()) / 2, floor
 
@@ -234,13 +237,14 @@ def check_error_order(module: nn.Module, found, X: torch.Tensor, *, seed: int = 
     if abs(order - 3) < 0.5:
         kappa = (odd / scale**3) / (even / scale**2)
         value = f"O(‖W‖³): |f₃|/|f₂| ≈ {kappa:.2g}·r (odd part ÷ {2**order:.1f} when s halves)"
+        what = (
+            "a term of third order in the units (an activation with σ''(0) ≠ 0, or a factor first order in the "
+            "units, such as a gate)"
+        )
     else:  # not a Taylor term (a kink gives |s|·s: order 2)
         value = f"odd part of order s^{order:.1f} (÷ {2**order:.1f} when s halves)"
-    note = (
-        "a term of third order in the units (an activation with σ''(0) ≠ 0, or a factor first order in the units, "
-        "such as a gate) that the NQF leaves out: the network parts from the NQF as its units grow, most at the "
-        "later drops"
-    )
+        what = "an odd part that is not a Taylor term of the units (a kink on the path from the units to the output)"
+    note = f"{what} that the NQF leaves out: the network parts from the NQF as its units grow, most at the later drops"
     return CheckRow("NQF error order", value, expected, "warn", note)
 
 
