@@ -58,6 +58,9 @@ METHODS = ("lotka-volterra", "limit", "svd-modes", "saddle-sequence", "dormant-f
 #:   (:func:`nqf.curves.real_clock`);
 #: * ``"dormant flow"`` — the blow-up time of the scaled dormant flow of a term of degree ``k ≥ 3``
 #:   (:func:`nqf.reductions.dormant.dormant_staircase`): ``ρ^{2−k} s_k``, a power of the initial scale;
+#: * ``"Taylor flow"`` — the loss's midpoint crossing of the gradient flow of the units' Taylor polynomial through
+#:   the leading order ``k`` (:func:`nqf.reductions.dormant.dormant_staircase` with ``lower``: orders below ``k``
+#:   non-zero on a finite sample); not a power of the initial scale;
 #: * ``"AGF"`` — Alternating Gradient Flows at order two (:func:`nqf.reductions.dormant.agf_staircase`): the
 #:   dormant strength along a direction reaches its best-fit strength, ``ln(c_u/σ_u)/ζ_u`` per phase.
 TIME_RULES = (
@@ -70,6 +73,7 @@ TIME_RULES = (
     "ε → 0 limit",
     "seeded NQF",
     "dormant flow",
+    "Taylor flow",
     "AGF",
 )
 

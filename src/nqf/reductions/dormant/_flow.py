@@ -16,6 +16,7 @@ and settles each active phase by gradient flow from the escaped direction, polis
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -34,6 +35,28 @@ __all__ = ["dormant_staircase", "active_fit", "active_curvature", "ESCAPE_NORM"]
 ESCAPE_NORM = 1e4
 #: Relative tolerance of the dormant-flow integration.
 RTOL = 1e-9
+
+
+class _Polynomial(HomogeneousTerm):
+    """``Σ_j g_j``: a unit's Taylor polynomial through its leading order (the lower orders a finite sample
+    makes non-zero too).  Not homogeneous: ``degree`` is the top degree; used for the loss and the active
+    phases, never for a scale-free flow."""
+
+    __slots__ = ("terms",)
+
+    def __init__(self, terms):
+        top, name = terms[-1], "orders " + "+".join(str(t.degree) for t in terms)
+        super().__init__(top.degree, top.p, top.N, top.C, True, name, top.dtype)
+        self.terms = tuple(terms)
+
+    def value(self, W):
+        return sum((t.value(W) for t in self.terms[1:]), self.terms[0].value(W))
+
+    def gradient(self, W, R):
+        return sum((t.gradient(W, R) for t in self.terms[1:]), self.terms[0].gradient(W, R))
+
+    def per_column(self, W, R):
+        return sum((t.per_column(W, R) for t in self.terms[1:]), self.terms[0].per_column(W, R))
 
 
 def _loss(term: HomogeneousTerm, W: torch.Tensor, Y: torch.Tensor) -> float:
@@ -124,6 +147,95 @@ def _flow_until_escape(term, R, Wd: torch.Tensor, s0: float, s_max: float):
     return float(sol.t_events[0][0]), W, int(torch.argmax(W.norm(dim=0)))
 
 
+def _taylor_crossing(whole: HomogeneousTerm, Y: torch.Tensor, W0: torch.Tensor, level: float, t_max: float):
+    """Gradient flow of the Taylor polynomial ``whole`` on ``(1/2N)‖Y − whole(W)‖²`` from ``W0``: ``(t, W)`` where
+    the loss first falls to ``level``, or ``None`` past ``t_max``.  Every order's output is in the residual, so
+    what the lower orders fit (a finite sample's spurious correlation) settles, and their self-interaction
+    competes with the leading order's growth as in the network."""
+    shape = tuple(W0.shape)
+
+    def rhs(_t, x):
+        W = torch.as_tensor(x, dtype=whole.dtype).reshape(shape)
+        return (whole.gradient(W, Y - whole.value(W)) / whole.N).reshape(-1).numpy()
+
+    def event(_t, x):
+        return _loss(whole, torch.as_tensor(x, dtype=whole.dtype).reshape(shape), Y) - level
+
+    event.terminal, event.direction = True, -1
+    x0 = W0.reshape(-1).numpy().astype(np.float64)
+    scale = float(np.abs(x0).max())
+    sol = solve_ivp(rhs, (0.0, t_max), x0, method="RK45", rtol=RTOL, atol=1e-12 * scale, events=event)
+    if not sol.t_events[0].size:
+        return None
+    return float(sol.t_events[0][0]), torch.as_tensor(sol.y_events[0][0], dtype=whole.dtype).reshape(shape)
+
+
+def _check_lower(term: HomogeneousTerm, lower) -> tuple:
+    lower = tuple(sorted(lower, key=lambda t: t.degree))
+    for t in lower:
+        if not isinstance(t, HomogeneousTerm) or not t.additive or (t.p, t.N, t.C) != (term.p, term.N, term.C):
+            raise InvalidParameterError(
+                f"`lower` must hold additive HomogeneousTerms of the same units and data as `term` "
+                f"(p, N, C) = ({term.p}, {term.N}, {term.C}); found {t!r}"
+            )
+        if t.degree >= term.degree:
+            raise InvalidParameterError(f"`lower` must hold orders below {term.degree}; found {t!r}")
+    return lower
+
+
+def _order_two_rate(lower, R, seed: int) -> float:
+    """``ζ = 2U*₂``: the order-2 rate of the best dormant direction (0 when ``lower`` has no order 2)."""
+    two = [t for t in lower if t.degree == 2]
+    return 2.0 * max(utility_maximum(two[0], R, seed=seed).value, 0.0) if two else 0.0
+
+
+def _taylor_first(term: HomogeneousTerm, lower: tuple, Y: torch.Tensor, W0: torch.Tensor, eps: float, seed: int):
+    """The first escape when orders below ``k`` are non-zero: the level after it from the active fit of the whole
+    polynomial at the order-``k`` maximiser, its time from the polynomial's gradient flow (time rule
+    ``"Taylor flow"``)."""
+    k, whole = term.degree, _Polynomial((*lower, term))
+    none = torch.zeros(term.p, 0, dtype=term.dtype)
+    notes = [
+        f"orders {', '.join(str(t.degree) for t in lower)} below k = {k} are non-zero on these data: the time is the "
+        "midpoint crossing of the Taylor polynomial's gradient flow, not a power of ρ; only the first escape"
+    ]
+    L0, best = _loss(whole, none, Y), utility_maximum(term, Y, seed=seed)
+    rho = float(W0.norm(dim=0).max())
+    times, leading, rates, dirs, modes, levels = [], [], [], [], [], [L0]
+    if best.carries_signal:
+        u = torch.as_tensor(best.direction, dtype=term.dtype)[:, None]
+        L1 = _loss(whole, active_fit(whole, 0.1 * _placed(term, u, Y), Y), Y)
+        zeta = _order_two_rate(lower, Y, seed)
+        t_lead = aligned_escape_time(k, best.value, rho, rate=zeta)
+        hit = _taylor_crossing(whole, Y, W0, 0.5 * (L0 + L1), 1e3 * t_lead) if L1 < L0 else None
+        if hit is None:
+            notes.append(f"the Taylor flow did not reach the level {L1:.4g} before t = {1e3 * t_lead:.4g}")
+        else:
+            t, W = hit
+            j = int(torch.argmax(W.norm(dim=0) / W0.norm(dim=0).clamp_min(1e-300)))
+            uj = W[:, j : j + 1] / W[:, j].norm()
+            times, levels, modes, dirs = [t], [L0, L1], [j], [uj[:, 0].numpy()]
+            leading = [aligned_escape_time(k, best.value, float(W0[:, j].norm()), rate=zeta)]
+            rates = [k * float(term.per_column(uj, Y)) / term.N]
+    else:
+        notes.append(f"no dormant unit grows at order {k} (largest utility at round-off)")
+    K = len(times)
+    return Staircase(
+        method="dormant-flow",
+        eps=eps,
+        levels=np.array(levels),
+        times=np.array(times),
+        time_rules=("Taylor flow",) * K,
+        times_leading=np.array(leading),
+        rates=np.array([*rates, 0.0]),
+        ranks=np.arange(K + 1),
+        directions=np.array(dirs).T.reshape(term.p, K),
+        modes=np.array(modes, dtype=np.int64),
+        global_minimum=False,
+        notes=tuple(notes),
+    )
+
+
 def dormant_staircase(
     term: HomogeneousTerm,
     targets,
@@ -132,6 +244,7 @@ def dormant_staircase(
     *,
     max_drops: int | None = None,
     level_shift: float = 0.0,
+    lower=(),
     seed: int = 0,
 ) -> Staircase:
     r"""The staircase of units that start dormant at a term of degree ``k ≥ 3`` (module docstring).
@@ -150,12 +263,19 @@ def dormant_staircase(
         Stop after this many escapes (default: one per unit).
     level_shift : float
         Added to every level (the loss of what the units cannot fit, e.g. outputs outside the term).
+    lower : sequence of HomogeneousTerm
+        Orders below ``k`` of the same units that are non-zero on these data (e.g. ``unit_term(op, 2)`` when a
+        finite sample gives the quadratic form a small spurious rate, as for a sparse parity).  Then the
+        first escape only: its level from the active fit of the Taylor polynomial through order ``k`` at the
+        order-``k`` maximiser, its time the midpoint crossing of that polynomial's gradient flow from ``W0``
+        (rule ``"Taylor flow"``; every order's output in the residual).  Not a power of ``ρ``.
 
     Returns
     -------
     Staircase
         ``method = "dormant-flow"``; ``times`` by the scaled dormant flow (rule ``"dormant flow"``),
-        ``times_leading`` the aligned start's ``ρ_i^{2−k}/(k(k−2)U*)`` of the escaping unit, ``rates`` the
+        ``times_leading`` the aligned start's blow-up time of the escaping unit
+        (:func:`aligned_escape_time`, with the order-2 rate when ``lower`` holds it), ``rates`` the
         ``k U*`` of each escape, ``modes`` the index of the unit that escapes, ``ranks`` the active units.
     """
     if not isinstance(term, HomogeneousTerm) or not term.additive or term.degree < 3:
@@ -163,6 +283,7 @@ def dormant_staircase(
             f"`term` must be an additive HomogeneousTerm of degree ≥ 3 (unit_term(higher, 3 or 4)); found {term!r}"
         )
     Y = check_residual(term, targets)
+    lower = _check_lower(term, lower)
     W0 = torch.as_tensor(W0, dtype=term.dtype)
     if W0.ndim != 2 or W0.shape[0] != term.p or W0.shape[1] == 0:
         raise ShapeError(f"`W0` must have shape (p, m) with p = {term.p}, m ≥ 1; found {tuple(W0.shape)}")
@@ -170,6 +291,9 @@ def dormant_staircase(
     rho = float(W0.norm(dim=0).max())
     if not rho > 0:
         raise InvalidParameterError("`W0` must have a unit of non-zero norm; found all zero")
+    if lower:
+        st = _taylor_first(term, lower, Y, W0, eps, seed)
+        return dataclasses.replace(st, levels=st.levels + level_shift)
     limit = m if max_drops is None else min(m, int(max_drops))
     Wd, active = W0 / rho, torch.zeros(term.p, 0, dtype=term.dtype)
     dormant = list(range(m))

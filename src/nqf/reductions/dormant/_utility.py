@@ -239,11 +239,19 @@ def leading_order(terms, residual, *, shuffles: int = 0, starts: int = STARTS, s
     return LeadingOrder(maxima=maxima, order=order)
 
 
-def aligned_escape_time(order: int, utility: float, norm: float) -> float:
-    r"""``ρ₀^{2−k} / (k (k−2) U*)``: the blow-up time of a unit of norm ``ρ₀`` aligned with the maximiser
-    (``k > 2``); for ``k = 2`` the NQF's ``ln(1/ρ₀²)/(4U*)`` is not this (no blow-up): refused."""
+def aligned_escape_time(order: int, utility: float, norm: float, *, rate: float = 0.0) -> float:
+    r"""The blow-up time of a unit of norm ``ρ₀`` aligned with the maximiser of an order ``k > 2``.
+
+    Alone, ``dρ/dt = kU*ρ^{k−1}`` blows up at ``ρ₀^{2−k} / (k (k−2) U*)``.  With an order-2 rate ``ζ = 2U*₂ > 0``
+    along the same direction (``dρ/dt = ζρ + kU*ρ^{k−1}``; ``s = ρ^{2−k}`` is then linear) it blows up at
+    ``ln(1 + ζ/(kU*ρ₀^{k−2})) / ((k−2)ζ)``: ``ln(1/ρ₀)/ζ`` while the quadratic rate leads, the power law once
+    ``ρ₀`` is above the crossover ``(ζ/(kU*))^{1/(k−2)}``.  For ``k = 2`` the NQF's ``ln(1/ρ₀²)/(4U*)`` is not
+    this (no blow-up): refused."""
     if order <= 2:
         raise InvalidParameterError(f"`order` must be above 2 for a power-law escape; found {order!r}")
     if not utility > 0:
         return math.inf
-    return float(norm) ** (2 - order) / (order * (order - 2) * float(utility))
+    scale = order * float(utility) * float(norm) ** (order - 2)
+    if rate > 0:
+        return math.log1p(float(rate) / scale) / ((order - 2) * float(rate))
+    return 1.0 / ((order - 2) * scale)
