@@ -1,6 +1,7 @@
 """``nqf.analyze`` when the quadratic form is silent: the order named, the order-k clock, no step from a zero rate."""
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -39,3 +40,36 @@ def test_no_order_with_signal_stops_in_one_sentence():
     data = prepare(X, X[:, :1], task="regression", standardize=False)
     with pytest.raises(SilentError, match="no order up to 4"):
         nqf.analyze(_square_mlp(3, 4, 1), data, eps=1e-2)
+
+
+def _parity_analysis(shuffle: bool):
+    rng = np.random.default_rng(0)
+    X = rng.choice([-1.0, 1.0], size=(2000, 16))
+    y = X[:, :2].prod(1)
+    y = rng.permutation(y) if shuffle else y
+    net = nn.Sequential(nn.Linear(16, 16, bias=False), nn.Mish(), nn.Linear(16, 1, bias=False))
+    data = prepare(X, y[:, None], task="regression", standardize=False)
+    return nqf.analyze(net, data, eps=1e-3)
+
+
+def test_sparse_parity_names_the_order_and_its_first_escape_comes_when_the_real_network_learns():
+    """Two-bit parity, mish: the quadratic form only fits the sample; the sentence names k = 3 and the escape
+    time of the units' Taylor polynomial (orders 2 and 3), which analyze's own real network (GD at η) meets:
+    measured 67.7 predicted, 70.0 real (+3.4 %)."""
+    r = _parity_analysis(shuffle=False)
+    text = next(s for s in r.verdict["text"] if "shuffled targets" in s)
+    assert "the first order that carries one is k = 3" in text and "Taylor polynomial" in text
+    number = r"([0-9.e+-]+)"
+    pattern = rf"comes at t ≈ {number} \(the loss halfway from {number} to the polynomial's fit {number}\)"
+    found = re.search(pattern, text)
+    t_pred, before, after = (float(g) for g in found.groups())
+    assert r.steps * r.lr > t_pred  # the run reaches the escape
+    t, loss = np.asarray(r.curves["t"]), np.asarray(r.curves["loss_real"])
+    assert t[np.argmax(loss < 0.5 * (before + after))] == pytest.approx(t_pred, rel=0.05)
+
+
+@pytest.mark.slow
+def test_sparse_parity_shuffled_against_the_labels_names_no_order():
+    """Planted: the labels shuffled against the bits: no order up to 4 beats shuffled targets, and no time."""
+    text = next(s for s in _parity_analysis(shuffle=True).verdict["text"] if "shuffled targets" in s)
+    assert "no order up to 4 does better" in text and "comes at" not in text

@@ -64,7 +64,8 @@ def examine_orders(module, found, Xt, op, targets, how: str, say, *, seed: int =
 def relation_order(module, found, Xt, op, targets, how: str, W0, say, *, seed: int = 0):
     """When the quadratic form's utility is not above shuffled targets' (its drops fit this sample, e.g. the
     spurious linear correlation of a parity), the first order whose utility is: ``(sentence, escape time)``
-    (the escape of its dormant flow from ``W0``, on ``y − f(0)``), or None when the quadratic form carries a
+    (the first escape of the units' Taylor polynomial through that order, by gradient flow from ``W0`` on
+    ``y − f(0)``: ``dormant_staircase(..., lower=)``), or None when the quadratic form carries a
     relation.  Analytic two-layer MLPs only (the permutation test costs ~40 utility maximisations)."""
     if not (how == "analytic mlp" and found.is_whole_mlp):
         return None
@@ -85,13 +86,20 @@ def relation_order(module, found, Xt, op, targets, how: str, W0, say, *, seed: i
         say("order: no order up to 4 has a utility above shuffled targets'")
         return f"{head}; no order up to 4 does better: what the network learns here is a fit of this sample.", None
     m = beyond[0]
-    pred = dormant_staircase(unit_term(higher, m.order), targets, W0, 1.0, max_drops=1)
-    when = f"t ≈ {pred.times[0]:.4g}" if pred.n_drops else "no time (no unit escaped)"
+    lower = [unit_term(op, 2), *([unit_term(higher, 3)] if m.order == 4 else [])]
+    pred = dormant_staircase(unit_term(higher, m.order), targets, W0, 1.0, lower=lower)
+    when = (
+        f"t ≈ {pred.times[0]:.4g} (the loss halfway from {pred.levels[0]:.4g} to the polynomial's fit "
+        f"{pred.levels[1]:.4g})"
+        if pred.n_drops
+        else "no time (no unit escaped)"
+    )
     say(f"order: k = {m.order} carries a relation beyond shuffled targets; its first escape at {when}")
     return (
         f"{head}; the first order that carries one is k = {m.order} (U* = {m.value:.4g} against {m.null:.4g}), "
-        f"whose first escape from this start comes at {when} (dormant flow of order {m.order}; time ∝ ε^"
-        f"{-(m.order - 2) / 2:g})."
+        f"whose first escape from this start comes at {when} (gradient flow of the units' Taylor polynomial "
+        f"through order {m.order}: the spurious quadratic rate grows the units first, so the time goes like "
+        "ln(1/ε), not a power of ε)."
     ), (float(pred.times[0]) if pred.n_drops else None)
 
 
