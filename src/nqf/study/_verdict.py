@@ -259,7 +259,8 @@ def judge(pred, cmp_nqf, cmp_real, val: dict, eps: float, found, width: int, p: 
     levels = np.asarray(pred.levels, float)
     L0 = float(levels[0])
     reached = np.isfinite(cmp_real.times_measured)
-    left_t = val.get("left_time")
+    order_k = pred.method == "dormant-flow"  # judged against its own order, not the NQF's regime
+    left_t = None if order_k else val.get("left_time")
     inside = reached & (cmp_real.times_measured < left_t) if left_t is not None else reached
     t_diff = np.abs(np.asarray(cmp_real.times_measured, float) - np.asarray(pred.times, float))
     te = cmp_real.time_errors[inside] if K else np.zeros(0)
@@ -274,31 +275,29 @@ def judge(pred, cmp_nqf, cmp_real, val: dict, eps: float, found, width: int, p: 
     learned = (L0 - float(levels[-1])) / L0 if L0 > 0 else 0.0
     left_early = bool(left_t is not None and K and left_t < float(pred.times[-1]))
     trust, why = _trust(max_te, max_le, bool(te.size), left_early, learned)
+    where = "the drops it reaches" if order_k else "the drops it reaches inside the quadratic regime"
     text = [
         f"{pred.method.replace('-', ' ')} predicts {K} drop{'s' if K != 1 else ''} from L = {L0:.4g} to "
-        f"{level_text(levels[-1], L0)}; against the real network the drops it reaches inside the quadratic regime "
+        f"{level_text(levels[-1], L0)}; against the real network {where} "
         f"({int(inside.sum())} of {K}) are within {te_text} in time and {le_text} in level (trust: {trust}"
         + (f"; not higher: {', '.join(why)}" if why else "")
         + ")."
     ]
-    if learned < LEARNED_FRACTION:
+    if learned < LEARNED_FRACTION and not order_k:
         text.append(
             f"The predicted drops remove {fmt_pct(learned, [LEARNED_FRACTION])} of the initial loss (L_0 = {L0:.4g}"
             f" → L_{K} = {level_text(levels[-1], L0)}), less than {100 * LEARNED_FRACTION:g} %: at this (second) "
             "order almost nothing is learned, so an accurate prediction says little about how this network learns "
             "(what it learns later comes from higher orders, which the NQF leaves out); trust is at most moderate."
         )
-    text.append(f"Real network vs NQF simulation: max gap {_gap_text(val)} over the run.")
-    if slow:
-        text.append(slow)
-    if val.get("left_step") is not None:
-        text.append(_left_sentence(val, L0, real_lr))
+    text += _regime_sentences(val, L0, real_lr, order_k, slow)
     if not_flat:
         text.append(
             f"Plateaus {not_flat} are not flat at ε = {eps:g} (the loss moves by more than "
             f"{cmp_real.flat_threshold:g} of the adjacent drop across their middle): neighbouring modes crowd "
             "together and the curve passes through those levels instead of resting on them; a smaller ε "
-            "separates them (plateau lengths grow like ln(1/ε))."
+            "separates them (plateau lengths grow like "
+            + ("a power of 1/ε at this order)." if order_k else "ln(1/ε)).")
         )
     rules = pred.time_rules
     n_lead = sum(r == "leading order" for r in rules)
@@ -323,6 +322,22 @@ def judge(pred, cmp_nqf, cmp_real, val: dict, eps: float, found, width: int, p: 
         "leading_order_scale": lead,
         "learned_fraction": learned,
     }
+
+
+def _regime_sentences(val: dict, L0: float, real_lr, order_k: bool, slow: str) -> list[str]:
+    """The real network against the NQF simulation and where it left the quadratic regime; for an order-``k``
+    staircase (the quadratic form silent) one sentence instead: the NQF cannot follow these data."""
+    if order_k:
+        return [
+            "The quadratic form is silent on these data, so the NQF simulation stays at L_0 and says nothing: the "
+            "real network is judged against the order-k staircase alone, at every drop it reaches."
+        ] + ([slow] if slow else [])
+    out = [f"Real network vs NQF simulation: max gap {_gap_text(val)} over the run."]
+    if slow:
+        out.append(slow)
+    if val.get("left_step") is not None:
+        out.append(_left_sentence(val, L0, real_lr))
+    return out
 
 
 def _gap_text(val: dict) -> str:
