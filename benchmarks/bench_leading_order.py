@@ -155,6 +155,7 @@ def modular(rep: Report, p: int, eps_list, max_drops: int, m: int = 20) -> None:
     C, D = p, 2 * p
     W1 = np.random.default_rng(2).standard_normal((C + D, m)) / math.sqrt(C + D)
     term = unit_term(mlp_higher_order(X, "square", n_outputs=C), 3)
+    first = []
     for eps in eps_list:
         t0 = time.time()
         st = dormant_staircase(term, Y, W1 * eps, eps, max_drops=max_drops)
@@ -174,6 +175,9 @@ def modular(rep: Report, p: int, eps_list, max_drops: int, m: int = 20) -> None:
             rep.time_row(f"(a) mod {p} square", eps, j + 1, float(tp), float(tr), None if change is None else change[j])
         order_rows(rep, p, eps, st, run)
         rep.note(f"(a) p={p} ε={eps:g}: GD {run.steps} steps; loss at the end {run.loss[-1]:.4g}")
+        first.append(float(run.crossings[0]))
+    if len(first) > 1:  # the square net's cubic term: t ∝ ε^{−1}
+        _exponent_row(rep, f"(a) mod {p} square: exponent of t₁ vs 1/ε", eps_list, first, 1.0, TOL_EXP)
 
 
 def order_rows(rep: Report, p: int, eps: float, st, run) -> None:
