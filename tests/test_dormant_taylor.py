@@ -107,3 +107,14 @@ def test_a_sample_with_no_higher_signal_has_no_taylor_escape():
     true = dormant_staircase(three, y, W0, 1e-2, lower=[two])
     assert st.levels[-1] > true.levels[-1] + 0.1  # the shuffled sample's best order-3 fit is far worse
     assert np.isfinite(st.levels).all()
+
+
+def test_the_level_after_the_escape_is_the_parity_fit_not_the_spurious_one():
+    """3-bit parity of 20 bits, tanh with bias (the issue's set-up): the level after the first escape is the
+    polynomial's fit of the parity (near 0), not the quadratic form's spurious fit (≈ 0.49).  Started below the
+    order-4 term's best scale the active fit stopped at the spurious fit (measured 0.4929 before the fix)."""
+    X, y = _parity(bits=3, n=20)
+    higher, op = mlp_higher_order(X, "tanh", bias=True), mlp(X, "tanh", bias=True)
+    W0 = np.random.default_rng(1).standard_normal((higher.p, 4)) * 1e-2
+    st = dormant_staircase(unit_term(higher, 4), y, W0, 1e-2, lower=[unit_term(op, 2), unit_term(higher, 3)])
+    assert st.levels[1] < 0.05 * st.levels[0]

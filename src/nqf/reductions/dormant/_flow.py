@@ -204,7 +204,8 @@ def _taylor_first(term: HomogeneousTerm, lower: tuple, Y: torch.Tensor, W0: torc
     times, leading, rates, dirs, modes, levels = [], [], [], [], [], [L0]
     if best.carries_signal:
         u = torch.as_tensor(best.direction, dtype=term.dtype)[:, None]
-        L1 = _loss(whole, active_fit(whole, 0.1 * _placed(term, u, Y), Y), Y)
+        # from the order-k term's best scale: started below it, the flow fits the lower orders' spurious part and stops
+        L1 = _loss(whole, active_fit(whole, _placed(term, u, Y), Y), Y)
         zeta = _order_two_rate(lower, Y, seed)
         t_lead = aligned_escape_time(k, best.value, rho, rate=zeta)
         hit = _taylor_crossing(whole, Y, W0, 0.5 * (L0 + L1), 1e3 * t_lead) if L1 < L0 else None
