@@ -5,8 +5,7 @@ import math
 import pytest
 import torch
 
-from nqf.dynamics import minibatch_indices, simulate
-from nqf.dynamics._losses import loss_value, prepare_targets, residual
+from nqf.dynamics import as_loss, minibatch_indices, simulate
 from nqf.errors import DivergenceError, NonFiniteError, NotClosedError, ShapeError
 from nqf.structure import data_subspace
 from nqf.structure._mlp import mlp
@@ -119,13 +118,14 @@ def test_other_losses(loss, C):
     assert float(w.loss[-1]) < float(w.loss[0])
     # residual is ∂ℓ/∂f (autograd of the summed loss)
     f = torch.randn(30, C, dtype=F64, requires_grad=True)
-    yt = prepare_targets(y, loss, 30, C, F64, "cpu")
-    (grad,) = torch.autograd.grad(loss_value(f, yt, loss) * 30, f)
-    assert torch.allclose(grad, residual(f.detach(), yt, loss), rtol=1e-12, atol=1e-14)
+    obj = as_loss(loss)
+    yt = obj.prepare(y, 30, C, F64, "cpu")
+    (grad,) = torch.autograd.grad(obj.value(f, yt) * 30, f)
+    assert torch.allclose(grad, obj.residual(f.detach(), yt), rtol=1e-12, atol=1e-14)
 
 
 def test_logistic_pm1_labels_are_mapped():
-    t = prepare_targets(torch.tensor([-1.0, 1.0, 1.0]), "logistic", 3, 1, F64, "cpu")
+    t = as_loss("logistic").prepare(torch.tensor([-1.0, 1.0, 1.0]), 3, 1, F64, "cpu")
     assert t.flatten().tolist() == [0.0, 1.0, 1.0]
 
 

@@ -28,8 +28,7 @@ from ._cost_step import active_levels
 from ._flow import gradient_flow, integrate_factor
 from ._initial import initial_state, initial_weights
 from ._loop import training_loop
-from ._loss import MSE, CrossEntropy, Logistic, Loss, as_loss
-from ._losses import LOSSES
+from ._loss import LOSSES, MSE, CrossEntropy, Logistic, Loss, as_loss
 from ._network import train_network
 from ._optim import GD, SGD, Adam, Optimizer, as_optimizer
 from ._save import Save, as_save

@@ -251,7 +251,7 @@ def integrate_factor(
     ----------
     op : StructureOperator
     y : torch.Tensor, shape (N, C)
-        Prepared targets (:func:`nqf.dynamics._losses.prepare_targets`).
+        Prepared targets (:meth:`nqf.dynamics.Loss.prepare`).
     L0 : torch.Tensor, shape (p, r)
     t_span : (float, float)
     rtol, atol

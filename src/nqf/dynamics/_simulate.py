@@ -151,7 +151,7 @@ def simulate(
     op : StructureOperator
         The structure operator (``p``, ``N`` samples, ``C`` outputs).
     y : array_like, shape (N,) or (N, C)
-        Targets (see :mod:`nqf.dynamics._losses` for the label conventions).
+        Targets (see :class:`nqf.dynamics.Loss` for the label conventions).
     M0 : array_like, shape (p, p), optional
         Initial order parameter (symmetric PSD).  Order-parameter form only,
         and only with ZGZ (otherwise ``μ`` and the width are needed: pass ``W0``).
