@@ -118,3 +118,10 @@ def test_the_level_after_the_escape_is_the_parity_fit_not_the_spurious_one():
     W0 = np.random.default_rng(1).standard_normal((higher.p, 4)) * 1e-2
     st = dormant_staircase(unit_term(higher, 4), y, W0, 1e-2, lower=[unit_term(op, 2), unit_term(higher, 3)])
     assert st.levels[1] < 0.05 * st.levels[0]
+
+
+def test_max_drops_below_one_is_refused(parity_terms):
+    _, y, term, two = parity_terms
+    for bad in (0, -1, 1.5):
+        with pytest.raises(InvalidParameterError, match="max_drops"):
+            dormant_staircase(term, y, np.full((term.p, 2), 1e-2), 1e-2, max_drops=bad, lower=[two])

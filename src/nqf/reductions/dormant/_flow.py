@@ -24,6 +24,7 @@ import torch
 from scipy.integrate import solve_ivp
 from scipy.optimize import minimize
 
+from ..._validation import int_param
 from ...errors import InvalidParameterError, ShapeError
 from .._staircase import Staircase
 from ._terms import HomogeneousTerm, check_residual
@@ -209,8 +210,10 @@ def _taylor_first(term: HomogeneousTerm, lower: tuple, Y: torch.Tensor, W0: torc
         zeta = _order_two_rate(lower, Y, seed)
         t_lead = aligned_escape_time(k, best.value, rho, rate=zeta)
         hit = _taylor_crossing(whole, Y, W0, 0.5 * (L0 + L1), 1e3 * t_lead) if L1 < L0 else None
-        if hit is None:
-            notes.append(f"the Taylor flow did not reach the level {L1:.4g} before t = {1e3 * t_lead:.4g}")
+        if L1 >= L0:
+            notes.append(f"the polynomial's fit from the order-{k} maximiser ({L1:.4g}) is not below the start")
+        elif hit is None:
+            notes.append(f"the Taylor flow did not fall halfway to {L1:.4g} before t = {1e3 * t_lead:.4g}")
         else:
             t, W = hit
             j = int(torch.argmax(W.norm(dim=0) / W0.norm(dim=0).clamp_min(1e-300)))
@@ -292,7 +295,9 @@ def dormant_staircase(
     rho = float(W0.norm(dim=0).max())
     if not rho > 0:
         raise InvalidParameterError("`W0` must have a unit of non-zero norm; found all zero")
-    if lower:
+    if max_drops is not None:
+        int_param("max_drops", max_drops, minimum=1)
+    if lower:  # the first escape only, within any max_drops ≥ 1
         st = _taylor_first(term, lower, Y, W0, eps, seed)
         return dataclasses.replace(st, levels=st.levels + level_shift)
     limit = m if max_drops is None else min(m, int(max_drops))
