@@ -139,3 +139,15 @@ def test_a_level_not_computed_gives_no_bound_and_an_untrusted_drop():
     b = level_time_bounds(np.array([1.0, 0.5, 0.4]), np.array([1.0, np.nan, np.nan]))
     assert b[0] == 0.0 and np.isnan(b[1])
     assert _bound_text(b[1]).startswith("no bound") and _bound_text(0.052) == "5.2 %"
+
+
+@pytest.mark.parametrize("bad", [0.0, -1e-3, float("nan"), float("inf"), "0.1"])
+def test_lr_is_checked_first_with_the_one_wording(bad):
+    """``lr`` goes through the project's one positive-number check, before anything else is looked at."""
+    from nqf.dynamics import active_levels
+    from nqf.errors import InvalidParameterError
+
+    with pytest.raises(
+        InvalidParameterError, match="`lr` must be (a positive finite number|a number|finite|a real number)"
+    ):
+        active_levels(None, None, None, None, (None, None), [], [0], [0.0], lr=bad)

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from scipy.integrate import solve_ivp
 
-from .._validation import check_inputs
+from .._validation import check_inputs, positive_float
 from ..errors import InvalidParameterError, InvalidTypeError
 from ..modules import UnitLayout, UnitScatter
 from ._loss import Loss, as_loss
@@ -108,6 +108,7 @@ def active_levels(
         The loss on each plateau (the first: at ``W = 0``); NaN from the first flow stopped as too stiff.
     """
     loss = as_loss(loss)
+    lr = None if lr is None else positive_float("lr", lr)
     if not isinstance(module, torch.nn.Module):
         raise InvalidTypeError(f"`module` must be a torch.nn.Module; found {type(module).__name__}")
     scatter = UnitScatter(module, units)
@@ -142,8 +143,6 @@ def active_levels(
     S = torch.zeros(scatter.p, scatter.m, dtype=dt)
     span = torch.zeros(scatter.p, 0, dtype=dt)
     t_now = 0.0
-    if lr is not None and not (np.isfinite(lr) and lr > 0):
-        raise InvalidParameterError(f"`lr` must be a positive finite step (GD's η); found {lr!r}")
 
     def flow(S, span, duration):
         budget = None if lr is None else RHS_FLOOR + int(RHS_PER_GD_STEP * max(duration, 0.0) / lr)
