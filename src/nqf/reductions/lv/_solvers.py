@@ -16,6 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.integrate import solve_ivp
 
+from ..._validation import int_param, positive_float, steps_value
 from ...errors import DivergenceError, InvalidParameterError
 from ._solution import LVSolution, _np, _t
 
@@ -29,12 +30,8 @@ BAND_MAX = 32  # widest band of a sparse C given to LSODA as a banded Jacobian
 
 def gd(system: LotkaVolterra, eta: float, steps: int, *, record_every: int = 1) -> LVSolution:
     """Exact discrete gradient descent: ``z ← (1 − 2η g)² z``, ``g = C z − β`` (:meth:`LotkaVolterra.gd`)."""
-    eta = float(eta)
-    if not (np.isfinite(eta) and eta > 0):
-        raise InvalidParameterError(f"`eta` must be a finite positive step size; found {eta}")
-    steps, record_every = int(steps), int(record_every)
-    if steps < 0 or record_every < 1:
-        raise InvalidParameterError(f"`steps` must be ≥ 0 and `record_every` ≥ 1; found {steps}, {record_every}")
+    eta, steps = positive_float("eta", eta), steps_value(steps)
+    record_every = int_param("record_every", record_every, minimum=1)
     z = system._z0.copy()
     ts, zs = [0.0], [z.copy()]
     with np.errstate(over="ignore", invalid="ignore"):

@@ -76,7 +76,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..._validation import as_tensor, eps_value
+from ..._validation import as_tensor, eps_value, positive_float, steps_value
 from ...errors import InvalidParameterError, NormalFormError, ShapeError
 from ...results import Result
 from ...structure import get_activation
@@ -295,10 +295,7 @@ class TwoLayerModes(Result):
         losses : torch.Tensor, shape (steps + 1,)
         strengths : torch.Tensor, shape (steps + 1, K)
         """
-        if not (eta > 0 and math.isfinite(eta)):
-            raise InvalidParameterError(f"`eta` must be a positive finite number; found {eta!r}")
-        if int(steps) != steps or steps < 0:
-            raise InvalidParameterError(f"`steps` must be a non-negative integer; found {steps!r}")
+        eta, steps = positive_float("eta", eta), steps_value(steps)
         zp0, zm0 = self._z([0.0])
         zp, zm = torch.as_tensor(zp0[0]), torch.as_tensor(zm0[0])
         s1 = abs(self.sigma1)
