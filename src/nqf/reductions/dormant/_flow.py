@@ -16,7 +16,6 @@ and settles each active phase by gradient flow from the escaped direction, polis
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
@@ -190,7 +189,27 @@ def _order_two_rate(lower, R, seed: int) -> float:
     return 2.0 * max(utility_maximum(two[0], R, seed=seed).value, 0.0) if two else 0.0
 
 
-def _taylor_first(term: HomogeneousTerm, lower: tuple, Y: torch.Tensor, W0: torch.Tensor, eps: float, seed: int):
+def _escapes(eps: float, p: int, rule: str, found: dict, notes: list, *, shift: float, minimum: bool) -> Staircase:
+    """The :class:`Staircase` of a dormant staircase from its per-escape lists (``found``: ``levels``, ``times``,
+    ``leading``, ``rates``, ``dirs``, ``modes``), every level shifted by ``shift``."""
+    K = len(found["times"])
+    return Staircase(
+        method="dormant-flow",
+        eps=eps,
+        levels=np.array(found["levels"]) + shift,
+        times=np.array(found["times"]),
+        time_rules=(rule,) * K,
+        times_leading=np.array(found["leading"]),
+        rates=np.array([*found["rates"], 0.0]),
+        ranks=np.arange(K + 1),
+        directions=np.array(found["dirs"]).T.reshape(p, K),
+        modes=np.array(found["modes"], dtype=np.int64),
+        global_minimum=minimum,
+        notes=tuple(notes),
+    )
+
+
+def _taylor_first(term: HomogeneousTerm, lower: tuple, Y: torch.Tensor, W0: torch.Tensor, eps: float, seed: int, shift):
     """The first escape when orders below ``k`` are non-zero: the level after it from the active fit of the whole
     polynomial at the order-``k`` maximiser, its time from the polynomial's gradient flow (time rule
     ``"Taylor flow"``)."""
@@ -223,21 +242,8 @@ def _taylor_first(term: HomogeneousTerm, lower: tuple, Y: torch.Tensor, W0: torc
             rates = [k * float(term.per_column(uj, Y)) / term.N]
     else:
         notes.append(f"no dormant unit grows at order {k} (largest utility at round-off)")
-    K = len(times)
-    return Staircase(
-        method="dormant-flow",
-        eps=eps,
-        levels=np.array(levels),
-        times=np.array(times),
-        time_rules=("Taylor flow",) * K,
-        times_leading=np.array(leading),
-        rates=np.array([*rates, 0.0]),
-        ranks=np.arange(K + 1),
-        directions=np.array(dirs).T.reshape(term.p, K),
-        modes=np.array(modes, dtype=np.int64),
-        global_minimum=False,
-        notes=tuple(notes),
-    )
+    found = dict(levels=levels, times=times, leading=leading, rates=rates, dirs=dirs, modes=modes)
+    return _escapes(eps, term.p, "Taylor flow", found, notes, shift=shift, minimum=False)
 
 
 def dormant_staircase(
@@ -298,8 +304,7 @@ def dormant_staircase(
     if max_drops is not None:
         int_param("max_drops", max_drops, minimum=1)
     if lower:  # the first escape only, within any max_drops ≥ 1
-        st = _taylor_first(term, lower, Y, W0, eps, seed)
-        return dataclasses.replace(st, levels=st.levels + level_shift)
+        return _taylor_first(term, lower, Y, W0, eps, seed, level_shift)
     limit = m if max_drops is None else min(m, int(max_drops))
     Wd, active = W0 / rho, torch.zeros(term.p, 0, dtype=term.dtype)
     dormant = list(range(m))
@@ -331,19 +336,7 @@ def dormant_staircase(
         levels.append(_loss(term, active, Y))
         if levels[-1] <= 1e-12 * levels[0]:
             break
-    K = len(times)
     notes.append(f"order k = {k}: every time scales as ρ^{2 - k} with the initial unit norm ρ (here {rho:.3g})")
-    return Staircase(
-        method="dormant-flow",
-        eps=eps,
-        levels=np.array(levels) + level_shift,
-        times=np.array(times),
-        time_rules=("dormant flow",) * K,
-        times_leading=np.array(leading),
-        rates=np.array([*rates, 0.0]),
-        ranks=np.arange(K + 1),
-        directions=np.array(dirs).T.reshape(term.p, K),
-        modes=np.array(modes, dtype=np.int64),
-        global_minimum=bool(K and levels[-1] <= 1e-12 * levels[0]),
-        notes=tuple(notes),
-    )
+    found = dict(levels=levels, times=times, leading=leading, rates=rates, dirs=dirs, modes=modes)
+    minimum = bool(times and levels[-1] <= 1e-12 * levels[0])
+    return _escapes(eps, term.p, "dormant flow", found, notes, shift=level_shift, minimum=minimum)
