@@ -226,7 +226,8 @@ def clock(eps_list=(1e-8, 1e-12, 1e-20), m: int = 64) -> None:
 
     spec = f"mlp:width={m},act=tanh"
     print(f"{'set-up':>8} {'eps':>7} {'drop':>4} {'GD at η':>8} {'real err':>8} {'clock err':>9} {'bound':>6} "
-          f"{'flag':>4} | {'clock cost':>10} {'real cost':>9}")  # fmt: skip
+          f"{'flag':>4} | {'clock cost':>10} {'real cost':>9} | {'final level: module':>19} "
+          f"{'GD at η':>8}")  # fmt: skip
     for name in ("iris", "digits5"):
         X, Y, _ = _data(name)
         for eps in eps_list:
@@ -249,7 +250,8 @@ def clock(eps_list=(1e-8, 1e-12, 1e-20), m: int = 64) -> None:
                     if st is not None and st.time_uncertainty is not None
                     else (math.nan, math.nan, "")
                 )
-                tail = f"| {c_clock:10.3f} {c_real:9.3f}" if k == 0 else "|"
+                final = math.nan if st is None or st.levels_module is None else float(st.levels_module[-1])
+                tail = f"| {c_clock:10.3f} {c_real:9.3f} | {final:19.4g} {float(gd.loss[-1]):8.4g}" if k == 0 else "|"
                 print(f"{name:>8} {eps:7.0e} {k + 1:4d} {t_gd[k]:8.2f} {100 * e_real:7.2f}% {100 * e_clock:8.2f}% "
                       f"{100 * bound:5.1f}% {flag:>4} {tail}")  # fmt: skip
 

@@ -171,36 +171,43 @@ def _length(op: StructureOperator, bridge: Bridge, V0: torch.Tensor, limit: floa
     return lo
 
 
-def bridged_loop(W, *, op, lr, steps, n_samples, every, save_every, threshold, parts, save):
+def bridged_loop(W, *, op, lr, steps, n_samples, every, save_every, threshold, parts, save, bridge=True,
+                 seed_until=None):  # fmt: skip
     """GD of the seeded NQF with its plateaus bridged (module docstring); returns ``(LoopOutcome, bridges)``.
 
-    ``parts`` is ``(loss_and_residual, source)``: ``W ↦ (L, r)`` of the NQF and ``(W, g_nqf) ↦ s`` (the seeded
-    source); ``save(k, W, L)`` stores a state.  ``bridges`` lists ``(first step, steps bridged)``.  A plateau is
-    tried at the stepped run's source refreshes (every ``every`` steps; a bridge spans a multiple of them), again after
-    ``every`` steps, and after twice as many each time it is refused (reset by a bridge).
+    ``parts`` is ``(loss_and_residual, gradient, source)``: ``W ↦ (L, r)`` of the NQF, ``(W, r) ↦ ∇L_NQF`` and
+    ``(W, g_nqf) ↦ s`` (the seeded source, refreshed every ``every`` steps); ``save(k, W, L)`` stores a state.
+    ``bridges`` lists ``(first step, steps bridged)``.  A plateau is tried at the source refreshes (a bridge spans a
+    multiple of them), again after ``every`` steps, and after twice as many each time it is refused (reset by a
+    bridge); with ``bridge=False`` none is tried and every step is taken.  From the first step whose loss is at
+    most ``seed_until`` on, the source is off and not evaluated again (the NQF's own GD); that step is returned as
+    the third element (``None`` if never).
     """
-    loss_and_residual, source_of = parts
+    loss_and_residual, gradient, source_of = parts
     check = DivergenceCheck(threshold, W.dtype)
     bridges: list[tuple[int, int]] = []
-    k, wait, next_try, s = 0, every, every, None
-    status, message = FINISHED, f"finished {steps} steps"
+    k, wait, next_try, s = 0, every, every if bridge else steps + 1, None
+    status, message, seeds_off = FINISHED, f"finished {steps} steps", None
     while True:
         L, r = loss_and_residual(W)
+        value = float(L)
         if not check.armed:
-            check.arm(L)
-        if check.exceeded(L):
+            check.arm(value)
+        if check.exceeded(value):
             status = DIVERGED
             message = divergence_message(
-                step=k, t=k * lr, loss=float(L), limit=float(check.limit), lr=lr, saved=len(bridges),
+                step=k, t=k * lr, loss=value, limit=float(check.limit), lr=lr, saved=len(bridges),
                 curvature=None, momentum=0.0, optimizer="gd",
             )  # fmt: skip
             break
         if k == steps or k % save_every == 0:
-            save(k, W, float(L))
+            save(k, W, value)
         if k == steps:
             break
-        g = 2.0 * apply_G(op, r, W, n_samples)
-        if k % every == 0:  # the stepped run's refresh grid; bridges start and end on it
+        g = gradient(W, r)
+        if seeds_off is None and seed_until is not None and value <= seed_until:
+            seeds_off, s = k, torch.zeros_like(W)
+        if seeds_off is None and k % every == 0:  # the refresh grid; bridges start and end on it
             s = source_of(W, g)
             if k >= next_try:
                 plan = plan_bridge(
@@ -210,18 +217,18 @@ def bridged_loop(W, *, op, lr, steps, n_samples, every, save_every, threshold, p
                     wait *= 2
                     next_try = k + wait
                 else:
-                    bridge, n = plan
+                    bridge_k, n = plan
                     n = n if n == steps - k else n - n % every
-                    _save_inside(bridge, k, n, save_every, loss_and_residual, save)
-                    W, k = bridge.state(n), k + n
+                    _save_inside(bridge_k, k, n, save_every, loss_and_residual, save)
+                    W, k = bridge_k.state(n), k + n
                     bridges.append((k - n, n))
                     wait = every
                     next_try = k + wait
                     continue
         assert s is not None  # set at step 0 (k % every == 0)
-        W = W - lr * (g + s)
+        W = torch.add(W, g.add_(s), alpha=-lr)  # g is the step's own tensor (a buffer of ``gradient``)
         k += 1
-    return LoopOutcome(params=[W], status=status, message=message), bridges
+    return LoopOutcome(params=[W], status=status, message=message), bridges, seeds_off
 
 
 def _save_inside(bridge: Bridge, k: int, n: int, save_every: int, loss_and_residual, save) -> None:

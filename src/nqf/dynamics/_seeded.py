@@ -31,14 +31,13 @@ from __future__ import annotations
 
 import torch
 
-from .._validation import check_inputs, divergence_threshold_value, steps_value
+from .._validation import check_inputs, divergence_threshold_value, float_param, steps_value
 from ..errors import InvalidParameterError, InvalidTypeError, NormalFormError
 from ..modules import UnitLayout, UnitScatter
 from ..structure import StructureOperator
 from ._bridge import bridged_loop
 from ._factored import apply_G
 from ._initial import initial_state
-from ._loop import training_loop
 from ._loss import Loss, as_loss
 from ._optim import as_optimizer
 from ._save import Recorder, Save, as_save
@@ -102,6 +101,7 @@ def seeded_nqf(
     divergence_threshold: float = 1e8,
     source: tuple | None = None,
     bridge: bool = False,
+    seed_until: float | None = None,
 ) -> Trajectory:
     r"""GD of the seeded NQF (module docstring) from ``W0``: the NQF with the next orders' seeds.
 
@@ -138,6 +138,11 @@ def seeded_nqf(
         and of the frozen rest move by at most 10⁻³ of the residual.  In practice the first plateau (drop times
         unchanged to 0.001 % on iris and digits 0–4); later ones are refused where the rest keeps moving.  The
         bridged steps are listed in ``info["bridges"]`` as ``(first step, steps)``.
+    seed_until : float, optional
+        From the first step whose loss is at most this value on, the seeds are off: the run goes on as the NQF's own
+        GD, and the module is not evaluated again.  :func:`nqf.analyze` sets it past the last predicted drop, where
+        there is nothing left to seed (docs/theory.md §7).  The step is ``info["seeds_off"]`` (``None``: never).
+        Default: seeded to the end.
 
     Returns
     -------
@@ -158,6 +163,7 @@ def seeded_nqf(
     fraction, every = _fraction(learned_fraction), _refresh(refresh)
     if not isinstance(bridge, bool):
         raise InvalidTypeError(f"`bridge` must be True or False; found {bridge!r}")
+    stop = None if seed_until is None else float_param("seed_until", seed_until)
     X = check_inputs("X", X)
     N, steps = int(X.shape[0]), steps_value(steps)
     keep = as_save(save, save_every=save_every, save_M=save_M, save_W=save_W).resolve(steps)
@@ -176,56 +182,22 @@ def seeded_nqf(
     with torch.no_grad():
         f0 = module_fn(torch.zeros_like(W), X)
     yt = loss.prepare(y, N, f0.shape[1], dt, op.device)
-    nqf_fn = _nqf_predictions(op, f0)
+    nqf_fn = _nqf_steps(op, f0, yt, loss, N)
     rec = Recorder(keep.count(steps))
     extra = _extra_gradient(module_fn, loss, source, (op, X, yt, torch.zeros_like(W)), dt)
-    if bridge:
-        out, bridges = _bridged(op, W, nqf_fn, loss, yt, extra, (opt.lr, steps, N, every, keep, fraction),
-                                divergence_threshold, rec)  # fmt: skip
-    else:
-        out, bridges = _stepped(op, W, nqf_fn, loss, yt, extra, (opt, steps, N, every, keep, fraction),
-                                divergence_threshold, rec), []  # fmt: skip
+    out, bridges, seeds_off = _run(op, W, nqf_fn, extra, (opt.lr, steps, N, every, keep, fraction, bridge, stop),
+                        divergence_threshold, rec)  # fmt: skip
     info = {"form": "seeded", "learned_fraction": fraction, "refresh": every, **opt.to_dict(), "steps": steps}
     info["bridges"] = bridges
+    info["seed_until"], info["seeds_off"] = stop, seeds_off
     info.update(loss.to_dict(), **keep.to_dict(), width=scatter.m, f0=f0)
     return rec.trajectory(lr=opt.lr, dtype=dt, device=op.device, status=out.status, message=out.message, info=info)
 
 
-def _stepped(op, W, nqf_fn, loss: Loss, yt, extra, run: tuple, threshold, rec: Recorder):
-    """Every step of the seeded NQF through :func:`training_loop`."""
-    opt, steps, N, every, keep, fraction = run
-    state: dict = {}
-
-    def evaluate(params, idx):
-        f = nqf_fn(params[0])
-        return loss.value(f, yt), f
-
-    def gradient(params, f, idx):
-        Wk = params[0]
-        r = loss.residual(f, yt).reshape(N, -1)
-        g_nqf = 2.0 * apply_G(op, r, Wk, N)  # ∇_W L = 2 G W, G = 𝒜*(r)/N (ZGZ: no cross term)
-        k = state.get("k", 0)
-        if k % every == 0:
-            state["source"] = unlearned_projector(Wk, fraction) @ extra(Wk, g_nqf)
-        state["k"] = k + 1
-        return [g_nqf + state["source"]]
-
-    def store(k, params, Lfull):
-        _store(rec, keep, k, params[0], Lfull)
-
-    return training_loop(
-        [W], opt, steps=steps, n_samples=N, batch_size=None, seed=0, save_every=keep.every or steps,
-        divergence_threshold=divergence_threshold_value(threshold), evaluate=evaluate, gradient=gradient, save=store,
-    )  # fmt: skip
-
-
-def _bridged(op, W, nqf_fn, loss: Loss, yt, extra, run: tuple, threshold, rec: Recorder):
-    """The seeded NQF with its plateaus bridged (:func:`bridged_loop`)."""
-    lr, steps, N, every, keep, fraction = run
-
-    def loss_and_residual(Wk):
-        f = nqf_fn(Wk)
-        return loss.value(f, yt), loss.residual(f, yt).reshape(N, -1)
+def _run(op, W, nqf_fn, extra, run: tuple, threshold, rec: Recorder):
+    """The seeded NQF's GD through :func:`bridged_loop` (every step taken when ``bridge`` is False)."""
+    lr, steps, N, every, keep, fraction, bridge, stop = run
+    loss_and_residual, gradient = nqf_fn
 
     def source_of(Wk, g_nqf):
         return unlearned_projector(Wk, fraction) @ extra(Wk, g_nqf)
@@ -235,13 +207,14 @@ def _bridged(op, W, nqf_fn, loss: Loss, yt, extra, run: tuple, threshold, rec: R
 
     return bridged_loop(
         W, op=op, lr=lr, steps=steps, n_samples=N, every=every, save_every=keep.every or steps,
-        threshold=divergence_threshold_value(threshold), parts=(loss_and_residual, source_of), save=store,
+        threshold=divergence_threshold_value(threshold), parts=(loss_and_residual, gradient, source_of), save=store,
+        bridge=bridge, seed_until=stop,
     )  # fmt: skip
 
 
 def _store(rec: Recorder, keep: Save, k: int, W: torch.Tensor, L: float) -> None:
     Wd = W.detach()
-    rec.add(k, L, W=Wd.clone() if keep.W else None, M=Wd @ Wd.T if keep.M else None)
+    rec.add(k, L, W=Wd if keep.W else None, M=Wd @ Wd.T if keep.M else None)  # the recorder copies W
 
 
 def _grad(fn, W: torch.Tensor) -> torch.Tensor:
@@ -285,3 +258,47 @@ def _nqf_predictions(op: StructureOperator, f0: torch.Tensor):
         return f0 + op.forward_factor(Wt).reshape(f0.shape)
 
     return predict
+
+
+def _nqf_steps(op: StructureOperator, f0: torch.Tensor, yt: torch.Tensor, loss: Loss, N: int):
+    """``(loss_and_residual, gradient)`` of the NQF: ``W ↦ (L, r)`` with ``r`` of shape ``(N, C)``, and
+    ``(W, r) ↦ ∇_W L_NQF = 2 G(r) W``.  For MSE on a two-block operator (every two-layer MLP:
+    :meth:`~nqf.structure.BilinearStructure.factor_blocks`) each is one pass over the rows and two small
+    products, the passes of :func:`nqf.dynamics.simulate`'s hot path, written into buffers that the next call
+    overwrites (the loop uses ``r`` and the gradient within its step); otherwise the operator's general
+    ``forward_factor`` / ``adjoint_apply``."""
+    blocks, passes = getattr(op, "factor_blocks", None), getattr(op, "factor_passes", None)
+    p1 = None if blocks is None or passes is None or loss.name != "mse" else blocks()
+    if p1 is None or passes is None:
+        predict = _nqf_predictions(op, f0)
+
+        def general(Wt):
+            f = predict(Wt)
+            return loss.value(f, yt), loss.residual(f, yt).reshape(N, -1)
+
+        return general, lambda Wt, r: 2.0 * apply_G(op, r, Wt, N)
+    forward, adjoint, scale = passes(f0 - yt)  # MSE: the forward pass gives r = f − y
+    half_over_n, g_scale = 0.5 / N, scale / N
+    p = op.p
+    buffers: dict = {}
+
+    def _buffers(Wt):
+        if buffers.get("m") != Wt.shape[1]:
+            buffers.update(m=Wt.shape[1], Bt=Wt.new_empty(p - p1, p1), r=Wt.new_empty(N, yt.shape[1]),
+                           Kbt=Wt.new_empty(p - p1, p1), g=Wt.new_empty(p, Wt.shape[1]))  # fmt: skip
+        return buffers
+
+    def loss_and_residual(Wt):
+        b = _buffers(Wt)
+        r = forward(torch.mm(Wt[p1:], Wt[:p1].T, out=b["Bt"]), b["r"])
+        rv = r.view(-1)
+        return torch.dot(rv, rv) * half_over_n, r
+
+    def gradient(Wt, r):  # 2 G W = (σ'(0)/N) [K̄ W_r; K̄ᵀ W_l], the pass giving K̄ᵀ/σ'(0)
+        b = _buffers(Wt)
+        Kbt, g = adjoint(r, b["Kbt"]), b["g"]
+        torch.mm(Kbt.T, Wt[p1:], out=g[:p1])
+        torch.mm(Kbt, Wt[:p1], out=g[p1:])
+        return g.mul_(g_scale)
+
+    return loss_and_residual, gradient

@@ -18,7 +18,23 @@ from ..curves import TRUSTED_TIME_ERROR, RealClock, level_read_times, level_time
 from ..structure import channel_split
 from ._runs import secs, timed_step_cost, two_step_counts
 
-__all__ = ["seeded_clock", "clock_sentences"]
+__all__ = ["seeded_clock", "clock_sentences", "seeds_off_level", "SEEDS_OFF_FRACTION"]
+
+#: The clock's seeds go off where the loss is within this fraction of the last predicted drop above its level.
+SEEDS_OFF_FRACTION = 0.25
+
+
+def seeds_off_level(levels) -> float:
+    """Where the clock's runs switch their seeds off: ``L_K + SEEDS_OFF_FRACTION (L_{K−1} − L_K)`` of the predicted
+    levels (:func:`nqf.dynamics.seeded_nqf`'s ``seed_until``).
+
+    Past the last predicted drop there is nothing left to seed: every drop's midpoint crossing, and the step map's
+    anchors up to it, lie before, and the runs go on to the horizon as the NQF's own GD (the module is not evaluated
+    again), for the directions the last drop learned, which :func:`nqf.dynamics.active_levels` reads at the horizon.
+    A run whose loss never gets there is seeded to the end.
+    """
+    lev = np.asarray(levels, float).reshape(-1)
+    return float(lev[-1] + SEEDS_OFF_FRACTION * (lev[-2] - lev[-1]))
 
 
 def seeded_clock(
@@ -46,10 +62,14 @@ def seeded_clock(
         op_nqf, X_nqf, Y_moments, shift = moments
         Y_nqf = Y_moments + _zero_output(module, found, X_nqf)
 
+    stop = seeds_off_level(pred.levels) - shift
+    stop = stop if math.isfinite(stop) else None  # levels not predicted: seeded to the horizon
+
     def go(h: float, k: int, save_every: int, save_W: bool = False):
         return seeded_nqf(
             op_nqf, copy.deepcopy(module), found.layout, X_nqf, Y_nqf, W0=W0, lr=h, steps=k, save_every=save_every,
             save_W=save_W, save_M=False, bridge=True, source=None if moments is None else (op, Xt, Yt),
+            seed_until=stop,
         )  # fmt: skip
 
     plan = [(lr * factor / 2, two_step_counts(steps, factor)[0]), (lr * factor, two_step_counts(steps, factor)[1])]
@@ -59,7 +79,8 @@ def seeded_clock(
     timings["estimate_seeded_nqf"] = timed_step_cost(lambda k: go(plan[0][0], k, 1), n_total) * n_total
     say(
         f"seeded NQF (the real network's clock): {' and '.join(f'{k} steps at η = {h:.4g}' for h, k in plan)}, "
-        f"estimated ~{secs(timings['estimate_seeded_nqf'])} s"
+        f"estimated at most ~{secs(timings['estimate_seeded_nqf'])} s (the seeds go off once the last predicted drop "
+        f"is {100 * (1 - SEEDS_OFF_FRACTION):g} % done)"
     )
     t0 = time.perf_counter()
     runs = [go(h, k, 1 if i else max(1, k // 600), save_W=not i) for i, (h, k) in enumerate(plan)]
