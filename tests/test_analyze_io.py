@@ -295,10 +295,10 @@ def test_every_timed_stage_has_the_estimate_printed_before_it_and_the_peak_memor
         low, high = a.timings["estimate_prediction_clock_low"], a.timings["estimate_prediction_clock"]
         assert 0 < low < high
         assert "O(1) clock of drops 2–" in next(ln for ln in lines if ln.startswith("saddle search: "))
-    starts = {"seeded_nqf": "seeded NQF (the real network's clock)"}
+    starts = {"seeded_nqf": "seeded NQF (the real network's clock)"}  # at most: its seeds go off past the last drop
     for stage, prefix in starts.items():
         if stage in a.timings:
-            assert "estimated ~" in next(ln for ln in lines if ln.startswith(prefix)), stage
+            assert "estimated at most ~" in next(ln for ln in lines if ln.startswith(prefix)), stage
     est, peak = a.memory["estimate_peak_mib"], a.memory["peak_mib"]
     assert 0.5 < est / peak < 2  # from what the process held before the runs and the saved states
     assert f"process peak ~{est:.0f} MiB" in next(ln for ln in lines if ln.startswith("estimate: "))

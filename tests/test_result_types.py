@@ -317,6 +317,12 @@ FACTORIES = {
     "nqf.curves._validity.ValiditySweep": (lambda f: _validity_sweep(), ()),
     "nqf.study._result.Analysis": (lambda f: analysis(), ()),
     "nqf.reductions._staircase.Staircase": (lambda f: analysis().prediction, ()),
+    "nqf.reductions._staircase.PredictionCost": (
+        lambda f: __import__("nqf.reductions", fromlist=["x"]).PredictionCost(
+            0.5, clock=0.25, clock_estimate=(0.1, 0.3)
+        ),
+        (),
+    ),
     "nqf.study._result.CheckRow": (lambda f: analysis().checks[0], ()),
     "nqf.study._discover.FoundUnits": (
         lambda f: __import__("nqf.study._discover", fromlist=["x"]).find_unit_layers(

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # loaded lazily below; imported here for the type checker only
     from . import dormant, lv, saddles, svd_modes
     from ._predict import LV_MAX_ENTRIES, predict
-    from ._staircase import METHODS, TIME_RULES, Staircase
+    from ._staircase import METHODS, TIME_RULES, PredictionCost, Staircase
     from ._timing import (
         TAIL_FRACTION,
         crossing_index,
@@ -48,6 +48,7 @@ _SUBMODULES = ("dormant", "lv", "saddles", "svd_modes")
 #: Public names defined in a private module: ``name → module``.
 _NAMES = {
     "Staircase": "._staircase",
+    "PredictionCost": "._staircase",
     "METHODS": "._staircase",
     "TIME_RULES": "._staircase",
     "predict": "._predict",
@@ -68,6 +69,7 @@ __all__ = [  # the submodules and the keys of _NAMES (tests/test_package.py)
     "saddles",
     "svd_modes",
     "Staircase",
+    "PredictionCost",
     "METHODS",
     "TIME_RULES",
     "predict",

@@ -25,7 +25,7 @@ import torch
 from .._validation import as_tensor, eps_value, int_param
 from ..errors import InvalidParameterError, InvalidTypeError, ShapeError
 from ..structure import StructureOperator, channel_split, commutes
-from ._staircase import Staircase
+from ._staircase import PredictionCost, Staircase
 
 __all__ = ["predict", "LV_MAX_ENTRIES"]
 
@@ -67,7 +67,6 @@ def predict(
     chain: list | None = None,
     subspace: bool = False,
     log=None,
-    timings: dict | None = None,
 ) -> Staircase:
     r"""Predicted staircase of the NQF of ``op`` with targets ``y`` from ``M(0) = εI``.
 
@@ -106,14 +105,10 @@ def predict(
         instead of leading order with its O(1) corrections (``"auto"`` then takes the saddle sequence).  Refused
         with another method.
     log : callable, optional
-        ``log(line)`` receives a progress line after the saddle search: the drops found, the
-        search's time, and the time of the O(1) clock of the later drops, between one drop's and all
-        of theirs (:func:`nqf.reductions.saddles.clock_cost`).
-    timings : dict, optional
-        Saddle sequence only: receives the seconds of the ``"search"`` (with its first orbit) and of the
-        ``"clock"`` (the staircase's O(1) times), and the clock's estimate as ``"estimate_clock"`` (its
-        upper bound) and ``"estimate_clock_low"``; with ``subspace`` the seconds of the subspace flow as
-        ``"subspace"`` instead of the clock's.
+        A progress meter (as diffrax's ``progress_meter``): ``log(line)`` receives a line after the saddle search,
+        before the clock runs: the drops found, the search's time, and the time of the O(1) clock of the later
+        drops, between one drop's and all of theirs (:func:`nqf.reductions.saddles.clock_cost`).  What each part
+        took is in the result, :attr:`Staircase.cost`.
 
     Returns
     -------
@@ -151,7 +146,7 @@ def predict(
     if M0 is not None:
         M0 = _checked_M0(M0, op.p)
     Y = as_tensor("y", y, ndim=(1, 2), dtype=torch.float64)
-    opts = dict(method=method, commuting=commuting, init=init, chain=chain, subspace=subspace, log=log, timings=timings)
+    opts = dict(method=method, commuting=commuting, init=init, chain=chain, subspace=subspace, log=log)
     split = None if method == "svd-modes" else channel_split(op)
     if split is None:
         return _predict(op, Y, e, M0=M0, max_rank=max_rank, **opts)
@@ -167,7 +162,7 @@ def predict(
     return dataclasses.replace(st, notes=(note, *st.notes))
 
 
-def _predict(op, Y, e: float, *, method, commuting, M0, max_rank, init, chain, subspace, log, timings) -> Staircase:
+def _predict(op, Y, e: float, *, method, commuting, M0, max_rank, init, chain, subspace, log) -> Staircase:
     """:func:`predict` on checked arguments, for an operator whose units are one channel each."""
     if method == "svd-modes":
         from .svd_modes import two_layer_modes
@@ -204,10 +199,13 @@ def _predict(op, Y, e: float, *, method, commuting, M0, max_rank, init, chain, s
     st = seq.staircase(e, chain=chain, M0=M0, subspace=subspace)
     if subspace and log is not None:
         log(f"subspace flow (the drop times): {time.perf_counter() - t0:.1f} s")
-    if timings is not None and subspace:
-        timings.update(search=spent, subspace=time.perf_counter() - t0)
-    elif timings is not None:
-        timings.update(search=spent, clock=time.perf_counter() - t0, estimate_clock=high, estimate_clock_low=low)
+    took = time.perf_counter() - t0
+    cost = (
+        PredictionCost(search=spent, subspace=took)
+        if subspace
+        else PredictionCost(search=spent, clock=took, clock_estimate=(low, high) if chain is None else None)
+    )
+    st = dataclasses.replace(st, cost=cost)
     if commuting and method == "auto":
         note = (
             "commuting data too large for the dense Lotka–Volterra reduction: saddle sequence with "

@@ -33,7 +33,7 @@ from ._timing import staircase as _staircase_curve
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["Staircase", "METHODS", "TIME_RULES"]
+__all__ = ["Staircase", "PredictionCost", "METHODS", "TIME_RULES"]
 
 #: Reductions that produce a :class:`Staircase` (its ``method``).
 METHODS = ("lotka-volterra", "limit", "svd-modes", "saddle-sequence", "dormant-flow", "agf")
@@ -133,6 +133,38 @@ def _i64(name: str, value, n: int) -> np.ndarray:
 
 
 @dataclass(frozen=True)
+class PredictionCost(Result):
+    """Seconds a saddle-sequence prediction took (:attr:`Staircase.cost`; the other reductions take none worth timing).
+
+    Attributes
+    ----------
+    search : float
+        The saddle search with its first orbit.
+    clock : float, optional
+        The O(1) times of the later drops (the heteroclinic clock); ``None`` when the drops were timed by the subspace
+        flow or a chain was given.
+    clock_estimate : tuple (low, high), optional
+        The clock's estimate made before it ran (:func:`nqf.reductions.saddles.clock_cost`): one later drop's cost
+        to all of theirs.
+    subspace : float, optional
+        The subspace flow that timed the drops (``predict(..., subspace=True)``).
+    """
+
+    search: float
+    clock: float | None = None
+    clock_estimate: tuple[float, float] | None = None
+    subspace: float | None = None
+
+    def __repr__(self) -> str:
+        parts = [f"search={self.search:.3g} s"]
+        parts += [f"{k}={v:.3g} s" for k, v in (("clock", self.clock), ("subspace", self.subspace)) if v is not None]
+        return f"PredictionCost({', '.join(parts)})"
+
+    def to_dict(self) -> dict:
+        return to_jsonable(dataclasses.asdict(self))
+
+
+@dataclass(frozen=True)
 class Staircase(Result):
     """A predicted staircase: plateau levels and drop times at one ``ε``.
 
@@ -170,6 +202,8 @@ class Staircase(Result):
     time_uncertainty : ndarray, shape (K,), optional
         A bound on each time's relative error from a criterion fixed before any comparison (for the seeded
         clock: :func:`nqf.curves.level_time_bounds`); NaN where there is none, ``None`` when not estimated.
+    cost : PredictionCost, optional
+        What the prediction took (the saddle sequence's search and clock); ``None`` for the other reductions.
     """
 
     method: str
@@ -186,6 +220,7 @@ class Staircase(Result):
     notes: tuple = field(default=(), repr=False)
     levels_module: np.ndarray | None = field(default=None, repr=False)
     time_uncertainty: np.ndarray | None = field(default=None, repr=False)
+    cost: PredictionCost | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
         if self.method not in METHODS:
@@ -351,5 +386,6 @@ class Staircase(Result):
                 "notes": list(self.notes),
                 "levels_module": self.levels_module,
                 "time_uncertainty": self.time_uncertainty,
+                "cost": None if self.cost is None else self.cost.to_dict(),
             }
         )

@@ -302,21 +302,20 @@ def _predicted(op, Ynqf, eps: float, commuting: bool, W0: torch.Tensor, shift: f
     t0 = time.perf_counter()
     p, m = W0.shape
     M0 = W0 @ W0.T if m < p else None
-    phases: dict = {}  # the saddle sequence's search and O(1) clock, each with its estimate
-    pred = predict(
-        op, Ynqf, eps, commuting=commuting, M0=M0, max_rank=m, subspace=not commuting, log=say, timings=phases
-    )
+    pred = predict(op, Ynqf, eps, commuting=commuting, M0=M0, max_rank=m, subspace=not commuting, log=say)
     if shift:
         pred = dataclasses.replace(pred, levels=pred.levels + shift)
     if (cut := pred.carrying()) is not pred:  # a tail of tiny drops would set the runs' horizon: not analysed
         pred = cut
         say(f"prediction: {pred.notes[0]} of the runs and the comparison")
-    timings["prediction"] = phases.get("search", time.perf_counter() - t0)
-    if "subspace" in phases:  # the subspace flow: seconds, after the search (no estimate: it is the short part)
-        timings["prediction_subspace"] = phases["subspace"]
-    elif phases:  # the clock's estimate: printed after the search, between one later drop's cost and all of theirs
-        timings["prediction_clock"], timings["estimate_prediction_clock"] = phases["clock"], phases["estimate_clock"]
-        timings["estimate_prediction_clock_low"] = phases["estimate_clock_low"]
+    cost = pred.cost  # the saddle sequence's search and O(1) clock, each with its estimate
+    timings["prediction"] = time.perf_counter() - t0 if cost is None else cost.search
+    if cost is not None and cost.subspace is not None:  # the subspace flow: seconds (no estimate: the short part)
+        timings["prediction_subspace"] = cost.subspace
+    elif cost is not None and cost.clock is not None:  # its estimate: printed after the search, one drop to all
+        timings["prediction_clock"] = cost.clock
+        low, high = cost.clock_estimate if cost.clock_estimate is not None else (0.0, 0.0)
+        timings["estimate_prediction_clock"], timings["estimate_prediction_clock_low"] = high, low
     release_free_memory()  # the search's transient arrays: not resident during the runs
     say(f"prediction: {pred.method}, {pred.n_drops} drops, levels {pred.levels[0]:.4g} → {pred.levels[-1]:.4g}")
     return pred
