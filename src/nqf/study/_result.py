@@ -12,6 +12,7 @@ from ..curves import RealClock, StaircaseComparison
 from ..reductions import Staircase
 from ..results import Result, require_pandas, summarize
 from ..results import to_jsonable as _clean
+from ._table import plateau_rows
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -287,9 +288,7 @@ class Analysis(Result):
         ``results.json``): levels and times at 4 significant digits; errors in percent to one decimal, or
         ``"|Δ| …"`` (the absolute difference) where the reference level is below 10⁻³ L_0 or the relative error
         is above 1000 %; ``"0 (round-off)"`` for a level within 10⁻¹² L_0 of zero; flat as ``"yes (ratio)"``."""
-        from ._table import plateau_rows
-
-        return plateau_rows(self)
+        return plateau_rows(self.prediction, self.nqf, self.real, self.clock)
 
     def plot(self):
         """Figure: loss curves (real, NQF, prediction; predicted times marked) and per-mode strengths."""

@@ -4,12 +4,9 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
-
+from ..curves import RealClock, StaircaseComparison
+from ..reductions import Staircase
 from ._verdict import LEVEL_FLOOR, error_of, fmt_sig, level_text
-
-if TYPE_CHECKING:
-    from ._result import Analysis
 
 __all__ = ["plateau_rows", "number_cell", "level_cell", "error_cell"]
 
@@ -33,11 +30,14 @@ def error_cell(measured, reference, floor: float = 0.0) -> float | str | None:
     return float(f"{100 * v:.1f}") if kind == "relative" else f"|Δ| {v:.3g}"
 
 
-def plateau_rows(a: Analysis) -> list[list]:
+def plateau_rows(
+    prediction: Staircase, nqf: StaircaseComparison, real: StaircaseComparison, clock: RealClock | None
+) -> list[list]:
     """The per-plateau table as printed (terminal, HTML, ``results.json``), columns
     :attr:`Analysis.REPORT_COLUMNS`: levels and times at 4 significant digits, errors in percent of the reference
-    to one decimal or ``|Δ|`` (module :mod:`nqf.study._verdict`), flat with its ratio."""
-    P, S, R, C = a.prediction, a.nqf, a.real, a.clock
+    to one decimal or ``|Δ|`` (module :mod:`nqf.study._verdict`), flat with its ratio: from the prediction, the NQF's
+    and the real network's comparisons and the real network's clock (an :class:`~nqf.study.Analysis`'s fields)."""
+    P, S, R, C = prediction, nqf, real, clock
     L0 = float(P.levels[0])
     floor = LEVEL_FLOOR * abs(L0)
     rows = []
