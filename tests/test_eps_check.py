@@ -70,3 +70,33 @@ def test_no_other_eps_check_in_the_package():
     assert not found, found
     planted = 'if not 0 < eps < 1:\n    raise ValueError(f"`eps` must lie in (0, 1); found {eps}")'
     assert pattern.search(planted.splitlines()[1])
+
+
+@pytest.mark.parametrize("bad", [0.0, 1.0, -0.5, math.nan, "0.5", True])
+def test_every_open_unit_interval_argument_has_the_one_wording(bad):
+    """``learned_fraction`` (seeded NQF), ``ci`` (power-law fit) and ``switch_fraction`` (validity) are checked by
+    the one checker of a fraction in (0, 1) (``nqf._validation.unit_fraction``, which ``eps`` uses too), before any
+    work; and no other hand-written "must lie in (0, 1)" is left in the package (planted: one is seen)."""
+    from nqf.curves import fit_power_law
+    from nqf.dynamics import seeded_nqf
+
+    t = np.arange(1.0, 50.0)
+    with pytest.raises(InvalidParameterError, match=r"^`ci` must lie in \(0, 1\) \(the interval's level\); found "):
+        fit_power_law(t, t**-1.0, ci=bad)
+    from nqf.networks import TwoLayerMLP
+
+    X = torch.randn(20, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    net = TwoLayerMLP(3, 4, 1, "tanh", dtype=torch.float64)
+    W0 = initial_weights(5, 4, 1e-6, seed=0)
+    with pytest.raises(InvalidParameterError, match=r"^`learned_fraction` must lie in \(0, 1\) \(of M's largest"):
+        seeded_nqf(mlp(X, "tanh"), net, net.units, X, X[:, 0], W0=W0, lr=0.1, steps=1, learned_fraction=bad)
+    pattern = re.compile(r"must lie in \(0, 1\)")
+    found = [
+        f"{p.relative_to(SRC)}:{i}"
+        for p in SRC.rglob("*.py")
+        if p.name != "_validation.py"
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if pattern.search(line) and "raise" in line and "every" not in line  # a list's entries: checked with the list
+    ]
+    assert not found, found
+    assert pattern.search('raise ValueError(f"`ci` must lie in (0, 1); found {ci}")')

@@ -194,11 +194,9 @@ def positive_float(name: str, value) -> float:
     return float_param(name, value, positive=True)
 
 
-def eps_value(value, name: str = "eps") -> float:
-    """The initial scale ``ε``: a finite real in ``(0, 1)`` (``M(0) = εI``, a mode's start ``ε``, or ``ε z*``).
-
-    The one check of ``eps`` in nqf, with one wording for every way it can be wrong; a scale ``≥ 1`` is not
-    small and has no plateau, so it is refused everywhere rather than giving a time ``≤ 0``."""
+def unit_fraction(name: str, value, what: str = "") -> float:
+    """A finite real in the open interval ``(0, 1)`` (a fraction, a level of confidence, the initial scale), with one
+    wording for every way it can be wrong: "`name` must lie in (0, 1) (what); found …"."""
     try:
         v = float_param(name, value)
     except ParameterError:
@@ -206,8 +204,16 @@ def eps_value(value, name: str = "eps") -> float:
     else:
         found = repr(v)
     if not 0.0 < v < 1.0:
-        raise ParameterError(f"`{name}` must lie in (0, 1) (the initial scale ε); found {found}")
+        raise ParameterError(f"`{name}` must lie in (0, 1){f' ({what})' if what else ''}; found {found}")
     return v
+
+
+def eps_value(value, name: str = "eps") -> float:
+    """The initial scale ``ε``: a finite real in ``(0, 1)`` (``M(0) = εI``, a mode's start ``ε``, or ``ε z*``).
+
+    The one check of ``eps`` in nqf (:func:`unit_fraction`); a scale ``≥ 1`` is not small and has no plateau, so it
+    is refused everywhere rather than giving a time ``≤ 0``."""
+    return unit_fraction(name, value, "the initial scale ε")
 
 
 def seed_value(value, name: str = "seed") -> int:

@@ -83,6 +83,7 @@ import numpy as np
 from scipy.ndimage import gaussian_filter1d
 from scipy.optimize import OptimizeResult, minimize_scalar
 
+from .._validation import unit_fraction
 from ..errors import InvalidParameterError, NoPowerLawError, ShapeError
 from ..results import Result, to_jsonable
 from ._bootstrap import SCHEMES, bootstrap_exponents, check_block
@@ -388,8 +389,7 @@ def fit_power_law(
     if bootstrap not in SCHEMES:
         raise InvalidParameterError(f"`bootstrap` must be one of {', '.join(map(repr, SCHEMES))}; found {bootstrap!r}")
     block = check_block(block, bootstrap)
-    if not (0 < ci < 1):
-        raise InvalidParameterError(f"`ci` must lie in (0, 1); found {ci!r}")
+    ci = unit_fraction("ci", ci, "the interval's level")
     if int(n_boot) != n_boot or n_boot < 0:
         raise InvalidParameterError(f"`n_boot` must be a non-negative integer; found {n_boot!r}")
     if int(n_bins) != n_bins or n_bins < 3:

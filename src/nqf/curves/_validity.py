@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch.func import functional_call
 
-from .._validation import as_tensor, eps_value
+from .._validation import as_tensor, eps_value, unit_fraction
 from ..dynamics import Trajectory, simulate, train_network
 from ..errors import InvalidParameterError, ShapeError
 from ..modules import UnitScatter
@@ -203,8 +203,7 @@ def validity_report(
     """
     if not fraction > 0:
         raise InvalidParameterError(f"`fraction` must be > 0; found {fraction!r}")
-    if not 0 < switch_fraction < 1:
-        raise InvalidParameterError(f"`switch_fraction` must lie in (0, 1); found {switch_fraction!r}")
+    switch_fraction = unit_fraction("switch_fraction", switch_fraction, "of the total drop")
     if network.W is None:
         raise InvalidParameterError("`network` must carry the saved weights `.W` (train_network(..., save_W=True))")
     K = min(len(network), len(nqf))

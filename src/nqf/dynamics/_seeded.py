@@ -31,7 +31,14 @@ from __future__ import annotations
 
 import torch
 
-from .._validation import check_inputs, divergence_threshold_value, float_param, steps_value
+from .._validation import (
+    check_inputs,
+    divergence_threshold_value,
+    float_param,
+    int_param,
+    steps_value,
+    unit_fraction,
+)
 from ..errors import InvalidParameterError, InvalidTypeError, NormalFormError
 from ..modules import UnitLayout, UnitScatter
 from ..structure import StructureOperator
@@ -62,22 +69,6 @@ def unlearned_projector(W: torch.Tensor, learned_fraction: float = LEARNED_FRACT
     keep = ev > learned_fraction * ev.max()
     Ql = Q[:, keep]
     return torch.eye(M.shape[0], dtype=M.dtype, device=M.device) - Ql @ Ql.T
-
-
-def _fraction(value) -> float:
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        raise InvalidTypeError(f"`learned_fraction` must be a number in (0, 1); found {value!r}") from None
-    if not 0.0 < f < 1.0:
-        raise InvalidParameterError(f"`learned_fraction` must lie in (0, 1); found {f:g}")
-    return f
-
-
-def _refresh(value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidParameterError(f"`refresh` must be an integer ≥ 1 (steps between source updates); found {value!r}")
-    return value
 
 
 def seeded_nqf(
@@ -160,7 +151,8 @@ def seeded_nqf(
         )
     if not isinstance(module, torch.nn.Module):
         raise InvalidTypeError(f"`module` must be a torch.nn.Module; found {type(module).__name__}")
-    fraction, every = _fraction(learned_fraction), _refresh(refresh)
+    fraction = unit_fraction("learned_fraction", learned_fraction, "of M's largest eigenvalue")
+    every = int_param("refresh", refresh, minimum=1)
     if not isinstance(bridge, bool):
         raise InvalidTypeError(f"`bridge` must be True or False; found {bridge!r}")
     stop = None if seed_until is None else float_param("seed_until", seed_until)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+
 from ..curves import RealClock, StaircaseComparison
 from ..reductions import Staircase
 from ._verdict import LEVEL_FLOOR, error_of, fmt_sig, level_text

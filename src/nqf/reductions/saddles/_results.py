@@ -14,8 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..._validation import eps_value
-from ...errors import InvalidParameterError
+from ..._validation import eps_value, unit_fraction
 from ...results import Result, to_jsonable
 from .._staircase import Staircase
 from .._timing import TAIL_FRACTION, learning_drops
@@ -262,9 +261,8 @@ class SaddleSequence(Result):
         eps = eps_value(eps)
         if len(self.saddles) < 2:
             return float("inf")
-        level = self.first_level if level is None else float(level)
-        if not 0.0 < level < 1.0:
-            raise InvalidParameterError(f"`level` must lie in (0, 1); found {level}")
+        level = self.first_level if level is None else level
+        level = unit_fraction("level", level, "of the first drop")
         L0, L1 = self.saddles[0].loss, self.saddles[1].loss
         s_level = self._orbit.crossing(L0 - level * (L0 - L1))
         return self.saddles[1].tau * math.log(1.0 / eps) + s_level

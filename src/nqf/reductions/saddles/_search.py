@@ -11,6 +11,7 @@ from dataclasses import replace
 import numpy as np
 import torch
 
+from ..._validation import unit_fraction
 from ...errors import InvalidParameterError, InvalidTypeError, NonCommutingError, NotClosedError
 from ...structure import StructureOperator, commutator_defect
 from ..lv import limit
@@ -122,8 +123,7 @@ def saddle_sequence(
         )
     if rule not in ("auto", "commuting", "generic"):
         raise InvalidParameterError(f"`rule` must be one of 'auto', 'commuting', 'generic'; found {rule!r}")
-    if not 0.0 < first_level < 1.0:
-        raise InvalidParameterError(f"`first_level` must lie in (0, 1); found {first_level}")
+    first_level = unit_fraction("first_level", first_level, "of the first drop")
     prob = float64_problem(op, y)  # the descent and eigenproblems run in float64 on the CPU
     op, p = prob.op, prob.p
     max_rank = p if max_rank is None else int(max_rank)
