@@ -43,7 +43,7 @@ import torch
 import nqf
 from nqf.curves import compare_staircase, measured_floors, real_clock
 from nqf.data import load_dataset
-from nqf.dynamics import initial_weights, seeded_nqf, simulate, train_network
+from nqf.dynamics import Save, initial_weights, seeded_nqf, simulate, train_network
 from nqf.experiments import teacher_task
 from nqf.networks import TwoLayerMLP
 from nqf.reductions import crossing_time
@@ -95,7 +95,9 @@ def _runs(X, Y, op, st, W0, m, modes=None):
     real = train_network(net, net.units, X, Y, **kw)
     t1 = time.process_time()
     net = TwoLayerMLP(X.shape[1], m, C, activation="tanh", dtype=torch.float64)
-    seeded = seeded_nqf(op, net, net.units, X, Y, **kw)
+    seeded = seeded_nqf(
+        op, net, net.units, X, Y, W0=W0, lr=lr, steps=steps, save=Save(every=10, W=False, M=modes is not None)
+    )
     t2 = time.process_time()
     run = simulate(op, Y, W0=W0, lr=lr, steps=steps, save_every=10, form="weights")
     t3 = time.process_time()

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from nqf.curves import compare_crowded, crowded_prediction, stable_learning_rate
-from nqf.dynamics import initial_weights, seeded_nqf, simulate, train_network
+from nqf.dynamics import Save, initial_weights, seeded_nqf, simulate, train_network
 from nqf.experiments import REGISTRY
 from nqf.experiments._scaling_real import digits_case
 from nqf.networks import TwoLayerMLP
@@ -46,7 +46,17 @@ def main(seed: int = 0) -> None:
     runs = {
         "NQF": lambda: simulate(op, Y, W0=W0, **run),
         "real network": lambda: train_network(n := net(), n.units, X, Y, W0=W0, **run),
-        "seeded NQF": lambda: seeded_nqf(op, n := net(), n.units, X, Y, W0=W0, **run),
+        "seeded NQF": lambda: seeded_nqf(
+            op,
+            n := net(),
+            n.units,
+            X,
+            Y,
+            W0=W0,
+            lr=lr,
+            steps=steps,
+            save=Save(every=run["save_every"], M=False, W=False),
+        ),
     }
     print(f"digits autoencoder, ε = {P.eps:g}, width {m}; crowded window t ∈ [{cp.window[0]:.3g}, {cp.window[1]:.3g}]")
     print(f"mode sum (prediction): α = {cp.window_exponent:.3f}")

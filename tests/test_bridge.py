@@ -13,7 +13,7 @@ import torch
 import nqf
 from nqf.curves import compare_staircase
 from nqf.data import load_dataset
-from nqf.dynamics import initial_weights, seeded_nqf
+from nqf.dynamics import Save, Seeding, initial_weights, seeded_nqf
 from nqf.dynamics._bridge import Bridge, plan_bridge
 from nqf.dynamics._factored import apply_G
 from nqf.errors import InvalidTypeError
@@ -89,16 +89,14 @@ def test_bridged_seeded_nqf_keeps_the_stepped_drop_times(iris):
     net = TwoLayerMLP(X.shape[1], WIDTH, Y.shape[1], activation="tanh", dtype=torch.float64)
     times = []
     for bridge in (False, True):
-        tr = seeded_nqf(op, net, net.units, X, Y, W0=W0, lr=20 * lr, steps=steps, save_every=1, save_W=False,
-                        save_M=False, bridge=bridge)  # fmt: skip
+        tr = seeded_nqf(op, net, net.units, X, Y, W0=W0, lr=20 * lr, steps=steps, seeding=Seeding(bridge=bridge),
+                        save=Save(every=1, W=False, M=False))  # fmt: skip
         times.append(compare_staircase(tr.t.numpy(), tr.loss.numpy(), st).times_measured)
         if bridge:
             assert tr.info["bridges"] and tr.info["bridges"][0][0] == 10 and tr.info["bridges"][0][1] >= 20
     np.testing.assert_allclose(times[1], times[0], rtol=1e-3)
 
 
-def test_bridge_must_be_a_bool(iris):
-    X, Y, op, st, lr = iris
-    net = TwoLayerMLP(X.shape[1], WIDTH, Y.shape[1], activation="tanh", dtype=torch.float64)
+def test_bridge_must_be_a_bool():
     with pytest.raises(InvalidTypeError, match="`bridge`"):
-        seeded_nqf(op, net, net.units, X, Y, W0=initial_weights(op.p, WIDTH, 1e-6), lr=lr, steps=2, bridge="yes")
+        Seeding(bridge="yes")  # type: ignore[arg-type]

@@ -78,7 +78,7 @@ def test_every_open_unit_interval_argument_has_the_one_wording(bad):
     the one checker of a fraction in (0, 1) (``nqf._validation.unit_fraction``, which ``eps`` uses too), before any
     work; and no other hand-written "must lie in (0, 1)" is left in the package (planted: one is seen)."""
     from nqf.curves import fit_power_law
-    from nqf.dynamics import seeded_nqf
+    from nqf.dynamics import Seeding, seeded_nqf
 
     t = np.arange(1.0, 50.0)
     with pytest.raises(InvalidParameterError, match=r"^`ci` must lie in \(0, 1\) \(the interval's level\); found "):
@@ -89,7 +89,7 @@ def test_every_open_unit_interval_argument_has_the_one_wording(bad):
     net = TwoLayerMLP(3, 4, 1, "tanh", dtype=torch.float64)
     W0 = initial_weights(5, 4, 1e-6, seed=0)
     with pytest.raises(InvalidParameterError, match=r"^`learned_fraction` must lie in \(0, 1\) \(of M's largest"):
-        seeded_nqf(mlp(X, "tanh"), net, net.units, X, X[:, 0], W0=W0, lr=0.1, steps=1, learned_fraction=bad)
+        seeded_nqf(mlp(X, "tanh"), net, net.units, X, X[:, 0], W0=W0, lr=0.1, steps=1, seeding=Seeding(bad))
     pattern = re.compile(r"must lie in \(0, 1\)")
     found = [
         f"{p.relative_to(SRC)}:{i}"

@@ -317,6 +317,10 @@ FACTORIES = {
     "nqf.curves._validity.ValiditySweep": (lambda f: _validity_sweep(), ()),
     "nqf.study._result.Analysis": (lambda f: analysis(), ()),
     "nqf.reductions._staircase.Staircase": (lambda f: analysis().prediction, ()),
+    "nqf.dynamics._seeded.Seeding": (
+        lambda f: __import__("nqf.dynamics", fromlist=["x"]).Seeding(learned_fraction=0.1, bridge=True),
+        (),
+    ),
     "nqf.reductions._staircase.PredictionCost": (
         lambda f: __import__("nqf.reductions", fromlist=["x"]).PredictionCost(
             0.5, clock=0.25, clock_estimate=(0.1, 0.3)

@@ -16,7 +16,7 @@ import torch
 import nqf
 from nqf.curves import compare_staircase, real_clock
 from nqf.data import load_dataset
-from nqf.dynamics import initial_weights, seeded_nqf, simulate, train_network, unlearned_projector
+from nqf.dynamics import Save, Seeding, initial_weights, seeded_nqf, simulate, train_network, unlearned_projector
 from nqf.errors import InvalidParameterError, NQFError
 from nqf.networks import TwoLayerMLP
 from nqf.structure import mlp
@@ -53,7 +53,7 @@ def _times(st, traj):
 def _seeded(iris, st, lr, steps, W0):
     X, Y, op = iris
     net = _net(X, Y)
-    return seeded_nqf(op, net, net.units, X, Y, W0=W0, lr=lr, steps=steps, save_every=10, save_W=False, save_M=False)
+    return seeded_nqf(op, net, net.units, X, Y, W0=W0, lr=lr, steps=steps, save=Save(every=10, W=False, M=False))
 
 
 @pytest.fixture(scope="module")
@@ -102,13 +102,13 @@ def test_planted_error_gaussian_moments_instead_of_the_datas_own_fail(iris, iris
     Zg = torch.as_tensor(np.random.default_rng(3).multivariate_normal(Z.mean(0), np.cov(Z.T), 30_000))
     Xg, Yg = Zg[:, : X.shape[1]].contiguous(), Zg[:, X.shape[1] :].contiguous()
     net = _net(X, Y)
-    kw = dict(W0=W0, lr=lr, steps=steps, save_every=10, save_W=False, save_M=False)
+    kw = dict(W0=W0, lr=lr, steps=steps, save=Save(every=10, W=False, M=False))
     gauss = (mlp(Xg, "tanh", n_outputs=Y.shape[1]), Xg, Yg)
-    planted = seeded_nqf(op, net, net.units, X, Y, source=gauss, refresh=50, **kw)  # 200× the samples: fewer refreshes
+    planted = seeded_nqf(op, net, net.units, X, Y, seeding=Seeding(source=gauss, refresh=50), **kw)  # 200× the samples
     t_planted = _times(st, planted)
     assert abs(t_planted[1] / t_real[1] - 1) > TOL, (t_planted, t_real)
     # the same code path with the data themselves as `source` is the seeded NQF (within 5 %)
-    own = seeded_nqf(op, _net(X, Y), net.units, X, Y, source=(op, X, Y), **kw)
+    own = seeded_nqf(op, _net(X, Y), net.units, X, Y, seeding=Seeding(source=(op, X, Y)), **kw)
     assert np.all(np.abs(_times(st, own) / t_real - 1) < TOL)
 
 
@@ -153,7 +153,7 @@ def test_bad_arguments_are_refused(iris, kwargs, needle):
     net = _net(X, Y)
     W0 = initial_weights(op.p, WIDTH, 1e-6, seed=1)
     with pytest.raises(InvalidParameterError, match=needle):
-        seeded_nqf(op, net, net.units, X, Y, W0=W0, lr=0.01, steps=2, **kwargs)
+        seeded_nqf(op, net, net.units, X, Y, W0=W0, lr=0.01, steps=2, seeding=Seeding(**kwargs))
 
 
 def test_operator_without_zero_gradient_condition_is_refused(iris):

@@ -16,7 +16,7 @@ import torch
 import nqf
 import nqf.study._clock as clock_module
 from nqf.data import load_dataset
-from nqf.dynamics import initial_weights, seeded_nqf, simulate
+from nqf.dynamics import Save, Seeding, initial_weights, seeded_nqf, simulate
 from nqf.errors import NQFError
 from nqf.networks import TwoLayerMLP
 from nqf.structure import mlp
@@ -38,7 +38,8 @@ def _run(iris, steps, **kw):
     X, Y, op, _, lr = iris
     net = TwoLayerMLP(X.shape[1], WIDTH, Y.shape[1], activation="tanh", dtype=torch.float64)
     W0 = initial_weights(op.p, WIDTH, 1e-8, seed=3)
-    return seeded_nqf(op, net, net.units, X, Y, W0=W0, lr=lr, steps=steps, save_every=1, save_M=False, **kw)
+    save = Save(every=1, M=False)
+    return seeded_nqf(op, net, net.units, X, Y, W0=W0, lr=lr, steps=steps, save=save, seeding=Seeding(**kw))
 
 
 def test_past_seed_until_the_run_is_the_nqfs_own_gd(iris):
@@ -85,7 +86,7 @@ def _clock_times(monkeypatch, level=None):
 
     def recording(*args, **kw):
         out = seeded_nqf(*args, **kw)
-        runs.append(out.info["seeds_off"])
+        runs.append(out.info["seeds_off"])  # seeding=Seeding(seed_until=…) from analyze
         return out
 
     monkeypatch.setattr(nqf.dynamics, "seeded_nqf", recording)

@@ -32,7 +32,7 @@ from ._loss import LOSSES, MSE, CrossEntropy, Logistic, Loss, as_loss
 from ._network import train_network
 from ._optim import GD, SGD, Adam, Optimizer, as_optimizer
 from ._save import Save, as_save
-from ._seeded import LEARNED_FRACTION, seeded_nqf, unlearned_projector
+from ._seeded import LEARNED_FRACTION, Seeding, seeded_nqf, unlearned_projector
 from ._simulate import FORMS, OPTIMIZERS, minibatch_indices, simulate
 from ._trajectory import Trajectory
 
@@ -44,6 +44,7 @@ __all__ = [
     "gradient_flow",
     "train_network",
     "seeded_nqf",
+    "Seeding",
     "unlearned_projector",
     "LEARNED_FRACTION",
     "Trajectory",

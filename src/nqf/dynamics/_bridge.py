@@ -1,4 +1,4 @@
-r"""The seeded NQF's plateaus bridged in closed form (``seeded_nqf(..., bridge=True)``; docs/theory.md §7).
+r"""The seeded NQF's plateaus bridged in closed form (``Seeding(bridge=True)``; docs/theory.md §7).
 
 On a plateau most GD steps of the seeded NQF only grow (or shrink) the directions that are still small, and
 for those the step is linear.  Split the unit weights ``W`` (p × m) into the block that moves and a frozen

@@ -29,6 +29,8 @@ and 1.2 % on digits restricted to five classes for ε = 1e-4 … 1e-20, where th
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import torch
 
 from .._validation import (
@@ -41,6 +43,7 @@ from .._validation import (
 )
 from ..errors import InvalidParameterError, InvalidTypeError, NormalFormError
 from ..modules import UnitLayout, UnitScatter
+from ..results import Result
 from ..structure import StructureOperator
 from ._bridge import bridged_loop
 from ._factored import apply_G
@@ -50,7 +53,7 @@ from ._optim import as_optimizer
 from ._save import Recorder, Save, as_save
 from ._trajectory import Trajectory
 
-__all__ = ["seeded_nqf", "unlearned_projector", "LEARNED_FRACTION"]
+__all__ = ["seeded_nqf", "Seeding", "unlearned_projector", "LEARNED_FRACTION"]
 
 #: A direction of ``M`` counts as learned above this fraction of its largest eigenvalue.
 LEARNED_FRACTION = 0.05
@@ -71,6 +74,58 @@ def unlearned_projector(W: torch.Tensor, learned_fraction: float = LEARNED_FRACT
     return torch.eye(M.shape[0], dtype=M.dtype, device=M.device) - Ql @ Ql.T
 
 
+@dataclass(frozen=True)
+class Seeding(Result):
+    """How :func:`seeded_nqf` seeds the unlearned directions, and when it stops (docs/theory.md §7).
+
+    Attributes
+    ----------
+    learned_fraction : float
+        A direction of ``M`` is learned above this fraction of its largest eigenvalue (default 0.05).
+    refresh : int
+        Steps between evaluations of the module's extra gradient (default 10).
+    bridge : bool
+        Bridge plateaus in closed form: the GD steps of the still-small directions are taken at once, with the
+        source and the residual held fixed, as long as the outputs of those directions and of the frozen rest move
+        by at most 10⁻³ of the residual.  In practice the first plateau (drop times unchanged to 0.001 % on iris
+        and digits 0–4); later ones are refused where the rest keeps moving.  The bridged steps are listed in
+        ``info["bridges"]`` as ``(first step, steps)``.
+    seed_until : float, optional
+        From the first step whose loss is at most this value on, the seeds are off: the run goes on as the NQF's
+        own GD, and the module is not evaluated again.  :func:`nqf.analyze` sets it past the last predicted drop,
+        where there is nothing left to seed.  The step is ``info["seeds_off"]`` (``None``: never).  Default:
+        seeded to the end.
+    source : tuple ``(op_s, X_s, y_s)``, optional
+        Compute the seeds on other samples: the module's extra gradient on ``X_s``, ``y_s`` against the NQF
+        ``op_s`` of the same units on ``X_s`` (default: the data themselves).  For testing which properties of the
+        data seed the later modes: a large Gaussian sample with the data's joint ``(x, y)`` mean and covariance
+        leaves the seeds out (iris, ε = 1e-12: drop 2 at +33 % of the real network with 3·10⁴ Gaussian samples,
+        +2 … +11 % with 3·10³; benchmarks/bench_corrections.py ``planted``).
+    """
+
+    learned_fraction: float = LEARNED_FRACTION
+    refresh: int = 10
+    bridge: bool = False
+    seed_until: float | None = None
+    source: tuple | None = field(default=None, repr=False)
+
+    def __post_init__(self):
+        object.__setattr__(
+            self,
+            "learned_fraction",
+            unit_fraction("learned_fraction", self.learned_fraction, "of M's largest eigenvalue"),
+        )
+        object.__setattr__(self, "refresh", int_param("refresh", self.refresh, minimum=1))
+        if not isinstance(self.bridge, bool):
+            raise InvalidTypeError(f"`bridge` must be True or False; found {self.bridge!r}")
+        if self.seed_until is not None:
+            object.__setattr__(self, "seed_until", float_param("seed_until", self.seed_until))
+
+    def to_dict(self) -> dict:
+        out = {k: getattr(self, k) for k in ("learned_fraction", "refresh", "bridge", "seed_until")}
+        return {**out, "source": self.source is not None}
+
+
 def seeded_nqf(
     op: StructureOperator,
     module: torch.nn.Module,
@@ -83,16 +138,9 @@ def seeded_nqf(
     steps: int,
     loss: str | Loss = "mse",
     output=None,
-    learned_fraction: float = LEARNED_FRACTION,
-    refresh: int = 10,
-    save_every: int | None = None,
-    save_W: bool = True,
-    save_M: bool = True,
+    seeding: Seeding | None = None,
     save: Save | None = None,
     divergence_threshold: float = 1e8,
-    source: tuple | None = None,
-    bridge: bool = False,
-    seed_until: float | None = None,
 ) -> Trajectory:
     r"""GD of the seeded NQF (module docstring) from ``W0``: the NQF with the next orders' seeds.
 
@@ -111,29 +159,12 @@ def seeded_nqf(
         The initial unit weights (the same ``W(0)`` as the NQF and the real network).
     lr, steps
         Full-batch GD step and number of steps (time ``t = lr · step``).
-    loss, output, save_every, save_W, save_M, save, divergence_threshold
+    loss, output, divergence_threshold
         As in :func:`~nqf.dynamics.train_network`.
-    learned_fraction : float
-        A direction is learned above this fraction of ``M``'s largest eigenvalue (default 0.05).
-    refresh : int
-        Steps between evaluations of the module's extra gradient (default 10).
-    source : tuple ``(op_s, X_s, y_s)``, optional
-        Compute the seeds on other samples: the module's extra gradient on ``X_s``, ``y_s`` against the NQF
-        ``op_s`` of the same units on ``X_s`` (default: the data themselves).  For testing which properties of
-        the data seed the later modes: a large Gaussian sample with the data's joint ``(x, y)`` mean and
-        covariance leaves the seeds out (iris, ε = 1e-12: drop 2 at +33 % of the real network with 3·10⁴
-        Gaussian samples, +2 … +11 % with 3·10³; benchmarks/bench_corrections.py ``planted``).
-    bridge : bool
-        Bridge plateaus in closed form (docs/theory.md §7): the GD steps of the still-small directions are
-        taken at once, with the source and the residual held fixed, as long as the outputs of those directions
-        and of the frozen rest move by at most 10⁻³ of the residual.  In practice the first plateau (drop times
-        unchanged to 0.001 % on iris and digits 0–4); later ones are refused where the rest keeps moving.  The
-        bridged steps are listed in ``info["bridges"]`` as ``(first step, steps)``.
-    seed_until : float, optional
-        From the first step whose loss is at most this value on, the seeds are off: the run goes on as the NQF's own
-        GD, and the module is not evaluated again.  :func:`nqf.analyze` sets it past the last predicted drop, where
-        there is nothing left to seed (docs/theory.md §7).  The step is ``info["seeds_off"]`` (``None``: never).
-        Default: seeded to the end.
+    seeding : Seeding, optional
+        How the seeds are made and when they stop (:class:`Seeding`; default ``Seeding()``).
+    save : Save, optional
+        What is saved (:class:`~nqf.dynamics.Save`; default: about a thousand states, ``W`` and ``M``).
 
     Returns
     -------
@@ -151,14 +182,15 @@ def seeded_nqf(
         )
     if not isinstance(module, torch.nn.Module):
         raise InvalidTypeError(f"`module` must be a torch.nn.Module; found {type(module).__name__}")
-    fraction = unit_fraction("learned_fraction", learned_fraction, "of M's largest eigenvalue")
-    every = int_param("refresh", refresh, minimum=1)
-    if not isinstance(bridge, bool):
-        raise InvalidTypeError(f"`bridge` must be True or False; found {bridge!r}")
-    stop = None if seed_until is None else float_param("seed_until", seed_until)
+    seeding = Seeding() if seeding is None else seeding
+    if not isinstance(seeding, Seeding):
+        raise InvalidTypeError(f"`seeding` must be a nqf.dynamics.Seeding; found {type(seeding).__name__}")
+    fraction, every, bridge, stop, source = (
+        seeding.learned_fraction, seeding.refresh, seeding.bridge, seeding.seed_until, seeding.source,
+    )  # fmt: skip
     X = check_inputs("X", X)
     N, steps = int(X.shape[0]), steps_value(steps)
-    keep = as_save(save, save_every=save_every, save_M=save_M, save_W=save_W).resolve(steps)
+    keep = as_save(save).resolve(steps)
     opt = as_optimizer("gd", lr=lr)
     scatter = UnitScatter(module, units)
     if scatter.p != op.p:

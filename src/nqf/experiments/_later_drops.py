@@ -54,7 +54,7 @@ def later_problem(P, gen) -> dict:
 
 
 def _run(kind: str, prob: dict, W0, lr: float, steps: int, save_every: int):
-    from ..dynamics import seeded_nqf, simulate, train_network
+    from ..dynamics import Save, seeded_nqf, simulate, train_network
 
     op, X, y, student = prob["op"], prob["X"], prob["y"], prob["student"]
     if kind == "nqf":
@@ -66,9 +66,8 @@ def _run(kind: str, prob: dict, W0, lr: float, steps: int, save_every: int):
             net, net.units, X, y, W0=W0, lr=lr, steps=steps, save_every=save_every, save_W=False, save_M=False
         )
         return to_cpu(run)
-    run = seeded_nqf(
-        op, net, net.units, X, y, W0=W0, lr=lr, steps=steps, save_every=save_every, save_W=False, save_M=False
-    )
+    save = Save(every=save_every, W=False, M=False)
+    run = seeded_nqf(op, net, net.units, X, y, W0=W0, lr=lr, steps=steps, save=save)
     return to_cpu(run)
 
 

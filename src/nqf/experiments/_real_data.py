@@ -92,11 +92,12 @@ def _real_run(D, width, C, X, Y, W0, run):
 
 
 def _seeded_run(op, D, width, C, X, Y, W0, run):
-    from ..dynamics import seeded_nqf
+    from ..dynamics import Save, seeded_nqf
     from ..networks import TwoLayerMLP
 
     net = TwoLayerMLP(D, width, C, "tanh")
-    return to_cpu(seeded_nqf(op, net, net.units, X, Y, W0=W0, **run))
+    save = Save(every=run["save_every"], M=run["save_M"], W=run["save_W"])
+    return to_cpu(seeded_nqf(op, net, net.units, X, Y, W0=W0, lr=run["lr"], steps=run["steps"], save=save))
 
 
 @register

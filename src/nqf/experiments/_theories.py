@@ -80,7 +80,7 @@ def _setup(name: str, gen: torch.Generator):
 def _runs(name: str, P: TheoriesParams, ctx) -> dict:
     """The four theories on one set-up, from the same ``W(0)``."""
     from ..curves import compare_staircase
-    from ..dynamics import initial_weights, seeded_nqf, train_network
+    from ..dynamics import Save, Seeding, initial_weights, seeded_nqf, train_network
     from ..networks import TwoLayerMLP
     from ..reductions import predict
     from ..reductions.dormant import agf_staircase
@@ -96,7 +96,11 @@ def _runs(name: str, P: TheoriesParams, ctx) -> dict:
     net = TwoLayerMLP(X.shape[1], P.width, Y.shape[1], "tanh", dtype=torch.float64)
     kw: dict[str, Any] = dict(W0=W0, lr=lr, steps=steps, save_every=every, save_W=False, save_M=False)
     real = to_cpu(train_network(copy.deepcopy(net), net.units, X, Y, **kw))
-    seeded = to_cpu(seeded_nqf(op, copy.deepcopy(net), net.units, X, Y, bridge=True, **kw))
+    save = Save(every=every, W=False, M=False)
+    seeded = to_cpu(
+        seeded_nqf(op, copy.deepcopy(net), net.units, X, Y, W0=W0, lr=lr, steps=steps, seeding=Seeding(bridge=True),
+                   save=save)
+    )  # fmt: skip
     agf = agf_staircase(op, net, net.units, X, Y, W0, eps=P.eps, cost_step=P.agf_cost_step)
     t, L = real.t.numpy(), real.loss.numpy()
     by_agf = compare_staircase(t, L, agf)

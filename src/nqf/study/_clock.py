@@ -26,7 +26,7 @@ SEEDS_OFF_FRACTION = 0.25
 
 def seeds_off_level(levels) -> float:
     """Where the clock's runs switch their seeds off: ``L_K + SEEDS_OFF_FRACTION (L_{K−1} − L_K)`` of the predicted
-    levels (:func:`nqf.dynamics.seeded_nqf`'s ``seed_until``).
+    levels (``seed_until`` of :class:`nqf.dynamics.Seeding`).
 
     Past the last predicted drop there is nothing left to seed: every drop's midpoint crossing, and the step map's
     anchors up to it, lie before, and the runs go on to the horizon as the NQF's own GD (the module is not evaluated
@@ -48,10 +48,10 @@ def seeded_clock(
     (:func:`nqf.curves.step_clock`); otherwise at ``η``.  ``moments = (op_c, X̃, Ỹ, c)``, where the NQF runs on
     moment rows (``Ỹ`` the moment targets minus ``f(0)``, ``c`` the loss offset), takes the NQF's steps there (the
     same gradient, on ``D`` rows) and the module's seeds on the data (``source``).  The plateaus are bridged in
-    closed form (``bridge=True``).  Returns the clock (None when not run); its time goes into
+    closed form (``Seeding(bridge=True)``).  Returns the clock (None when not run); its time goes into
     ``timings["seeded_nqf"]``.
     """
-    from ..dynamics import seeded_nqf
+    from ..dynamics import Save, Seeding, seeded_nqf
 
     module, found, Xt, Yt, op, W0 = problem
     lr, steps, factor = run
@@ -64,12 +64,12 @@ def seeded_clock(
 
     stop = seeds_off_level(pred.levels) - shift
     stop = stop if math.isfinite(stop) else None  # levels not predicted: seeded to the horizon
+    seeding = Seeding(bridge=True, seed_until=stop, source=None if moments is None else (op, Xt, Yt))
 
     def go(h: float, k: int, save_every: int, save_W: bool = False):
         return seeded_nqf(
-            op_nqf, copy.deepcopy(module), found.layout, X_nqf, Y_nqf, W0=W0, lr=h, steps=k, save_every=save_every,
-            save_W=save_W, save_M=False, bridge=True, source=None if moments is None else (op, Xt, Yt),
-            seed_until=stop,
+            op_nqf, copy.deepcopy(module), found.layout, X_nqf, Y_nqf, W0=W0, lr=h, steps=k, seeding=seeding,
+            save=Save(every=save_every, W=save_W, M=False),
         )  # fmt: skip
 
     plan = [(lr * factor / 2, two_step_counts(steps, factor)[0]), (lr * factor, two_step_counts(steps, factor)[1])]
