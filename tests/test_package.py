@@ -196,12 +196,14 @@ def test_theory_citations_point_to_existing_sections():
 
 
 # --------------------------------------------------------------------------- layering
-def _import_cycles() -> list[list[str]]:
-    """Strongly connected components (size > 1) of nqf's module import graph (function-level imports count)."""
+def _import_cycles(package: str = "nqf") -> list[list[str]]:
+    """Strongly connected components (size > 1) of a package's module import graph (function-level imports count,
+    ``if TYPE_CHECKING:`` imports do not: Python never runs them)."""
     grimp = pytest.importorskip("grimp")
-    graph = grimp.build_graph("nqf", exclude_type_checking_imports=True)
+    graph = grimp.build_graph(package, exclude_type_checking_imports=True)
     adj = {
-        m: sorted(t for t in graph.find_modules_directly_imported_by(m) if t.startswith("nqf")) for m in graph.modules
+        m: sorted(t for t in graph.find_modules_directly_imported_by(m) if t.split(".")[0] == package)
+        for m in graph.modules
     }
     index: dict[str, int] = {}
     low: dict[str, int] = {}
@@ -238,6 +240,22 @@ def _import_cycles() -> list[list[str]]:
 
 def test_no_import_cycles():
     assert _import_cycles() == []
+
+
+def test_import_cycle_check_can_fail(tmp_path, monkeypatch):
+    """Planted: two modules importing each other inside functions form a cycle; a third imported only for the type
+    checker does not join it."""
+    pkg = tmp_path / "plantedcycle"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "_a.py").write_text("def f():\n    from ._b import g\n    return g\n")
+    (pkg / "_b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ._c import h\n\n\ndef g():\n"
+        "    from . import _a\n    return _a\n"
+    )
+    (pkg / "_c.py").write_text("from ._b import g\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert _import_cycles("plantedcycle") == [["plantedcycle._a", "plantedcycle._b"]]
 
 
 def test_layers_contract():
