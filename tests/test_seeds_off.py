@@ -107,3 +107,13 @@ def test_analyze_clock_reads_the_same_times_with_its_seeds_off_past_the_last_dro
     with monkeypatch.context() as m:
         t_planted, _ = _clock_times(m, lambda levels: float(0.5 * (levels[-3] + levels[-2])))
     assert t_planted[-1] > 1.05 * t_full[-1], (t_planted, t_full)
+
+
+def test_the_seeds_go_off_a_quarter_of_the_last_drop_above_its_level_and_only_after_a_drop():
+    from nqf.study._clock import SEEDS_OFF_FRACTION, seeds_off_level
+
+    assert SEEDS_OFF_FRACTION == 0.25
+    assert seeds_off_level([1.0, 0.6, 0.2]) == pytest.approx(0.3)
+    assert np.isnan(seeds_off_level([1.0, 0.2, 0.2]))  # no last drop: seeded to the end
+    assert np.isnan(seeds_off_level([1.0, 0.2, 0.5]))
+    assert np.isnan(seeds_off_level([1.0, float("nan")]))

@@ -31,9 +31,12 @@ def seeds_off_level(levels) -> float:
     Past the last predicted drop there is nothing left to seed: every drop's midpoint crossing, and the step map's
     anchors up to it, lie before, and the runs go on to the horizon as the NQF's own GD (the module is not evaluated
     again), for the directions the last drop learned, which :func:`nqf.dynamics.active_levels` reads at the horizon.
-    A run whose loss never gets there is seeded to the end.
+    A run whose loss never gets there is seeded to the end.  NaN (seeded to the end) unless the last predicted step
+    is a drop, ``L_{K−1} > L_K``: a level at or above the one before could be reached before the last drop.
     """
     lev = np.asarray(levels, float).reshape(-1)
+    if lev.size < 2 or not lev[-2] > lev[-1]:
+        return math.nan
     return float(lev[-1] + SEEDS_OFF_FRACTION * (lev[-2] - lev[-1]))
 
 
