@@ -12,7 +12,7 @@ import nqf.dynamics
 
 CAP = 13
 #: Not yet converted (issue 36 item 2), with their parameter count: the count may fall, never rise.
-OVER_CAP = {"simulate": 22, "train_network": 21, "integrate_factor": 14, "training_loop": 14}
+OVER_CAP = {"simulate": 22, "train_network": 21, "integrate_factor": 14}
 
 
 def over_cap(module, cap: int = CAP) -> dict[str, int]:

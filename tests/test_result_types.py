@@ -225,8 +225,7 @@ def _validity_sweep():
 
 def _loop():
     """Plain gradient descent on ``½‖W‖²`` with W of shape (p, 2) through the one training loop."""
-    from nqf.dynamics import training_loop
-    from nqf.dynamics._loop import StepRule
+    from nqf.dynamics._loop import StepRule, training_loop
 
     W = torch.ones(P, 2, dtype=F64)
     saved = []

@@ -14,8 +14,6 @@ MSE, ``r = ∂ℓ/∂f``, ``G = (1/N) 𝒜*(r)``, ``W ← W − η ∇_W L``, tr
 * :func:`seeded_nqf` — the NQF plus the next orders' seeds in the unlearned directions: the real network's clock.
 * :func:`active_levels` — the real module's level on each plateau: its own flow over the learned directions.
 * :func:`initial_state` / :func:`initial_weights` — the one parser (and builder, at scale ε) of ``M(0)``/``W(0)``.
-* :func:`training_loop` — the one discrete loop (GD/SGD/momentum/weight decay/Adam) behind
-  :func:`simulate` and :func:`train_network`.
 * :class:`Trajectory` — the common result.
 * Configuration objects: :class:`Loss` (:class:`MSE`, :class:`Logistic`, :class:`CrossEntropy`;
   :func:`as_loss` resolves a name), :class:`Optimizer` (:class:`GD`, :class:`SGD`, :class:`Adam`;
@@ -27,7 +25,6 @@ from ._batched import simulate_batched
 from ._cost_step import active_levels
 from ._flow import gradient_flow, integrate_factor
 from ._initial import initial_state, initial_weights
-from ._loop import training_loop
 from ._loss import LOSSES, MSE, CrossEntropy, Logistic, Loss, as_loss
 from ._network import train_network
 from ._optim import GD, SGD, Adam, Optimizer, as_optimizer
@@ -54,7 +51,6 @@ __all__ = [
     "LOSSES",
     "initial_state",
     "initial_weights",
-    "training_loop",
     "Loss",
     "MSE",
     "Logistic",
