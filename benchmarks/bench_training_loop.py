@@ -8,12 +8,20 @@ here, printed as the largest relative difference).  Runs come in pairs, each loo
 first of a pair is the slower on this machine: digits, 0.82–0.97 with the plain loop first and 0.91–1.38 with
 nqf's first), one torch thread, and the ratio of the medians is printed.
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_training_loop.py
+glibc's ``malloc`` moves its mmap and trim thresholds with what was freed before, so a loop that allocates
+megabyte temporaries every step (both do) pays page faults on fresh memory in some runs and not in others: with
+the default thresholds the digits ratio ranged 0.91–1.38 over runs of this script, the spread all inside torch's
+kernels (backward, tanh, linear: 97 % of the profile, one loop's tanh 0.56–0.92 s over the same 402 calls).
+With ``--fixed-malloc`` (glibc only: ``mallopt`` fixes both thresholds at 256 MiB / 1 GiB before anything
+runs) neither loop pays them: digits 1.03–1.06, iris 1.04–1.12 (four runs).
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_training_loop.py [--fixed-malloc]
 """
 
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 
 import numpy as np
@@ -58,8 +66,24 @@ def _plain(X, Y, width, W0, lr, steps):
     return time.perf_counter() - t0, np.array(losses)
 
 
+def _fix_malloc() -> str:
+    """Fix glibc's mmap and trim thresholds (``mallopt``), so that no run pays page faults for another's frees."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    libc = ctypes.CDLL(name) if name else None
+    if libc is None or not hasattr(libc, "mallopt"):
+        return "default malloc (no glibc mallopt here)"
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+    ok = libc.mallopt(M_MMAP_THRESHOLD, 256 << 20) and libc.mallopt(M_TRIM_THRESHOLD, 1 << 30)
+    return "glibc malloc, mmap/trim thresholds fixed" if ok else "default malloc (mallopt refused)"
+
+
 def main() -> None:
     torch.set_num_threads(1)
+    if "--fixed-malloc" in sys.argv[1:]:
+        print(_fix_malloc())
     print(
         f"{'set-up':8s} {'steps':>6s} {'train_network s':>16s} {'plain torch s':>14s} {'ratio':>6s} {'max |ΔL|/L':>11s}"
     )
