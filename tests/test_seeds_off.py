@@ -117,3 +117,16 @@ def test_the_seeds_go_off_a_quarter_of_the_last_drop_above_its_level_and_only_af
     assert np.isnan(seeds_off_level([1.0, 0.2, 0.2]))  # no last drop: seeded to the end
     assert np.isnan(seeds_off_level([1.0, 0.2, 0.5]))
     assert np.isnan(seeds_off_level([1.0, float("nan")]))
+
+
+@pytest.mark.parametrize("bridge", [False, True])
+def test_a_diverging_seeded_run_stops_and_counts_the_states_it_kept(iris, bridge):
+    """A step far past the NQF's stability: the run stops as diverged, and its message counts the states it kept
+    (all of them, bridged or stepped)."""
+    X, Y, op, st, lr = iris
+    net = TwoLayerMLP(X.shape[1], WIDTH, Y.shape[1], activation="tanh", dtype=torch.float64)
+    W0 = initial_weights(op.p, WIDTH, 1e-2, seed=3)
+    out = seeded_nqf(op, net, net.units, X, Y, W0=W0, lr=400 * lr, steps=400, save=Save(every=1, M=False),
+                     seeding=Seeding(bridge=bridge))  # fmt: skip
+    assert out.status == -1
+    assert f"the {len(out.t)} states saved before it are kept" in out.message

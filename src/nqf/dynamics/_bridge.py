@@ -173,7 +173,7 @@ def _length(op: StructureOperator, bridge: Bridge, V0: torch.Tensor, limit: floa
 
 def bridged_loop(W, *, op, lr, steps, n_samples, every, save_every, threshold, parts, save, bridge=True,
                  seed_until=None):  # fmt: skip
-    """GD of the seeded NQF with its plateaus bridged (module docstring); returns ``(LoopOutcome, bridges)``.
+    """GD of the seeded NQF with its plateaus bridged (module docstring); returns ``(LoopOutcome, bridges, seeds_off)``.
 
     ``parts`` is ``(loss_and_residual, gradient, source)``: ``W ↦ (L, r)`` of the NQF, ``(W, r) ↦ ∇L_NQF`` and
     ``(W, g_nqf) ↦ s`` (the seeded source, refreshed every ``every`` steps); ``save(k, W, L)`` stores a state.
@@ -187,7 +187,7 @@ def bridged_loop(W, *, op, lr, steps, n_samples, every, save_every, threshold, p
     check = DivergenceCheck(threshold, W.dtype)
     bridges: list[tuple[int, int]] = []
     k, wait, next_try, s = 0, every, every if bridge else steps + 1, None
-    status, message, seeds_off = FINISHED, f"finished {steps} steps", None
+    status, message, seeds_off, saved = FINISHED, f"finished {steps} steps", None, 0
     while True:
         L, r = loss_and_residual(W)
         value = float(L)
@@ -196,12 +196,13 @@ def bridged_loop(W, *, op, lr, steps, n_samples, every, save_every, threshold, p
         if check.exceeded(value):
             status = DIVERGED
             message = divergence_message(
-                step=k, t=k * lr, loss=value, limit=float(check.limit), lr=lr, saved=len(bridges),
+                step=k, t=k * lr, loss=value, limit=float(check.limit), lr=lr, saved=saved,
                 curvature=None, momentum=0.0, optimizer="gd",
             )  # fmt: skip
             break
         if k == steps or k % save_every == 0:
             save(k, W, value)
+            saved += 1
         if k == steps:
             break
         g = gradient(W, r)
@@ -219,7 +220,7 @@ def bridged_loop(W, *, op, lr, steps, n_samples, every, save_every, threshold, p
                 else:
                     bridge_k, n = plan
                     n = n if n == steps - k else n - n % every
-                    _save_inside(bridge_k, k, n, save_every, loss_and_residual, save)
+                    saved += _save_inside(bridge_k, k, n, save_every, loss_and_residual, save)
                     W, k = bridge_k.state(n), k + n
                     bridges.append((k - n, n))
                     wait = every
@@ -231,8 +232,9 @@ def bridged_loop(W, *, op, lr, steps, n_samples, every, save_every, threshold, p
     return LoopOutcome(params=[W], status=status, message=message), bridges, seeds_off
 
 
-def _save_inside(bridge: Bridge, k: int, n: int, save_every: int, loss_and_residual, save) -> None:
-    """The saves strictly inside a bridge from ``k`` over ``n`` steps (at most ``BRIDGE_SAVES``, evenly spaced)."""
+def _save_inside(bridge: Bridge, k: int, n: int, save_every: int, loss_and_residual, save) -> int:
+    """The saves strictly inside a bridge from ``k`` over ``n`` steps (at most ``BRIDGE_SAVES``, evenly spaced);
+    returns how many."""
     first = (k // save_every + 1) * save_every
     due = list(range(first, k + n, save_every))
     if len(due) > BRIDGE_SAVES:
@@ -240,3 +242,4 @@ def _save_inside(bridge: Bridge, k: int, n: int, save_every: int, loss_and_resid
     for j in due:
         Wj = bridge.state(j - k)
         save(j, Wj, float(loss_and_residual(Wj)[0]))
+    return len(due)
