@@ -107,7 +107,7 @@ class Seeding(Result):
     refresh: int = 10
     bridge: bool = False
     seed_until: float | None = None
-    source: tuple | None = field(default=None, repr=False)
+    source: tuple | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
         object.__setattr__(

@@ -66,7 +66,7 @@ def seeded_clock(
         Y_nqf = Y_moments + _zero_output(module, found, X_nqf)
 
     stop = seeds_off_level(pred.levels) - shift
-    stop = stop if math.isfinite(stop) else None  # levels not predicted: seeded to the horizon
+    stop = stop if math.isfinite(stop) else None  # no last drop (or no finite levels): seeded to the horizon
     seeding = Seeding(bridge=True, seed_until=stop, source=None if moments is None else (op, Xt, Yt))
 
     def go(h: float, k: int, save_every: int, save_W: bool = False):
