@@ -1,4 +1,4 @@
-"""The seeded NQF's seeds switched off past the last drop (``seeded_nqf(..., seed_until=)``) and its two-block steps
+"""The seeded NQF's seeds switched off past the last drop (``Seeding(seed_until=…)``) and its two-block steps
 (issue 34: the clock at a twentieth of training's cost).
 
 Independent truths: after the seeds go off the run is the NQF's own GD, so it must equal :func:`nqf.simulate`
