@@ -185,9 +185,6 @@ def seeded_nqf(
     seeding = Seeding() if seeding is None else seeding
     if not isinstance(seeding, Seeding):
         raise InvalidTypeError(f"`seeding` must be a nqf.dynamics.Seeding; found {type(seeding).__name__}")
-    fraction, every, bridge, stop, source = (
-        seeding.learned_fraction, seeding.refresh, seeding.bridge, seeding.seed_until, seeding.source,
-    )  # fmt: skip
     X = check_inputs("X", X)
     N, steps = int(X.shape[0]), steps_value(steps)
     keep = as_save(save).resolve(steps)
@@ -208,31 +205,31 @@ def seeded_nqf(
     yt = loss.prepare(y, N, f0.shape[1], dt, op.device)
     nqf_fn = _nqf_steps(op, f0, yt, loss, N)
     rec = Recorder(keep.count(steps))
-    extra = _extra_gradient(module_fn, loss, source, (op, X, yt, torch.zeros_like(W)), dt)
-    out, bridges, seeds_off = _run(op, W, nqf_fn, extra, (opt.lr, steps, N, every, keep, fraction, bridge, stop),
-                        divergence_threshold, rec)  # fmt: skip
-    info = {"form": "seeded", "learned_fraction": fraction, "refresh": every, **opt.to_dict(), "steps": steps}
+    extra = _extra_gradient(module_fn, loss, seeding.source, (op, X, yt, torch.zeros_like(W)), dt)
+    out, bridges, seeds_off = _run(op, W, nqf_fn, extra, seeding, (opt.lr, steps, N, keep), divergence_threshold, rec)
+    info = {"form": "seeded", "learned_fraction": seeding.learned_fraction, "refresh": seeding.refresh,
+            **opt.to_dict(), "steps": steps}  # fmt: skip
     info["bridges"] = bridges
-    info["seed_until"], info["seeds_off"] = stop, seeds_off
+    info["seed_until"], info["seeds_off"] = seeding.seed_until, seeds_off
     info.update(loss.to_dict(), **keep.to_dict(), width=scatter.m, f0=f0)
     return rec.trajectory(lr=opt.lr, dtype=dt, device=op.device, status=out.status, message=out.message, info=info)
 
 
-def _run(op, W, nqf_fn, extra, run: tuple, threshold, rec: Recorder):
-    """The seeded NQF's GD through :func:`bridged_loop` (every step taken when ``bridge`` is False)."""
-    lr, steps, N, every, keep, fraction, bridge, stop = run
+def _run(op, W, nqf_fn, extra, seeding: Seeding, run: tuple, threshold, rec: Recorder):
+    """The seeded NQF's GD through :func:`bridged_loop` (every step taken without ``seeding.bridge``)."""
+    lr, steps, N, keep = run
     loss_and_residual, gradient = nqf_fn
 
     def source_of(Wk, g_nqf):
-        return unlearned_projector(Wk, fraction) @ extra(Wk, g_nqf)
+        return unlearned_projector(Wk, seeding.learned_fraction) @ extra(Wk, g_nqf)
 
     def store(k, Wk, L):
         _store(rec, keep, k, Wk, L)
 
     return bridged_loop(
-        W, op=op, lr=lr, steps=steps, n_samples=N, every=every, save_every=keep.every or steps,
+        W, op=op, lr=lr, steps=steps, n_samples=N, every=seeding.refresh, save_every=keep.every or steps,
         threshold=divergence_threshold_value(threshold), parts=(loss_and_residual, gradient, source_of), save=store,
-        bridge=bridge, seed_until=stop,
+        bridge=seeding.bridge, seed_until=seeding.seed_until,
     )  # fmt: skip
 
 
