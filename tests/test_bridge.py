@@ -12,23 +12,18 @@ import torch
 
 import nqf
 from nqf.curves import compare_staircase
-from nqf.data import load_dataset
 from nqf.dynamics import Save, Seeding, initial_weights, seeded_nqf
 from nqf.dynamics._bridge import Bridge, plan_bridge
 from nqf.dynamics._factored import apply_G
 from nqf.errors import InvalidTypeError
 from nqf.networks import TwoLayerMLP
-from nqf.structure import mlp
 
 WIDTH = 64
 
 
 @pytest.fixture(scope="module")
-def iris():
-    d = load_dataset("iris")
-    X = torch.as_tensor(np.asarray(d.X, dtype=float))
-    Y = torch.as_tensor(np.asarray(d.Y, dtype=float))
-    op = mlp(X, "tanh", n_outputs=Y.shape[1])
+def iris(iris_tanh):
+    X, Y, op = iris_tanh
     st = nqf.predict(op, Y, 1e-12)
     lr = 0.02 / float(st.rates.max())
     return X, Y, op, st, lr

@@ -10,17 +10,14 @@ import pytest
 import torch
 
 import nqf
-from nqf.data import load_dataset
 from nqf.reductions import PredictionCost
 from nqf.structure import mlp
 
 
 @pytest.fixture(scope="module")
-def iris():
-    d = load_dataset("iris")
-    X = torch.as_tensor(np.asarray(d.X, dtype=float))
-    Y = torch.as_tensor(np.asarray(d.Y, dtype=float))
-    return mlp(X, "tanh", n_outputs=Y.shape[1]), Y
+def iris(iris_tanh):
+    _, Y, op = iris_tanh
+    return op, Y
 
 
 def test_the_saddle_sequence_reports_its_search_and_clock_in_the_staircase(iris):

@@ -15,7 +15,6 @@ import torch
 
 import nqf
 from nqf.curves import compare_staircase, real_clock
-from nqf.data import load_dataset
 from nqf.dynamics import Save, Seeding, initial_weights, seeded_nqf, simulate, train_network, unlearned_projector
 from nqf.errors import InvalidParameterError, NQFError
 from nqf.networks import TwoLayerMLP
@@ -26,11 +25,8 @@ WIDTH = 64
 
 
 @pytest.fixture(scope="module")
-def iris():
-    d = load_dataset("iris")
-    X = torch.as_tensor(np.asarray(d.X, dtype=float))
-    Y = torch.as_tensor(np.asarray(d.Y, dtype=float))
-    return X, Y, mlp(X, "tanh", n_outputs=Y.shape[1])
+def iris(iris_tanh):
+    return iris_tanh
 
 
 def _setup(iris, eps):

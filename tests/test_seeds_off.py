@@ -19,17 +19,13 @@ from nqf.data import load_dataset
 from nqf.dynamics import Save, Seeding, initial_weights, seeded_nqf, simulate
 from nqf.errors import NQFError
 from nqf.networks import TwoLayerMLP
-from nqf.structure import mlp
 
 WIDTH = 16
 
 
 @pytest.fixture(scope="module")
-def iris():
-    d = load_dataset("iris")
-    X = torch.as_tensor(np.asarray(d.X, dtype=float))
-    Y = torch.as_tensor(np.asarray(d.Y, dtype=float))
-    op = mlp(X, "tanh", n_outputs=Y.shape[1])
+def iris(iris_tanh):
+    X, Y, op = iris_tanh
     st = nqf.predict(op, Y, 1e-8)
     return X, Y, op, st, 0.05 / float(st.rates.max())
 
