@@ -207,7 +207,7 @@ def bridged_loop(W, *, op, lr, steps, n_samples, every, save_every, threshold, p
             break
         g = gradient(W, r)
         if seeds_off is None and seed_until is not None and value <= seed_until:
-            seeds_off, s = k, torch.zeros_like(W)
+            seeds_off = k
         if seeds_off is None and k % every == 0:  # the refresh grid; bridges start and end on it
             s = source_of(W, g)
             if k >= next_try:
@@ -226,8 +226,10 @@ def bridged_loop(W, *, op, lr, steps, n_samples, every, save_every, threshold, p
                     wait = every
                     next_try = k + wait
                     continue
-        assert s is not None  # set at step 0 (k % every == 0)
-        W = torch.add(W, g.add_(s), alpha=-lr)  # g is the step's own tensor (a buffer of ``gradient``)
+        if seeds_off is None:  # g is the step's own tensor (a buffer of ``gradient``): the source added in place
+            assert s is not None  # set at step 0 (k % every == 0)
+            g = g.add_(s)
+        W = torch.add(W, g, alpha=-lr)
         k += 1
     return LoopOutcome(params=[W], status=status, message=message), bridges, seeds_off
 
