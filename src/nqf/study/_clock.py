@@ -82,8 +82,12 @@ def seeded_clock(
     timings["estimate_seeded_nqf"] = timed_step_cost(lambda k: go(plan[0][0], k, 1), n_total) * n_total
     say(
         f"seeded NQF (the real network's clock): {' and '.join(f'{k} steps at η = {h:.4g}' for h, k in plan)}, "
-        f"estimated at most ~{secs(timings['estimate_seeded_nqf'])} s (the seeds go off once the last predicted drop "
-        f"is {100 * (1 - SEEDS_OFF_FRACTION):g} % done)"
+        f"estimated at most ~{secs(timings['estimate_seeded_nqf'])} s"
+        + (
+            f" (the seeds go off once the last predicted drop is {100 * (1 - SEEDS_OFF_FRACTION):g} % done)"
+            if stop is not None
+            else " (seeded to the end: the last predicted step is not a drop)"
+        )
     )
     t0 = time.perf_counter()
     runs = [go(h, k, 1 if i else max(1, k // 600), save_W=not i) for i, (h, k) in enumerate(plan)]
