@@ -43,7 +43,7 @@ import torch
 import nqf
 from nqf.curves import compare_staircase, measured_floors, real_clock
 from nqf.data import load_dataset
-from nqf.dynamics import Save, initial_weights, seeded_nqf, simulate, train_network
+from nqf.dynamics import GD, Save, initial_weights, seeded_nqf, simulate, train_network
 from nqf.experiments import teacher_task
 from nqf.networks import TwoLayerMLP
 from nqf.reductions import crossing_time
@@ -88,7 +88,7 @@ def _switch_times(modes, traj, C: int) -> np.ndarray:
 def _runs(X, Y, op, st, W0, m, modes=None):
     lr = 0.02 / float(st.rates.max())
     steps = int((1.3 * float(np.nanmax(st.times)) + 5) / lr)
-    kw = dict(W0=W0, lr=lr, steps=steps, save_every=10, save_W=False, save_M=modes is not None)
+    kw = dict(W0=W0, optimizer=GD(lr), steps=steps, save=Save(every=10, W=False, M=modes is not None))
     C = Y.shape[1]
     net = TwoLayerMLP(X.shape[1], m, C, activation="tanh", dtype=torch.float64)
     t0 = time.process_time()
@@ -99,7 +99,7 @@ def _runs(X, Y, op, st, W0, m, modes=None):
         op, net, net.units, X, Y, W0=W0, lr=lr, steps=steps, save=Save(every=10, W=False, M=modes is not None)
     )
     t2 = time.process_time()
-    run = simulate(op, Y, W0=W0, lr=lr, steps=steps, save_every=10, form="weights")
+    run = simulate(op, Y, W0=W0, optimizer=GD(lr), save=Save(every=10), steps=steps, form="weights")
     t3 = time.process_time()
     pairs = (("real", real), ("seeded", seeded), ("nqf", run))
     if modes is None:  # drop times: the one judge (midpoint crossings of the predicted levels)
@@ -196,7 +196,9 @@ def planted(eps: float = 1e-12, m: int = 64) -> None:
     lr = 0.02 / float(st.rates.max())
     steps = int((1.3 * float(np.nanmax(st.times)) + 5) / lr)
     net = TwoLayerMLP(X.shape[1], m, Y.shape[1], activation="tanh", dtype=torch.float64)
-    real = train_network(net, net.units, X, Y, W0=W0, lr=lr, steps=steps, save_every=10, save_W=False, save_M=False)
+    real = train_network(
+        net, net.units, X, Y, W0=W0, optimizer=GD(lr), save=Save(every=10, M=False, W=False), steps=steps
+    )
     t_real = compare_staircase(real.t.numpy(), real.loss.numpy(), st).times_measured
     Z = torch.cat([X, Y], 1).numpy()
 
@@ -238,8 +240,8 @@ def clock(eps_list=(1e-8, 1e-12, 1e-20), m: int = 64) -> None:
             W0 = initial_weights(found.p, found.n_units, eps, seed=0)
             Xt, Yt = (torch.as_tensor(v, dtype=torch.float64) for v in (data.X, data.Y))
             t0 = time.perf_counter()
-            gd = train_network(module, found.layout, Xt, Yt, W0=W0, lr=a.lr, steps=a.steps, save_every=1,
-                               save_W=False, save_M=False)  # fmt: skip
+            keep = Save(every=1, M=False, W=False)
+            gd = train_network(module, found.layout, Xt, Yt, W0=W0, optimizer=GD(a.lr), save=keep, steps=a.steps)
             cost = time.perf_counter() - t0
             t_gd = compare_staircase(gd.t.numpy(), gd.loss.numpy(), a.prediction).times_measured
             st = a.clock.staircase if a.clock is not None else None

@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 import nqf
-from nqf.dynamics import simulate
+from nqf.dynamics import GD, Save, simulate
 from nqf.structure import mlp
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,7 +93,7 @@ def bench(D: int, N: int, C: int, steps: int, old) -> None:
     y = torch.tanh(X @ torch.randn(D, C, generator=g, dtype=torch.float64))
     op = mlp(X, "tanh", n_outputs=C)
     M0 = 1e-6 * torch.eye(op.p, dtype=torch.float64)
-    kw = dict(M0=M0, lr=0.05)
+    kw = dict(M0=M0, optimizer=GD(0.05))
 
     A = torch.randn(op.p, op.p, generator=g, dtype=torch.float64) / op.p
     M0_dense = 1e-6 * (torch.eye(op.p, dtype=torch.float64) + A @ A.T)  # not diagonal: no implicit base
@@ -115,8 +115,8 @@ def bench(D: int, N: int, C: int, steps: int, old) -> None:
     # default arguments: the whole run (set-up, checks, the default saves of M) divided by its steps
     t_def = best_of(lambda: simulate(op, y, **kw, steps=steps), 5) / steps
     every = simulate(op, y, **kw, steps=steps).info["save_every"]
-    a = old.simulate(op, y, **kw, steps=steps, save_every=steps)
-    b = simulate(op, y, **kw, steps=steps, save_every=steps)
+    a = old.simulate(op, y, **kw, steps=steps, save=Save(every=steps))
+    b = simulate(op, y, **kw, steps=steps, save=Save(every=steps))
     diff = float(((a.M - b.M).flatten(1).norm(dim=1) / b.M.flatten(1).norm(dim=1)).max())
     ms = lambda t: f"{1e3 * float(t[0]):7.3f} ms"  # noqa: E731  (wall clock)
     print(

@@ -22,6 +22,8 @@ import math
 import multiprocessing as mp
 import time
 
+from nqf.dynamics import GD, Save
+
 EPS = (1e-2, 1e-4, 1e-6, 1e-8)
 LRS = (4e-3, 5e-3)
 SAVE_EVERY = 50
@@ -56,7 +58,7 @@ def _one_at_a_time(args):
     out = []
     for b in runs:
         M0, lr = _setting(b, op.p)
-        tr = simulate(op, Y, M0=M0, lr=lr, steps=steps, save_every=SAVE_EVERY)
+        tr = simulate(op, Y, M0=M0, optimizer=GD(lr), save=Save(every=SAVE_EVERY), steps=steps)
         out.append((b, tr.M.numpy(), tr.loss.numpy()))
     return out
 
@@ -64,13 +66,18 @@ def _one_at_a_time(args):
 def _batched(args):
     import torch
 
-    from nqf.dynamics import simulate_batched
+    from nqf.dynamics import Save, simulate_batched
 
     runs, steps = args
     op, Y = _STATE["op"], _STATE["Y"]
     settings = [_setting(b, op.p) for b in runs]
     trs = simulate_batched(
-        op, Y, M0=torch.stack([s[0] for s in settings]), lr=[s[1] for s in settings], steps=steps, save_every=SAVE_EVERY
+        op,
+        Y,
+        M0=torch.stack([s[0] for s in settings]),
+        lr=[s[1] for s in settings],
+        steps=steps,
+        save=Save(every=SAVE_EVERY),
     )
     return [(b, tr.M.numpy(), tr.loss.numpy()) for b, tr in zip(runs, trs, strict=True)]
 

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from nqf.data import load_dataset
-from nqf.dynamics import initial_weights, train_network
+from nqf.dynamics import GD, Save, initial_weights, train_network
 from nqf.networks import TwoLayerMLP
 
 SETUPS = {"iris": (64, 4000, 0.02), "digits": (128, 400, 0.0133)}
@@ -45,7 +45,7 @@ def _problem(name: str):
 def _nqf(X, Y, width, W0, lr, steps):
     net = TwoLayerMLP(X.shape[1], width, Y.shape[1], "tanh")
     t0 = time.perf_counter()
-    tr = train_network(net, net.units, X, Y, W0=W0, lr=lr, steps=steps, save_every=1, save_W=False, save_M=False)
+    tr = train_network(net, net.units, X, Y, W0=W0, optimizer=GD(lr), save=Save(every=1, M=False, W=False), steps=steps)
     return time.perf_counter() - t0, tr.loss.numpy()
 
 

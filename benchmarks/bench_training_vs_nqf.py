@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from nqf.dynamics import simulate, train_network
+from nqf.dynamics import GD, Save, simulate, train_network
 from nqf.networks._mlp import TwoLayerMLP
 from nqf.structure import data_subspace
 from nqf.structure._mlp import mlp
@@ -59,7 +59,7 @@ def main() -> None:
     W0 = math.sqrt(args.eps) * Wt.to(dev)
     op = mlp(X, "tanh")
     net = TwoLayerMLP(args.D, args.width, 1, "tanh").to(dev)
-    common = dict(lr=args.lr, steps=args.steps, save_every=args.save_every)
+    common = dict(optimizer=GD(args.lr), steps=args.steps)
 
     def timed(fn):
         if dev.type == "cuda":
@@ -70,10 +70,12 @@ def main() -> None:
             torch.cuda.synchronize()
         return out, time.perf_counter() - t0
 
-    simulate(op, y, W0=W0, lr=args.lr, steps=5)  # warm-up (allocations, kernels)
-    q, t_op = timed(lambda: simulate(op, y, W0=W0, save_W=False, **common))
-    w, t_w = timed(lambda: simulate(op, y, W0=W0, form="weights", save_W=False, **common))
-    n, t_net = timed(lambda: train_network(net, net.units, X, y, W0=W0, save_W=False, **common))
+    simulate(op, y, W0=W0, optimizer=GD(args.lr), steps=5)  # warm-up (allocations, kernels)
+    q, t_op = timed(lambda: simulate(op, y, W0=W0, save=Save(every=args.save_every, W=False), **common))
+    w, t_w = timed(lambda: simulate(op, y, W0=W0, form="weights", save=Save(every=args.save_every, W=False), **common))
+    n, t_net = timed(
+        lambda: train_network(net, net.units, X, y, W0=W0, save=Save(every=args.save_every, W=False), **common)
+    )
     U = data_subspace(op)
     note = "(= p: compression would not help)" if U.shape[1] == op.p else "(< p: pass compress=True)"
     print(

@@ -29,7 +29,7 @@ import torch
 
 import nqf
 from nqf.curves import compare_staircase
-from nqf.dynamics import initial_weights
+from nqf.dynamics import GD, initial_weights
 from nqf.networks import TwoLayerMLP
 from nqf.reductions.svd_modes import whiten
 from nqf.structure import mlp
@@ -60,9 +60,9 @@ print(st.to_frame()[["k", "level", "rank", "time"]])
 # %%
 lr, steps = 0.02, int(1.3 * float(st.times[-1]) / 0.02)
 W0 = initial_weights(op.p, WIDTH, EPS, seed=0)  # W0 W0ᵀ = εI
-sim = nqf.simulate(op, Y, W0=W0, lr=lr, steps=steps)
+sim = nqf.simulate(op, Y, W0=W0, optimizer=GD(lr), steps=steps)
 net = TwoLayerMLP(D, WIDTH, C, "tanh")
-real = nqf.train_network(net, net.units, X, Y, W0=W0, lr=lr, steps=steps)
+real = nqf.train_network(net, net.units, X, Y, W0=W0, optimizer=GD(lr), steps=steps)
 cmp = compare_staircase(real.t.numpy(), real.loss.numpy(), st)
 print("drop times, predicted:", [round(float(t), 3) for t in st.times])
 print("drop times, real     :", [round(float(t), 3) for t in cmp.times_measured])

@@ -28,6 +28,7 @@ import torch
 
 import nqf
 from nqf.curves import compare_staircase
+from nqf.dynamics import GD
 from nqf.reductions.svd_modes import whiten
 from nqf.structure import mlp
 
@@ -46,8 +47,8 @@ predicted, simulated = [], []
 for eps in EPSILONS:
     st = nqf.predict(op, Y, eps, method="svd-modes")
     lr = 0.02
-    sim = nqf.simulate(op, Y, M0=eps * torch.eye(op.p, dtype=torch.float64), lr=lr,
-                       steps=int(1.2 * float(st.times[-1]) / lr))  # fmt: skip
+    M0 = eps * torch.eye(op.p, dtype=torch.float64)
+    sim = nqf.simulate(op, Y, M0=M0, optimizer=GD(lr), steps=int(1.2 * float(st.times[-1]) / lr))
     predicted.append(st.times)
     simulated.append(compare_staircase(sim.t.numpy(), sim.loss.numpy(), st).times_measured)
 predicted, simulated = np.array(predicted), np.array(simulated)

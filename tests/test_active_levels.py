@@ -12,7 +12,7 @@ import torch
 
 import nqf
 from nqf.curves import TRUSTED_TIME_ERROR, compare_staircase, level_read_times, level_time_bounds
-from nqf.dynamics import active_levels, initial_weights, simulate, train_network
+from nqf.dynamics import GD, Save, active_levels, initial_weights, simulate, train_network
 from nqf.errors import InvalidParameterError
 from nqf.experiments import teacher_task
 from nqf.networks import TwoLayerMLP
@@ -37,8 +37,12 @@ def demo():
     C, D = Y.shape[1], X.shape[1]
     W0 = initial_weights(C + D, 128, 1e-6, torch.Generator().manual_seed(1))
     net, steps = TwoLayerMLP(D, 128, C, "tanh"), int(24 / 5e-3)
-    real = train_network(copy.deepcopy(net), net.units, X, Y, W0=W0, lr=5e-3, steps=steps, save_every=10, save_W=False)
-    sim = simulate(mlp(X, "tanh", n_outputs=C), Y, W0=W0, lr=5e-3, steps=steps, save_every=10, form="weights")
+    real = train_network(
+        copy.deepcopy(net), net.units, X, Y, W0=W0, optimizer=GD(5e-3), save=Save(every=10, W=False), steps=steps
+    )
+    sim = simulate(
+        mlp(X, "tanh", n_outputs=C), Y, W0=W0, optimizer=GD(5e-3), save=Save(every=10), steps=steps, form="weights"
+    )
     st = two_layer_modes(X, Y, "tanh", eps=1e-6, init="isotropic").staircase()
     return X, Y, net, real, sim, st
 
@@ -102,7 +106,9 @@ def test_every_clock_time_is_within_five_percent_of_gd_at_eta_or_flagged(make):
     data, module, found, _ = prepare_analysis("mlp:width=64,act=tanh", X, Y, seed=0)
     W0 = initial_weights(found.p, found.n_units, 1e-12, seed=0)
     Xt, Yt = (torch.as_tensor(v, dtype=torch.float64) for v in (data.X, data.Y))
-    gd = train_network(module, found.layout, Xt, Yt, W0=W0, lr=a.lr, steps=a.steps, save_W=False, save_M=False)
+    gd = train_network(
+        module, found.layout, Xt, Yt, W0=W0, optimizer=GD(a.lr), save=Save(M=False, W=False), steps=a.steps
+    )
     err = np.abs(st.times / compare_staircase(gd.t.numpy(), gd.loss.numpy(), a.prediction).times_measured - 1)
     assert np.all((err <= 0.05) | flags), (err, st.time_uncertainty)
     assert flags.any() and np.any(err > 0.05)  # a failing drop exists, and it is flagged

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from nqf.curves import compare_staircase
-from nqf.dynamics import initial_weights, train_network
+from nqf.dynamics import GD, Save, initial_weights, train_network
 from nqf.errors import InvalidParameterError, InvalidTypeError
 from nqf.experiments import teacher_task
 from nqf.networks import TwoLayerMLP
@@ -82,7 +82,7 @@ def test_times_are_late_by_at_most_the_logistic_midpoint_offset(task, eps):
     st = agf_staircase(op, net, net.units, X, Y, W0, eps=eps)
     lr = 0.02 / float(st.rates.max())
     steps = int((st.times[-1] + 3.0) / lr)
-    gd = train_network(net, net.units, X, Y, W0=W0, lr=lr, steps=steps, save_every=1, save_W=False, save_M=False)
+    gd = train_network(net, net.units, X, Y, W0=W0, optimizer=GD(lr), save=Save(every=1, M=False, W=False), steps=steps)
     t_real = compare_staircase(gd.t.numpy(), gd.loss.numpy(), st).times_measured
     late = (st.times - t_real) * st.rates[:-1]
     assert np.all(late >= 0.0) and np.all(late <= math.log(1.0 + math.sqrt(2.0))), late

@@ -2,6 +2,7 @@
 
 import pytest
 
+from nqf.dynamics import GD, Save
 from nqf.experiments import get_experiment, run_experiment
 
 
@@ -58,11 +59,9 @@ def test_orbit_tails_predict_the_loss_where_wine_plateau_1_is_read():
         op,
         Y,
         W0=initial_weights(op.p, 64, eps),
-        lr=lr,
+        optimizer=GD(lr),
+        save=Save(every=4, M=False, W=False),
         steps=step_count(times, lr),
-        save_every=4,
-        save_M=False,
-        save_W=False,
     )
     t, L = sim.t.numpy(), sim.loss.numpy()
     c = compare_staircase(t, L, seq.plateau_levels, times)

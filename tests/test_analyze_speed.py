@@ -6,6 +6,7 @@ import torch
 
 import nqf
 from nqf.data import load_dataset
+from nqf.dynamics import GD, Save
 from nqf.structure import mlp
 from nqf.study._moments import moment_rows
 
@@ -49,7 +50,7 @@ def test_chunked_full_batch_is_the_same_run(monkeypatch):
     W0 = nqf.dynamics.initial_weights(16, 8, 1e-2, seed=0)
 
     def run():
-        return nqf.train_network(model, layout, X, Y, W0=W0, lr=0.3, steps=40, save_every=1, save_M=False)
+        return nqf.train_network(model, layout, X, Y, W0=W0, optimizer=GD(0.3), save=Save(every=1, M=False), steps=40)
 
     one = run()
     monkeypatch.setattr(network, "CHUNK_SAMPLES", 50)  # 178 samples: 4 chunks

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import nqf
-from nqf.dynamics import Trajectory, initial_weights, train_network
+from nqf.dynamics import GD, Trajectory, initial_weights, train_network
 from nqf.errors import NQFError
 from nqf.experiments import teacher_task
 from nqf.networks import TwoLayerMLP
@@ -73,7 +73,7 @@ def test_train_network_without_a_unit_layout_names_units(problem):
     net = TwoLayerMLP(4, 8, 2, "tanh", dtype=torch.float64)
     for bad in (None, "units", 3):
         with pytest.raises(NQFError, match="`units`"):
-            train_network(net, bad, X, Y, W0=initial_weights(op.p, 8, 1e-6), lr=0.01, steps=2)
+            train_network(net, bad, X, Y, W0=initial_weights(op.p, 8, 1e-6), optimizer=GD(0.01), steps=2)
 
 
 TRAJECTORY_CASES = [

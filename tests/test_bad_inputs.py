@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from helpers import toml_value
 from nqf.cli import app
+from nqf.dynamics import GD, Save
 from nqf.errors import NQFError
 from nqf.experiments import REGISTRY, get_experiment
 
@@ -220,7 +221,7 @@ def _problem():
 
 
 def _api_cases():
-    from nqf.dynamics import gradient_flow, simulate, train_network
+    from nqf.dynamics import Save, as_optimizer, gradient_flow, simulate, train_network
     from nqf.experiments import parse_config, run_experiment
     from nqf.networks._mlp import TwoLayerMLP
     from nqf.reductions.lv import limit
@@ -232,10 +233,19 @@ def _api_cases():
     net = TwoLayerMLP(3, 4, 1, "tanh").to(F64)
     exp = REGISTRY["lv-staircase"]
 
+    def options(args):
+        """The run's option objects, built from the keywords inside the call (their errors name the keyword)."""
+        keys = ("lr", "momentum", "weight_decay", "batch_size")
+        opt = {k: args.pop(k) for k in keys if k in args}
+        every = {"every": args.pop("save_every")} if "save_every" in args else {}
+        name = args.pop("optimizer", "gd")
+        return lambda: dict(optimizer=as_optimizer(name, **opt), save=Save(**every), **args)
+
     def sim(**kw):
         args = dict(M0=M0, lr=0.05, steps=5)
         args.update(kw)
-        return lambda: simulate(op, y, **args)
+        built = options(args)
+        return lambda: simulate(op, y, **built())
 
     def flow(**kw):
         args = dict(M0=M0, t_span=(0.0, 1.0))
@@ -246,7 +256,8 @@ def _api_cases():
         args = dict(W0=0.1 * torch.ones(net.units.get_W(net).shape, dtype=F64), lr=0.05, steps=3)
         args.update(kw)
         Xn = args.pop("X", X)
-        return lambda: train_network(net, net.units, Xn, y, **args)
+        built = options(args)
+        return lambda: train_network(net, net.units, Xn, y, **built())
 
     return [
         ("simulate-lr-inf", sim(lr=math.inf), "lr"),
@@ -272,7 +283,7 @@ def _api_cases():
         ("simulate-batch_size-bool", sim(optimizer="sgd", batch_size=True), "batch_size"),
         ("simulate-batch_size-too-big", sim(optimizer="sgd", batch_size=1000), "batch_size"),
         ("simulate-M0-nan", sim(M0=torch.full_like(M0, math.nan)), "M0"),
-        ("simulate-y-inf", lambda: simulate(op, torch.full_like(y, math.inf), M0=M0, lr=0.1, steps=2), "y"),
+        ("simulate-y-inf", lambda: simulate(op, torch.full_like(y, math.inf), M0=M0, optimizer=GD(0.1), steps=2), "y"),
         ("simulate-diverges-raise", sim(lr=1e3, steps=50, on_divergence="raise"), "lr"),
         ("flow-weight_decay-nan", flow(weight_decay=math.nan), "weight_decay"),
         ("flow-t_span-inf", flow(t_span=(0.0, math.inf)), "t_span"),
@@ -352,24 +363,24 @@ def test_numpy_and_tensor_scalars_are_accepted():
     from nqf.dynamics import simulate
 
     _, y, op, W0 = _problem()
-    ref = simulate(op, y, W0=W0, lr=0.1, steps=20)
+    ref = simulate(op, y, W0=W0, optimizer=GD(0.1), steps=20)
     for lr in (np.float32(0.1), np.float64(0.1), torch.tensor(0.1, dtype=F64)):
-        tr = simulate(op, y, W0=W0, lr=lr, steps=np.int64(20))
+        tr = simulate(op, y, W0=W0, optimizer=GD(lr), steps=np.int64(20))
         assert tr.success and len(tr) == len(ref)
-    assert torch.equal(simulate(op, y, W0=W0, lr=np.float64(0.1), steps=20).loss, ref.loss)
+    assert torch.equal(simulate(op, y, W0=W0, optimizer=GD(np.float64(0.1)), steps=20).loss, ref.loss)
 
 
 def test_divergence_message_gives_step_loss_and_a_stable_lr():
     from nqf.dynamics import simulate
 
     _, y, op, W0 = _problem()
-    tr = simulate(op, y, W0=W0, lr=40.0, steps=200)
+    tr = simulate(op, y, W0=W0, optimizer=GD(40.0), steps=200)
     assert tr.status == -1
     assert "diverged at step" in tr.message and "loss" in tr.message and "lr" in tr.message
     assert "curvature" in tr.message
     stable = float(tr.message.split("try lr = ")[1].rstrip("."))
     assert 0 < stable < 40.0
-    again = simulate(op, y, W0=W0, lr=stable, steps=200)
+    again = simulate(op, y, W0=W0, optimizer=GD(stable), steps=200)
     assert again.success, again.message
 
 
@@ -382,12 +393,12 @@ def test_memory_estimate_refuses_with_a_save_every_that_fits(monkeypatch):
     per = 8 * op.p * op.p
     monkeypatch.setenv("NQF_MEMORY_LIMIT", str(per * 50))
     with pytest.raises(ParameterError, match="save_every") as info:
-        simulate(op, y, W0=W0, lr=0.01, steps=1000, save_every=1)
+        simulate(op, y, W0=W0, optimizer=GD(0.01), save=Save(every=1), steps=1000)
     fit = int(str(info.value).split("save_every ≥ ")[1].split(",")[0])
-    tr = simulate(op, y, W0=W0, lr=0.01, steps=1000, save_every=fit)
+    tr = simulate(op, y, W0=W0, optimizer=GD(0.01), save=Save(every=fit), steps=1000)
     assert tr.success and len(tr) <= 50
     with pytest.raises(ParameterError):
-        simulate(op, y, W0=W0, lr=0.01, steps=1000, save_every=fit - 1)
+        simulate(op, y, W0=W0, optimizer=GD(0.01), save=Save(every=fit - 1), steps=1000)
     monkeypatch.delenv("NQF_MEMORY_LIMIT")
     assert check_saved_memory(10, 1, 100, limit=10**9) == 1200
 
@@ -396,7 +407,7 @@ _MEMORY_SCRIPT = """
 import resource, sys, torch
 torch.set_num_threads(1)
 from nqf.structure._mlp import mlp
-from nqf.dynamics import simulate
+from nqf.dynamics import GD, Save, simulate
 F = torch.float64
 g = torch.Generator().manual_seed(0)
 X = torch.randn(2000, 10, dtype=F, generator=g)
@@ -406,7 +417,7 @@ X.requires_grad_(grad)
 y.requires_grad_(grad)
 op = mlp(X, "tanh")
 W0 = (0.1 * torch.randn(op.p, 8, dtype=F, generator=g)).requires_grad_(grad)
-tr = simulate(op, y, W0=W0, lr=0.05, steps=2000, save_every=100, form=sys.argv[2])
+tr = simulate(op, y, W0=W0, optimizer=GD(0.05), steps=2000, save=Save(every=100), form=sys.argv[2])
 assert tr.success and not tr.loss.requires_grad and (tr.M is None or not tr.M.requires_grad)
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """

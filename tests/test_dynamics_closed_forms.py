@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from nqf.dynamics import gradient_flow, simulate
+from nqf.dynamics import GD, Save, gradient_flow, simulate
 from nqf.structure._mlp import mlp
 from nqf.structure._operator import DenseStructure
 
@@ -67,7 +67,7 @@ def test_saxe_gd_converges_to_flow_at_first_order():
     errs = []
     for lr in (4e-3, 2e-3):
         steps = int(round(6.0 / lr))
-        tr = simulate(op, y, W0=W0, lr=lr, steps=steps, save_every=steps // 60)
+        tr = simulate(op, y, W0=W0, optimizer=GD(lr), save=Save(every=steps // 60), steps=steps)
         ref = closed(tr.t)
         errs.append(float((tr.M - ref).abs().max()) / float(ref.abs().max()))
     assert errs[0] < 0.05
@@ -109,7 +109,7 @@ def test_commuting_flow_closed_form():
     assert err < 1e-8
     assert float(tr.M[-1, 3, 3]) < 0.2 * float(z0[3])  # the β < 0 mode decays like e^{4β_k t}
     # one GD step is exactly z ← (1 − 2ηg)² z on the diagonal
-    one = simulate(op, y, M0=M0, lr=0.01, steps=1, save_every=1)
+    one = simulate(op, y, M0=M0, optimizer=GD(0.01), save=Save(every=1), steps=1)
     gk = Cd * z0 - beta
     assert torch.allclose(torch.diagonal(one.M[1]), (1 - 2 * 0.01 * gk) ** 2 * z0, rtol=1e-13)
 
@@ -128,7 +128,7 @@ def test_gradient_flow_matches_small_step_gd_and_bad_input():
     fl = gradient_flow(op, y, M0=M0, t_span=(0, 2), t_eval=[0.0, 1.0, 2.0], rtol=1e-11, atol=1e-14)
     errs = []
     for lr in (0.004, 0.002):
-        tr = simulate(op, y, M0=M0, lr=lr, steps=int(round(2 / lr)), save_every=int(round(1 / lr)))
+        tr = simulate(op, y, M0=M0, optimizer=GD(lr), save=Save(every=int(round(1 / lr))), steps=int(round(2 / lr)))
         assert torch.allclose(tr.t, fl.t)
         errs.append(float((tr.M - fl.M).abs().max() / fl.M.abs().max()))
     assert errs[0] < 5e-2
@@ -145,7 +145,14 @@ def test_non_zgz_flow_is_the_small_step_limit():
     fl = gradient_flow(op, y, W0=W0, t_span=(0, 2), t_eval=[0.0, 1.0, 2.0], weight_decay=0.1)
     errs = []
     for lr in (0.01, 0.005):
-        tr = simulate(op, y, W0=W0, lr=lr, steps=int(round(2 / lr)), save_every=int(round(1 / lr)), weight_decay=0.1)
+        tr = simulate(
+            op,
+            y,
+            W0=W0,
+            optimizer=GD(lr, weight_decay=0.1),
+            save=Save(every=int(round(1 / lr))),
+            steps=int(round(2 / lr)),
+        )
         errs.append(float((tr.M - fl.M).abs().max() + (tr.mu - fl.mu).abs().max()))
     assert errs[0] < 1e-2
     assert 1.7 < errs[0] / errs[1] < 2.3

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from nqf.dynamics import gradient_flow, simulate
+from nqf.dynamics import GD, Save, gradient_flow, simulate
 from nqf.reductions.svd_modes import two_layer_modes
 from nqf.structure._mlp import mlp
 from nqf.structure._operator import DenseStructure
@@ -89,7 +89,7 @@ def _run_pair(X, Y, eps, lr=0.05):
     g = torch.Generator().manual_seed(3)
     Q = torch.linalg.qr(torch.randn(2 * p, p, generator=g, dtype=F64))[0]  # (2p, p) orthonormal columns
     W0 = math.sqrt(eps) * Q.T  # width 2p, W0 W0ᵀ = εI (to round-off relative to ε)
-    kw = dict(lr=lr, steps=steps, save_every=1)
+    kw = dict(optimizer=GD(lr), steps=steps, save=Save(every=1))
     w = simulate(op, Y, W0=W0, form="weights", **kw)
     o = simulate(op, Y, M0=eps * torch.eye(p, dtype=F64), **kw)
     assert w.success and o.success, (w.message, o.message)
@@ -140,7 +140,7 @@ def test_order_parameter_weights_and_saxe_map_balanced(eps):
     op = mlp(X, "linear", n_outputs=C)
     W0 = modes.initial_weights(C)
     steps = int((math.log(1 / eps) + 8.0) / 3 * 1.3 / 0.05)
-    kw = dict(lr=0.05, steps=steps, save_every=1)
+    kw = dict(optimizer=GD(0.05), steps=steps, save=Save(every=1))
     w = simulate(op, Y, W0=W0, form="weights", **kw)
     o = simulate(op, Y, W0=W0, **kw)
     _, _, p_ref = modes.gd(0.05, steps)
@@ -228,7 +228,7 @@ def test_order_parameter_matches_60_digit_reference_fast():
     U, _, Vh = torch.linalg.svd(Syx, full_matrices=False)
     op = mlp(X, "linear", n_outputs=C)
     steps = int(1.2 * 2910 * 0.01 / lr)
-    o = simulate(op, Y, M0=eps * torch.eye(op.p, dtype=F64), lr=lr, steps=steps, save_every=1)
+    o = simulate(op, Y, M0=eps * torch.eye(op.p, dtype=F64), optimizer=GD(lr), save=Save(every=1), steps=steps)
     p_ref = torch.einsum("ck,tcd,dk->tk", U, _reference_weights_mp(X, Y, eps, lr, steps), Vh.T)
     level = 0.5 * p_ref.max(0).values
     t_ref = _crossing_steps(p_ref, level)

@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from nqf.dynamics import initial_state, initial_weights, simulate, train_network
+from nqf.dynamics import GD, SGD, Adam, Save, initial_state, initial_weights, simulate, train_network
 from nqf.dynamics._loop import StepRule, training_loop
 from nqf.errors import InvalidParameterError, ShapeError
 from nqf.networks._mlp import TwoLayerMLP
@@ -180,10 +180,8 @@ def test_divergence_stops_and_keeps_the_states_before():
     assert all(math.isfinite(s[3]) for s in saved)
 
 
-@pytest.mark.parametrize(
-    "kw", [dict(momentum=0.5, weight_decay=0.02), dict(optimizer="adam"), dict(optimizer="sgd", batch_size=5)]
-)
-def test_simulate_weight_form_and_train_network_give_the_same_trajectory(kw):
+@pytest.mark.parametrize("opt", [GD(0.05, momentum=0.5, weight_decay=0.02), Adam(0.05), SGD(0.05, batch_size=5)])
+def test_simulate_weight_form_and_train_network_give_the_same_trajectory(opt):
     """A linear two-layer net is exactly the quadratic NQF model: both front ends of the one loop agree."""
     g = torch.Generator().manual_seed(3)
     X = torch.randn(20, 3, generator=g, dtype=F64)
@@ -191,8 +189,8 @@ def test_simulate_weight_form_and_train_network_give_the_same_trajectory(kw):
     net = TwoLayerMLP(3, 5, 2, "linear")
     op = mlp(X, "linear", n_outputs=2)
     W0 = 0.3 * torch.randn(op.p, 5, generator=g, dtype=F64)
-    tr = train_network(net, net.units, X, y, W0=W0, lr=0.05, steps=60, save_every=3, **kw)
-    q = simulate(op, y, W0=W0, lr=0.05, steps=60, save_every=3, form="weights", **kw)
+    tr = train_network(net, net.units, X, y, W0=W0, optimizer=opt, save=Save(every=3), steps=60)
+    q = simulate(op, y, W0=W0, optimizer=opt, save=Save(every=3), steps=60, form="weights")
     assert tr.success and q.success and torch.equal(tr.step, q.step)
     assert torch.allclose(tr.W, q.W, rtol=1e-11, atol=1e-13)
     assert torch.allclose(tr.loss, q.loss, rtol=1e-11, atol=1e-15)

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from nqf.curves._validity import validity_sweep
-from nqf.dynamics import simulate, train_network
+from nqf.dynamics import GD, SGD, Save, simulate, train_network
 from nqf.modules._layouts import mlp_units
 from nqf.networks._mlp import TwoLayerMLP
 from nqf.structure._mlp import mlp
@@ -23,15 +23,15 @@ def _data(N=20, D=3, C=1, seed=0):
     return X, (y[:, 0] if C == 1 else y), g
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(optimizer="sgd", batch_size=6, momentum=0.6, weight_decay=0.03)])
-def test_linear_network_equals_nqf_exactly(kw):
+@pytest.mark.parametrize("opt", [GD(0.05), SGD(0.05, batch_size=6, momentum=0.6, weight_decay=0.03)])
+def test_linear_network_equals_nqf_exactly(opt):
     """A linear-activation two-layer net is exactly quadratic: network run == NQF weight form to round-off."""
     X, y, g = _data(C=2)
     net = TwoLayerMLP(3, 6, 2, "linear")
     op = mlp(X, "linear", n_outputs=2)
     W0 = 0.3 * torch.randn(op.p, 6, generator=g, dtype=F64)
-    tr = train_network(net, net.units, X, y, W0=W0, lr=0.05, steps=300, save_every=1, **kw)
-    q = simulate(op, y, W0=W0, lr=0.05, steps=300, save_every=1, form="weights", **kw)
+    tr = train_network(net, net.units, X, y, W0=W0, optimizer=opt, save=Save(every=1), steps=300)
+    q = simulate(op, y, W0=W0, optimizer=opt, save=Save(every=1), steps=300, form="weights")
     assert tr.success and torch.equal(tr.t, q.t) and torch.equal(tr.step, q.step)
     assert torch.allclose(tr.W, q.W, rtol=1e-11, atol=1e-13)
     assert torch.allclose(tr.loss, q.loss, rtol=1e-11, atol=1e-15)
@@ -45,7 +45,7 @@ def test_only_units_are_trained_and_loss_is_autograd():
     units = mlp_units(net)
     bias0 = net[2].bias.detach().clone()
     W0 = 0.2 * torch.randn(units.get_W(net).shape, generator=g, dtype=F64)
-    tr = train_network(net, units, X, y, W0=W0, lr=0.1, steps=5, save_every=1)
+    tr = train_network(net, units, X, y, W0=W0, optimizer=GD(0.1), save=Save(every=1), steps=5)
     assert torch.equal(net[2].bias.detach(), bias0)
     # first saved loss is the network's loss at W0 with the NQF normalisation (1/N) Σ ½ (f − y)²
     units.set_W(net, W0)
@@ -67,7 +67,7 @@ def test_network_divergence_keeps_trajectory():
     X, y, g = _data()
     net = TwoLayerMLP(3, 4, 1, "linear")
     W0 = 0.5 * torch.randn(4, 4, generator=g, dtype=F64)
-    tr = train_network(net, net.units, X, y, W0=W0, lr=30.0, steps=200, save_every=1)
+    tr = train_network(net, net.units, X, y, W0=W0, optimizer=GD(30.0), save=Save(every=1), steps=200)
     assert tr.status == -1 and "diverged at step" in tr.message and len(tr) >= 1
 
 

@@ -191,23 +191,47 @@ def _same(a, b):
     ],
 )
 def test_simulate_keywords_and_objects_give_the_same_run(keywords, obj, form):
+    """``as_optimizer``'s name-and-keywords form (what the CLI and the sweeps build) is the object itself."""
     _, y, op, W0 = _problem()
     seed = keywords.pop("seed", 0)
-    a = simulate(op, y, W0=W0, steps=30, form=form, seed=seed, save_every=4, **keywords)
+    built = as_optimizer(keywords.pop("optimizer", "gd"), **keywords)
+    assert built == obj
+    a = simulate(op, y, W0=W0, steps=30, form=form, seed=seed, optimizer=built, save=Save(every=4))
     b = simulate(op, y, W0=W0, steps=30, form=form, seed=seed, optimizer=obj, save=Save(every=4))
     _same(a, b)
     assert a.info["optimizer"] == obj.name and a.info["save_every"] == 4 and a.info["loss"] == "mse"
 
 
+@pytest.mark.parametrize("run", ["simulate", "train_network"])
+def test_runs_take_option_objects_only(run):
+    """No loose keywords beside the objects (issue 36): a name is refused with the way to build the object, and
+    the old alias keywords are not parameters any more."""
+    X, y, op, W0 = _problem()
+    net = TwoLayerMLP(3, 4, 1, "tanh").to(F64)
+    W0n = 0.1 * torch.ones(net.units.get_W(net).shape, dtype=F64)
+
+    def go(**kw):
+        if run == "simulate":
+            return simulate(op, y, W0=W0, steps=3, **kw)
+        return train_network(net, net.units, X, y, W0=W0n, steps=3, **kw)
+
+    with pytest.raises(NQFError, match=r"`optimizer` must be a nqf.dynamics.Optimizer.*as_optimizer\('gd', lr=…\)"):
+        go(optimizer="gd")
+    with pytest.raises(NQFError, match="`save` must be a nqf.dynamics.Save"):
+        go(optimizer=GD(0.1), save={"every": 2})
+    for alias in ("lr", "momentum", "weight_decay", "batch_size", "adam_betas", "adam_eps", "save_every", "save_M"):
+        with pytest.raises(TypeError, match=alias):
+            go(optimizer=GD(0.1), **{alias: 1})
+    assert go(optimizer=GD(0.1)).success
+
+
 def test_simulate_loss_objects_and_save_policy():
     _, y, op, W0 = _problem(n_outputs=2)
     labels = y.argmax(1).to(F64)
-    a = simulate(op, labels, W0=W0, lr=0.1, steps=20, loss="cross_entropy", save_every=5, save_M=False)
+    a = simulate(op, labels, W0=W0, optimizer=GD(0.1), save=Save(every=5, M=False), steps=20, loss="cross_entropy")
     b = simulate(op, labels, W0=W0, steps=20, loss=CrossEntropy(), optimizer=GD(0.1), save=Save(every=5, M=False))
     _same(a, b)
     assert a.M is None and len(a) == 5
-    with pytest.raises(NQFError, match="`save_every`"):
-        simulate(op, labels, W0=W0, lr=0.1, steps=20, loss="cross_entropy", save=Save(), save_every=2)
     with pytest.raises(NQFError, match="`save_M`"):
         Save(M=1)
 
@@ -229,10 +253,10 @@ def test_train_network_keywords_and_objects_give_the_same_run(obj):
     kw["adam_betas"] = tuple(kw.pop("adam_betas", (0.9, 0.999)))
     kw["adam_eps"] = kw.pop("adam_eps", 1e-8)
     runs = []
-    for args in (dict(optimizer=name, **kw), dict(optimizer=obj)):
+    for opt in (as_optimizer(name, **kw), obj):
         net = TwoLayerMLP(3, 4, 1, "tanh").to(F64)
         W0 = 0.1 * torch.ones(net.units.get_W(net).shape, dtype=F64)
-        runs.append(train_network(net, net.units, X, y, W0=W0, steps=12, seed=1, save_every=3, **args))
+        runs.append(train_network(net, net.units, X, y, W0=W0, steps=12, seed=1, save=Save(every=3), optimizer=opt))
     _same(*runs)
     assert torch.equal(runs[0].info["f0"], runs[1].info["f0"])
 
@@ -247,7 +271,7 @@ def test_batched_objects_match_single_path(loss):
     batch = simulate_batched(
         op, y, M0=M0, steps=40, loss=loss, optimizer=GD(0.1, weight_decay=0.01), save=Save(every=8)
     )
-    alias = simulate_batched(op, y, M0=M0, lr=0.1, weight_decay=0.01, steps=40, loss=loss.name, save_every=8)
+    alias = simulate_batched(op, y, M0=M0, lr=0.1, weight_decay=0.01, steps=40, loss=loss.name, save=Save(every=8))
     for b, (q, a) in enumerate(zip(batch, alias, strict=True)):
         _same(q, a)
         r = simulate(op, y, M0=M0[b], steps=40, loss=loss, optimizer=GD(0.1, weight_decay=0.01), save=Save(every=8))

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from nqf.dynamics import as_loss, minibatch_indices, simulate
+from nqf.dynamics import GD, SGD, Adam, Save, as_loss, minibatch_indices, simulate
 from nqf.errors import DivergenceError, NonFiniteError, NotClosedError, ShapeError
 from nqf.structure import data_subspace
 from nqf.structure._mlp import mlp
@@ -43,11 +43,11 @@ def _predict_autograd(op, M, mu=None):
 
 
 OPTS = {
-    "gd": dict(),
-    "sgd": dict(optimizer="sgd", batch_size=6),
-    "weight_decay": dict(weight_decay=0.1),
-    "momentum": dict(momentum=0.9),
-    "sgd_momentum_wd": dict(optimizer="sgd", batch_size=7, momentum=0.5, weight_decay=0.05),
+    "gd": GD(0.05),
+    "sgd": SGD(0.05, batch_size=6),
+    "weight_decay": GD(0.05, weight_decay=0.1),
+    "momentum": GD(0.05, momentum=0.9),
+    "sgd_momentum_wd": SGD(0.05, batch_size=7, momentum=0.5, weight_decay=0.05),
 }
 
 
@@ -57,7 +57,7 @@ def test_order_parameter_equals_weight_form(problem, opt, width):
     op, y = problem
     m = {"1": 1, "p": op.p, "4p": 4 * op.p}[width]
     W0 = 0.3 * torch.randn(op.p, m, dtype=F64, generator=torch.Generator().manual_seed(m))
-    kw = dict(lr=0.05, steps=STEPS, save_every=1, **OPTS[opt])
+    kw = dict(optimizer=OPTS[opt], steps=STEPS, save=Save(every=1))
     w = simulate(op, y, W0=W0, form="weights", **kw)
     mo = simulate(op, y, W0=W0, form="order_parameter", **kw)
     mM = simulate(op, y, M0=W0 @ W0.T, form="order_parameter", **kw)
@@ -74,11 +74,14 @@ def test_weight_form_matches_torch_optimizers(problem):
     """Weight form, its weight decay and momentum conventions, against torch.optim on autograd gradients."""
     op, y = problem
     W0 = 0.3 * torch.randn(op.p, 5, dtype=F64)
-    for kw, make in [
-        (dict(weight_decay=0.1, momentum=0.8), lambda p: torch.optim.SGD([p], lr=0.05, momentum=0.8, weight_decay=0.1)),
-        (dict(optimizer="adam", weight_decay=0.01), lambda p: torch.optim.Adam([p], lr=0.05, weight_decay=0.01)),
+    for ours, make in [
+        (
+            GD(0.05, weight_decay=0.1, momentum=0.8),
+            lambda p: torch.optim.SGD([p], lr=0.05, momentum=0.8, weight_decay=0.1),
+        ),
+        (Adam(0.05, weight_decay=0.01), lambda p: torch.optim.Adam([p], lr=0.05, weight_decay=0.01)),
     ]:
-        traj = simulate(op, y, W0=W0, lr=0.05, steps=200, form="weights", save_every=1, **kw)
+        traj = simulate(op, y, W0=W0, optimizer=ours, save=Save(every=1), steps=200, form="weights")
         W = W0.clone().requires_grad_(True)
         opt = make(W)
         for k in range(200):
@@ -93,7 +96,7 @@ def test_weight_form_matches_torch_optimizers(problem):
 def test_adam_order_parameter_form_is_refused(problem):
     op, y = problem
     with pytest.raises(NotClosedError, match="does not close on the order parameter"):
-        simulate(op, y, M0=torch.eye(op.p, dtype=F64), lr=0.1, steps=3, optimizer="adam")
+        simulate(op, y, M0=torch.eye(op.p, dtype=F64), optimizer=Adam(0.1), steps=3)
 
 
 def test_sgd_batches_are_shared_and_seeded():
@@ -112,8 +115,8 @@ def test_other_losses(loss, C):
     op = mlp(X, "tanh", n_outputs=C)
     y = (X[:, 0] > 0).to(F64) if C == 1 else torch.randint(0, C, (30,), generator=g)
     W0 = 0.5 * torch.randn(op.p, 3, generator=g, dtype=F64)
-    w = simulate(op, y, W0=W0, lr=0.1, steps=300, form="weights", loss=loss, save_every=1)
-    mo = simulate(op, y, W0=W0, lr=0.1, steps=300, loss=loss, save_every=1)
+    w = simulate(op, y, W0=W0, optimizer=GD(0.1), save=Save(every=1), steps=300, form="weights", loss=loss)
+    mo = simulate(op, y, W0=W0, optimizer=GD(0.1), save=Save(every=1), steps=300, loss=loss)
     assert rel_err(mo.M, w.W @ w.W.transpose(1, 2)) < TOL
     assert float(w.loss[-1]) < float(w.loss[0])
     # residual is ∂ℓ/∂f (autograd of the summed loss)
@@ -144,7 +147,7 @@ def _non_zgz_operator(p=4, N=15, seed=5):
 def test_non_zgz_weight_form_gradient_is_autograd():
     op, y = _non_zgz_operator()
     W0 = 0.2 * torch.randn(op.p, 3, dtype=F64)
-    traj = simulate(op, y, W0=W0, lr=0.02, steps=50, form="weights", save_every=1)
+    traj = simulate(op, y, W0=W0, optimizer=GD(0.02), save=Save(every=1), steps=50, form="weights")
     W = W0.clone()
     for k in range(50):
         assert torch.allclose(W, traj.W[k], rtol=1e-11, atol=1e-14)
@@ -158,12 +161,10 @@ def test_non_zgz_weight_form_gradient_is_autograd():
 @pytest.mark.parametrize("m", [2, 4, 16])
 def test_non_zgz_closes_on_M_and_mu(opt, m):
     op, y = _non_zgz_operator()
-    kw = {"gd": dict(), "sgd": dict(optimizer="sgd", batch_size=5), "momentum": dict(momentum=0.7, weight_decay=0.02)}[
-        opt
-    ]
+    ours = {"gd": GD(0.02), "sgd": SGD(0.02, batch_size=5), "momentum": GD(0.02, momentum=0.7, weight_decay=0.02)}[opt]
     W0 = 0.2 * torch.randn(op.p, m, dtype=F64, generator=torch.Generator().manual_seed(m))
-    w = simulate(op, y, W0=W0, lr=0.02, steps=400, form="weights", save_every=1, **kw)
-    mo = simulate(op, y, W0=W0, lr=0.02, steps=400, save_every=1, **kw)
+    w = simulate(op, y, W0=W0, optimizer=ours, save=Save(every=1), steps=400, form="weights")
+    mo = simulate(op, y, W0=W0, optimizer=ours, save=Save(every=1), steps=400)
     assert w.success and mo.success
     assert rel_err(mo.M, w.W @ w.W.transpose(1, 2)) < 1e-11
     assert rel_err(mo.mu, w.W.sum(2)) < 1e-11
@@ -174,12 +175,12 @@ def test_non_zgz_width_enters():
     op, y = _non_zgz_operator()
     W0 = 0.3 * torch.randn(op.p, 4, dtype=F64)
     Q = torch.linalg.qr(torch.randn(4, 4, dtype=F64))[0]
-    a = simulate(op, y, W0=W0, lr=0.02, steps=100)
-    b = simulate(op, y, W0=W0 @ Q, lr=0.02, steps=100)
+    a = simulate(op, y, W0=W0, optimizer=GD(0.02), steps=100)
+    b = simulate(op, y, W0=W0 @ Q, optimizer=GD(0.02), steps=100)
     assert torch.allclose(a.M[0], b.M[0], atol=1e-14)
     assert float((a.loss - b.loss).abs().max()) > 1e-4
     with pytest.raises(ValueError, match="pass `W0`"):
-        simulate(op, y, M0=W0 @ W0.T, lr=0.02, steps=3)
+        simulate(op, y, M0=W0 @ W0.T, optimizer=GD(0.02), steps=3)
 
 
 # ------------------------------------------------------------------ compression
@@ -208,13 +209,14 @@ def test_data_subspace_dense_and_probe_agree():
 
 
 @pytest.mark.parametrize(
-    "kw", [dict(), dict(weight_decay=0.1), dict(momentum=0.8, weight_decay=0.05), dict(optimizer="sgd", batch_size=5)]
+    "opt",
+    [GD(0.02), GD(0.02, weight_decay=0.1), GD(0.02, momentum=0.8, weight_decay=0.05), SGD(0.02, batch_size=5)],
 )
-def test_compressed_equals_full(kw):
+def test_compressed_equals_full(opt):
     op, y, _ = _low_rank_sensing()
     W0 = 0.3 * torch.randn(op.p, 8, dtype=F64)  # has components outside the data subspace
     M0 = W0 @ W0.T
-    run = dict(lr=0.02, steps=STEPS, save_every=10, **kw)
+    run = dict(optimizer=opt, steps=STEPS, save=Save(every=10))
     full_w = simulate(op, y, W0=W0, form="weights", **run)
     ref = full_w.W @ full_w.W.transpose(1, 2)
     comp_M = simulate(op, y, M0=M0, compress=True, **run)
@@ -227,7 +229,7 @@ def test_compressed_equals_full(kw):
     assert rel_err(comp_Ww.W, full_w.W) < TOL
     # predictions identical to the full-width run
     assert torch.allclose(op(comp_M.M[-1]), op(ref[-1]), rtol=1e-11, atol=1e-13)
-    if not kw.get("weight_decay"):  # the complement of the data subspace does not move
+    if not opt.weight_decay:  # the complement of the data subspace does not move
         U = comp_M.info["basis"]
         Pc = torch.eye(6, dtype=F64) - U @ U.T
         assert torch.allclose(Pc @ comp_M.M[-1] @ Pc, Pc @ M0 @ Pc, atol=1e-13)
@@ -237,13 +239,13 @@ def test_compressed_equals_full(kw):
 def test_divergence_keeps_trajectory(problem):
     op, y = problem
     W0 = 0.3 * torch.randn(op.p, 4, dtype=F64)
-    tr = simulate(op, y, W0=W0, lr=50.0, steps=500, save_every=1)
+    tr = simulate(op, y, W0=W0, optimizer=GD(50.0), save=Save(every=1), steps=500)
     assert tr.status == -1 and not tr.success
     assert "diverged at step" in tr.message and "Lower `lr`" in tr.message
     assert 1 <= len(tr) < 500 and torch.isfinite(tr.M).all()
     assert torch.allclose(tr.M[0], W0 @ W0.T)
     with pytest.raises(DivergenceError, match="diverged at step") as exc:
-        simulate(op, y, W0=W0, lr=50.0, steps=500, on_divergence="raise")
+        simulate(op, y, W0=W0, optimizer=GD(50.0), steps=500, on_divergence="raise")
     assert len(exc.value.trajectory) >= 1
 
 
@@ -253,42 +255,42 @@ def test_bad_inputs(problem):
     W0 = torch.randn(p, 3, dtype=F64)
     bad_M = torch.diag(torch.tensor([1.0, -0.5, 1.0, 1.0], dtype=F64))
     with pytest.raises(ValueError, match="positive semidefinite"):
-        simulate(op, y, M0=bad_M, lr=0.1, steps=2)
+        simulate(op, y, M0=bad_M, optimizer=GD(0.1), steps=2)
     with pytest.raises(ValueError, match="symmetric"):
-        simulate(op, y, M0=torch.triu(torch.ones(p, p, dtype=F64)), lr=0.1, steps=2)
+        simulate(op, y, M0=torch.triu(torch.ones(p, p, dtype=F64)), optimizer=GD(0.1), steps=2)
     with pytest.raises(ValueError, match="exactly one of `M0`.*both"):
-        simulate(op, y, M0=W0 @ W0.T, W0=W0, lr=0.1, steps=2)
+        simulate(op, y, M0=W0 @ W0.T, W0=W0, optimizer=GD(0.1), steps=2)
     with pytest.raises(ValueError, match="exactly one of `M0`.*neither"):
-        simulate(op, y, lr=0.1, steps=2)
+        simulate(op, y, optimizer=GD(0.1), steps=2)
     y_nan = y.clone()
     y_nan[3] = float("nan")
     with pytest.raises(NonFiniteError, match="`y` must be finite"):
-        simulate(op, y_nan, W0=W0, lr=0.1, steps=2)
+        simulate(op, y_nan, W0=W0, optimizer=GD(0.1), steps=2)
     with pytest.raises(ShapeError, match="`y` must have shape"):
-        simulate(op, y[:-1], W0=W0, lr=0.1, steps=2)
+        simulate(op, y[:-1], W0=W0, optimizer=GD(0.1), steps=2)
     with pytest.raises(ShapeError, match="`W0` must have shape"):
-        simulate(op, y, W0=torch.randn(p + 1, 3, dtype=F64), lr=0.1, steps=2)
+        simulate(op, y, W0=torch.randn(p + 1, 3, dtype=F64), optimizer=GD(0.1), steps=2)
     with pytest.raises(ShapeError, match="`M0` must have shape"):
-        simulate(op, y, M0=torch.eye(p + 1, dtype=F64), lr=0.1, steps=2)
+        simulate(op, y, M0=torch.eye(p + 1, dtype=F64), optimizer=GD(0.1), steps=2)
     with pytest.raises(ValueError, match="`form`='weights' needs `W0`"):
-        simulate(op, y, M0=torch.eye(p, dtype=F64), lr=0.1, steps=2, form="weights")
+        simulate(op, y, M0=torch.eye(p, dtype=F64), optimizer=GD(0.1), steps=2, form="weights")
     with pytest.raises(ValueError, match="`optimizer`='sgd' needs `batch_size`"):
-        simulate(op, y, W0=W0, lr=0.1, steps=2, optimizer="sgd")
+        simulate(op, y, W0=W0, optimizer=SGD(0.1), steps=2)
     with pytest.raises(ValueError, match="`lr` must be a positive"):
-        simulate(op, y, W0=W0, lr=-1.0, steps=2)
+        simulate(op, y, W0=W0, optimizer=GD(-1.0), steps=2)
     with pytest.raises(ValueError, match="`form` must be one of"):
-        simulate(op, y, W0=W0, lr=0.1, steps=2, form="flow")
+        simulate(op, y, W0=W0, optimizer=GD(0.1), steps=2, form="flow")
     with pytest.raises(ValueError, match="`loss` must be one of"):
-        simulate(op, y, W0=W0, lr=0.1, steps=2, loss="hinge")
+        simulate(op, y, W0=W0, optimizer=GD(0.1), steps=2, loss="hinge")
 
 
 def test_float32_with_own_tolerance(problem):
     op, y = problem
     W0 = 0.3 * torch.randn(op.p, 4, dtype=F64)
-    ref = simulate(op, y, W0=W0, lr=0.05, steps=300, save_every=10)
+    ref = simulate(op, y, W0=W0, optimizer=GD(0.05), save=Save(every=10), steps=300)
     op32 = op.to(torch.float32)
     for form in ("order_parameter", "weights"):
-        tr = simulate(op32, y.float(), W0=W0.float(), lr=0.05, steps=300, save_every=10, form=form)
+        tr = simulate(op32, y.float(), W0=W0.float(), optimizer=GD(0.05), save=Save(every=10), steps=300, form=form)
         assert tr.M.dtype == torch.float32
         assert rel_err(tr.M.double(), ref.M) < 1e-4
 
@@ -297,11 +299,13 @@ def test_float32_with_own_tolerance(problem):
 def test_cuda_follows_inputs(problem):
     op, y = problem
     W0 = 0.3 * torch.randn(op.p, 4, dtype=F64)
-    ref = simulate(op, y, W0=W0, lr=0.05, steps=200, save_every=10, momentum=0.5)
+    ref = simulate(op, y, W0=W0, optimizer=GD(0.05, momentum=0.5), save=Save(every=10), steps=200)
     opc = op.to(device="cuda")
     for form in ("order_parameter", "weights"):
-        tr = simulate(opc, y.cuda(), W0=W0.cuda(), lr=0.05, steps=200, save_every=10, momentum=0.5, form=form)
+        tr = simulate(
+            opc, y.cuda(), W0=W0.cuda(), optimizer=GD(0.05, momentum=0.5), save=Save(every=10), steps=200, form=form
+        )
         assert tr.M.device.type == "cuda" and tr.t.device.type == "cuda"
         assert rel_err(tr.M.cpu(), ref.M) < 1e-11
-    comp = simulate(opc, y.cuda(), W0=W0.cuda(), lr=0.05, steps=200, save_every=10, compress=True)
+    comp = simulate(opc, y.cuda(), W0=W0.cuda(), optimizer=GD(0.05), save=Save(every=10), steps=200, compress=True)
     assert comp.M.device.type == "cuda"

@@ -13,7 +13,7 @@ from _hostile import assert_one_line
 from nqf import Staircase
 from nqf.cli import app
 from nqf.data import load_dataset, prepare
-from nqf.dynamics import train_network
+from nqf.dynamics import GD, train_network
 from nqf.errors import DataError, InvalidParameterError, NonFiniteError, NQFError, SweepError
 from nqf.networks._mlp import TwoLayerMLP
 
@@ -206,7 +206,7 @@ def test_train_network_takes_float32_numpy_inputs_as_the_modules_dtype():
     runs = []
     for Xin in (X.astype(np.float32), X.astype(np.float32).astype(np.float64)):
         net = TwoLayerMLP(3, 6, 1, "tanh")
-        runs.append(train_network(net, net.units, Xin, y, W0=W0, lr=0.05, steps=20))
+        runs.append(train_network(net, net.units, Xin, y, W0=W0, optimizer=GD(0.05), steps=20))
     assert torch.equal(runs[0].loss, runs[1].loss)
 
 

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from helpers import TORCH_HAS_MHA_SWITCH
+from nqf.dynamics import GD
 from nqf.modules import UnitLayout, UnitSlice, attention_units, conv_units, from_module
 from nqf.modules._matrix_free import MatrixFreeStructure
 from nqf.modules._unit_function import UnitFunction
@@ -375,9 +376,9 @@ def test_simulate_with_matrix_free_operator_matches_dense(name):
     gen = torch.Generator().manual_seed(7)
     y = torch.randn(dense.n_samples, dense.n_outputs, generator=gen, dtype=DT)
     W0 = 0.1 * torch.randn(dense.p, 3, generator=gen, dtype=DT)
-    runs = [simulate(op, y, W0=W0, lr=0.05, steps=15, form="weights") for op in (dense, mf)]
+    runs = [simulate(op, y, W0=W0, optimizer=GD(0.05), steps=15, form="weights") for op in (dense, mf)]
     assert runs[0].loss.shape == runs[1].loss.shape and runs[0].loss.numel() > 1
     torch.testing.assert_close(runs[1].loss, runs[0].loss, rtol=1e-9, atol=1e-12)
     if dense.satisfies_zgz:
-        runs = [simulate(op, y, M0=W0 @ W0.T, lr=0.05, steps=15) for op in (dense, mf)]
+        runs = [simulate(op, y, M0=W0 @ W0.T, optimizer=GD(0.05), steps=15) for op in (dense, mf)]
         torch.testing.assert_close(runs[1].loss, runs[0].loss, rtol=1e-9, atol=1e-12)

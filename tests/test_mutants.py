@@ -14,7 +14,7 @@ from scipy import stats
 from scipy.integrate import solve_ivp
 
 from nqf.curves import fit_power_law
-from nqf.dynamics import train_network
+from nqf.dynamics import GD, Adam, Save, train_network
 from nqf.dynamics._simulate import minibatch_indices
 from nqf.experiments import Check
 from nqf.networks import TwoLayerMLP
@@ -31,15 +31,15 @@ def test_adam_first_steps_are_bias_corrected():
     net = TwoLayerMLP(3, 4, 1, "tanh")
     W0 = 0.3 * torch.randn(net.units.p(dict(net.named_parameters())), 4, generator=g, dtype=F64)
     lr = 1e-3
-    tr = train_network(net, net.units, X, y, W0=W0, lr=lr, steps=2, optimizer="adam", save_every=1)
-    gd = train_network(net, net.units, X, y, W0=W0, lr=1e-9, steps=1, save_every=1)
+    tr = train_network(net, net.units, X, y, W0=W0, optimizer=Adam(lr), save=Save(every=1), steps=2)
+    gd = train_network(net, net.units, X, y, W0=W0, optimizer=GD(1e-9), save=Save(every=1), steps=1)
     grad = (W0 - gd.W[1]) / 1e-9  # ∇_W L at W0 (plain GD step)
     step1 = tr.W[1] - tr.W[0]
     big = grad.abs() > 1e-4
     expected = -lr * grad / (grad.abs() + 1e-8)  # m̂ = g, v̂ = g² after one bias-corrected step
     assert torch.allclose(step1[big], expected[big], rtol=1e-4, atol=0)
     # second step: m̂ = (0.1 g1 + 0.09 g0)/0.19, v̂ = (0.001 g1² + 0.000999 g0²)/0.001999
-    gd2 = train_network(net, net.units, X, y, W0=tr.W[1], lr=1e-9, steps=1, save_every=1)
+    gd2 = train_network(net, net.units, X, y, W0=tr.W[1], optimizer=GD(1e-9), save=Save(every=1), steps=1)
     g1 = (tr.W[1] - gd2.W[1]) / 1e-9
     m = (0.9 * 0.1 * grad + 0.1 * g1) / (1 - 0.9**2)
     v = (0.999 * 0.001 * grad**2 + 0.001 * g1**2) / (1 - 0.999**2)

@@ -21,6 +21,7 @@ import pytest
 import torch
 
 import nqf
+from nqf.dynamics import GD, Save
 from nqf.results import Result, compact_repr, summarize, to_jsonable
 
 P = 1000  # unit dimension / number of modes of every problem below
@@ -107,8 +108,8 @@ def network_runs():
     net = TwoLayerMLP(D, 4, C, "tanh")
     Wd = torch.randn(P, 4, generator=g, dtype=F64)
     W0 = math.sqrt(1e-3) * Wd
-    q = simulate(op, y, W0=W0, lr=0.1, steps=4, save_every=2)
-    n = train_network(net, net.units, X, y, W0=W0, lr=0.1, steps=4, save_every=2)
+    q = simulate(op, y, W0=W0, optimizer=GD(0.1), save=Save(every=2), steps=4)
+    n = train_network(net, net.units, X, y, W0=W0, optimizer=GD(0.1), save=Save(every=2), steps=4)
     return net, Wd, q, n
 
 

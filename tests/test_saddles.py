@@ -29,6 +29,7 @@ from scipy.integrate import solve_ivp
 from scipy.optimize import nnls
 
 from helpers import interacting_commuting_modes
+from nqf.dynamics import GD, Save
 from nqf.errors import NotClosedError, ShapeError
 from nqf.reductions.saddles import saddle_sequence
 from nqf.structure import commutes
@@ -524,12 +525,10 @@ def test_digits_nqf_at_eps_1e30_lands_within_3_percent_of_predicted_times():
         op,
         Y,
         W0=initial_weights(op.p, 256, eps),
-        lr=lr,
+        optimizer=GD(lr),
+        save=Save(every=5, M=False, W=False),
         steps=max(step_count(times, lr), step_count(ruled, lr)),
         form="weights",
-        save_every=5,
-        save_M=False,
-        save_W=False,
     )
     c = compare_staircase(sim.t.numpy(), sim.loss.numpy(), seq.plateau_levels, times)
     assert np.all(c.time_errors < 0.03), c.time_errors

@@ -15,7 +15,7 @@ import torch
 
 import nqf
 from nqf.curves import compare_staircase, real_clock
-from nqf.dynamics import Save, Seeding, initial_weights, seeded_nqf, simulate, train_network, unlearned_projector
+from nqf.dynamics import GD, Save, Seeding, initial_weights, seeded_nqf, simulate, train_network, unlearned_projector
 from nqf.errors import InvalidParameterError, NQFError
 from nqf.networks import TwoLayerMLP
 from nqf.structure import mlp
@@ -57,8 +57,10 @@ def iris_1e12(iris):
     X, Y, op = iris
     st, lr, steps, W0 = _setup(iris, 1e-12)
     net = _net(X, Y)
-    real = train_network(net, net.units, X, Y, W0=W0, lr=lr, steps=steps, save_every=10, save_W=False, save_M=False)
-    nqf_run = simulate(op, Y, W0=W0, lr=lr, steps=steps, save_every=10, form="weights")
+    real = train_network(
+        net, net.units, X, Y, W0=W0, optimizer=GD(lr), save=Save(every=10, M=False, W=False), steps=steps
+    )
+    nqf_run = simulate(op, Y, W0=W0, optimizer=GD(lr), save=Save(every=10), steps=steps, form="weights")
     return st, lr, steps, W0, _times(st, real), nqf_run
 
 
@@ -114,11 +116,13 @@ def test_one_seeded_run_predicts_the_real_network_at_other_eps(iris):
     X, Y, op = iris
     st, lr, steps, W0 = _setup(iris, 1e-8)
     seeded = _seeded(iris, st, lr, steps, W0)
-    run = simulate(op, Y, W0=W0, lr=lr, steps=steps, save_every=10, form="weights")
+    run = simulate(op, Y, W0=W0, optimizer=GD(lr), save=Save(every=10), steps=steps, form="weights")
     clock = real_clock(st, seeded.t.numpy(), seeded.loss.numpy(), run.t.numpy(), run.loss.numpy())
     st2, lr2, steps2, W02 = _setup(iris, 1e-16)
     net = _net(X, Y)
-    real = train_network(net, net.units, X, Y, W0=W02, lr=lr2, steps=steps2, save_every=10, save_W=False, save_M=False)
+    real = train_network(
+        net, net.units, X, Y, W0=W02, optimizer=GD(lr2), save=Save(every=10, M=False, W=False), steps=steps2
+    )
     t_real = _times(st2, real)
     assert np.all(np.abs(clock.times_at(1e-16) / t_real - 1) < TOL), (clock.times_at(1e-16), t_real)
 

@@ -16,7 +16,7 @@ import torch
 import nqf
 import nqf.study._clock as clock_module
 from nqf.data import load_dataset
-from nqf.dynamics import Save, Seeding, initial_weights, seeded_nqf, simulate
+from nqf.dynamics import GD, Save, Seeding, initial_weights, seeded_nqf, simulate
 from nqf.errors import NQFError
 from nqf.networks import TwoLayerMLP
 
@@ -50,7 +50,9 @@ def test_past_seed_until_the_run_is_the_nqfs_own_gd(iris):
     assert k is not None and off.info["seed_until"] == level
     assert float(off.loss[k]) <= level < float(off.loss[k - 1])
     torch.testing.assert_close(off.loss[: k + 1], full.loss[: k + 1], rtol=1e-12, atol=0.0)
-    nqf_rest = simulate(op, Y, W0=off.W[k], lr=lr, steps=steps - k, form="weights", save_every=1, save_M=False)
+    nqf_rest = simulate(
+        op, Y, W0=off.W[k], optimizer=GD(lr), save=Save(every=1, M=False), steps=steps - k, form="weights"
+    )
     torch.testing.assert_close(off.loss[k:], nqf_rest.loss, rtol=1e-9, atol=0.0)
     assert not torch.allclose(off.loss[-1], full.loss[-1], rtol=1e-6, atol=0.0)  # the seeds still act in `full`
     never = _run(iris, 50, seed_until=1e-9)

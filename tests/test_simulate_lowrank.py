@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import nqf.dynamics._lowrank as lowrank
-from nqf.dynamics import simulate
+from nqf.dynamics import GD, Save, simulate
 from nqf.structure import mlp
 from nqf.structure._operator import DenseStructure
 
@@ -62,7 +62,7 @@ def starts(p: int):
 def test_lowrank_block_equals_general_loop(start, save_every, wd, monkeypatch):
     op, dense, y = problem()
     M0 = starts(op.p)[start]
-    args = dict(M0=M0, lr=0.3, steps=400, save_every=save_every, weight_decay=wd)
+    args = dict(M0=M0, optimizer=GD(0.3, weight_decay=wd), steps=400, save=Save(every=save_every))
     ref = simulate(dense, y, **args)
     folds = counted_folds(monkeypatch)
     fast = simulate(op, y, **args)
@@ -81,7 +81,9 @@ def test_lowrank_block_equals_general_loop(start, save_every, wd, monkeypatch):
 def test_lowrank_block_several_outputs(monkeypatch):
     """Three outputs (``p1 = 3``: three columns of ``Q`` a step), εI start, weight decay."""
     op, dense, y = problem(N=40, D=280, C=3, seed=2)
-    args = dict(M0=1e-6 * torch.eye(op.p, dtype=F64), lr=0.3, steps=200, save_every=50, weight_decay=0.003)
+    args = dict(
+        M0=1e-6 * torch.eye(op.p, dtype=F64), optimizer=GD(0.3, weight_decay=0.003), steps=200, save=Save(every=50)
+    )
     folds = counted_folds(monkeypatch)
     fast, ref = simulate(op, y, **args), simulate(dense, y, **args)
     assert folds[0] == ("diagonal", (280 // 2) // 3 * 3) and rel_err(fast.M, ref.M) < 1e-11
@@ -90,7 +92,9 @@ def test_lowrank_block_several_outputs(monkeypatch):
 def test_planted_error_in_the_lowrank_terms_is_seen(monkeypatch):
     """The comparison can fail: collected terms that miss the weight decay's factor differ far above round-off."""
     op, dense, y = problem(seed=3)
-    args = dict(M0=1e-6 * torch.eye(op.p, dtype=F64), lr=0.3, steps=120, save_every=120, weight_decay=0.05)
+    args = dict(
+        M0=1e-6 * torch.eye(op.p, dtype=F64), optimizer=GD(0.3, weight_decay=0.05), steps=120, save=Save(every=120)
+    )
     ref = simulate(dense, y, **args)
     update = lowrank.RightBlock.update
 
@@ -109,8 +113,8 @@ def test_small_blocks_stay_dense(monkeypatch):
     op, dense, y = problem(N=30, D=64)
     assert (op.p - 1) * op.p < lowrank.LOWRANK_MIN
     folds = counted_folds(monkeypatch)
-    fast = simulate(op, y, M0=1e-6 * torch.eye(op.p, dtype=F64), lr=0.3, steps=50, save_every=10)
-    ref = simulate(dense, y, M0=1e-6 * torch.eye(op.p, dtype=F64), lr=0.3, steps=50, save_every=10)
+    fast = simulate(op, y, M0=1e-6 * torch.eye(op.p, dtype=F64), optimizer=GD(0.3), save=Save(every=10), steps=50)
+    ref = simulate(dense, y, M0=1e-6 * torch.eye(op.p, dtype=F64), optimizer=GD(0.3), save=Save(every=10), steps=50)
     assert folds == [] and rel_err(fast.M, ref.M) < 1e-11
 
 

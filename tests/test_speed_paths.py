@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from nqf.dynamics import Save, simulate
+from nqf.dynamics import GD, Save, simulate
 from nqf.dynamics._factored import orthogonalize_columns
 from nqf.dynamics._fast import all_finite
 from nqf.dynamics._save import Recorder, gram
@@ -53,7 +53,7 @@ def test_block_path_equals_general_loop(kw, monkeypatch):
     if loss == "cross_entropy":
         y = y.argmax(1).to(F64)
     M0 = 1e-3 * torch.eye(op.p, dtype=F64) + 1e-4 * torch.ones(op.p, op.p, dtype=F64)
-    args = dict(M0=M0, lr=0.2, steps=300, save_every=7, weight_decay=wd, loss=loss)
+    args = dict(M0=M0, optimizer=GD(0.2, weight_decay=wd), steps=300, save=Save(every=7), loss=loss)
     ref = simulate(dense, y, **args)
     # the hot path never applies the operator to a full factor (no p x p products): plant a failure there
     monkeypatch.setattr(op, "forward_factor", lambda L: (_ for _ in ()).throw(AssertionError("general path")))
@@ -74,7 +74,7 @@ def test_block_path_keeps_small_directions():
     op = mlp(X, "tanh")
     dense = DenseStructure(op.dense(), offset=op.offset)
     M0 = 1e-40 * torch.eye(op.p, dtype=F64)
-    args = dict(M0=M0, lr=0.5, steps=600, save_every=600)
+    args = dict(M0=M0, optimizer=GD(0.5), steps=600, save=Save(every=600))
     fast, ref = simulate(op, y, **args), simulate(dense, y, **args)
     d = torch.diagonal(ref.M[-1])
     assert float(d.max()) > 1e-3 and float(d.min()) < 1e-30  # a direction grew from 1e-40, one stayed small
@@ -85,8 +85,8 @@ def test_block_path_keeps_small_directions():
 def test_block_path_divergence_message_equals_general_loop():
     op, dense, y = _mlp_problem(N=20, D=3, seed=1)
     M0 = 0.1 * torch.eye(op.p, dtype=F64)
-    fast = simulate(op, y, M0=M0, lr=80.0, steps=400, save_every=1)
-    ref = simulate(dense, y, M0=M0, lr=80.0, steps=400, save_every=1)
+    fast = simulate(op, y, M0=M0, optimizer=GD(80.0), save=Save(every=1), steps=400)
+    ref = simulate(dense, y, M0=M0, optimizer=GD(80.0), save=Save(every=1), steps=400)
     assert fast.status == ref.status == -1
     assert torch.equal(fast.step, ref.step)
     assert fast.message.split("curvature")[0] == ref.message.split("curvature")[0]
@@ -99,8 +99,8 @@ def test_in_place_path_divergence_message_equals_general_loop():
     op, dense, y = _mlp_problem(N=12, D=300, seed=1)
     M0 = 0.1 * torch.eye(op.p, dtype=F64)
     for wd in (0.0, 0.003):
-        fast = simulate(op, y, M0=M0, lr=30.0, steps=400, save_every=3, weight_decay=wd)
-        ref = simulate(dense, y, M0=M0, lr=30.0, steps=400, save_every=3, weight_decay=wd)
+        fast = simulate(op, y, M0=M0, optimizer=GD(30.0, weight_decay=wd), save=Save(every=3), steps=400)
+        ref = simulate(dense, y, M0=M0, optimizer=GD(30.0, weight_decay=wd), save=Save(every=3), steps=400)
         assert fast.status == ref.status == -1
         assert "curvature estimate" in fast.message
         assert fast.message == ref.message
@@ -112,8 +112,8 @@ def test_in_place_path_leaves_the_callers_tensors_alone():
     W0 = 0.1 * torch.randn(op.p, 260, generator=torch.Generator().manual_seed(0), dtype=F64)
     M0 = 1e-3 * torch.eye(op.p, dtype=F64)
     W0c, M0c = W0.clone(), M0.clone()
-    simulate(op, y, W0=W0, lr=0.2, steps=20)
-    simulate(op, y, M0=M0, lr=0.2, steps=20)
+    simulate(op, y, W0=W0, optimizer=GD(0.2), steps=20)
+    simulate(op, y, M0=M0, optimizer=GD(0.2), steps=20)
     assert torch.equal(W0, W0c) and torch.equal(M0, M0c)
 
 
@@ -184,11 +184,11 @@ def test_default_save_policy_spaces_large_and_costly_states():
 def test_default_save_spaces_costly_states_in_simulate():
     op, _, y = _mlp_problem(N=64, D=300, seed=2)  # p = 301: M = L Lᵀ costs p³ = 2.7e7 flops, a step ~2.2e5
     M0 = 1e-6 * torch.eye(op.p, dtype=F64)
-    b = simulate(op, y, M0=M0, lr=0.05, steps=600)
+    b = simulate(op, y, M0=M0, optimizer=GD(0.05), steps=600)
     ratio = op.p**3 / (2 * 64 * op.p + 2 * op.p**2)
     assert b.info["save_every"] >= ratio and len(b) <= 600 / ratio + 2
     assert b.M is not None and b.M.shape[0] == len(b) and int(b.step[-1]) == 600
-    small = simulate(op, y, M0=M0, lr=0.05, steps=600, save_M=False)  # no M saved: the loss as before
+    small = simulate(op, y, M0=M0, optimizer=GD(0.05), save=Save(M=False), steps=600)  # no M saved: the loss as before
     assert small.info["save_every"] == 1 and len(small) == 601
 
 
@@ -197,8 +197,8 @@ def test_explicit_cadence_over_the_memory_limit_is_refused(monkeypatch):
     monkeypatch.setenv("NQF_MEMORY_LIMIT", str(50 * 8 * op.p * op.p))
     M0 = 1e-6 * torch.eye(op.p, dtype=F64)
     with pytest.raises(NQFError, match="save_every"):
-        simulate(op, y, M0=M0, lr=0.05, steps=1000, save_every=1)
-    assert simulate(op, y, M0=M0, lr=0.05, steps=1000, save_every=50).success
+        simulate(op, y, M0=M0, optimizer=GD(0.05), save=Save(every=1), steps=1000)
+    assert simulate(op, y, M0=M0, optimizer=GD(0.05), save=Save(every=50), steps=1000).success
 
 
 # --------------------------------------------------------------------------- lv.limit against the reference

@@ -13,7 +13,7 @@ import torch
 import nqf
 from nqf.curves import StepClock, compare_staircase, first_crossing, step_clock
 from nqf.data import load_dataset
-from nqf.dynamics import initial_weights, train_network
+from nqf.dynamics import GD, Save, initial_weights, train_network
 from nqf.errors import InvalidParameterError, ShapeError
 from nqf.study import prepare_analysis
 
@@ -74,7 +74,9 @@ def iris_eta():
     W0 = initial_weights(found.p, found.n_units, 1e-12, seed=0)
     X, Y = (torch.as_tensor(v, dtype=torch.float64) for v in (data.X, data.Y))
     net = copy.deepcopy(module)
-    gd = train_network(net, found.layout, X, Y, W0=W0, lr=a.lr, steps=a.steps, save_every=1, save_W=False, save_M=False)
+    gd = train_network(
+        net, found.layout, X, Y, W0=W0, optimizer=GD(a.lr), save=Save(every=1, M=False, W=False), steps=a.steps
+    )
     return a, compare_staircase(gd.t.numpy(), gd.loss.numpy(), a.prediction).times_measured
 
 

@@ -12,6 +12,7 @@ import torch
 from scipy.integrate import solve_ivp
 
 from nqf.curves._steps import detect_steps
+from nqf.dynamics import GD, Save
 from nqf.errors import NormalFormError, ShapeError
 from nqf.networks._mlp import TwoLayerMLP
 from nqf.reductions.svd_modes import NotWhitenedError, NotWhitenedWarning, two_layer_modes, whiten, whitening_error
@@ -317,7 +318,7 @@ def _late_modes_deviation(init, width):
         g = torch.Generator().manual_seed(1)
         W0 = math.sqrt(eps) * torch.linalg.qr(torch.randn(p, width, generator=g, dtype=torch.float64))[0]
     net = TwoLayerMLP(D, width, C, "tanh")
-    tr = train_network(net, net.units, X, Y, W0=W0, lr=lr, steps=int(24 / lr), save_every=5, save_W=False)
+    tr = train_network(net, net.units, X, Y, W0=W0, optimizer=GD(lr), save=Save(every=5, W=False), steps=int(24 / lr))
     s = torch.einsum("ck,tcd,dk->tk", modes.left, tr.M[:, :C, C:], modes.right).numpy()
     lam, t = modes.singular_values.numpy(), tr.t.numpy()
     meas = np.array([crossing_time(t, s[:, k], lam[k] / 2) for k in range(C)])

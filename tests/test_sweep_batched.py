@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from nqf.dynamics import simulate, simulate_batched
+from nqf.dynamics import GD, Save, simulate, simulate_batched
 from nqf.errors import InvalidParameterError, NotClosedError, ShapeError
 from nqf.experiments._demo import teacher_task
 from nqf.experiments._lv_staircase import diagonal_task
@@ -43,8 +43,11 @@ def test_batched_matches_simulate_one_at_a_time_for_differing_eps_seed_lr_and_we
     eps, seeds = [1e-2, 1e-4, 1e-6, 1e-4, 1e-3, 1e-10], [0, 1, 2, 3, 4, 5]
     lr, wd = [2e-2, 2e-2, 1e-2, 3e-2, 2e-2, 2e-2], [0.0, 0.0, 0.0, 0.0, 1e-3, 0.0]
     M0 = _initial_states(op.p, eps, seeds)
-    batch = simulate_batched(op, Y, M0=M0, lr=lr, weight_decay=wd, steps=600, save_every=25)
-    refs = [simulate(op, Y, M0=M0[b], lr=lr[b], weight_decay=wd[b], steps=600, save_every=25) for b in range(6)]
+    batch = simulate_batched(op, Y, M0=M0, lr=lr, weight_decay=wd, steps=600, save=Save(every=25))
+    refs = [
+        simulate(op, Y, M0=M0[b], optimizer=GD(lr[b], weight_decay=wd[b]), save=Save(every=25), steps=600)
+        for b in range(6)
+    ]
     _agree(batch, refs)
     assert float(refs[0].loss[-1]) < 1e-3 * float(refs[0].loss[0])  # the runs do learn (not a trivial match)
 
@@ -57,8 +60,11 @@ def test_batched_matches_simulate_for_other_losses(loss):
     else:
         op, y = mlp(X, "tanh", n_outputs=2), Y.argmax(1).double()
     M0 = _initial_states(op.p, [1e-2, 1e-3], [0, 1])
-    batch = simulate_batched(op, y, M0=M0, lr=[5e-2, 2e-2], steps=300, loss=loss, save_every=30)
-    refs = [simulate(op, y, M0=M0[b], lr=[5e-2, 2e-2][b], steps=300, loss=loss, save_every=30) for b in range(2)]
+    batch = simulate_batched(op, y, M0=M0, lr=[5e-2, 2e-2], steps=300, loss=loss, save=Save(every=30))
+    refs = [
+        simulate(op, y, M0=M0[b], optimizer=GD([5e-2, 2e-2][b]), save=Save(every=30), steps=300, loss=loss)
+        for b in range(2)
+    ]
     _agree(batch, refs)
 
 
@@ -69,7 +75,7 @@ def test_batched_on_commuting_data_follows_the_exact_scalar_recursion():
     op = matrix_sensing(X)
     eps, lr, steps = np.array([1e-3, 1e-6]), np.array([0.05, 0.02]), 400
     M0 = torch.stack([e * torch.eye(3, dtype=torch.float64) for e in eps])
-    batch = simulate_batched(op, y, M0=M0, lr=lr.tolist(), steps=steps, save_every=1)
+    batch = simulate_batched(op, y, M0=M0, lr=lr.tolist(), steps=steps, save=Save(every=1))
     for b in range(2):
         m = np.full(3, eps[b])
         ms, losses = [m.copy()], [0.5 * np.sum((m - z) ** 2)]
@@ -88,10 +94,10 @@ def test_batched_on_commuting_data_follows_the_exact_scalar_recursion():
 def test_a_diverging_run_stops_alone():
     op, Y = _demo_problem()
     M0 = _initial_states(op.p, [1e-3, 1e-3], [0, 1])
-    batch = simulate_batched(op, Y, M0=M0, lr=[2e-2, 5.0], steps=200, save_every=10)
+    batch = simulate_batched(op, Y, M0=M0, lr=[2e-2, 5.0], steps=200, save=Save(every=10))
     assert batch[0].status == 0 and batch[1].status == -1 and "diverged" in batch[1].message
-    _agree(batch[:1], [simulate(op, Y, M0=M0[0], lr=2e-2, steps=200, save_every=10)])
-    ref = simulate(op, Y, M0=M0[1], lr=5.0, steps=200, save_every=10)
+    _agree(batch[:1], [simulate(op, Y, M0=M0[0], optimizer=GD(2e-2), save=Save(every=10), steps=200)])
+    ref = simulate(op, Y, M0=M0[1], optimizer=GD(5.0), save=Save(every=10), steps=200)
     assert ref.status == -1 and len(ref) == len(batch[1])
 
 
@@ -113,5 +119,5 @@ def test_batched_rejects_bad_input():
         simulate_batched(
             op_linear, torch.zeros(16), M0=1e-3 * torch.eye(op_linear.p, dtype=torch.float64), lr=0.1, steps=3
         )
-    one = simulate_batched(op, Y, M0=M0, lr=0.01, steps=5, save_every=1)  # a single (p, p) state is one run
+    one = simulate_batched(op, Y, M0=M0, lr=0.01, steps=5, save=Save(every=1))  # a single (p, p) state is one run
     assert len(one) == 1 and one[0].M.shape == (6, op.p, op.p)

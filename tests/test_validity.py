@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from nqf.curves._validity import ValidityReport, remainder_ratio, validity_report, validity_sweep
-from nqf.dynamics import Trajectory, simulate, train_network
+from nqf.dynamics import GD, Save, Trajectory, simulate, train_network
 from nqf.networks._mlp import TwoLayerMLP
 from nqf.structure._mlp import mlp
 
@@ -74,8 +74,8 @@ def test_real_run_report_and_sweep(setup):
     op = mlp(X, "tanh")
     Wd = torch.randn(op.p, 4, generator=g, dtype=F64) / 2
     W0 = math.sqrt(1e-3) * Wd
-    q = simulate(op, y, W0=W0, lr=0.1, steps=120, save_every=4)
-    n = train_network(net, net.units, X, y, W0=W0, lr=0.1, steps=120, save_every=4)
+    q = simulate(op, y, W0=W0, optimizer=GD(0.1), save=Save(every=4), steps=120)
+    n = train_network(net, net.units, X, y, W0=W0, optimizer=GD(0.1), save=Save(every=4), steps=120)
     rep = validity_report(net, net.units, X, op, n, q)
     assert rep.t.shape == rep.gap.shape == rep.remainder_ratio.shape == (31,)
     assert float(rep.gap[0]) < 1e-5  # same start: only the O(ε²) quartic remainder

@@ -22,7 +22,7 @@ import nqf
 from helpers import TORCH_HAS_MHA_SWITCH
 from nqf.curves import compare_staircase
 from nqf.data import load_dataset, prepare
-from nqf.dynamics import initial_weights
+from nqf.dynamics import GD, initial_weights
 from nqf.modules import find_units, from_module
 from nqf.reductions.saddles import saddle_sequence
 from nqf.reductions.svd_modes import whiten
@@ -117,7 +117,7 @@ def test_clock_from_a_rank_deficient_start(eps):
     seq = saddle_sequence(op, Y, max_rank=m)
     st = seq.staircase(eps, M0=M0)
     st_iso = seq.staircase(eps, leading=True)  # drop 1 as from εI
-    sim = nqf.simulate(op, Y, M0=M0, lr=0.005, steps=16000)
+    sim = nqf.simulate(op, Y, M0=M0, optimizer=GD(0.005), steps=16000)
     cmp = compare_staircase(sim.t.numpy(), sim.loss.numpy(), st)
     cmp_iso = compare_staircase(sim.t.numpy(), sim.loss.numpy(), st_iso)
     assert set(st.time_rules[1:]) == {"O(1) recursion"}

@@ -34,7 +34,7 @@ import torch
 from torch.func import functional_call
 
 from .._validation import as_tensor, eps_value, unit_fraction
-from ..dynamics import Trajectory, simulate, train_network
+from ..dynamics import GD, Save, Trajectory, simulate, train_network
 from ..errors import InvalidParameterError, ShapeError
 from ..modules import UnitScatter
 from ..results import Result
@@ -205,7 +205,7 @@ def validity_report(
         raise InvalidParameterError(f"`fraction` must be > 0; found {fraction!r}")
     switch_fraction = unit_fraction("switch_fraction", switch_fraction, "of the total drop")
     if network.W is None:
-        raise InvalidParameterError("`network` must carry the saved weights `.W` (train_network(..., save_W=True))")
+        raise InvalidParameterError("`network` must carry the saved weights `.W` (train_network(..., save=Save(W=True)))")
     K = min(len(network), len(nqf))
     tn, tq = network.t[:K].cpu(), nqf.t[:K].cpu()
     if not torch.allclose(tn, tq, rtol=1e-9, atol=1e-12):
@@ -294,9 +294,18 @@ def validity_sweep(
         n = int(steps(e)) if callable(steps) else int(steps)
         se = save_every(e) if callable(save_every) else save_every
         W0 = math.sqrt(e) * W_dir
-        q = simulate(op, y, W0=W0, lr=lr, steps=n, loss=loss, save_every=se, save_M=False)
+        q = simulate(op, y, W0=W0, optimizer=GD(lr), save=Save(every=se, M=False), steps=n, loss=loss)
         net = train_network(
-            module, units, X, y, W0=W0, lr=lr, steps=n, loss=loss, output=output, save_every=se, save_M=False
+            module,
+            units,
+            X,
+            y,
+            W0=W0,
+            optimizer=GD(lr),
+            save=Save(every=se, M=False),
+            steps=n,
+            loss=loss,
+            output=output,
         )
         rep = validity_report(
             module, units, X, op, net, q, fraction=fraction, switch_fraction=switch_fraction, output=output

@@ -17,8 +17,8 @@ MSE, ``r = ∂ℓ/∂f``, ``G = (1/N) 𝒜*(r)``, ``W ← W − η ∇_W L``, tr
 * :class:`Trajectory` — the common result.
 * Configuration objects: :class:`Loss` (:class:`MSE`, :class:`Logistic`, :class:`CrossEntropy`;
   :func:`as_loss` resolves a name), :class:`Optimizer` (:class:`GD`, :class:`SGD`, :class:`Adam`;
-  :func:`as_optimizer` builds one from the keyword form), :class:`Save` (what a run saves; :func:`as_save`).  The
-  string and keyword forms (``loss="mse"``, ``lr=…, momentum=…``, ``save_every=…``) are aliases of these.
+  :func:`as_optimizer` builds one from a name and keywords), :class:`Save` (what a run saves).  A run takes these
+  objects (a loss may also be given by name: ``loss="mse"``), never loose keywords beside them.
 """
 
 from ._batched import simulate_batched
@@ -28,7 +28,7 @@ from ._initial import initial_state, initial_weights
 from ._loss import LOSSES, MSE, CrossEntropy, Logistic, Loss, as_loss
 from ._network import train_network
 from ._optim import GD, SGD, Adam, Optimizer, as_optimizer
-from ._save import Save, as_save
+from ._save import Save
 from ._seeded import LEARNED_FRACTION, Seeding, seeded_nqf, unlearned_projector
 from ._simulate import FORMS, OPTIMIZERS, minibatch_indices, simulate
 from ._trajectory import Trajectory
@@ -62,5 +62,4 @@ __all__ = [
     "Adam",
     "as_optimizer",
     "Save",
-    "as_save",
 ]

@@ -104,9 +104,7 @@ def simulate_batched(
     steps: int,
     weight_decay=0.0,
     loss: str | Loss = "mse",
-    save_every: int | None = None,
     divergence_threshold: float = 1e8,
-    save_M: bool = True,
     optimizer: GD | None = None,
     save: Save | None = None,
 ) -> list[Trajectory]:
@@ -114,7 +112,7 @@ def simulate_batched(
 
     The update is ``M_b ← T_b M_b T_bᵀ`` (propagated on a factor ``M_b = F_b F_bᵀ``), ``T_b = I − η_b (2 G_b + λ_b I)``,
     ``G_b = (1/N) 𝒜^*(r_b)`` (module docstring); each run is what
-    ``simulate(op, y, M0=M0[b], lr=lr[b], steps=steps, weight_decay=weight_decay[b], ...)``
+    ``simulate(op, y, M0=M0[b], optimizer=GD(lr[b], weight_decay=weight_decay[b]), steps=steps, ...)``
     returns, to round-off.
 
     Parameters
@@ -133,18 +131,14 @@ def simulate_batched(
         ``λ_b``: adds ``(λ_b/2)‖W‖²`` to the loss.
     loss : Loss or {"mse", "logistic", "cross_entropy"}
         The :class:`~nqf.dynamics.Loss` (its batched value and residual; MSE through the QR form above).
-    save_every : int, optional
-        Save every this many steps (default ``max(1, steps // 1000)``); step 0 and the last step are saved.
     divergence_threshold : float
         A run stops (``status = -1``) when its loss is not finite or exceeds this multiple of its initial
         loss; the other runs go on.
-    save_M : bool
-        Store ``M_b`` at the saved steps.
     optimizer : GD, optional
         One full-batch :class:`~nqf.dynamics.GD` (without momentum) shared by all runs, instead of
         ``lr``/``weight_decay``.
     save : Save, optional
-        The save policy as an object (instead of ``save_every``, ``save_M``).
+        The save policy (default ``Save()``: about a thousand states; ``Save(M=False)`` keeps the losses only).
 
     Returns
     -------
@@ -167,7 +161,7 @@ def simulate_batched(
         )
     loss = as_loss(loss)
     steps = steps_value(steps)
-    keep = as_save(save, save_every=save_every, save_M=save_M).resolve(steps)
+    keep = as_save(save).resolve(steps)
     save_every, save_M = keep.every, keep.M
     assert save_every is not None  # resolved
     if optimizer is not None:

@@ -46,6 +46,8 @@ from ._trajectory import DIVERGED, FINISHED, Trajectory
 
 __all__ = ["gradient_flow", "integrate_factor"]
 
+#: The ``solve_ivp`` keywords :func:`integrate_factor` passes on.
+IVP_OPTIONS = ("t_eval", "events", "dense_output", "max_step")
 RESTART_FACTOR = 8.0  # restart from the polished factor when a column norm changed by this factor
 
 
@@ -233,13 +235,10 @@ def integrate_factor(
     rtol: float,
     atol,
     method: str = "LSODA",
-    t_eval=None,
-    events=None,
-    dense_output: bool = False,
-    max_step: float = np.inf,
     loss: str | Loss = "mse",
     weight_decay: float = 0.0,
     c=None,
+    **ivp_options,
 ):
     """One ``solve_ivp`` run of the factored flow ``dL/dt = −S L − h cᵀ`` (``M = L Lᵀ``, ``μ = L c``).
 
@@ -256,16 +255,25 @@ def integrate_factor(
     t_span : (float, float)
     rtol, atol
         Passed to ``solve_ivp`` (``atol`` may be per entry of the flattened ``L``).
-    method, t_eval, events, dense_output, max_step
-        As in ``scipy.integrate.solve_ivp``; event functions and the dense output see
-        the flattened factor ``L.reshape(-1)``.
+    method
+        As in ``scipy.integrate.solve_ivp``.
     loss, weight_decay, c
         Loss, ``λ`` (``S = 2G + λI``) and the width vector ``c`` (non-ZGZ operators only).
+    **ivp_options
+        Any of ``t_eval``, ``events``, ``dense_output``, ``max_step`` (:data:`IVP_OPTIONS`), passed to
+        ``solve_ivp``; event functions and the dense output see the flattened factor ``L.reshape(-1)``.  Any
+        other keyword is refused (:class:`~nqf.errors.InvalidParameterError`), rather than handed to the solver,
+        which would only warn.
 
     Returns
     -------
     scipy.integrate.OdeResult
     """
+    unknown = sorted(set(ivp_options) - set(IVP_OPTIONS))
+    if unknown:
+        raise InvalidParameterError(
+            f"`integrate_factor` passes only {IVP_OPTIONS} to solve_ivp; found {', '.join(map(repr, unknown))}"
+        )
     p, r, N, dt, dev = op.p, L0.shape[1], op.n_samples, op.dtype, op.device
     cc = None if c is None else c.to(dtype=dt, device=dev)
     lam, loss = weight_decay, as_loss(loss)
@@ -289,10 +297,7 @@ def integrate_factor(
         t_span,
         z0,
         method=method,
-        t_eval=t_eval,
         rtol=rtol,
         atol=atol,
-        max_step=max_step,
-        events=events,
-        dense_output=dense_output,
+        **ivp_options,
     )

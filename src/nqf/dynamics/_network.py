@@ -30,7 +30,7 @@ from ..modules import UnitLayout, UnitScatter  # noqa: F401  (re-exported; one i
 from ._initial import initial_state
 from ._loop import training_loop
 from ._loss import Loss, as_loss
-from ._optim import Optimizer, as_optimizer
+from ._optim import Optimizer, optimizer_object
 from ._save import Recorder, Save, as_save
 from ._trajectory import Trajectory
 
@@ -54,22 +54,13 @@ def train_network(
     y,
     *,
     W0,
-    lr: float | None = None,
+    optimizer: Optimizer,
     steps: int,
     loss: str | Loss = "mse",
     output=None,
-    optimizer: str | Optimizer = "gd",
-    batch_size: int | None = None,
-    weight_decay: float = 0.0,
-    momentum: float = 0.0,
     seed: int = 0,
-    save_every: int | None = None,
-    adam_betas=(0.9, 0.999),
-    adam_eps: float = 1e-8,
-    divergence_threshold: float = 1e8,
-    save_W: bool = True,
-    save_M: bool = True,
     save: Save | None = None,
+    divergence_threshold: float = 1e8,
 ) -> Trajectory:
     r"""Train the units of a real ``nn.Module`` with the NQF conventions.
 
@@ -87,10 +78,9 @@ def train_network(
     W0 : array_like, shape (p, m)
         Initial unit weights, written with the layout so that ``M(0) = W0 W0ᵀ``
         matches an NQF run started from the same ``W0``/``M0``.
-    lr, steps, loss, optimizer, batch_size, weight_decay, momentum, seed, save_every,
-    adam_betas, adam_eps, divergence_threshold, save_W, save_M, save
-        As in :func:`~nqf.dynamics.simulate` (an :class:`~nqf.dynamics.Optimizer`, :class:`~nqf.dynamics.Loss`,
-        :class:`~nqf.dynamics.Save` or their string/keyword forms).
+    optimizer, steps, loss, seed, save, divergence_threshold
+        As in :func:`~nqf.dynamics.simulate` (an :class:`~nqf.dynamics.Optimizer`, a :class:`~nqf.dynamics.Loss`
+        or its name, a :class:`~nqf.dynamics.Save`).
     output : callable, optional
         Maps the module's raw output to the ``(N, C)`` (or ``(N,)``) predictions
         (e.g. pick one token); default: the output itself, a trailing axis of
@@ -108,16 +98,8 @@ def train_network(
     X = check_inputs("X", X)
     N = int(X.shape[0])
     steps = steps_value(steps)
-    keep = as_save(save, save_every=save_every, save_M=save_M, save_W=save_W).resolve(steps)
-    opt = as_optimizer(
-        optimizer,
-        lr=lr,
-        momentum=momentum,
-        weight_decay=weight_decay,
-        batch_size=batch_size,
-        adam_betas=adam_betas,
-        adam_eps=adam_eps,
-    )
+    keep = as_save(save).resolve(steps)
+    opt = optimizer_object(optimizer)
     opt.check_samples(N)
     save_every = keep.every
     assert save_every is not None  # resolved

@@ -216,6 +216,24 @@ class Adam(Optimizer):
 _BY_NAME: dict[str, type[Optimizer]] = {cls.name: cls for cls in (GD, SGD, Adam)}
 
 
+def optimizer_object(optimizer: Any) -> Optimizer:
+    """``optimizer`` itself, checked to be an :class:`Optimizer` (what :func:`~nqf.dynamics.simulate` and
+    :func:`~nqf.dynamics.train_network` take: the object owns the step size and every setting).
+
+    Raises
+    ------
+    ParameterError
+        ``optimizer`` is a name or anything else that is not an :class:`Optimizer`.
+    """
+    if isinstance(optimizer, Optimizer):
+        return optimizer
+    hint = f" (build it with nqf.dynamics.as_optimizer({optimizer!r}, lr=…))" if isinstance(optimizer, str) else ""
+    raise ParameterError(
+        f"`optimizer` must be a nqf.dynamics.Optimizer such as GD(lr), SGD(lr, batch_size=…) or Adam(lr){hint}; "
+        f"found {optimizer!r}"
+    )
+
+
 def as_optimizer(
     optimizer: str | Optimizer = "gd",
     *,

@@ -88,18 +88,18 @@ class Save:
         return {"save_every": self.every, "save_M": self.M, "save_W": self.W}
 
 
-def as_save(save: Save | None = None, *, save_every=None, save_M=True, save_W=True) -> Save:
-    """``save`` itself (the alias keywords must then keep their defaults), else the policy of the keywords."""
+def as_save(save: Save | None = None) -> Save:
+    """``save`` itself, or the default policy ``Save()`` for ``None``.
+
+    Raises
+    ------
+    ParameterError
+        ``save`` is neither a :class:`Save` nor ``None``.
+    """
     if save is None:
-        return Save(every=save_every, M=save_M, W=save_W)
+        return Save()
     if not isinstance(save, Save):
-        raise ParameterError(f"`save` must be a nqf.dynamics.Save; found {type(save).__name__}")
-    for key, value, default in (("save_every", save_every, None), ("save_M", save_M, True), ("save_W", save_W, True)):
-        if value is not default:
-            raise ParameterError(
-                f"`{key}` must not be given beside `save` (set it on the Save object); found {key}={value!r} "
-                f"beside `save`={save!r}"
-            )
+        raise ParameterError(f"`save` must be a nqf.dynamics.Save or None; found {type(save).__name__}")
     return save
 
 

@@ -75,7 +75,7 @@ from ._fast import block_loop, block_split
 from ._initial import check_psd, initial_state
 from ._loop import OPTIMIZERS, check_run_args, minibatch_indices, training_loop
 from ._loss import Loss, as_loss
-from ._optim import Optimizer, as_optimizer
+from ._optim import Optimizer, optimizer_object
 from ._polish import POLISH_EVERY, POLISH_MAX_RANK, _loop_state, _polished, _polished_or_none, _transfer_step
 from ._save import Recorder, Save, as_save
 from ._trajectory import Trajectory
@@ -120,24 +120,15 @@ def simulate(
     *,
     M0=None,
     W0=None,
-    lr: float | None = None,
+    optimizer: Optimizer,
     steps: int,
     form: str = "order_parameter",
-    optimizer: str | Optimizer = "gd",
-    batch_size: int | None = None,
-    weight_decay: float = 0.0,
-    momentum: float = 0.0,
     loss: str | Loss = "mse",
     seed: int = 0,
-    save_every: int | None = None,
+    save: Save | None = None,
     compress: bool = False,
-    adam_betas=(0.9, 0.999),
-    adam_eps: float = 1e-8,
     divergence_threshold: float = 1e8,
     on_divergence: str = "stop",
-    save_M: bool = True,
-    save_W: bool = True,
-    save: Save | None = None,
 ) -> Trajectory:
     r"""Simulate training of the NQF model ``f = f(0) + Tr[M A]`` (normal form) by GD/SGD/momentum/Adam.
 
@@ -158,44 +149,31 @@ def simulate(
     W0 : array_like, shape (p, m), optional
         Initial unit weights of any width ``m``; ``M(0) = W0 W0ᵀ``.  Exactly one
         of ``M0``/``W0`` must be given: a ``p × p`` array is never guessed to be one or the other.
-    lr : float
-        Step size ``η`` (with an optimizer name; an :class:`~nqf.dynamics.Optimizer` holds its own).
+    optimizer : Optimizer
+        :class:`~nqf.dynamics.GD` (full batch; ``momentum``, ``weight_decay``), :class:`~nqf.dynamics.SGD`
+        (minibatches of ``batch_size``: the same batches in both forms for a given ``seed``, see
+        :func:`minibatch_indices`) or :class:`~nqf.dynamics.Adam` (weight form only); each holds its step size
+        ``η`` and settings (:func:`~nqf.dynamics.as_optimizer` builds one from a name).  Weight decay λ adds
+        ``(λ/2)‖W‖²`` to the loss (``G → G + λ/2 I``).
     steps : int
         Number of steps.
     form : {"order_parameter", "weights"}
-    optimizer : Optimizer or {"gd", "sgd", "adam"}
-        :class:`~nqf.dynamics.GD`, :class:`~nqf.dynamics.SGD`, :class:`~nqf.dynamics.Adam`, or a name
-        with the keywords ``lr``, ``batch_size``, ``weight_decay``, ``momentum``, ``adam_betas``,
-        ``adam_eps`` (:func:`~nqf.dynamics.as_optimizer`): ``"gd"`` full batch, ``"sgd"`` minibatches of
-        ``batch_size`` (same batches in both forms for a given ``seed``, see :func:`minibatch_indices`),
-        ``"adam"`` (weight form only; full batch unless ``batch_size`` is given).
-    batch_size : int, optional
-    weight_decay : float
-        λ: adds ``(λ/2)‖W‖²`` to the loss (``G → G + λ/2 I``).
-    momentum : float
-        Heavy-ball β in ``[0, 1)`` for ``"gd"``/``"sgd"``.
     loss : Loss or {"mse", "logistic", "cross_entropy"}
     seed : int
         Seed of the minibatch sampler.
-    save_every : int, optional
-        Save every this many steps (default ``max(1, steps // 1000)``, spaced further for large or
-        costly states: :meth:`~nqf.dynamics.Save.resolve`); step 0 and the last step are always saved.
     compress : bool
         Simulate on the ``r × r`` data-subspace block (ZGZ only; see
         :meth:`nqf.structure.StructureOperator.compress`); the saved ``M``/``W`` are mapped back
         exactly to the full ``p``-dimensional space.
-    adam_betas, adam_eps
-        Adam hyper-parameters (``torch.optim.Adam`` conventions, bias-corrected).
     divergence_threshold : float
         The run stops when the loss is not finite or exceeds this multiple of the initial loss.
     on_divergence : {"stop", "raise"}
         ``"stop"``: return the trajectory so far with ``status = -1`` and a
         message; ``"raise"``: raise :class:`~nqf.errors.DivergenceError`, whose
         ``.trajectory`` holds the states so far.
-    save_M, save_W : bool
-        Store ``M`` (and, in weight form, ``W``) at the saved steps.
     save : Save, optional
-        The save policy as an object (instead of ``save_every``, ``save_M``, ``save_W``).
+        The save policy (default ``Save()``: about a thousand states, step 0 and the last step always, ``M`` and,
+        in weight form, ``W``; :meth:`~nqf.dynamics.Save.resolve`).
 
     Returns
     -------
@@ -220,16 +198,8 @@ def simulate(
         raise InvalidParameterError(f"`on_divergence` must be 'stop' or 'raise'; found {on_divergence!r}")
     loss = as_loss(loss)
     steps = steps_value(steps)
-    policy = as_save(save, save_every=save_every, save_M=save_M, save_W=save_W)
-    opt = as_optimizer(
-        optimizer,
-        lr=lr,
-        momentum=momentum,
-        weight_decay=weight_decay,
-        batch_size=batch_size,
-        adam_betas=adam_betas,
-        adam_eps=adam_eps,
-    )
+    policy = as_save(save)
+    opt = optimizer_object(optimizer)
     opt.check_samples(op.n_samples)
     if form == "order_parameter" and not opt.closes_on_M:
         raise NotClosedError(opt.not_closed or f"{opt!r} does not close on the order parameter M = W Wᵀ")

@@ -24,7 +24,7 @@ import torch
 from pydantic import Field, field_validator, model_validator
 
 from ..curves import compare_staircase, level_read_times
-from ..dynamics import initial_weights
+from ..dynamics import GD, Save, initial_weights
 from ..errors import InvalidParameterError
 from ..reductions import crossing_time
 from ..report import mark_times, new_figure
@@ -223,14 +223,23 @@ def _runs(prob: dict, P: DemoParams, ctx):
                 "real_network",
                 lambda: to_cpu(
                     train_network(
-                        net, net.units, X, Y, W0=W0, lr=P.lr, steps=steps, save_every=P.save_every, save_W=False
+                        net,
+                        net.units,
+                        X,
+                        Y,
+                        W0=W0,
+                        optimizer=GD(P.lr),
+                        save=Save(every=P.save_every, W=False),
+                        steps=steps,
                     )
                 ),
             )
         else:
             nqf_run = ctx.checkpoint(
                 "nqf_order_parameter",
-                lambda: to_cpu(simulate(op, Y, M0=W0 @ W0.T, lr=P.lr, steps=steps, save_every=P.save_every)),
+                lambda: to_cpu(
+                    simulate(op, Y, M0=W0 @ W0.T, optimizer=GD(P.lr), save=Save(every=P.save_every), steps=steps)
+                ),
             )
     return real, nqf_run
 

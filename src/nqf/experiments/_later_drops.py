@@ -25,6 +25,7 @@ from functools import partial
 
 import numpy as np
 
+from ..dynamics import GD
 from ._base import Check, Table
 from ._common import to_cpu
 
@@ -58,12 +59,12 @@ def _run(kind: str, prob: dict, W0, lr: float, steps: int, save_every: int):
 
     op, X, y, student = prob["op"], prob["X"], prob["y"], prob["student"]
     if kind == "nqf":
-        run = simulate(op, y, W0=W0, lr=lr, steps=steps, save_every=save_every, form="weights")
+        run = simulate(op, y, W0=W0, optimizer=GD(lr), save=Save(every=save_every), steps=steps, form="weights")
         return to_cpu(run)
     net = copy.deepcopy(student)
     if kind == "real":
         run = train_network(
-            net, net.units, X, y, W0=W0, lr=lr, steps=steps, save_every=save_every, save_W=False, save_M=False
+            net, net.units, X, y, W0=W0, optimizer=GD(lr), save=Save(every=save_every, M=False, W=False), steps=steps
         )
         return to_cpu(run)
     save = Save(every=save_every, W=False, M=False)

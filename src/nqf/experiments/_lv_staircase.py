@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from pydantic import Field, model_validator
 
+from ..dynamics import GD, Save
 from ..errors import InvalidParameterError
 from ..reductions import crossing_time
 from ..report import mark_times, new_figure
@@ -176,7 +177,11 @@ def _run(ctx, op, y, e: float, K: int, lr: float, P: LVStaircaseParams, t_pred: 
     save = max(steps // P.save_points, 1)
     return ctx.checkpoint(
         f"eps_{e:g}",
-        lambda: to_cpu(simulate(op, y, M0=e * torch.eye(K, dtype=torch.float64), lr=lr, steps=steps, save_every=save)),
+        lambda: to_cpu(
+            simulate(
+                op, y, M0=e * torch.eye(K, dtype=torch.float64), optimizer=GD(lr), save=Save(every=save), steps=steps
+            )
+        ),
     )
 
 

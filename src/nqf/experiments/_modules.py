@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from pydantic import Field, model_validator
 
+from ..dynamics import GD, Save
 from ..errors import InvalidParameterError
 from ..report import new_figure
 from ._base import Check, Experiment, Outcome, Params, Table, register, size_estimate
@@ -159,11 +160,9 @@ def _family_runs(prob: dict, P: ModulesParams, ctx, key: str):
                 X.to(dev),
                 y.to(dev),
                 W0=W0.to(dev),
-                lr=lr,
+                optimizer=GD(lr),
+                save=Save(every=P.save_every, M=False, W=False),
                 steps=steps,
-                save_every=P.save_every,
-                save_W=False,
-                save_M=False,
             )
         ),
     )
@@ -174,10 +173,9 @@ def _family_runs(prob: dict, P: ModulesParams, ctx, key: str):
                 op.to(device=dev),
                 y.to(dev),
                 M0=(W0 @ W0.T).to(dev),
-                lr=lr,
+                optimizer=GD(lr),
+                save=Save(every=P.save_every, M=False),
                 steps=steps,
-                save_every=P.save_every,
-                save_M=False,
             )
         ),
     )

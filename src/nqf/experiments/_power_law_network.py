@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from ..dynamics import initial_weights
+from ..dynamics import GD, Save, initial_weights
 from ..report import new_figure
 from ._base import Check, Outcome, Table
 from ._common import mark_stop_at, mark_unfinished, stop_reason, to_cpu
@@ -60,7 +60,9 @@ def _network_runs(net: dict, P: PowerLawParams, ctx) -> dict:
         if part == "nqf":
             runs[part] = ctx.checkpoint(
                 "nqf",
-                lambda: to_cpu(simulate(net["op"], Y, M0=W0 @ W0.T, lr=lr, steps=steps, save_every=save, save_M=False)),
+                lambda: to_cpu(
+                    simulate(net["op"], Y, M0=W0 @ W0.T, optimizer=GD(lr), save=Save(every=save, M=False), steps=steps)
+                ),
             )
         else:
             mlp_net = TwoLayerMLP(P.n_modes, net["m"], P.n_modes, "tanh")
@@ -73,11 +75,9 @@ def _network_runs(net: dict, P: PowerLawParams, ctx) -> dict:
                         X,
                         Y,
                         W0=W0,
-                        lr=lr,
+                        optimizer=GD(lr),
+                        save=Save(every=save, M=False, W=False),
                         steps=steps,
-                        save_every=save,
-                        save_W=False,
-                        save_M=False,
                     )
                 ),
             )

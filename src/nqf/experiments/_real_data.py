@@ -92,12 +92,12 @@ def _real_run(D, width, C, X, Y, W0, run):
 
 
 def _seeded_run(op, D, width, C, X, Y, W0, run):
-    from ..dynamics import Save, seeded_nqf
+    from ..dynamics import seeded_nqf
     from ..networks import TwoLayerMLP
 
     net = TwoLayerMLP(D, width, C, "tanh")
-    save = Save(every=run["save_every"], M=run["save_M"], W=run["save_W"])
-    return to_cpu(seeded_nqf(op, net, net.units, X, Y, W0=W0, lr=run["lr"], steps=run["steps"], save=save))
+    lr, steps = run["optimizer"].lr, run["steps"]
+    return to_cpu(seeded_nqf(op, net, net.units, X, Y, W0=W0, lr=lr, steps=steps, save=run["save"]))
 
 
 @register
@@ -211,14 +211,14 @@ def _problem(name: str, P: RealDataParams, ctx) -> dict:
 def _runs(prob: dict, st, eps: float, P: RealDataParams, ctx):
     """NQF simulation and real network from the same ``W(0)`` (the network's × `planted_init_factor`), checkpointed."""
     from ..curves import step_count
-    from ..dynamics import initial_weights
+    from ..dynamics import GD, Save, initial_weights
 
     lr = prob["lr"]
     steps = step_count(st.times, lr, margin=1.0 + _tolerances(eps, P)[1], extra=2.0)
     W0 = initial_weights(prob["p"], P.width, eps, seed=ctx.seed)
     form = "weights" if eps <= 1e-13 else "order_parameter"
     key = f"{prob['name']}-{eps:g}"
-    run = dict(lr=lr, steps=steps, save_every=max(1, steps // P.save_points), save_M=False, save_W=False)
+    run = dict(optimizer=GD(lr), steps=steps, save=Save(every=max(1, steps // P.save_points), M=False, W=False))
     sim = ctx.checkpoint(f"{key}-nqf", partial(_nqf_run, prob["op"], prob["Y"], W0, form, run))
     X, Y, C, D = prob["X"], prob["Y"], prob["C"], prob["D"]
     real = ctx.checkpoint(f"{key}-real", partial(_real_run, D, P.width, C, X, Y, P.planted_init_factor * W0, run))

@@ -31,7 +31,7 @@ import torch
 from pydantic import Field, model_validator
 
 from ..curves import FLAT_THRESHOLD, compare_staircase
-from ..dynamics import initial_weights
+from ..dynamics import GD, Save, initial_weights
 from ..errors import InvalidParameterError
 from ..report import mark_times, new_figure
 from ._base import Check, Experiment, Outcome, Params, Table, register
@@ -297,14 +297,16 @@ def _runs(name: str, prob: dict, P: SaddlesParams, ctx):
     real = ctx.checkpoint(
         f"{name}-real",
         lambda: to_cpu(
-            train_network(net, net.units, X, Y, W0=W0, lr=lr, steps=steps, save_every=save, save_W=False, save_M=False)
+            train_network(
+                net, net.units, X, Y, W0=W0, optimizer=GD(lr), save=Save(every=save, M=False, W=False), steps=steps
+            )
         ),
     )
     if not P.nqf_runs:
         return real, None
     sim = ctx.checkpoint(
         f"{name}-nqf",
-        lambda: to_cpu(simulate(op, Y, M0=W0 @ W0.T, lr=lr, steps=steps, save_every=save, save_M=False)),
+        lambda: to_cpu(simulate(op, Y, M0=W0 @ W0.T, optimizer=GD(lr), save=Save(every=save, M=False), steps=steps)),
     )
     return real, sim
 

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from pydantic import Field
 
+from ..dynamics import GD, Save
 from ..report import new_figure
 from ._base import Check, Experiment, Outcome, Params, Table, register
 from ._catalog import CATALOG
@@ -143,10 +144,11 @@ def _runs(prob: dict, pred: dict, P: ScalingRealParams, ctx) -> dict:
     steps = int(math.ceil(1.2 * cp.window[1] / lr)) + 1
     X, Y, p = prob["X"], prob["Y"], prob["p"]
     W0 = initial_weights(p, max(P.width, p), P.eps, seed=ctx.seed)
-    run = {"lr": lr, "steps": steps, "save_every": max(1, steps // P.save_points), "save_M": False}
-    nqf_run = to_cpu(simulate(prob["op"], Y, W0=W0, **run))
+    every = max(1, steps // P.save_points)
+    nqf_run = to_cpu(simulate(prob["op"], Y, W0=W0, optimizer=GD(lr), steps=steps, save=Save(every=every, M=False)))
     net = TwoLayerMLP(X.shape[1], max(P.width, p), Y.shape[1], "tanh")
-    real = to_cpu(train_network(net, net.units, X, Y, W0=W0, save_W=False, **run))
+    keep = Save(every=every, M=False, W=False)
+    real = to_cpu(train_network(net, net.units, X, Y, W0=W0, optimizer=GD(lr), steps=steps, save=keep))
     return {"nqf": nqf_run, "real": real, "lr": lr, "steps": steps}
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import torch
@@ -80,7 +80,7 @@ def _setup(name: str, gen: torch.Generator):
 def _runs(name: str, P: TheoriesParams, ctx) -> dict:
     """The four theories on one set-up, from the same ``W(0)``."""
     from ..curves import compare_staircase
-    from ..dynamics import Save, Seeding, initial_weights, seeded_nqf, train_network
+    from ..dynamics import GD, Save, Seeding, initial_weights, seeded_nqf, train_network
     from ..networks import TwoLayerMLP
     from ..reductions import predict
     from ..reductions.dormant import agf_staircase
@@ -94,9 +94,8 @@ def _runs(name: str, P: TheoriesParams, ctx) -> dict:
     every = max(steps // P.save_points, 1)
     W0 = initial_weights(op.p, P.width, P.eps, seed=ctx.seed)
     net = TwoLayerMLP(X.shape[1], P.width, Y.shape[1], "tanh", dtype=torch.float64)
-    kw: dict[str, Any] = dict(W0=W0, lr=lr, steps=steps, save_every=every, save_W=False, save_M=False)
-    real = to_cpu(train_network(copy.deepcopy(net), net.units, X, Y, **kw))
     save = Save(every=every, W=False, M=False)
+    real = to_cpu(train_network(copy.deepcopy(net), net.units, X, Y, W0=W0, optimizer=GD(lr), steps=steps, save=save))
     seeded = to_cpu(
         seeded_nqf(op, copy.deepcopy(net), net.units, X, Y, W0=W0, lr=lr, steps=steps, seeding=Seeding(bridge=True),
                    save=save)

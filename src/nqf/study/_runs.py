@@ -10,14 +10,14 @@ import dataclasses
 import functools
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
 from .._memory import process_memory, release_free_memory
 from ..curves import StepClock, step_clock
-from ..dynamics import Trajectory
+from ..dynamics import GD, Save, Trajectory
 from ..reductions import LV_MAX_ENTRIES
 from ..reductions.saddles import SEARCH_EVALUATIONS, search_cost
 from ..structure import channel_split
@@ -149,14 +149,16 @@ def _runs(module, found, Xt, Yt, op, Ynqf, W0_real, W0, lr, steps, form, save_ev
     say(f"NQF simulation: {steps} steps ({form} form), estimated ~{secs(c_nqf * steps)} s")
     t0 = time.perf_counter()
     keep = _saved_state(found)
-    sim = _shifted(simulate(op, Ynqf, W0=W0, lr=lr, steps=steps, form=form, save_every=save_every, **keep), shift)
+    sim = _shifted(
+        simulate(op, Ynqf, W0=W0, optimizer=GD(lr), save=replace(keep, every=save_every), steps=steps, form=form), shift
+    )
     timings["nqf_simulation"] = time.perf_counter() - t0
     timings["nqf_step"] = timings["nqf_simulation"] / max(steps, 1)
     say(f"NQF simulation: {secs(timings['nqf_simulation'])} s")
     train = functools.partial(_train, module, found, Xt, Yt, W0_real, c_real=c_real, timings=timings, say=say)
     if factor > 2:
         (n_half, n_big), h_half = two_step_counts(steps, factor), lr * factor / 2
-        big = train(lr * factor, n_big, {"save_W": False, "save_M": False}, 1, stage="real_training_large")
+        big = train(lr * factor, n_big, Save(M=False, W=False), 1, stage="real_training_large")
         half = train(h_half, n_half, keep, save_every, stage="real_training") if big.status == 0 else big
         if half.status == 0:
             clock = step_clock(_curve(half), _curve(big), steps=(h_half, lr * factor), h=lr)
@@ -194,7 +196,7 @@ def _train(module, found, Xt, Yt, W0, lr, steps, keep, save_every, *, c_real, ti
     (the time of every such run also into ``timings["real_training"]``' sum, ``"real_step"`` per step)."""
     from ..dynamics import train_network
 
-    sb = _state_bytes(found) if keep.get("save_W") or keep.get("save_M") else 0
+    sb = _state_bytes(found) if keep.W or keep.M else 0
     every = _real_save_every(steps, save_every, sb)
     timings[f"estimate_{stage}"] = _real_seconds(c_real, steps, save_every, sb)
     say(
@@ -203,7 +205,9 @@ def _train(module, found, Xt, Yt, W0, lr, steps, keep, save_every, *, c_real, ti
     )
     t0 = time.perf_counter()
     net = copy.deepcopy(module)
-    real = train_network(net, found.layout, Xt, Yt, W0=W0, lr=lr, steps=steps, save_every=every, **keep)
+    real = train_network(
+        net, found.layout, Xt, Yt, W0=W0, optimizer=GD(lr), save=replace(keep, every=every), steps=steps
+    )
     timings[stage] = time.perf_counter() - t0
     timings["real_step"] = timings[stage] / max(steps, 1)
     say(f"real network: {secs(timings[stage])} s")
@@ -245,18 +249,18 @@ def _cost(module, found, Xt, Yt, op, Ynqf, W0, *, lr: float, steps: int, form: s
 
     keep = _saved_state(found)
 
-    def real(k: int, saving: dict):
-        return train_network(copy.deepcopy(module), found.layout, Xt, Yt, W0=W0, lr=lr, steps=k, **saving)
+    def real(k: int, saving: Save):
+        return train_network(copy.deepcopy(module), found.layout, Xt, Yt, W0=W0, optimizer=GD(lr), steps=k, save=saving)
 
     c_real = (
-        timed_step_cost(lambda k: real(k, {"save_W": False, "save_M": False}), steps),
-        timed_step_cost(lambda k: real(k, {**keep, "save_every": 1}), steps),
+        timed_step_cost(lambda k: real(k, Save(M=False, W=False)), steps),
+        timed_step_cost(lambda k: real(k, replace(keep, every=1)), steps),
     )
     c_plain = timed_step_cost(
-        lambda k: simulate(op, Ynqf, W0=W0, lr=lr, steps=k, form=form, save_M=False, save_W=False), steps
+        lambda k: simulate(op, Ynqf, W0=W0, optimizer=GD(lr), save=Save(M=False, W=False), steps=k, form=form), steps
     )
     c_each = timed_step_cost(
-        lambda k: simulate(op, Ynqf, W0=W0, lr=lr, steps=k, form=form, save_every=1, **keep), steps
+        lambda k: simulate(op, Ynqf, W0=W0, optimizer=GD(lr), save=replace(keep, every=1), steps=k, form=form), steps
     )
     c_nqf = c_plain + max(c_each - c_plain, 0.0) / max(save_every, 1)
     n_saved = steps // save_every + 2  # the NQF's saved states (the real run's: _estimate_and_run)
@@ -269,8 +273,8 @@ def _state_bytes(found) -> int:
     return 8 * found.p * min(found.p, found.n_units)
 
 
-def _saved_state(found) -> dict:
+def _saved_state(found) -> Save:
     """Save the smaller of ``M`` (``p × p``) and ``W`` (``p × m``) at each saved step: the mode strengths
     ``qᵀ M q = ‖Wᵀ q‖²`` need only one (a CNN on digits, p = 650, m = 16: 50 MB of ``W`` instead of 4 GB of ``M``)."""
     small_w = found.n_units < found.p
-    return {"save_M": not small_w, "save_W": small_w}
+    return Save(M=not small_w, W=small_w)
