@@ -236,7 +236,8 @@ def clock(eps_list=(1e-8, 1e-12, 1e-20), m: int = 64) -> None:
         X, Y, _ = _data(name)
         for eps in eps_list:
             a = nqf.analyze(spec, X.numpy(), Y.numpy(), eps=eps, seed=0)
-            data, module, found, _ = prepare_analysis(spec, X.numpy(), Y.numpy(), seed=0)
+            prepared = prepare_analysis(spec, X.numpy(), Y.numpy(), seed=0)
+            data, module, found = prepared.data, prepared.module, prepared.found
             W0 = initial_weights(found.p, found.n_units, eps, seed=0)
             Xt, Yt = (torch.as_tensor(v, dtype=torch.float64) for v in (data.X, data.Y))
             t0 = time.perf_counter()

@@ -165,8 +165,8 @@ def run(n: int, out: str | None) -> dict:
         "peak_MiB": round(_peak_mib()),
         "steps": a.steps,
         "drops": a.prediction.n_drops,
-        "trust": a.verdict.get("trust"),
-        "verdict": a.verdict["text"][0],
+        "trust": a.verdict.trust,
+        "verdict": a.verdict.text[0],
         "timings": a.timings,
         "stages": bars.rows,
     }

@@ -115,7 +115,7 @@ def run_row(name: str, eps: float) -> dict:
             nqf_level=nqf_l,
             real_time=real_t,
             real_level=real_l,
-            trust=a.verdict.get("trust"),
+            trust=a.verdict.trust,
             max_printed_percent=max(percents, default=0.0),
             rules=list(a.prediction.time_rules),
         )

@@ -55,7 +55,7 @@ print(a)
 # %%
 df = a.to_frame()
 print(df[["k", "level_predicted", "level_real", "time_predicted", "time_real", "time_error_real"]])
-for sentence in a.verdict["text"][:3]:
+for sentence in a.verdict.text[:3]:
     print("-", sentence)
 
 # %%

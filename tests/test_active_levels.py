@@ -103,7 +103,8 @@ def test_every_clock_time_is_within_five_percent_of_gd_at_eta_or_flagged(make):
     a = nqf.analyze("mlp:width=64,act=tanh", X, Y, eps=1e-12, seed=0)
     st = a.clock.staircase
     flags = ~st.trusted(TRUSTED_TIME_ERROR)
-    data, module, found, _ = prepare_analysis("mlp:width=64,act=tanh", X, Y, seed=0)
+    prepared = prepare_analysis("mlp:width=64,act=tanh", X, Y, seed=0)
+    data, module, found = prepared.data, prepared.module, prepared.found
     W0 = initial_weights(found.p, found.n_units, 1e-12, seed=0)
     Xt, Yt = (torch.as_tensor(v, dtype=torch.float64) for v in (data.X, data.Y))
     gd = train_network(

@@ -170,7 +170,7 @@ def test_width_64_on_digits_is_reported_as_having_left_the_quadratic_regime():
     v = a.validity
     assert a.prediction.global_minimum and v["left_step"] is not None, v
     assert v["final_real"] < 0.99 * v["nqf_minimum"], v
-    assert any(f"left the quadratic regime at step {v['left_step']}" in s for s in a.verdict["text"])
+    assert any(f"left the quadratic regime at step {v['left_step']}" in s for s in a.verdict.text)
 
 
 def test_mode_strengths_from_the_saved_factor_equal_those_from_M():

@@ -104,7 +104,8 @@ def test_conv_model_on_images_reaches_units_structure_and_checks(images):
     from nqf.study._pipeline import _assumption_checks
 
     _, _, path, model = images
-    data, module, found, _ = prepare_analysis(model, load_dataset(path))
+    prepared = prepare_analysis(model, load_dataset(path))
+    data, module, found = prepared.data, prepared.module, prepared.found
     assert data.X.shape == (40, 1, 8, 8) and found.kind == "conv-channels" and found.n_units == 4
     Xt = torch.as_tensor(data.X)
     op, f0, how = structure_of(module, found, Xt)
@@ -299,11 +300,14 @@ def test_every_timed_stage_has_the_estimate_printed_before_it_and_the_peak_memor
     for stage, prefix in starts.items():
         if stage in a.timings:
             assert "estimated at most ~" in next(ln for ln in lines if ln.startswith(prefix)), stage
-    est, peak = a.memory["estimate_peak_mib"], a.memory["peak_mib"]
+    est, peak = a.memory.estimate_peak_mib, a.memory.peak_mib
     assert 0.5 < est / peak < 2  # from what the process held before the runs and the saved states
     assert f"process peak ~{est:.0f} MiB" in next(ln for ln in lines if ln.startswith("estimate: "))
     d = a.to_dict()
-    assert d["memory"] == a.memory and d["timings"]["estimate_real_training"] == a.timings["estimate_real_training"]
+    assert (
+        d["memory"] == a.memory.to_dict()
+        and d["timings"]["estimate_real_training"] == a.timings["estimate_real_training"]
+    )
 
 
 # --------------------------------------------------------------------------- training-only layers
@@ -325,7 +329,7 @@ def test_dropout_is_switched_off_named_and_trains_like_the_model_without_it(tmp_
     row = {r.name: r for r in a.checks}["training-only layers"]
     assert row.status == "warn" and "`2` (Dropout)" in row.value
     assert {r.name: r for r in b.checks}["training-only layers"].status == "ok"
-    assert any("`2` (Dropout)" in s and "switched off" in s for s in a.verdict["text"])
+    assert any("`2` (Dropout)" in s and "switched off" in s for s in a.verdict.text)
     assert a.notes and "`2` (Dropout)" in a.notes[0] and not b.notes
     assert any(ln.startswith("note: ") and "Dropout" in ln for ln in lines)
     np.testing.assert_allclose(a.curves["loss_real"], b.curves["loss_real"], rtol=1e-10, atol=0)

@@ -26,7 +26,7 @@ def test_modular_addition_with_a_square_activation_is_predicted_at_order_three()
     r = nqf.analyze(_square_mlp(2 * P, 12, P), X, Y, eps=1e-2, max_steps=10**6, log=lines.append)
     assert r.prediction.method == "dormant-flow" and r.prediction.n_drops >= 1
     assert any("first order that does is k = 3" in line for line in lines)
-    assert any("first order that does is k = 3" in s for s in r.verdict["text"])
+    assert any("first order that does is k = 3" in s for s in r.verdict.text)
     assert math.isfinite(r.lr) and 1e-4 < r.lr < 1.0  # from the active phase's curvature, not a zero rate
     assert r.steps * r.lr > r.prediction.times[-1]  # the horizon reaches the last predicted escape
     # measured, not asserted: the real first drop comes at 37.5 against 46.1 predicted (−19 %) at this ε
@@ -57,7 +57,7 @@ def test_sparse_parity_names_the_order_and_its_first_escape_comes_when_the_real_
     time of the units' Taylor polynomial (orders 2 and 3), which analyze's own real network (GD at η) meets:
     measured 67.7 predicted, 70.0 real (+3.4 %)."""
     r = _parity_analysis(shuffle=False)
-    text = next(s for s in r.verdict["text"] if "shuffled targets" in s)
+    text = next(s for s in r.verdict.text if "shuffled targets" in s)
     assert "the first order that carries one is k = 3" in text and "Taylor polynomial" in text
     number = r"([0-9.e+-]+)"
     pattern = rf"comes at t ≈ {number} \(the loss halfway from {number} to the polynomial's fit {number}\)"
@@ -71,5 +71,5 @@ def test_sparse_parity_names_the_order_and_its_first_escape_comes_when_the_real_
 @pytest.mark.slow
 def test_sparse_parity_shuffled_against_the_labels_names_no_order():
     """Planted: the labels shuffled against the bits: no order up to 4 beats shuffled targets, and no time."""
-    text = next(s for s in _parity_analysis(shuffle=True).verdict["text"] if "shuffled targets" in s)
+    text = next(s for s in _parity_analysis(shuffle=True).verdict.text if "shuffled targets" in s)
     assert "no order up to 4 does better" in text and "comes at" not in text

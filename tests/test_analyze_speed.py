@@ -87,7 +87,7 @@ def test_a_real_run_that_diverges_at_the_larger_step_is_repeated_at_eta():
     iris = load_dataset("iris")
     ref = nqf.analyze("mlp:width=16,act=tanh", iris, eps=1e-6, real_step_factor=1.0)
     big = nqf.analyze("mlp:width=16,act=tanh", iris, eps=1e-6, real_step_factor=2000.0)
-    assert any("diverged" in n for n in big.notes) and any("diverged" in s for s in big.verdict["text"])
+    assert any("diverged" in n for n in big.notes) and any("diverged" in s for s in big.verdict.text)
     np.testing.assert_array_equal(big.real.times_measured, ref.real.times_measured)
     np.testing.assert_array_equal(big.curves["loss_real"], ref.curves["loss_real"])
     assert not any("diverged" in n for n in ref.notes)

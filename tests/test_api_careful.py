@@ -91,13 +91,13 @@ def test_raw_arrays_and_tensors_are_prepared_as_load_dataset_prepares_them():
     X, y = load_wine(return_X_y=True)
     ref = load_dataset("wine")
     for Xi, yi in ((X, y), (torch.tensor(X), torch.tensor(y))):  # numpy arrays, or tensors
-        data = prepare_analysis("mlp:width=4", Xi, yi)[0]
+        data = prepare_analysis("mlp:width=4", Xi, yi).data
         np.testing.assert_array_equal(data.X, ref.X)
         np.testing.assert_array_equal(data.Y, ref.Y)
         assert data.preprocessing["standardize"] and data.preprocessing["one_hot"]
         assert "arrays prepared as `nqf analyze --data`" in data.preprocessing["task_rule"]
     Xd, yd = load_diabetes(return_X_y=True)  # float targets: regression, one centred output, inputs standardised
-    d = prepare_analysis("mlp:width=4", Xd * 100, yd)[0]
+    d = prepare_analysis("mlp:width=4", Xd * 100, yd).data
     assert d.task == "regression" and d.n_outputs == 1 and "not integer class labels" in d.preprocessing["task_rule"]
     np.testing.assert_allclose(d.X.std(0), 1.0)
     np.testing.assert_allclose(d.Y[:, 0], yd - yd.mean())
@@ -106,7 +106,7 @@ def test_raw_arrays_and_tensors_are_prepared_as_load_dataset_prepares_them():
 def test_a_dataset_is_used_as_given():
     X, y = load_wine(return_X_y=True)
     ds = prepare(X, y, task="regression", standardize=False, center=False, name="as given")
-    data = prepare_analysis("mlp:width=4", ds)[0]
+    data = prepare_analysis("mlp:width=4", ds).data
     assert data is ds and data.task == "regression" and data.n_outputs == 1
     np.testing.assert_array_equal(data.X, X)  # not standardised
     np.testing.assert_array_equal(data.Y[:, 0], y)  # not centred, not one-hot

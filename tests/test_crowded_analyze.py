@@ -16,10 +16,10 @@ def test_analyze_digits_autoencoder_reports_crowded_drops():
     X = X[:, np.argsort(X.std(0))[::-1][:16]]
     X = (X - X.mean(0)) / X.std()
     res = analyze("mlp:width=64,act=tanh", X, X, eps=1e-3, seed=0)
-    cr = res.verdict["crowded"]
+    cr = res.verdict.crowded
     assert cr is not None and cr["prediction"]["crowded"]
-    assert any("crowd" in s for s in res.verdict["text"])
+    assert any("crowd" in s for s in res.verdict.text)
     assert cr["real"] is None or len(cr["real"]["local_exponent"]) == 20
     assert np.isfinite(cr["prediction"]["window_exponent"])
     assert any(n.startswith("tail: drops 15–16") for n in res.prediction.notes), res.prediction.notes
-    assert any(s.startswith("drops 1–14 crowd") for s in res.verdict["text"]), res.verdict["text"]
+    assert any(s.startswith("drops 1–14 crowd") for s in res.verdict.text), res.verdict.text

@@ -169,7 +169,7 @@ def test_analysis_frame_holds_the_table_numbers(analysis):
         "steps": a.steps,
         "p": a.p,
         "width": a.width,
-        "trust": a.verdict["trust"],
+        "trust": a.verdict.trust,
     }
 
 

@@ -328,6 +328,9 @@ FACTORIES = {
         (),
     ),
     "nqf.study._result.CheckRow": (lambda f: analysis().checks[0], ()),
+    "nqf.study._parts.Verdict": (lambda f: analysis().verdict, ()),
+    "nqf.study._parts.Timings": (lambda f: analysis().timings, ()),
+    "nqf.study._parts.Memory": (lambda f: analysis().memory, ()),
     "nqf.study._discover.FoundUnits": (
         lambda f: __import__("nqf.study._discover", fromlist=["x"]).find_unit_layers(
             torch.nn.Sequential(torch.nn.Linear(D, 8, bias=False), torch.nn.Tanh(), torch.nn.Linear(8, C, bias=False))
@@ -370,6 +373,12 @@ FACTORIES = {
 #: Public dataclasses that are not results of a computation (inputs, specifications, run contexts).
 NOT_RESULTS = {
     "nqf.study._output_side.OutputSide": "an intermediate of nqf.forecast inside nqf.study (a projection basis)",
+    "nqf.study._plan.Prepared": "an intermediate of nqf.analyze: the data, the module and its units, checked",
+    "nqf.study._plan.NQFData": "an intermediate of nqf.analyze: the NQF's operator and targets",
+    "nqf.study._plan.Problem": "an intermediate of nqf.analyze: what is analysed (holds the module)",
+    "nqf.study._plan.RunPlan": "an input of nqf.analyze's runs: the step, the steps, the form, the saves",
+    "nqf.study._plan.Comparison": "an intermediate of nqf.analyze: the parts of an Analysis its comparison made",
+    "nqf.study._predicted.OrderedPrediction": "an intermediate of nqf.analyze: the prediction phase's parts",
     "nqf.modules._units.UnitSlice": "an input: how a parameter is split into units",
     "nqf.structure._activations.Activation": "an input: an activation function with its derivatives at 0",
     "nqf.experiments._runner.RunContext": "what a running experiment may use (run directory, device, seed)",

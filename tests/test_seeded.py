@@ -235,13 +235,12 @@ def test_verdict_judges_a_slowly_approached_last_level_against_the_nqf():
         flatness=np.array([0.01, 0.02]), flat_threshold=0.25,
     )  # fmt: skip
     val = {"max_gap": 0.02, "left_step": None, "left_time": None}
-    found = SimpleNamespace(n_units=64, p=32)
-    slow = judge(pred, cmp([0.2334, 0.06429]), cmp([0.2334, 0.0650]), val, 1e-6, found, 64, 32)
-    assert any("approached slowly" in t and "21.9 %" in t for t in slow["text"]), slow["text"]
-    assert slow["max_level_error"] < 0.02  # judged against the NQF's 0.06429, not the minimum 0.05276
-    fast = judge(pred, cmp([0.2334, 0.0530]), cmp([0.2334, 0.0650]), val, 1e-6, found, 64, 32)
-    assert not any("approached slowly" in t for t in fast["text"])
-    assert fast["max_level_error"] > 0.2  # the NQF reaches its level: the real network is judged against it
+    slow = judge(pred, cmp([0.2334, 0.06429]), cmp([0.2334, 0.0650]), val, 1e-6, width=64, p=32)
+    assert any("approached slowly" in t and "21.9 %" in t for t in slow.text), slow.text
+    assert slow.max_level_error < 0.02  # judged against the NQF's 0.06429, not the minimum 0.05276
+    fast = judge(pred, cmp([0.2334, 0.0530]), cmp([0.2334, 0.0650]), val, 1e-6, width=64, p=32)
+    assert not any("approached slowly" in t for t in fast.text)
+    assert fast.max_level_error > 0.2  # the NQF reaches its level: the real network is judged against it
 
 
 def test_verdict_names_unscaled_regression_targets():

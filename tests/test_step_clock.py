@@ -70,7 +70,8 @@ def iris_eta():
     """analyze on iris (tanh, width 64, ε = 1e-12) and plain GD of the same module from the same W(0) at η."""
     iris = load_dataset("iris")
     a = nqf.analyze("mlp:width=64,act=tanh", iris, eps=1e-12, seed=0)
-    data, module, found, _ = prepare_analysis("mlp:width=64,act=tanh", iris, seed=0)
+    prepared = prepare_analysis("mlp:width=64,act=tanh", iris, seed=0)
+    data, module, found = prepared.data, prepared.module, prepared.found
     W0 = initial_weights(found.p, found.n_units, 1e-12, seed=0)
     X, Y = (torch.as_tensor(v, dtype=torch.float64) for v in (data.X, data.Y))
     net = copy.deepcopy(module)
@@ -99,5 +100,5 @@ def test_the_clock_carries_a_trust_mark_per_drop_and_the_modules_levels(iris_eta
     assert st.time_uncertainty[0] == 0.0 and st.levels_module[0] == pytest.approx(st.levels[0])
     err = np.abs(st.times / t_gd - 1)
     assert np.all((err <= 0.05) | ~st.trusted())
-    assert any(s.startswith("Trust per drop of the real network's clock") for s in a.verdict["text"])
+    assert any(s.startswith("Trust per drop of the real network's clock") for s in a.verdict.text)
     assert st.levels_module[-1] == pytest.approx(a.real.levels_measured[-1], rel=0.05)

@@ -58,7 +58,7 @@ def _analysis(
     Lr = Ln * (1 + gap * np.clip(t - 1.0, 0.0, 1.0))
     val = validity(t, Lr, Ln, steps, pred, 0.05)
     nqf, real = cmp(nqf_levels[: K + 1], [x * 0.99 for x in real_times[:K]]), cmp(real_levels[: K + 1], real_times[:K])
-    verdict = judge(pred, nqf, real, val, 1e-6, None, 4, 4)
+    verdict = judge(pred, nqf, real, val, 1e-6, width=4, p=4)
     S = np.exp(np.outer(t, np.ones(K)) - np.array(times))
     return Analysis(
         model="mlp:width=4,act=tanh", data=data, units="units", operator="analytic mlp", p=4, width=4,
@@ -187,7 +187,7 @@ def test_errors_are_percent_of_the_prediction_everywhere(saved):
     raw = a.table()  # fractions, full precision
     assert float(rows[1][5]) == pytest.approx(100 * raw[1][6], abs=0.05) and rows[1][5] == "5.6"
     assert float(rows[2][9]) == pytest.approx(100 * raw[2][12], abs=0.05) and rows[2][9] == "10"
-    assert any("5.6 % in level" in s for s in a.verdict["text"]), a.verdict["text"]
+    assert any("5.6 % in level" in s for s in a.verdict.text), a.verdict.text
 
 
 def test_a_level_of_zero_gets_an_absolute_difference_and_round_off_prints_as_zero(saved):
@@ -203,7 +203,7 @@ def test_a_level_of_zero_gets_an_absolute_difference_and_round_off_prints_as_zer
     assert check["predicted"] == 0.0 and "round-off" in check["reason"]
     assert "-1.3e-15" not in "\n".join(lines)  # only the checks' note names the raw value
     assert html.count("-1.3e-15") == html.count("predicted -1.3e-15: 0 up to round-off") == 1
-    assert any("to 0 (round-off)" in s for s in a.verdict["text"])
+    assert any("to 0 (round-off)" in s for s in a.verdict.text)
 
 
 def _percentages(text: str) -> list[float]:
@@ -228,7 +228,7 @@ def test_comparisons_read_true_at_the_printed_precision(saved):
     10 %: the trust sentence says so with those digits."""
     a, res, _, (_, rows, _), _ = saved
     assert rows[1][11] == "no (0.25004)", rows[1]
-    first = a.verdict["text"][0]
+    first = a.verdict.text[0]
     assert "10.004 % in time" in first and "trust: moderate" in first and "above 10 %" in first, first
 
 
@@ -240,10 +240,10 @@ def test_leaving_the_regime_prints_the_gap_with_the_digits_that_show_it_and_name
     assert v["left_step"] is not None
     shown = re.search(r"= ([\d.]+) % > 5 %", v["reason"])
     assert shown and float(shown.group(1)) > 5, v["reason"]
-    text = next(s for s in a.verdict["text"] if "left the quadratic regime" in s)
+    text = next(s for s in a.verdict.text if "left the quadratic regime" in s)
     assert f"at step {v['left_step']} of η = {ETA:g}" in text and f"t = η·steps = {v['left_time']:.4g}" in text
-    x = judge(a.prediction, a.nqf, a.real, v, 1e-6, None, 4, 4, real_lr=20 * ETA)
-    assert "trains at a step of 0.02 = 20 η" in next(s for s in x["text"] if "left the quadratic" in s)
+    x = judge(a.prediction, a.nqf, a.real, v, 1e-6, width=4, p=4, real_lr=20 * ETA)
+    assert "trains at a step of 0.02 = 20 η" in next(s for s in x.text if "left the quadratic" in s)
     validity_rows = {r[0]: r[1] for r in _validity_table(a)}
     assert validity_rows["left the quadratic regime at t = η·steps"] == pytest.approx(v["left_time"], rel=1e-3)
 
@@ -274,12 +274,12 @@ def test_trust_is_not_high_when_the_staircase_learns_almost_nothing():
     verdict says almost nothing is learned at this order and caps the trust at moderate."""
     kw = dict(levels=(0.25, 0.2473), real_levels=(0.25, 0.2473), nqf_levels=(0.25, 0.2473), real_times=(2.01,))
     a = _analysis(flatness=(0.01, 0.02), **kw)
-    assert a.verdict["trust"] == "moderate" and a.verdict["learned_fraction"] == pytest.approx(0.0108)
-    assert any("almost nothing is learned" in s and "1.1 %" in s for s in a.verdict["text"]), a.verdict["text"]
+    assert a.verdict.trust == "moderate" and a.verdict.learned_fraction == pytest.approx(0.0108)
+    assert any("almost nothing is learned" in s and "1.1 %" in s for s in a.verdict.text), a.verdict.text
     ok = _analysis(
         levels=(0.25, 0.2), real_levels=(0.25, 0.2), nqf_levels=(0.25, 0.2), real_times=(2.01,), flatness=(0.01, 0.02)
     )
-    assert ok.verdict["trust"] == "high" and not any("almost nothing" in s for s in ok.verdict["text"])
+    assert ok.verdict.trust == "high" and not any("almost nothing" in s for s in ok.verdict.text)
 
 
 def test_the_checks_table_has_no_empty_column(saved):

@@ -30,17 +30,17 @@ def _verdict(method: str, rule: str) -> dict:
 
     val = validity(t, Lr, Ln, np.arange(t.size), pred, 0.05)
     assert val["left_step"] is not None  # the real network leaves the flat NQF at its first drop
-    return judge(pred, cmp(TIMES), cmp(REAL_TIMES), val, 1e-2, None, 4, 4)
+    return judge(pred, cmp(TIMES), cmp(REAL_TIMES), val, 1e-2, width=4, p=4)
 
 
 def test_order_k_verdict_compares_every_drop_and_never_names_the_quadratic_regime():
     v = _verdict("dormant-flow", "dormant flow")
-    assert v["drops_compared"] == 2 and v["trust"] == "high"  # 1.0 % and 1.5 % late, levels exact
-    text = " ".join(v["text"])
+    assert v.drops_compared == 2 and v.trust == "high"  # 1.0 % and 1.5 % late, levels exact
+    text = " ".join(v.text)
     assert "quadratic regime" not in text and "max gap" not in text
     assert "judged against the order-k staircase alone" in text
 
 
 def test_planted_a_saddle_sequence_with_the_same_curves_is_cut_at_the_regime_exit():
     v = _verdict("saddle-sequence", "exact offset")
-    assert v["drops_compared"] < 2 and any("left the quadratic regime" in s for s in v["text"])
+    assert v.drops_compared < 2 and any("left the quadratic regime" in s for s in v.text)

@@ -142,7 +142,7 @@ def test_analyze_says_what_it_trains():
     trained = next(s for s in lines if s.startswith("trained:"))
     assert "0.weight" in trained and "1.weight" in trained and "frozen: 2.weight (40 parameters)" in trained
     assert lines.index(trained) < 4  # among the first lines
-    assert a.verdict["text"][0].startswith("Trained: ") and "2.weight" in a.verdict["text"][0]
+    assert a.verdict.text[0].startswith("Trained: ") and "2.weight" in a.verdict.text[0]
 
 
 class _SmallRowTransformer(nn.Module):

@@ -205,7 +205,9 @@ def validity_report(
         raise InvalidParameterError(f"`fraction` must be > 0; found {fraction!r}")
     switch_fraction = unit_fraction("switch_fraction", switch_fraction, "of the total drop")
     if network.W is None:
-        raise InvalidParameterError("`network` must carry the saved weights `.W` (train_network(..., save=Save(W=True)))")
+        raise InvalidParameterError(
+            "`network` must carry the saved weights `.W` (train_network(..., save=Save(W=True)))"
+        )
     K = min(len(network), len(nqf))
     tn, tq = network.t[:K].cpu(), nqf.t[:K].cpu()
     if not torch.allclose(tn, tq, rtol=1e-9, atol=1e-12):

@@ -30,6 +30,7 @@ _ATTRS: dict[str, str] = {
     "Monitor": "_watch",
     "WatchStatus": "_watch",
     "prepare_analysis": "_pipeline",
+    "Prepared": "_plan",
     "Analysis": "_result",
     "CheckRow": "_result",
     "FoundUnits": "_discover",
@@ -48,6 +49,7 @@ __all__ = [  # equal to the keys of _ATTRS
     "Forecast",
     "LogJudgement",
     "Monitor",
+    "Prepared",
     "WatchStatus",
     "analyze",
     "forecast",
@@ -69,6 +71,7 @@ if TYPE_CHECKING:
     from ._models import build_model
     from ._output import save_analysis
     from ._pipeline import analyze, prepare_analysis
+    from ._plan import Prepared
     from ._result import Analysis, CheckRow
     from ._watch import Monitor, WatchStatus, watch
 

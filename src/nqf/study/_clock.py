@@ -16,6 +16,7 @@ import numpy as np
 
 from ..curves import TRUSTED_TIME_ERROR, RealClock, level_read_times, level_time_bounds, real_clock, step_clock
 from ..structure import channel_split
+from ._plan import Problem, RunPlan
 from ._runs import secs, timed_step_cost, two_step_counts
 
 __all__ = ["seeded_clock", "clock_sentences", "seeds_off_level", "SEEDS_OFF_FRACTION"]
@@ -41,33 +42,33 @@ def seeds_off_level(levels) -> float:
 
 
 def seeded_clock(
-    enabled: bool, problem: tuple, run: tuple, pred, sim, say, timings: dict, moments: tuple | None = None
-) -> RealClock | None:
+    enabled: bool, problem: Problem, run: RunPlan, pred, sim, say
+) -> tuple[RealClock | None, dict[str, float]]:
     """The seeded NQF's drop times (:func:`nqf.dynamics.seeded_nqf`) read against the NQF run ``sim``.
 
-    ``problem`` is ``(module, found, X, Y, op, W0)`` with ``op`` the operator on the data themselves; ``run`` is
-    ``(η, steps, factor)``: with ``factor > 2`` the seeded NQF runs as the real network does, at ``factor × η`` and
-    half that step, and its times are carried onto the clock of ``η`` by the two runs' own delays
-    (:func:`nqf.curves.step_clock`); otherwise at ``η``.  ``moments = (op_c, X̃, Ỹ, c)``, where the NQF runs on
-    moment rows (``Ỹ`` the moment targets minus ``f(0)``, ``c`` the loss offset), takes the NQF's steps there (the
-    same gradient, on ``D`` rows) and the module's seeds on the data (``source``).  The plateaus are bridged in
-    closed form (``Seeding(bridge=True)``).  Returns the clock (None when not run); its time goes into
-    ``timings["seeded_nqf"]``.
+    With ``run.real_step_factor > 2`` the seeded NQF runs as the real network does, at ``factor × η`` and half that
+    step, and its times are carried onto the clock of ``η`` by the two runs' own delays
+    (:func:`nqf.curves.step_clock`); otherwise at ``η``.  Where the NQF runs on moment rows (``problem.nqf.rows``;
+    its targets there the moment targets minus ``f(0)``, its loss offset ``problem.nqf.shift``) the seeded NQF
+    takes the NQF's steps there (the same gradient, on ``D`` rows) and the module's seeds on the data
+    (``source``).  The plateaus are bridged in closed form (``Seeding(bridge=True)``).  Returns the clock (None
+    when not run) and the seconds it took (``"estimate_seeded_nqf"``, ``"seeded_nqf"``, ``"active_levels"``).
     """
     from ..dynamics import Save, Seeding, seeded_nqf
 
-    module, found, Xt, Yt, op, W0 = problem
-    lr, steps, factor = run
+    module, found, Xt, Yt, op, W0 = problem.module, problem.found, problem.X, problem.Y, problem.op, problem.W0
+    lr, steps, factor = run.lr, run.steps, run.real_step_factor
     if not enabled or pred.n_drops < 2 or not op.satisfies_zgz:
-        return None
+        return None, {}
+    moments = problem.nqf.rows is not None
     shift, (op_nqf, X_nqf, Y_nqf) = 0.0, (op, Xt, Yt)
-    if moments is not None:  # the NQF's steps on the moment rows; the seeds from the module on the data
-        op_nqf, X_nqf, Y_moments, shift = moments
-        Y_nqf = Y_moments + _zero_output(module, found, X_nqf)
+    if moments:  # the NQF's steps on the moment rows; the seeds from the module on the data
+        op_nqf, X_nqf, shift = problem.nqf.op, problem.nqf.rows, problem.nqf.shift
+        Y_nqf = problem.nqf.Y + _zero_output(module, found, X_nqf)
 
     stop = seeds_off_level(pred.levels) - shift
     stop = stop if math.isfinite(stop) else None  # no last drop (or no finite levels): seeded to the horizon
-    seeding = Seeding(bridge=True, seed_until=stop, source=None if moments is None else (op, Xt, Yt))
+    seeding = Seeding(bridge=True, seed_until=stop, source=(op, Xt, Yt) if moments else None)
 
     def go(h: float, k: int, save_every: int, save_W: bool = False):
         return seeded_nqf(
@@ -79,7 +80,7 @@ def seeded_clock(
     if factor <= 2:
         plan = [(lr, steps)]
     n_total = sum(k for _, k in plan)
-    timings["estimate_seeded_nqf"] = timed_step_cost(lambda k: go(plan[0][0], k, 1), n_total) * n_total
+    timings = {"estimate_seeded_nqf": timed_step_cost(lambda k: go(plan[0][0], k, 1), n_total) * n_total}
     say(
         f"seeded NQF (the real network's clock): {' and '.join(f'{k} steps at η = {h:.4g}' for h, k in plan)}, "
         f"estimated at most ~{secs(timings['estimate_seeded_nqf'])} s"
@@ -95,13 +96,14 @@ def seeded_clock(
     say(f"seeded NQF: {secs(timings['seeded_nqf'])} s")
     if any(r.status != 0 for r in runs):
         say("seeded NQF: a run diverged; the real network's clock is not given")
-        return None
+        return None, timings
     traj, t, loss = runs[0], runs[0].t.numpy(), runs[0].loss.numpy() + shift
     if len(runs) == 2:
         big = (runs[1].t.numpy(), runs[1].loss.numpy() + shift)
         t = step_clock((t, loss), big, steps=(plan[0][0], plan[1][0]), h=lr)(t)
     clock = real_clock(pred, t, loss, sim.t.numpy(), sim.loss.numpy())
-    return _with_levels(clock, (module, found, Xt, Yt, op), (t, traj.W), lr, lr * steps, say, timings)
+    clock, seconds = _with_levels(clock, problem, (t, traj.W), lr, lr * steps, say)
+    return clock, {**timings, **seconds}
 
 
 def _zero_output(module, found, X):
@@ -116,35 +118,34 @@ def _zero_output(module, found, X):
 
 
 def _with_levels(
-    clock: RealClock, problem: tuple, states: tuple, lr: float, t_end: float, say, timings: dict
-) -> RealClock:
+    clock: RealClock, problem: Problem, states: tuple, lr: float, t_end: float, say
+) -> tuple[RealClock, dict[str, float]]:
     """The clock's staircase with the module's level on each plateau (:func:`nqf.dynamics.active_levels`, from the
     seeded states) and each time's bound from it (:func:`nqf.curves.level_time_bounds`); unchanged where a drop
     time is missing.  The flows stop where they are stiffer than GD at ``lr`` follows (NaN levels: those drops are
-    not trusted)."""
+    not trusted).  With the seconds the levels took (``"active_levels"``; none when not computed)."""
     from ..dynamics import active_levels
 
     st = clock.staircase
     if not np.isfinite(st.times).all() or np.any(np.diff(st.times) < 0):
-        return clock
-    module, found, Xt, Yt, op = problem
+        return clock, {}
+    module, found, Xt, Yt, op = problem.module, problem.found, problem.X, problem.Y, problem.op
     if channel_split(op) is not None:  # the staircase's ranks count channels, the cost step's spans count units
         say(
             "the module's level on each plateau: not computed (the units are channels of the heads, and the "
             "cost step's span of learned directions is one direction per head)"
         )
-        return clock
+        return clock, {}
     t0 = time.perf_counter()
     reads = level_read_times(t_end, st.times)
-    args = (module, found.layout, Xt, Yt, states, st.times, st.ranks, reads)
-    levels, reference = active_levels(*args, lr=lr), active_levels(*args, nqf=op, lr=lr)
+    levels = active_levels(module, found.layout, Xt, Yt, states, st.times, st.ranks, reads, lr=lr)
+    reference = active_levels(module, found.layout, Xt, Yt, states, st.times, st.ranks, reads, nqf=op, lr=lr)
     levels = np.where(np.isfinite(reference), levels, np.nan)  # a level without its reference is not judged
-    timings["active_levels"] = time.perf_counter() - t0
-    say(
-        f"the module's level on each plateau (its flow over the learned directions): {secs(timings['active_levels'])} s"
-    )
+    seconds = time.perf_counter() - t0
+    say(f"the module's level on each plateau (its flow over the learned directions): {secs(seconds)} s")
     bounds = level_time_bounds(st.levels, levels, reference)
-    return dataclasses.replace(clock, staircase=dataclasses.replace(st, levels_module=levels, time_uncertainty=bounds))
+    st = dataclasses.replace(st, levels_module=levels, time_uncertainty=bounds)
+    return dataclasses.replace(clock, staircase=st), {"active_levels": seconds}
 
 
 def clock_sentences(clock: RealClock | None, t_real: np.ndarray) -> list[str]:

@@ -1,6 +1,6 @@
 """Crowded drops in ``nqf analyze``: when predicted drops overlap, the curve and its exponent (docs/analyze.md).
 
-:func:`add_crowded` puts into the verdict, when consecutive predicted drops are closer than
+:func:`with_crowded` adds to the verdict, when consecutive predicted drops are closer than
 their own width (:func:`nqf.curves.crowded_prediction`), the crowded window, the mode sum's
 local exponent band and fitted exponent, ``(a − 1)/b`` where the spectra span a decade, and the
 real network's (and the NQF's) secant exponents and bootstrap fits over the same window
@@ -9,12 +9,15 @@ real network's (and the NQF's) secant exponents and bootstrap fits over the same
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ..curves import compare_crowded, crowded_prediction
 from ..errors import NQFError
+from ._parts import Verdict
 
-__all__ = ["add_crowded"]
+__all__ = ["with_crowded"]
 
 
 def _side(cp, t, L) -> dict | None:
@@ -33,16 +36,16 @@ def _side(cp, t, L) -> dict | None:
     }
 
 
-def add_crowded(verdict: dict, pred, t, loss_real, loss_nqf) -> None:
-    """Add ``verdict["crowded"]`` (``None`` when the drops do not crowd) and one sentence to its text."""
+def with_crowded(verdict: Verdict, pred, t, loss_real, loss_nqf) -> Verdict:
+    """``verdict`` with its ``crowded`` part (``None`` when the drops do not crowd) and, when they do, one sentence
+    more."""
     cp = crowded_prediction(pred)
     if not cp.crowded:
-        verdict["crowded"] = None
-        return
+        return dataclasses.replace(verdict, crowded=None)
     t = np.asarray(t, float)
     ok = t > 0
     real, nqf = _side(cp, t[ok], np.asarray(loss_real)[ok]), _side(cp, t[ok], np.asarray(loss_nqf)[ok])
-    verdict["crowded"] = {"prediction": cp.to_dict(), "real": real, "nqf": nqf}
+    crowded = {"prediction": cp.to_dict(), "real": real, "nqf": nqf}
     ab = (
         ""
         if cp.exponent is None
@@ -55,8 +58,9 @@ def add_crowded(verdict: dict, pred, t, loss_real, loss_nqf) -> None:
             f"real network α = {real['exponent']:.3f} [{real['ci'][0]:.3f}, {real['ci'][1]:.3f}], local exponent "
             f"in the band at {real['in_band']}/{real['points']} points"
         )
-    verdict["text"].append(
+    sentence = (
         f"drops {cp.drops[0]}–{cp.drops[1]} crowd (closer than their width: no plateau between them): over "
         f"t ∈ [{cp.window[0]:.3g}, {cp.window[1]:.3g}] the predicted mode sum decays with α = {cp.window_exponent:.3f}"
         f" (local {np.nanmin(cp.local_exponent):.2f}–{np.nanmax(cp.local_exponent):.2f}){ab}; {meas}"
     )
+    return dataclasses.replace(verdict, crowded=crowded, text=(*verdict.text, sentence))

@@ -35,6 +35,7 @@ from ..reductions import predict
 from ..structure import commutes
 from ._forecast_result import Forecast
 from ._output_side import centred_mlp_rows, output_side
+from ._plan import NQFData
 
 __all__ = ["forecast"]
 
@@ -116,7 +117,8 @@ def forecast(
     from ..data import Dataset
 
     data = Dataset("arrays", Xt.numpy(), Yt.numpy(), "regression")
-    _, module, found, desc = prepare_analysis(_as_module(model), data, units=units)
+    prepared = prepare_analysis(_as_module(model), data, units=units)
+    module, found, desc = prepared.module, prepared.found, prepared.desc
     from ..modules import get_unit_weights
 
     W0 = get_unit_weights(module, found.layout)
@@ -125,13 +127,13 @@ def forecast(
     say(
         f"units: {found.describe()}; start: M(0) = W(0) W(0)ᵀ of the module's own weights, largest eigenvalue {eps:.3g}"
     )
-    op, Ynqf, shift, side, how = _nqf_problem(module, found, Xt, Yt)
+    nqf, side, how = _nqf_problem(module, found, Xt, Yt)
     setup = time.perf_counter() - t0
-    st = _predicted(op, Ynqf, M0, eps, found.n_units)
-    if shift:
+    st = _predicted(nqf.op, nqf.Y, M0, eps, found.n_units)
+    if nqf.shift:
         import dataclasses
 
-        st = dataclasses.replace(st, levels=st.levels + shift)
+        st = dataclasses.replace(st, levels=st.levels + nqf.shift)
     steps = clock.drop_steps(st)
     notes = _notes(side, clock, found, module)
     if not st.n_drops:
@@ -210,7 +212,8 @@ def _arrays(X, Y) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _nqf_problem(module, found, Xt, Yt):
-    """``(op, targets, loss offset, output side, label)`` of the units' NQF with the output side fitted."""
+    """``(NQF data, output side, label)``: the units' NQF operator, targets and loss offset with the output side
+    fitted."""
     from ._discover import output_at_zero
     from ._operators import structure_of
 
@@ -220,14 +223,15 @@ def _nqf_problem(module, found, Xt, Yt):
     rows = centred_mlp_rows(module, found, Xt, R0, side)
     if rows is not None:
         op, Yc, shift = rows
-        return op, Yc, shift, side, "analytic mlp on moment rows" + (", readout bias fitted" if side.names else "")
+        how = "analytic mlp on moment rows" + (", readout bias fitted" if side.names else "")
+        return NQFData(op, Yc, shift), side, how
     op, _, how = structure_of(module, found, Xt)
     target = R0 if how.startswith("analytic") else Yt  # autodiff operators carry f(0) themselves (op.offset)
     if side.names:
         from ..structure import OutputProjection
 
         op, target = OutputProjection(op, side.basis, ", ".join(side.names)), side.project_out(target)
-    return op, target, 0.0, side, how + (f", {', '.join(side.names)} fitted" if side.names else "")
+    return NQFData(op, target), side, how + (f", {', '.join(side.names)} fitted" if side.names else "")
 
 
 def _doubts(st, side) -> list[str]:

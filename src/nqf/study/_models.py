@@ -21,6 +21,7 @@ import copy
 import importlib.util
 import inspect
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -45,7 +46,7 @@ __all__ = [
 MAX_MODEL_FILE_BYTES = 2**20
 #: The last model a factory built, by (file, its mtime and size, factory, D, C, seed): the factory runs once
 #: per ``nqf analyze`` even though the input checks and the run both build the model (a deep copy each time).
-_BUILT: dict[tuple, nn.Module] = {}
+_BUILT: dict[_FactoryKey, nn.Module] = {}
 
 
 MODEL_KINDS = ("mlp",)
@@ -159,13 +160,27 @@ def _call_factory(fn, D: int, C: int):
     return fn(**kw)
 
 
-def _factory_key(spec: str, D: int, C: int, seed: int) -> tuple | None:
+@dataclass(frozen=True)
+class _FactoryKey:
+    """What a built factory model depends on: the file's version (path, modification time, size), the spec, the
+    data's sizes and the seed (hashable: the key of the cache of built models)."""
+
+    path: str
+    mtime_ns: int
+    size: int
+    spec: str
+    D: int
+    C: int
+    seed: int
+
+
+def _factory_key(spec: str, D: int, C: int, seed: int) -> _FactoryKey | None:
     path_s = spec.rpartition(":")[0]
     try:
         st = Path(path_s).stat()
     except OSError:
         return None
-    return (str(Path(path_s).resolve()), st.st_mtime_ns, st.st_size, spec, D, C, seed)
+    return _FactoryKey(str(Path(path_s).resolve()), st.st_mtime_ns, st.st_size, spec, D, C, seed)
 
 
 def _factory_model(spec: str, D: int, C: int, seed: int) -> nn.Module:

@@ -22,6 +22,7 @@ import torch
 
 from ..errors import InvalidParameterError, NormalFormError, SilentError
 from ..reductions.dormant import LeadingOrder, active_curvature, dormant_staircase, leading_order, unit_term
+from ._plan import Problem
 
 __all__ = ["SHUFFLES", "examine_orders", "relation_order", "dormant_prediction", "dormant_step"]
 
@@ -29,10 +30,12 @@ __all__ = ["SHUFFLES", "examine_orders", "relation_order", "dormant_prediction",
 SHUFFLES = 39
 
 
-def _higher_terms(module, found, Xt: torch.Tensor, how: str, n_outputs: int):
+def _higher_terms(problem: Problem, n_outputs: int):
     """Orders 3 and 4 of the units: analytic for a whole two-layer MLP, else by ``torch.func`` on the module."""
     from ..modules import higher_order_terms
     from ..structure import activation_of_module, mlp_higher_order
+
+    module, found, Xt, how = problem.module, problem.found, problem.X, problem.how
 
     rec = activation_of_module(found.activation) if found.activation is not None else None
     if how == "analytic mlp" and found.is_whole_mlp and found.pre_scale == 1.0 and rec is not None:
@@ -41,17 +44,18 @@ def _higher_terms(module, found, Xt: torch.Tensor, how: str, n_outputs: int):
     return higher_order_terms(module, Xt, units=found.layout)
 
 
-def examine_orders(module, found, Xt, op, targets, how: str, say, *, seed: int = 0):
+def examine_orders(problem: Problem, say, *, seed: int = 0):
     """``(order, higher)``: the :class:`LeadingOrder` of the units when the quadratic form is silent at round-off
     (a progress line says which order leads), with the orders-3-and-4 terms it examined (for
     :func:`dormant_prediction`, which then does not build them again; None where they could not be built);
-    ``(None, None)`` when the quadratic form is not silent (the NQF's prediction stands).  ``op`` and ``targets``
-    are the full data's (not the moment rows)."""
+    ``(None, None)`` when the quadratic form is not silent (the NQF's prediction stands).  On the full data's
+    operator and ``y − f(0)`` (not the moment rows)."""
+    op, targets = problem.op, problem.residual0
     second = leading_order([unit_term(op, 2)], targets, shuffles=0, starts=4, seed=seed)
     if second.order == 2:
         return None, None
     try:
-        higher = _higher_terms(module, found, Xt, how, targets.shape[1])
+        higher = _higher_terms(problem, targets.shape[1])
     except NormalFormError as err:
         say(f"order: the quadratic form carries no signal; orders 3 and 4 not examined ({err})")
         return second, None
@@ -61,13 +65,14 @@ def examine_orders(module, found, Xt, op, targets, how: str, say, *, seed: int =
     return found_order, higher
 
 
-def relation_order(module, found, Xt, op, targets, how: str, W0, say, *, seed: int = 0):
+def relation_order(problem: Problem, say, *, seed: int = 0):
     """When the quadratic form's utility is not above shuffled targets' (its drops fit this sample, e.g. the
     spurious linear correlation of a parity), the first order whose utility is: ``(sentence, escape time)``
     (the first escape of the units' Taylor polynomial through that order, by gradient flow from ``W0`` on
     ``y − f(0)``: ``dormant_staircase(..., lower=)``), or None when the quadratic form carries a
     relation.  Analytic two-layer MLPs only (the permutation test costs ~40 utility maximisations)."""
-    if not (how == "analytic mlp" and found.is_whole_mlp):
+    op, targets, W0 = problem.op, problem.residual0, problem.W0
+    if not (problem.how == "analytic mlp" and problem.found.is_whole_mlp):
         return None
     m2 = leading_order([unit_term(op, 2)], targets, shuffles=SHUFFLES, starts=4, seed=seed).maxima[0]
     if m2.beyond_shuffled:
@@ -77,7 +82,7 @@ def relation_order(module, found, Xt, op, targets, how: str, W0, say, *, seed: i
         "drops fit this sample, not a relation between inputs and targets"
     )
     try:
-        higher = _higher_terms(module, found, Xt, how, targets.shape[1])
+        higher = _higher_terms(problem, targets.shape[1])
     except NormalFormError:
         return f"{head}.", None
     lo = leading_order([unit_term(higher, 3), unit_term(higher, 4)], targets, shuffles=SHUFFLES, seed=seed)
@@ -103,16 +108,17 @@ def relation_order(module, found, Xt, op, targets, how: str, W0, say, *, seed: i
     ), (float(pred.times[0]) if pred.n_drops else None)
 
 
-def dormant_prediction(order: LeadingOrder, higher, module, found, Xt, targets, W0, eps: float, how: str, say):
-    """The degree-``k`` staircase of ``order`` from the analysis' ``W0``, with the higher-order terms
-    :func:`examine_orders` built (``higher``; built here when None); :class:`SilentError` when no order carries
-    signal (the sentence names which orders were examined)."""
+def dormant_prediction(order: LeadingOrder, higher, problem: Problem, eps: float, say):
+    """The degree-``k`` staircase of ``order`` from the analysis' ``W0`` on ``y − f(0)``, with the higher-order
+    terms :func:`examine_orders` built (``higher``; built here when None); :class:`SilentError` when no order
+    carries signal (the sentence names which orders were examined)."""
     if order.order is None or order.order == 2:
         raise SilentError(f"{order.sentence()}: no drop to predict or to train for")
+    targets = problem.residual0
     if higher is None:
-        higher = _higher_terms(module, found, Xt, how, targets.shape[1])
+        higher = _higher_terms(problem, targets.shape[1])
     term = unit_term(higher, order.order)
-    pred = dormant_staircase(term, targets, W0, eps)
+    pred = dormant_staircase(term, targets, problem.W0, eps)
     say(
         f"prediction: dormant flow of order {order.order}, {pred.n_drops} escapes, levels "
         f"{pred.levels[0]:.4g} → {pred.levels[-1]:.4g}, first at t = {pred.times[0]:.4g}"

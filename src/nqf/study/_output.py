@@ -221,11 +221,11 @@ def fill_outcome(a: Analysis, out: Outcome) -> None:
             "drops": P.n_drops,
             "max_gap_real_vs_nqf": v["max_gap"],
             "left_step": v["left_step"],
-            "trust": a.verdict["trust"],
-            "max_time_error_real": a.verdict["max_time_error"],
-            "max_level_error_real": a.verdict["max_level_error"],
+            "trust": a.verdict.trust,
+            "max_time_error_real": a.verdict.max_time_error,
+            "max_level_error_real": a.verdict.max_level_error,
             **{f"seconds_{k}": s for k, s in a.timings.items()},
-            **{f"memory_{k}": v for k, v in a.memory.items()},
+            **{f"memory_{k}": v for k, v in a.memory.to_dict().items()},
         }
     )
     out.arrays.update({k: v for k, v in a.curves.items()})
@@ -238,7 +238,7 @@ def fill_outcome(a: Analysis, out: Outcome) -> None:
         }
     )
     out.figures["analysis"] = a.plot()
-    out.summary.extend([header_line(a)] + list(a.verdict["text"]))
+    out.summary.extend([header_line(a)] + list(a.verdict.text))
 
 
 def save_analysis(a: Analysis, out_dir, *, force: bool = False) -> dict:
@@ -317,5 +317,5 @@ def print_analysis(a: Analysis, echo=print) -> None:
         "flat: loss change across the plateau / adjacent drop)"
     )
     say("")
-    for line in a.verdict["text"]:
+    for line in a.verdict.text:
         say(f"- {line}")

@@ -37,7 +37,6 @@ from ..curves import FLAT_THRESHOLD, compare_staircase, stable_learning_rate, st
 from ..data import Dataset, prepare
 from ..dynamics import initial_weights
 from ..errors import InvalidParameterError
-from ..reductions import predict
 from ._checks import (
     check_activation_at_zero,
     check_commutation,
@@ -51,12 +50,14 @@ from ._checks import (
     training_only_layers,
 )
 from ._clock import clock_sentences, seeded_clock
-from ._crowded import add_crowded
+from ._crowded import with_crowded
 from ._discover import analysed_module, choose_units
 from ._models import build_model, check_users_forward
 from ._notes import data_line, target_scale, trained_notes, training_only_notes
 from ._operators import is_analytic, structure_of
-from ._orders import dormant_prediction, dormant_step, examine_orders, relation_order
+from ._parts import Memory, Timings
+from ._plan import Comparison, NQFData, Prepared, Problem, RunPlan
+from ._predicted import ordered_prediction
 from ._result import Analysis
 from ._runs import _estimate_and_run, _prediction_estimate, _RealRun
 from ._strengths import strength_reader
@@ -106,8 +107,11 @@ def _check_builtin_shape(model, data: Dataset) -> None:
         )
 
 
-def prepare_analysis(model, X, Y=None, *, units: str | None = None, seed: int = 0, data_name: str | None = None):
-    """The cheap, failing-early part: data, model, smoothness, units.  Returns ``(data, module, found, desc)``.
+def prepare_analysis(
+    model, X, Y=None, *, units: str | None = None, seed: int = 0, data_name: str | None = None
+) -> Prepared:
+    """The cheap, failing-early part: data, model, smoothness, units, as a :class:`~nqf.study.Prepared` record
+    (``data``, ``module``, ``found``, ``desc``).
 
     The module is in eval mode: dropout and batch statistics (training-only layers, see
     :func:`nqf.study._checks.freeze_training_only`) are switched off for the whole analysis.
@@ -130,7 +134,7 @@ def prepare_analysis(model, X, Y=None, *, units: str | None = None, seed: int = 
     check_smooth(module)
     found = choose_units(module, units)
     check_activation_at_zero(found)
-    return data, analysed_module(module, found), found, desc
+    return Prepared(data, analysed_module(module, found), found, desc)
 
 
 def analyze(
@@ -216,11 +220,12 @@ def analyze(
         or a non-MSE loss.
     """
     say = log or (lambda s: None)
-    steps, max_steps, save_points, lr_fraction, seed = _checked_counts(steps, max_steps, save_points, lr_fraction, seed)
+    steps, max_steps = _checked_steps(steps, max_steps)
+    save_points, lr_fraction, seed = _checked_counts(save_points, lr_fraction, seed)
     eps = _checked_options(eps, loss, steps, max_steps, lr)  # before anything is computed
-    timings, memory = {}, {}
     t0 = time.perf_counter()
-    data, module, found, desc = prepare_analysis(model, X, Y, units=units, seed=seed, data_name=data_name)
+    prepared = prepare_analysis(model, X, Y, units=units, seed=seed, data_name=data_name)
+    data, module, found = prepared.data, prepared.module, prepared.found
     say(data_line(data))
     say(f"units: {found.describe()}")
     trained = trained_notes(module, found, say)  # first in the verdict: what the analysis is about
@@ -228,46 +233,44 @@ def analyze(
     Xt = torch.as_tensor(data.X, dtype=torch.float64)
     Yt = torch.as_tensor(data.Y, dtype=torch.float64)
     op, f0, how = _operator(module, found, Xt, say)
-    Ynqf = Yt - f0 if is_analytic(how) else Yt
-    op_data, (op, Ynqf, shift, X_moments) = op, _moments(module, found, Xt, op, Ynqf, how, say)  # op_data: seeds
-    rows, commuting = _assumption_checks(module, found, Xt, op, f0, how, seed=seed)
+    nqf_data = _moments(module, found, Xt, NQFData(op, Yt - f0 if is_analytic(how) else Yt), how, say)
+    rows, commuting = _assumption_checks(module, found, Xt, nqf_data.op, f0, how, seed=seed)
     p, m = found.p, found.n_units
-    timings["setup"] = time.perf_counter() - t0
+    setup = time.perf_counter() - t0
 
-    timings["estimate_prediction"], line = _prediction_estimate(op, Ynqf, data.n_outputs, commuting)
+    estimate, line = _prediction_estimate(nqf_data.op, nqf_data.Y, data.n_outputs, commuting)
     say(line)
     W0 = initial_weights(p, m, eps, seed=seed)
-    ctx = (module, found, Xt, op, op_data, Ynqf, Yt - f0, how, W0)  # Yt − f0: what a dormant unit's utility sees
-    pred, relation, lr_order = _ordered_prediction(ctx, eps, commuting, shift, lr_fraction, trained, say, timings, seed)
-    if lr_order is not None:  # the quadratic form is silent: the first order with signal set the clock and the step
-        real_step_factor, clock, lr = 1.0, False, lr_order if lr is None else lr
+    problem = Problem(module, found, Xt, Yt, op, f0, how, W0, nqf_data)
+    ordered = ordered_prediction(problem, eps, commuting, lr_fraction, say, seed=seed)
+    pred = ordered.staircase
+    trained = [*trained, ordered.sentence] if ordered.sentence else trained
+    if ordered.lr is not None:  # the quadratic form is silent: the first order with signal set the clock and step
+        real_step_factor, clock, lr = 1.0, False, ordered.lr if lr is None else lr
     if real_step_factor is None:
         real_step_factor = REAL_STEP_FACTOR if lr is None else 1.0
     if lr is None:
         lr = stable_learning_rate(pred.rates, lr_fraction)
     # default: past the last drop far enough to see a network leave the NQF (width 64 on digits: t = 46)
-    steps = _derived_steps(pred, lr, max_steps, relation[1] if relation else None) if steps is None else steps
-    save_every = max(1, steps // save_points)
+    steps = _derived_steps(pred, lr, max_steps, ordered.later) if steps is None else steps
     form = "weights" if (eps <= WEIGHT_FORM_BELOW or m < p) else "order_parameter"
+    plan = RunPlan(float(lr), int(steps), form, max(1, steps // save_points), float(real_step_factor), init_factor)
 
-    ctx = (module, found, Xt, Yt, op, Ynqf, W0)
-    run_args = (init_factor, lr, steps, form, save_every, float(real_step_factor), rows, timings, say, memory)
-    sim, real = _estimate_and_run(ctx, *run_args, shift=shift)
+    runs = _estimate_and_run(problem, plan, say)
+    sim, real = runs.sim, runs.real
     _check_curves(sim, real, lr, steps)
-    if real.note:
-        notes.append(real.note)
+    notes = [*notes, real.note] if real.note else notes
 
-    cmp_nqf, cmp_real, val, verdict, curves = _compare(pred, op, sim, real, eps, found, flat_threshold, gap_tolerance)
-    problem, run = (module, found, Xt, Yt, op_data, W0), (lr, steps, 1.0 if real.clock is None else real_step_factor)
-    moments = None if X_moments is None else (op, X_moments, Ynqf, shift)
-    seeded = seeded_clock(clock, problem, run, pred, sim, say, timings, moments)
+    cmp = _compare(pred, nqf_data.op, sim, real, eps, found, flat_threshold=flat_threshold, gap_tolerance=gap_tolerance)
+    seeded_plan = plan if real.clock is not None else dataclasses.replace(plan, real_step_factor=1.0)
+    seeded, seeded_timings = seeded_clock(clock, problem, seeded_plan, pred, sim, say)
     release_free_memory()  # the runs' transient arrays: not resident while the report is drawn
-    warnings = [n for n in pred.notes if n.startswith("warning:")] + target_scale(data, val)
-    verdict["text"][:0] = trained
-    verdict["text"].extend([*clock_sentences(seeded, cmp_real.times_measured), *notes, *warnings])
-    notes = trained + notes
+    warnings = [n for n in pred.notes if n.startswith("warning:")] + target_scale(data, cmp.validity)
+    closing = (*clock_sentences(seeded, cmp.real.times_measured), *notes, *warnings)
+    verdict = dataclasses.replace(cmp.verdict, text=(*trained, *cmp.verdict.text, *closing))
+    timings = {"setup": setup, "estimate_prediction": estimate, **ordered.timings, **runs.timings, **seeded_timings}
     return Analysis(
-        model=desc,
+        model=prepared.desc,
         data=data.name,
         units=found.describe(),
         operator=how,
@@ -278,64 +281,20 @@ def analyze(
         eps=eps,
         lr=float(lr),
         steps=int(steps),
-        checks=tuple(rows),
+        checks=(*rows, runs.estimate),
         prediction=pred,
-        nqf=cmp_nqf,
-        real=cmp_real,
-        validity=val,
+        nqf=cmp.nqf,
+        real=cmp.real,
+        validity=cmp.validity,
         verdict=verdict,
-        curves=curves,
-        timings={k: round(v, 7 if k.endswith("_step") else 3) for k, v in timings.items()},
+        curves=cmp.curves,
+        timings=Timings.of(timings),
         task=data.task,
         classes=tuple(data.classes),
-        notes=tuple(notes),
+        notes=(*trained, *notes),
         clock=seeded,
-        memory={**memory, "peak_mib": _peak_mib()},
+        memory=Memory(runs.estimate_peak_mib, _peak_mib()),
     )
-
-
-def _predicted(op, Ynqf, eps: float, commuting: bool, W0: torch.Tensor, shift: float, say, timings: dict):
-    """:func:`nqf.predict` from the actual start (``M0 = W0 W0ᵀ`` when the width is below ``p``), bounded by
-    the width (``max_rank`` = the number of units), on non-commuting data timed by the saddle-subspace flow, its
-    levels moved by the moment rows' offset ``shift``, through the drops that carry the learning
-    (:meth:`Staircase.carrying`); the phases' times (and estimates) go into ``timings``."""
-    t0 = time.perf_counter()
-    p, m = W0.shape
-    M0 = W0 @ W0.T if m < p else None
-    pred = predict(op, Ynqf, eps, commuting=commuting, M0=M0, max_rank=m, subspace=not commuting, log=say)
-    if shift:
-        pred = dataclasses.replace(pred, levels=pred.levels + shift)
-    if (cut := pred.carrying()) is not pred:  # a tail of tiny drops would set the runs' horizon: not analysed
-        pred = cut
-        say(f"prediction: {pred.notes[0]} of the runs and the comparison")
-    cost = pred.cost  # the saddle sequence's search and O(1) clock, each with its estimate
-    timings["prediction"] = time.perf_counter() - t0 if cost is None else cost.search
-    if cost is not None and cost.subspace is not None:  # the subspace flow: seconds (no estimate: the short part)
-        timings["prediction_subspace"] = cost.subspace
-    elif cost is not None and cost.clock is not None:  # its estimate: printed after the search, one drop to all
-        timings["prediction_clock"] = cost.clock
-        low, high = cost.clock_estimate if cost.clock_estimate is not None else (0.0, 0.0)
-        timings["estimate_prediction_clock"], timings["estimate_prediction_clock_low"] = high, low
-    release_free_memory()  # the search's transient arrays: not resident during the runs
-    say(f"prediction: {pred.method}, {pred.n_drops} drops, levels {pred.levels[0]:.4g} → {pred.levels[-1]:.4g}")
-    return pred
-
-
-def _ordered_prediction(ctx, eps, commuting, shift, lr_fraction, trained: list, say, timings, seed):
-    """The prediction by the first order that carries signal (:mod:`nqf.study._orders`): ``(pred, relation,
-    lr)``; ``lr`` is the order-k clock's step when the quadratic form is silent (None otherwise).  The order's
-    sentence goes to ``trained`` (the verdict's opening)."""
-    module, found, Xt, op, op_data, Ynqf, residual0, how, W0 = ctx
-    order, higher = examine_orders(module, found, Xt, op_data, residual0, how, say, seed=seed)
-    if order is None:  # the quadratic form is not silent: its prediction, and whether it learns a relation
-        pred = _predicted(op, Ynqf, eps, commuting, W0, shift, say, timings)
-        relation = relation_order(module, found, Xt, op_data, residual0, how, W0, say, seed=seed)
-        if relation is not None:
-            trained.append(relation[0])
-        return pred, relation, None
-    pred, term = dormant_prediction(order, higher, module, found, Xt, residual0, W0, eps, how, say)
-    trained.append(order.sentence()[0].upper() + order.sentence()[1:] + ".")
-    return pred, None, dormant_step(term, pred, residual0, lr_fraction)
 
 
 def _peak_mib() -> float | None:
@@ -399,7 +358,7 @@ def _check_curves(sim, real, lr: float, steps: int) -> None:
         )
 
 
-def _compare(pred, op, sim, real: _RealRun, eps: float, found, flat_threshold: float, gap_tolerance: float):
+def _compare(pred, op, sim, real: _RealRun, eps: float, found, *, flat_threshold: float, gap_tolerance: float):
     """Both runs against the prediction, the validity of the quadratic regime, the verdict and the curves.
 
     The real run is judged on its own saved states at their times on the table's clock (``real.t``); the
@@ -420,36 +379,39 @@ def _compare(pred, op, sim, real: _RealRun, eps: float, found, flat_threshold: f
         s_real = np.stack([np.interp(t, real.t, col) for col in s_real.T], 1) if s_real.shape[1] else s_real[:n]
     strength = {"strength_real": s_real, "strength_nqf": strengths(sim, n)}
     val = validity(t, Lr, Ln, torch.as_tensor(sim.step)[:n].numpy(), pred, gap_tolerance)
-    verdict = judge(pred, cmp_nqf, cmp_real, val, eps, found, found.n_units, found.p)
-    add_crowded(verdict, pred, t, Lr, Ln)
+    verdict = with_crowded(judge(pred, cmp_nqf, cmp_real, val, eps, width=found.n_units, p=found.p), pred, t, Lr, Ln)
     curves = {"t": t, "loss_real": Lr, "loss_nqf": Ln, "loss_predicted": pred.loss_curve(t), **strength}
-    return cmp_nqf, cmp_real, val, verdict, curves
+    return Comparison(cmp_nqf, cmp_real, val, verdict, curves)
 
 
-def _moments(module, found, Xt, op, Ynqf, how: str, say):
+def _moments(module, found, Xt, data: NQFData, how: str, say) -> NQFData:
     """The NQF's operator and targets on ``D`` moment rows when that is exact (:mod:`nqf.study._moments`),
-    with the loss offset ``c`` and the rows ``X̃``; else ``(op, Ynqf, 0.0, None)``."""
+    with the loss offset and the rows ``X̃``; else ``data`` (the NQF on the data themselves)."""
     from ._moments import compressible, moment_rows
 
     if not compressible(found, how, Xt):
-        return op, Ynqf, 0.0, None
-    Xc, Yc, shift = moment_rows(Xt, Ynqf)
+        return data
+    Xc, Yc, shift = moment_rows(Xt, data.Y)
     op_c, _, how_c = structure_of(module, found, Xc)
     if how_c != how:  # the analytic operator did not check out on the moment rows: keep the full data
-        return op, Ynqf, 0.0, None
+        return data
     say(f"NQF data: {Xt.shape[0]} samples → {Xc.shape[0]} moment rows (exact for this MLP; loss offset {shift:.4g})")
-    return op_c, Yc, shift, Xc
+    return NQFData(op_c, Yc, shift, Xc)
 
 
-def _checked_counts(steps, max_steps, save_points, lr_fraction, seed):
-    """``analyze``'s counts and fractions as the types they must be, or an error naming the keyword."""
-    from .._validation import float_param, int_param
+def _checked_steps(steps, max_steps) -> tuple[int | None, int | None]:
+    """``analyze``'s step counts as positive integers (or None), or an error naming the keyword."""
+    from .._validation import int_param
 
     steps = None if steps is None else int_param("steps", steps, minimum=1)
-    max_steps = None if max_steps is None else int_param("max_steps", max_steps, minimum=1)
+    return steps, None if max_steps is None else int_param("max_steps", max_steps, minimum=1)
+
+
+def _checked_counts(save_points, lr_fraction, seed) -> tuple[int, float, int]:
+    """``analyze``'s other counts and its step fraction as the types they must be, or an error naming the keyword."""
+    from .._validation import float_param, int_param
+
     return (
-        steps,
-        max_steps,
         int_param("save_points", save_points, minimum=1),
         float_param("lr_fraction", lr_fraction, positive=True),
         int_param("seed", seed, minimum=0),

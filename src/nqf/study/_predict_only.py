@@ -46,7 +46,8 @@ def predict_only(
     if start not in ("eps", "weights"):
         raise InvalidParameterError(f"`start` must be 'eps' or 'weights'; found {start!r}")
     ds = load_data(params, seed)
-    _, module, found, _ = prepare_analysis(params.model, ds, units=params.units, seed=seed)
+    prepared = prepare_analysis(params.model, ds, units=params.units, seed=seed)
+    module, found = prepared.module, prepared.found
     if start == "eps":
         set_unit_weights(module, found.layout, initial_weights(found.p, found.n_units, params.eps, seed=seed))
     lr = 1.0 if params.lr is None else params.lr

@@ -12,6 +12,7 @@ from ..curves import RealClock, StaircaseComparison
 from ..reductions import Staircase
 from ..results import Result, require_pandas, summarize
 from ..results import to_jsonable as _clean
+from ._parts import Memory, Timings, Verdict
 from ._table import plateau_rows
 
 if TYPE_CHECKING:
@@ -69,12 +70,12 @@ class Analysis(Result):
         ``max_gap`` (max ``|L_real − L_NQF| / L_NQF``), ``gap_tolerance``,
         ``left_step``/``left_time`` (first step where the gap exceeds the tolerance
         or the real loss falls below the NQF minimum; None if never), ``reason``.
-    verdict : dict
+    verdict : Verdict
         ``trust`` (``"high"``, ``"moderate"``, ``"low"``), ``text`` (sentences), numbers.
     curves : dict of ndarray
         ``t``, ``loss_real``, ``loss_nqf``, ``loss_predicted`` (T,), ``strength_real``,
         ``strength_nqf`` (T, K).
-    timings : dict
+    timings : Timings
         Wall seconds of each part.
     task : str
         ``"classification"`` or ``"regression"`` (how the targets were read; empty for raw arrays).
@@ -85,7 +86,7 @@ class Analysis(Result):
     clock : nqf.curves.RealClock or None
         The real network's clock (the seeded NQF's drop times, seeds and seeding floors,
         docs/theory.md §7); None when fewer than two drops are predicted or it was not asked for.
-    memory : dict
+    memory : Memory
         MiB: ``estimate_peak_mib``, the process's peak resident memory estimated before the long runs
         (printed with the estimate), and ``peak_mib``, the peak measured at the end.
     """
@@ -106,20 +107,20 @@ class Analysis(Result):
     nqf: StaircaseComparison = field(repr=False)
     real: StaircaseComparison = field(repr=False)
     validity: dict = field(repr=False)
-    verdict: dict = field(repr=False)
+    verdict: Verdict = field(repr=False)
     curves: dict = field(repr=False)
-    timings: dict = field(default_factory=dict, repr=False)
+    timings: Timings = field(default_factory=Timings, repr=False)
     task: str = ""
     classes: tuple = field(default=(), repr=False)
     notes: tuple = field(default=(), repr=False)
     clock: RealClock | None = field(default=None, repr=False)
-    memory: dict = field(default_factory=dict, repr=False)
+    memory: Memory = field(default_factory=Memory, repr=False)
 
     def __repr__(self) -> str:
         return (
             f"Analysis(model={summarize(self.model)}, data={summarize(self.data)}, p={self.p}, width={self.width}, "
             f"eps={self.eps:g}, method={self.prediction.method}, drops={self.prediction.n_drops}, "
-            f"max_gap={self.validity.get('max_gap', math.nan):.3g}, trust={self.verdict.get('trust')!r})"
+            f"max_gap={self.validity.get('max_gap', math.nan):.3g}, trust={self.verdict.trust!r})"
         )
 
     def to_dict(self) -> dict:
@@ -142,13 +143,13 @@ class Analysis(Result):
                 "nqf": self.nqf.to_dict(),
                 "real": self.real.to_dict(),
                 "validity": dict(self.validity),
-                "verdict": dict(self.verdict),
-                "timings": dict(self.timings),
+                "verdict": self.verdict.to_dict(),
+                "timings": self.timings.to_dict(),
                 "task": self.task,
                 "classes": [c if isinstance(c, (int, float, str)) else str(c) for c in self.classes],
                 "notes": list(self.notes),
                 "clock": None if self.clock is None else self.clock.to_dict(),
-                "memory": dict(self.memory),
+                "memory": self.memory.to_dict(),
             }
         )
 
@@ -239,7 +240,7 @@ class Analysis(Result):
             steps=self.steps,
             p=self.p,
             width=self.width,
-            trust=self.verdict.get("trust"),
+            trust=self.verdict.trust,
         )
         return df
 

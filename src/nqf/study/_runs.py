@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import math
 import time
 from dataclasses import dataclass, replace
@@ -22,6 +21,8 @@ from ..reductions import LV_MAX_ENTRIES
 from ..reductions.saddles import SEARCH_EVALUATIONS, search_cost
 from ..structure import channel_split
 from ._checks import estimate_row
+from ._plan import Problem, RunPlan
+from ._result import CheckRow
 
 #: Operator evaluations (``forward_factor`` + ``adjoint_apply``) assumed for the Lotka–Volterra reduction of
 #: commuting data (:func:`_prediction_estimate`; the saddle search's old count, not measured for this reduction:
@@ -108,34 +109,44 @@ class _RealRun:
         return self.traj.loss.numpy()
 
 
-def _estimate_and_run(ctx, init_factor, lr, steps, form, save_every, factor, rows, timings, say, memory, **kw):
+@dataclass(frozen=True)
+class Runs:
+    """What :func:`_estimate_and_run` made: the NQF trajectory ``sim``, the real run, the estimate's row of the
+    checks, the process's peak memory estimated before the long runs (MiB) and the seconds of each part."""
+
+    sim: Trajectory
+    real: _RealRun
+    estimate: CheckRow
+    estimate_peak_mib: float
+    timings: dict[str, float]
+
+
+def _estimate_and_run(problem: Problem, plan: RunPlan, say) -> Runs:
     """Memory and time before the long runs (the sizes, the process's memory now, and timed runs of 3 and 13 steps
     of each run: :func:`_cost`; a row of the checks), then :func:`_runs`."""
-    module, found, Xt, Yt, op, Ynqf, W0 = ctx
-    (c_real, c_nqf), nbytes = _cost(
-        module, found, Xt, Yt, op, Ynqf, W0, lr=lr, steps=steps, form=form, save_every=save_every
-    )
-    n_real, sb = (two_step_counts(steps, factor)[0] if factor > 2 else steps), _state_bytes(found)
+    lr, steps, save_every, factor = plan.lr, plan.steps, plan.save_every, plan.real_step_factor
+    (c_real, c_nqf), nbytes = _cost(problem, plan)
+    n_real, sb = (two_step_counts(steps, factor)[0] if factor > 2 else steps), _state_bytes(problem.found)
     real = _real_seconds(c_real, n_real, save_every, sb)
     if factor > 2:
         real += _real_seconds(c_real, two_step_counts(steps, factor)[1], 1)
     nbytes += (n_real // _real_save_every(n_real, save_every, sb) + 2) * sb  # the real run's saved states
     total = real + c_nqf * steps
-    rows.append(estimate_row(total, nbytes))
     now, peak = process_memory()
-    memory["estimate_peak_mib"] = round(max(peak or 0, (now or peak or 0) + nbytes) / 2**20, 1)
+    peak_mib = round(max(peak or 0, (now or peak or 0) + nbytes) / 2**20, 1)
     where = f"; real network at {factor:g} η and {factor / 2:g} η" if factor > 2 else ""
     say(
         f"estimate: {steps} steps (η = {lr:.4g}{where}), ~{secs(total)} s, "
-        f"{nbytes / 2**20:.0f} MiB of saved states: process peak ~{memory['estimate_peak_mib']:.0f} MiB"
+        f"{nbytes / 2**20:.0f} MiB of saved states: process peak ~{peak_mib:.0f} MiB"
     )
     release_free_memory()  # the timed runs' transient arrays: not resident during the long runs
-    args = (init_factor * W0, W0, lr, steps, form, save_every, (c_nqf, c_real), timings, say)
-    return _runs(module, found, Xt, Yt, op, Ynqf, *args, factor=factor, **kw)
+    sim, real_run, timings = _runs(problem, plan, (c_nqf, c_real), say)
+    return Runs(sim, real_run, estimate_row(total, nbytes), peak_mib, timings)
 
 
-def _runs(module, found, Xt, Yt, op, Ynqf, W0_real, W0, lr, steps, form, save_every, costs, timings, say, **kw):
-    """The NQF simulation and the real training, each announced with its estimate (timed steps × steps).
+def _runs(problem: Problem, plan: RunPlan, costs: tuple, say) -> tuple[Trajectory, _RealRun, dict[str, float]]:
+    """The NQF simulation and the real training, each announced with its estimate (timed steps × steps), with the
+    seconds of each (estimated and taken).
 
     With ``factor > 2`` the real network trains at ``factor × lr`` and at half that step (about ``3.4/factor`` of
     the steps at ``lr`` together), and the second run's times are carried onto the clock of ``lr`` by the two runs'
@@ -143,19 +154,26 @@ def _runs(module, found, Xt, Yt, op, Ynqf, W0_real, W0, lr, steps, form, save_ev
     """
     from ..dynamics import simulate
 
-    factor, shift = kw["factor"], kw["shift"]
+    lr, steps, form, save_every, factor = plan.lr, plan.steps, plan.form, plan.save_every, plan.real_step_factor
+    nqf, found = problem.nqf, problem.found
     c_nqf, c_real = costs
-    timings["estimate_nqf_simulation"] = c_nqf * steps
+    timings = {"estimate_nqf_simulation": c_nqf * steps}
     say(f"NQF simulation: {steps} steps ({form} form), estimated ~{secs(c_nqf * steps)} s")
     t0 = time.perf_counter()
     keep = _saved_state(found)
-    sim = _shifted(
-        simulate(op, Ynqf, W0=W0, optimizer=GD(lr), save=replace(keep, every=save_every), steps=steps, form=form), shift
-    )
+    sim = simulate(nqf.op, nqf.Y, W0=problem.W0, optimizer=GD(lr), save=replace(keep, every=save_every), steps=steps,
+                   form=form)  # fmt: skip
+    sim = _shifted(sim, nqf.shift)
     timings["nqf_simulation"] = time.perf_counter() - t0
     timings["nqf_step"] = timings["nqf_simulation"] / max(steps, 1)
     say(f"NQF simulation: {secs(timings['nqf_simulation'])} s")
-    train = functools.partial(_train, module, found, Xt, Yt, W0_real, c_real=c_real, timings=timings, say=say)
+    W0_real = plan.init_factor * problem.W0
+
+    def train(h: float, k: int, saving: Save, every: int, stage: str) -> Trajectory:
+        traj, seconds = _train(problem, h, k, saving, every, W0=W0_real, c_real=c_real, say=say, stage=stage)
+        timings.update(seconds)  # this function's own record: a later run of a stage replaces the earlier
+        return traj
+
     if factor > 2:
         (n_half, n_big), h_half = two_step_counts(steps, factor), lr * factor / 2
         big = train(lr * factor, n_big, Save(M=False, W=False), 1, stage="real_training_large")
@@ -165,14 +183,14 @@ def _runs(module, found, Xt, Yt, op, Ynqf, W0_real, W0, lr, steps, form, save_ev
             say(f"clock: the real network at {factor / 2:g} η reaches its loss levels {_delay_text(clock)} later")
             t = clock(half.t.numpy())
             n = max(2, int(np.searchsorted(t, lr * steps * (1 + 1e-9), side="right")))  # up to the horizon
-            return sim, _RealRun(t[:n], half.head(n), clock)
+            return sim, _RealRun(t[:n], half.head(n), clock), timings
         bad = f"{factor / 2 if big.status == 0 else factor:g}"
         say(f"real network diverged at {bad} η ({half.message}); repeated at η")
         real = train(lr, steps, keep, save_every, stage="real_training")
         note = f"The real network diverged at {bad}× the step η and was trained at η."
-        return sim, _RealRun(real.t.numpy(), real, note=note)
+        return sim, _RealRun(real.t.numpy(), real, note=note), timings
     real = train(lr, steps, keep, save_every, stage="real_training")
-    return sim, _RealRun(real.t.numpy(), real)
+    return sim, _RealRun(real.t.numpy(), real), timings
 
 
 def two_step_counts(steps: int, factor: float) -> tuple[int, int]:
@@ -191,27 +209,24 @@ def _delay_text(clock) -> str:
     return f"{100 * d.min():.1f}–{100 * d.max():.1f} %" if d.size else "(no common loss level)"
 
 
-def _train(module, found, Xt, Yt, W0, lr, steps, keep, save_every, *, c_real, timings, say, stage):
-    """Full-batch GD of the real network's units (a copy of ``module``), announced and timed into ``timings[stage]``
-    (the time of every such run also into ``timings["real_training"]``' sum, ``"real_step"`` per step)."""
+def _train(problem: Problem, lr, steps, keep: Save, save_every, *, W0, c_real, say, stage):
+    """Full-batch GD of the real network's units (a copy of the module) from ``W0``, announced and timed:
+    ``(trajectory, {"estimate_<stage>": s, "<stage>": s, "real_step": s per step})``."""
     from ..dynamics import train_network
 
+    found = problem.found
     sb = _state_bytes(found) if keep.W or keep.M else 0
     every = _real_save_every(steps, save_every, sb)
-    timings[f"estimate_{stage}"] = _real_seconds(c_real, steps, save_every, sb)
-    say(
-        f"real network: {steps} steps of full-batch GD (η = {lr:.4g}), "
-        f"estimated ~{secs(timings[f'estimate_{stage}'])} s"
-    )
+    estimate = _real_seconds(c_real, steps, save_every, sb)
+    say(f"real network: {steps} steps of full-batch GD (η = {lr:.4g}), estimated ~{secs(estimate)} s")
     t0 = time.perf_counter()
-    net = copy.deepcopy(module)
+    net = copy.deepcopy(problem.module)
     real = train_network(
-        net, found.layout, Xt, Yt, W0=W0, optimizer=GD(lr), save=replace(keep, every=every), steps=steps
+        net, found.layout, problem.X, problem.Y, W0=W0, optimizer=GD(lr), save=replace(keep, every=every), steps=steps
     )
-    timings[stage] = time.perf_counter() - t0
-    timings["real_step"] = timings[stage] / max(steps, 1)
-    say(f"real network: {secs(timings[stage])} s")
-    return real
+    seconds = time.perf_counter() - t0
+    say(f"real network: {secs(seconds)} s")
+    return real, {f"estimate_{stage}": estimate, stage: seconds, "real_step": seconds / max(steps, 1)}
 
 
 #: The real run saves its states as densely as this many bytes allow (at least 300 states): its drop times are
@@ -238,8 +253,9 @@ def _shifted(traj, shift: float):
     return dataclasses.replace(traj, loss=traj.loss + shift) if shift else traj
 
 
-def _cost(module, found, Xt, Yt, op, Ynqf, W0, *, lr: float, steps: int, form: str, save_every: int):
-    """Seconds per step of the real run, of the NQF run with its saves and without, and bytes of both runs.
+def _cost(problem: Problem, plan: RunPlan):
+    """``((real run's seconds per step without saves and saving every step), NQF run's seconds per step), bytes``:
+    seconds per step of the real run, of the NQF run with its saves and without, and bytes of both runs.
 
     Each from timed runs of 3 and 13 steps (:func:`timed_step_cost`); a run's saves cost what a run that saves
     every step spends beyond one that saves nothing, divided by ``save_every`` (iris: the NQF simulation's
@@ -247,10 +263,13 @@ def _cost(module, found, Xt, Yt, op, Ynqf, W0, *, lr: float, steps: int, form: s
     """
     from ..dynamics import simulate, train_network
 
+    module, found, W0, op, Ynqf = problem.module, problem.found, problem.W0, problem.nqf.op, problem.nqf.Y
+    lr, steps, form, save_every = plan.lr, plan.steps, plan.form, plan.save_every
     keep = _saved_state(found)
 
     def real(k: int, saving: Save):
-        return train_network(copy.deepcopy(module), found.layout, Xt, Yt, W0=W0, optimizer=GD(lr), steps=k, save=saving)
+        net = copy.deepcopy(module)
+        return train_network(net, found.layout, problem.X, problem.Y, W0=W0, optimizer=GD(lr), steps=k, save=saving)
 
     c_real = (
         timed_step_cost(lambda k: real(k, Save(M=False, W=False)), steps),

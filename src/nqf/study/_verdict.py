@@ -55,6 +55,7 @@ from typing import TypeGuard
 import numpy as np
 
 from ..curves import regime_exit
+from ._parts import Verdict
 
 __all__ = [
     "validity",
@@ -252,7 +253,7 @@ def _trust(max_te: float, max_le: float, compared: bool, left_early: bool, learn
     return trust, why
 
 
-def judge(pred, cmp_nqf, cmp_real, val: dict, eps: float, found, width: int, p: int, real_lr=None) -> dict:
+def judge(pred, cmp_nqf, cmp_real, val: dict, eps: float, *, width: int, p: int, real_lr=None) -> Verdict:
     """Verdict in words and numbers (see the module docstring).  ``real_lr``: the real network's GD step where it
     differs from the table's ``η`` (named in the sentence on leaving the regime)."""
     K = pred.n_drops
@@ -311,17 +312,17 @@ def judge(pred, cmp_nqf, cmp_real, val: dict, eps: float, found, width: int, p: 
         )
     if width < p:
         text.append(f"The width {width} is below p = {p}: the start M(0) = εΠ is rank-deficient.")
-    return {
-        "trust": trust,
-        "text": text,
-        "max_time_error": max_te,
-        "max_level_error": max_le,
-        "drops_compared": int(inside.sum()),
-        "flat_plateaus": flat,
-        "not_flat_plateaus": not_flat,
-        "leading_order_scale": lead,
-        "learned_fraction": learned,
-    }
+    return Verdict(
+        trust=trust,
+        text=tuple(text),
+        max_time_error=max_te,
+        max_level_error=max_le,
+        drops_compared=int(inside.sum()),
+        flat_plateaus=tuple(flat),
+        not_flat_plateaus=tuple(not_flat),
+        leading_order_scale=lead,
+        learned_fraction=learned,
+    )
 
 
 def _regime_sentences(val: dict, L0: float, real_lr, order_k: bool, slow: str) -> list[str]:

@@ -1,0 +1,109 @@
+"""``nqf.analyze``'s state travels in frozen records, not in long tuples (issue 36, item 3).
+
+The modules of ``nqf.study`` (the pipeline of ``analyze``, its runs, its clock, the forecast) are scanned: no
+function returns a tuple of more than three, none binds one to a name or passes one as an argument, and none
+unpacks more than three names from a call.  Tables of constants (column names) are not state and are not
+counted.  No helper takes more than seven positional parameters (the ``typer`` commands, whose parameters are
+the command's options, excepted).  Planted: a 9-tuple of context, a 5-tuple returned, a 4-name unpacking and a
+helper of eight positional parameters are each found.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import pathlib
+
+import pytest
+
+import nqf.study
+
+STUDY = pathlib.Path(nqf.study.__file__).parent
+MAX_TUPLE = 3
+MAX_POSITIONAL = 7
+#: The CLI commands: their parameters are the command's options (``typer`` reads them from the signature).
+COMMANDS = {"analyze_cmd", "compare_cmd"}
+
+
+def _constant(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) or (isinstance(node, ast.Tuple) and all(map(_constant, node.elts)))
+
+
+def _long(node: ast.AST | None) -> bool:
+    """A tuple display of more than three, not all constants."""
+    return isinstance(node, ast.Tuple) and len(node.elts) > MAX_TUPLE and not all(map(_constant, node.elts))
+
+
+def long_tuples(source: str) -> list[tuple[int, str]]:
+    """``(line, what)`` of each tuple of more than three that carries state between functions."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Return) and _long(node.value):
+            found.append((node.lineno, "returns a tuple"))
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                if _long(target) and isinstance(node.value, ast.Call):
+                    found.append((node.lineno, "unpacks a call"))
+                if isinstance(target, ast.Name) and _long(node.value):
+                    found.append((node.lineno, "binds a tuple"))
+        elif isinstance(node, ast.Call):
+            if any(_long(a) for a in [*node.args, *(k.value for k in node.keywords)]):
+                found.append((node.lineno, "passes a tuple"))
+    return found
+
+
+def many_positional(source: str) -> list[tuple[int, str]]:
+    """``(line, function)`` of each function with more than seven positional parameters (commands excepted)."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name not in COMMANDS:
+            if len(node.args.posonlyargs) + len(node.args.args) > MAX_POSITIONAL:
+                out.append((node.lineno, node.name))
+    return out
+
+
+def _modules():
+    return sorted(STUDY.glob("*.py"))
+
+
+def test_analyze_passes_no_tuple_longer_than_three():
+    found = {p.name: hits for p in _modules() if (hits := long_tuples(p.read_text()))}
+    assert found == {}
+
+
+def test_no_helper_of_analyze_takes_more_than_seven_positional_parameters():
+    found = {p.name: hits for p in _modules() if (hits := many_positional(p.read_text()))}
+    assert found == {}
+
+
+@pytest.mark.parametrize(
+    "planted, what",
+    [
+        ("ctx = (module, found, Xt, op, op_data, Ynqf, r0, how, W0)", "binds a tuple"),
+        ("def f(a):\n    return a, a, a, a, a", "returns a tuple"),
+        ("data, module, found, desc = prepare(model)", "unpacks a call"),
+        ("run(ctx, (lr, steps, form, every))", "passes a tuple"),
+    ],
+)
+def test_planted_long_tuple_is_found(planted, what):
+    assert [w for _, w in long_tuples(planted)] == [what]
+
+
+def test_tables_of_constants_and_short_tuples_are_not_state():
+    source = 'COLUMNS = (("k", "k"), ("rank", "rank"), ("L", "L"), ("t", "t"))\ndef f(a):\n    return a, a, a\n'
+    assert long_tuples(source) == []
+
+
+def test_planted_helper_of_eight_positional_parameters_is_found():
+    assert many_positional("def helper(a, b, c, d, e, f, g, h):\n    return a\n") == [(1, "helper")]
+    assert many_positional("def helper(a, b, c, d, e, f, g, *, h):\n    return a\n") == []
+
+
+def test_the_records_are_frozen():
+    from nqf.study._plan import Comparison, NQFData, Prepared, Problem, RunPlan
+
+    plan = RunPlan(lr=0.1, steps=10, form="weights", save_every=1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.lr = 0.2  # type: ignore[misc]
+    for record in (Comparison, NQFData, Prepared, Problem, RunPlan):
+        assert record.__dataclass_params__.frozen, record  # type: ignore[attr-defined]
