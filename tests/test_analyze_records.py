@@ -107,3 +107,14 @@ def test_the_records_are_frozen():
         plan.lr = 0.2  # type: ignore[misc]
     for record in (Comparison, NQFData, Prepared, Problem, RunPlan):
         assert record.__dataclass_params__.frozen, record  # type: ignore[attr-defined]
+
+
+def test_timings_read_like_a_mapping_and_name_a_missing_part():
+    from nqf.errors import UnknownNameError
+    from nqf.study._parts import Timings
+
+    t = Timings.of({"setup": 0.12345, "nqf_step": 1.23456789e-5})
+    assert t["setup"] == 0.123 and t["nqf_step"] == 1.23e-5 and "setup" in t and t.get("seeded_nqf") is None
+    assert t.to_dict() == {"setup": 0.123, "nqf_step": 1.23e-5} and dict(t.items()) == t.to_dict()
+    with pytest.raises(UnknownNameError, match="no part 'prediction'; its parts are 'setup', 'nqf_step'"):
+        t["prediction"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ..errors import UnknownNameError
 from ..results import Result
 from ..results import to_jsonable as _clean
 
@@ -74,7 +75,8 @@ class Timings(Result):
         for k, v in self.seconds:
             if k == name:
                 return v
-        raise KeyError(name)
+        parts = ", ".join(repr(k) for k, _ in self.seconds)
+        raise UnknownNameError(f"`name`: this analysis has no part {name!r}; its parts are {parts}")
 
     def __contains__(self, name: object) -> bool:
         return any(k == name for k, _ in self.seconds)
