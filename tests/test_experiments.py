@@ -78,8 +78,7 @@ def _eps_squared_weights(module, monkeypatch):
 def _planted(name, monkeypatch):
     import nqf.curves
     import nqf.dynamics
-    from nqf.experiments import _demo as demo
-    from nqf.experiments import _saddles as saddles
+    from nqf.experiments import _demo as demo, _saddles as saddles
     from nqf.reductions.lv import LotkaVolterra
 
     if name == "demo":

@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 from nqf.experiments import Experiment, Outcome, Params, run_experiment
-from nqf.report import ResumeMismatchError
-from nqf.report import _codec as codec
+from nqf.report import ResumeMismatchError, _codec as codec
 
 
 class _P(Params):

@@ -25,11 +25,11 @@ from nqf.report import (
     ResumeMismatchError,
     RunDirectory,
     RunDirectoryLockedError,
+    _codec as codec,
     new_figure,
     validate_results,
     verify_run,
 )
-from nqf.report import _codec as codec
 
 get_experiment("demo")
 runner = CliRunner()

@@ -8,89 +8,19 @@ times and scaling exponents.  Conventions (docs/theory.md §0):
 ``t = η · steps``, initial state ``M(0) = εI`` (``W0 = √ε Q``).
 
 ``import nqf`` is cheap: the subpackages (and with them torch, scipy and
-matplotlib) are imported on first use of a name (PEP 562).  To add a public
-name, add one entry to :data:`_LAZY_ATTRS` (or a subpackage to
-:data:`_LAZY_SUBMODULES`) and the matching import under ``TYPE_CHECKING``.
+matplotlib) are imported on first use of a name.  Each public name is written once, in
+``__init__.pyi`` (what type checkers read); ``lazy_loader`` builds ``__all__`` and the loading on
+first use from it.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-#: Subpackages and modules reachable as ``nqf.NAME`` without an explicit import.
-_LAZY_SUBMODULES: frozenset[str] = frozenset(
-    {
-        "curves",
-        "dynamics",
-        "errors",
-        "modules",
-        "networks",
-        "reductions",
-        "structure",
-        "study",
-    }
-)
+import lazy_loader as _lazy
 
-#: Public names defined in a submodule: ``name → (module, attribute)``.
-_LAZY_ATTRS: dict[str, tuple[str, str]] = {
-    "simulate": ("nqf.dynamics", "simulate"),
-    "gradient_flow": ("nqf.dynamics", "gradient_flow"),
-    "train_network": ("nqf.dynamics", "train_network"),
-    "Trajectory": ("nqf.dynamics", "Trajectory"),
-    "two_layer_modes": ("nqf.reductions.svd_modes", "two_layer_modes"),
-    "predict": ("nqf.reductions", "predict"),
-    "Staircase": ("nqf.reductions", "Staircase"),
-    "analyze": ("nqf.study", "analyze"),
-    "forecast": ("nqf.study", "forecast"),
-    "Forecast": ("nqf.study", "Forecast"),
-    "watch": ("nqf.study", "watch"),
-}
-
-__all__ = [  # kept equal to the two tables above by tests/test_package.py
-    "__version__",
-    "curves",
-    "dynamics",
-    "errors",
-    "modules",
-    "networks",
-    "reductions",
-    "structure",
-    "study",
-    "simulate",
-    "gradient_flow",
-    "train_network",
-    "Trajectory",
-    "two_layer_modes",
-    "predict",
-    "Staircase",
-    "analyze",
-    "forecast",
-    "Forecast",
-    "watch",
-]
-
-if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these are resolved lazily
-    __version__: str
-    from . import curves as curves
-    from . import dynamics as dynamics
-    from . import errors as errors
-    from . import modules as modules
-    from . import networks as networks
-    from . import reductions as reductions
-    from . import structure as structure
-    from . import study as study
-    from .dynamics import Trajectory as Trajectory
-    from .dynamics import gradient_flow as gradient_flow
-    from .dynamics import simulate as simulate
-    from .dynamics import train_network as train_network
-    from .reductions import Staircase as Staircase
-    from .reductions import predict as predict
-    from .reductions.svd_modes import two_layer_modes as two_layer_modes
-    from .study import Forecast as Forecast
-    from .study import analyze as analyze
-    from .study import forecast as forecast
-    from .study import watch as watch
+_attr, _dir, _names = _lazy.attach_stub(__name__, __file__)
+__all__ = ["__version__", *_names]  # pyright: ignore[reportUnsupportedDunderAll]
 
 
 def _version() -> str:
@@ -103,18 +33,11 @@ def _version() -> str:
 
 
 def __getattr__(name: str) -> Any:
-    if name == "__version__":
-        value: Any = _version()
-    elif name in _LAZY_SUBMODULES:
-        value = importlib.import_module(f"{__name__}.{name}")
-    elif name in _LAZY_ATTRS:
-        module, attr = _LAZY_ATTRS[name]
-        value = getattr(importlib.import_module(module), attr)
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value  # later look-ups skip this function
+    if name != "__version__":
+        return _attr(name)  # cached on the package after the first look-up
+    globals()[name] = value = _version()
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | {"__version__"} | _LAZY_SUBMODULES | set(_LAZY_ATTRS))
+    return sorted(set(globals()) | set(__all__))

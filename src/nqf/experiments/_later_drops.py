@@ -38,8 +38,7 @@ def later_problem(P, gen) -> dict:
     learned by a tanh MLP student of width ``P.width``; its NQF operator, GD step and direction ``W_dir``."""
     import torch
 
-    from .. import networks as nw
-    from .. import structure as st
+    from .. import networks as nw, structure as st
 
     dt, sv = torch.float64, torch.tensor(P.later_singular_values, dtype=torch.float64)
     C = sv.numel()

@@ -88,8 +88,7 @@ def build_family(name: str, n: int, m: int, D: int, T: int, gen: torch.Generator
     op : StructureOperator
     net : torch.nn.Module with ``.units``
     """
-    from .. import networks as nw
-    from .. import structure as st
+    from .. import networks as nw, structure as st
 
     dt = torch.float64
     if name == "mlp":

@@ -109,8 +109,7 @@ def saddle_problem(
     teachers' signal and noise (a small teacher keeps the learned weights small, so that the real
     network stays close to its NQF after the first escapes).
     """
-    from .. import networks as nw
-    from .. import structure as st
+    from .. import networks as nw, structure as st
 
     dt = torch.float64
     if name == "mlp":

@@ -96,8 +96,7 @@ class ValidityParams(Params):
 
 
 def _student_teacher(P: ValidityParams, gen: torch.Generator):
-    from .. import networks as nw
-    from .. import structure as st
+    from .. import networks as nw, structure as st
 
     dt = torch.float64
     if P.model == "mlp":

@@ -40,8 +40,7 @@ from torch.func import grad, jacrev, jvp, vmap
 
 from .._validation import tolerance
 from ..errors import InvalidParameterError
-from ..structure import StructureOperator
-from ..structure import data_subspace as _dense_data_subspace
+from ..structure import StructureOperator, data_subspace as _dense_data_subspace
 from ._narrowed import evaluation_mode
 from ._unit_function import UnitFunction
 

@@ -11,8 +11,7 @@ from torch import nn
 from .._validation import int_tuple, positive_int
 from ..errors import InvalidParameterError
 from ..modules import UnitLayout, UnitSlice
-from ..structure import CONV_READOUTS as READOUTS
-from ..structure import Activation, conv_output_size, get_activation
+from ..structure import CONV_READOUTS as READOUTS, Activation, conv_output_size, get_activation
 
 __all__ = ["ConvNet1d", "ConvNet2d"]
 

@@ -21,73 +21,13 @@ picks the reduction for an operator (``nqf.predict`` is the same function).
 
 The submodules are imported on first use (``nqf.reductions.lv`` loads scipy).
 Conventions and equations: docs/theory.md.
+
+Each public name is written once, in ``__init__.pyi`` (what type checkers read); ``lazy_loader`` builds
+``__all__`` and the loading on first use from it.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+import lazy_loader as _lazy
 
-if TYPE_CHECKING:  # loaded lazily below; imported here for the type checker only
-    from . import dormant, lv, saddles, svd_modes
-    from ._predict import LV_MAX_ENTRIES, predict
-    from ._staircase import METHODS, TIME_RULES, PredictionCost, Staircase
-    from ._timing import (
-        TAIL_FRACTION,
-        crossing_index,
-        crossing_time,
-        crossing_times,
-        leading_switch_time,
-        learning_drops,
-        logistic_switch_time,
-        midpoint_levels,
-    )
-
-_SUBMODULES = ("dormant", "lv", "saddles", "svd_modes")
-
-#: Public names defined in a private module: ``name → module``.
-_NAMES = {
-    "Staircase": "._staircase",
-    "PredictionCost": "._staircase",
-    "METHODS": "._staircase",
-    "TIME_RULES": "._staircase",
-    "predict": "._predict",
-    "LV_MAX_ENTRIES": "._predict",
-    "logistic_switch_time": "._timing",
-    "leading_switch_time": "._timing",
-    "crossing_times": "._timing",
-    "crossing_time": "._timing",
-    "crossing_index": "._timing",
-    "midpoint_levels": "._timing",
-    "learning_drops": "._timing",
-    "TAIL_FRACTION": "._timing",
-}
-
-__all__ = [  # the submodules and the keys of _NAMES (tests/test_package.py)
-    "dormant",
-    "lv",
-    "saddles",
-    "svd_modes",
-    "Staircase",
-    "PredictionCost",
-    "METHODS",
-    "TIME_RULES",
-    "predict",
-    "LV_MAX_ENTRIES",
-    "logistic_switch_time",
-    "leading_switch_time",
-    "crossing_times",
-    "crossing_time",
-    "crossing_index",
-    "midpoint_levels",
-    "learning_drops",
-    "TAIL_FRACTION",
-]
-
-
-def __getattr__(name: str) -> Any:
-    if name in _SUBMODULES:
-        return importlib.import_module(f"{__name__}.{name}")
-    if name in _NAMES:
-        return getattr(importlib.import_module(_NAMES[name], __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__, __all__ = _lazy.attach_stub(__name__, __file__)

@@ -27,8 +27,7 @@ import numpy as np
 
 from ..errors import InvalidParameterError, NonFiniteError, ShapeError
 from ..results import Result, require_pandas, to_jsonable
-from ._timing import TAIL_FRACTION, learning_drops
-from ._timing import staircase as _staircase_curve
+from ._timing import TAIL_FRACTION, learning_drops, staircase as _staircase_curve
 
 if TYPE_CHECKING:
     import pandas as pd

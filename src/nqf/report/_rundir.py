@@ -70,10 +70,13 @@ import numpy as np
 
 from ..errors import InvalidTypeError
 from . import _codec as codec
-from ._atomic import atomic_write_bytes, atomic_write_text
-from ._atomic import carry_entry as _carry
-from ._atomic import exchange_paths as _exchange  # a module global: tests patch it to kill a run mid-commit
-from ._atomic import remove_tree as _rmtree
+from ._atomic import (
+    atomic_write_bytes,
+    atomic_write_text,
+    carry_entry as _carry,
+    exchange_paths as _exchange,  # a module global: tests patch it to kill a run mid-commit
+    remove_tree as _rmtree,
+)
 from ._runfiles import (
     _CKPT_SUFFIX,
     _PICKLE_SUFFIXES,

@@ -21,13 +21,17 @@ from ._activations import (
     module_label,
     smooth_alternatives_text,
 )
-from ._attention import READOUTS as ATTENTION_READOUTS
-from ._attention import EyeKronKernel, HeadValueKernel, multi_head_attention, qk_attention
+from ._attention import (
+    READOUTS as ATTENTION_READOUTS,
+    EyeKronKernel,
+    HeadValueKernel,
+    multi_head_attention,
+    qk_attention,
+)
 from ._bilinear import BilinearKernel, BilinearStructure, DenseKernel, OneHotKronKernel
 from ._channels import ChannelSplit, ChannelStructure, channel_split
 from ._commute import COMMUTING_RTOL, commutator_defect, commutator_ratio, commutes
-from ._conv import READOUTS as CONV_READOUTS
-from ._conv import conv1d, conv2d, conv_output_size
+from ._conv import READOUTS as CONV_READOUTS, conv1d, conv2d, conv_output_size
 from ._factorization import SensingStructure, factorization, linear_network, matrix_sensing
 from ._higher import HigherOrderTerms, mlp_higher_order
 from ._mlp import mlp

@@ -12,79 +12,15 @@ count :func:`nqf.curves.stable_learning_rate` and :func:`nqf.curves.step_count`;
 prediction is :func:`nqf.predict` (a :class:`nqf.Staircase`), judged by
 :func:`nqf.curves.compare_staircase`.
 
-Names are imported on first use (PEP 562), so that ``nqf --version`` — whose
+Names are imported on first use, so that ``nqf --version`` — whose
 command table registers ``nqf analyze`` with :func:`register_cli` — does not load torch.
+
+Each public name is written once, in ``__init__.pyi`` (what type checkers read); ``lazy_loader`` builds
+``__all__`` and the loading on first use from it.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+import lazy_loader as _lazy
 
-_ATTRS: dict[str, str] = {
-    "analyze": "_pipeline",
-    "forecast": "_forecast",
-    "Forecast": "_forecast_result",
-    "LogJudgement": "_forecast_result",
-    "watch": "_watch",
-    "Monitor": "_watch",
-    "WatchStatus": "_watch",
-    "prepare_analysis": "_pipeline",
-    "Prepared": "_plan",
-    "Analysis": "_result",
-    "CheckRow": "_result",
-    "FoundUnits": "_discover",
-    "choose_units": "_discover",
-    "find_unit_layers": "_discover",
-    "unit_listing": "_discover",
-    "build_model": "_models",
-    "save_analysis": "_output",
-    "register_cli": "_cli",
-}
-
-__all__ = [  # equal to the keys of _ATTRS
-    "Analysis",
-    "CheckRow",
-    "FoundUnits",
-    "Forecast",
-    "LogJudgement",
-    "Monitor",
-    "Prepared",
-    "WatchStatus",
-    "analyze",
-    "forecast",
-    "build_model",
-    "choose_units",
-    "find_unit_layers",
-    "prepare_analysis",
-    "register_cli",
-    "save_analysis",
-    "unit_listing",
-    "watch",
-]
-
-if TYPE_CHECKING:
-    from ._cli import register_cli
-    from ._discover import FoundUnits, choose_units, find_unit_layers, unit_listing
-    from ._forecast import forecast
-    from ._forecast_result import Forecast, LogJudgement
-    from ._models import build_model
-    from ._output import save_analysis
-    from ._pipeline import analyze, prepare_analysis
-    from ._plan import Prepared
-    from ._result import Analysis, CheckRow
-    from ._watch import Monitor, WatchStatus, watch
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _ATTRS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    mod = _ATTRS[name]
-    module = importlib.import_module(mod if mod.startswith("..") else f".{mod}", __name__)
-    value = getattr(module, name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_ATTRS))
+__getattr__, __dir__, __all__ = _lazy.attach_stub(__name__, __file__)

@@ -14,8 +14,7 @@ import typer
 
 from .._limits import DEFAULT_TIMEOUT, MAX_STEPS, MAX_THREADS
 from .._text import terminal_echo
-from ._cli_exit import analyze_params
-from ._cli_exit import fail as _fail
+from ._cli_exit import analyze_params, fail as _fail
 
 __all__ = ["register_cli", "MAX_STEPS", "MAX_THREADS"]
 

@@ -12,8 +12,7 @@ from pathlib import Path
 import typer
 
 from .._text import terminal_echo
-from ._cli_exit import analyze_params
-from ._cli_exit import fail as _fail
+from ._cli_exit import analyze_params, fail as _fail
 
 __all__ = ["register_compare", "compare_run"]
 

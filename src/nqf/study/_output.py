@@ -17,9 +17,7 @@ from .._limits import MAX_STEPS
 from .._text import terminal_text
 from ..experiments import Check, Experiment, Outcome, Params, Table
 from ._result import Analysis
-from ._table import level_cell as _level
-from ._table import number_cell as _num
-from ._table import plateau_rows
+from ._table import level_cell as _level, number_cell as _num, plateau_rows
 from ._verdict import LEVEL_FLOOR, MAX_RELATIVE, ROUNDOFF, error_of, fmt_pct, level_text
 
 __all__ = [

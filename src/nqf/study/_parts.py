@@ -7,8 +7,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..errors import UnknownNameError
-from ..results import Result
-from ..results import to_jsonable as _clean
+from ..results import Result, to_jsonable as _clean
 
 __all__ = ["Verdict", "Timings", "Memory"]
 

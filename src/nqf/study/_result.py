@@ -10,8 +10,7 @@ import numpy as np
 
 from ..curves import RealClock, StaircaseComparison
 from ..reductions import Staircase
-from ..results import Result, require_pandas, summarize
-from ..results import to_jsonable as _clean
+from ..results import Result, require_pandas, summarize, to_jsonable as _clean
 from ._parts import Memory, Timings, Verdict
 from ._table import plateau_rows
 

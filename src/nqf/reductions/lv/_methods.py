@@ -12,9 +12,7 @@ import torch
 
 from ..._validation import eps_value
 from .._staircase import Staircase
-from . import _final as final
-from . import _logistic as logistic
-from . import _solvers as solvers
+from . import _final as final, _logistic as logistic, _solvers as solvers
 from ._final import Plateaus
 from ._solution import LVSolution
 

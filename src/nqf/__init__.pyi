@@ -1,0 +1,33 @@
+"""The names of ``nqf``: what type checkers see and what is loaded on first use (lazy_loader)."""
+
+__version__: str
+
+from . import (
+    curves as curves,
+    dynamics as dynamics,
+    errors as errors,
+    modules as modules,
+    networks as networks,
+    reductions as reductions,
+    structure as structure,
+    study as study,
+)
+from .dynamics import (
+    Trajectory as Trajectory,
+    gradient_flow as gradient_flow,
+    simulate as simulate,
+    train_network as train_network,
+)
+from .reductions import (
+    Staircase as Staircase,
+    predict as predict,
+)
+from .reductions.svd_modes import (
+    two_layer_modes as two_layer_modes,
+)
+from .study import (
+    Forecast as Forecast,
+    analyze as analyze,
+    forecast as forecast,
+    watch as watch,
+)

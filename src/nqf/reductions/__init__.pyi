@@ -1,0 +1,28 @@
+"""The names of ``nqf.reductions``: what type checkers see and what is loaded on first use (lazy_loader)."""
+
+from . import (
+    dormant as dormant,
+    lv as lv,
+    saddles as saddles,
+    svd_modes as svd_modes,
+)
+from ._predict import (
+    LV_MAX_ENTRIES as LV_MAX_ENTRIES,
+    predict as predict,
+)
+from ._staircase import (
+    METHODS as METHODS,
+    TIME_RULES as TIME_RULES,
+    PredictionCost as PredictionCost,
+    Staircase as Staircase,
+)
+from ._timing import (
+    TAIL_FRACTION as TAIL_FRACTION,
+    crossing_index as crossing_index,
+    crossing_time as crossing_time,
+    crossing_times as crossing_times,
+    leading_switch_time as leading_switch_time,
+    learning_drops as learning_drops,
+    logistic_switch_time as logistic_switch_time,
+    midpoint_levels as midpoint_levels,
+)
