@@ -4,8 +4,9 @@ The modules of ``nqf.study`` (the pipeline of ``analyze``, its runs, its clock, 
 function returns a tuple of more than three, none binds one to a name or passes one as an argument, and none
 unpacks more than three names from a call.  Tables of constants (column names) are not state and are not
 counted.  No helper takes more than seven positional parameters (the ``typer`` commands, whose parameters are
-the command's options, excepted).  Planted: a 9-tuple of context, a 5-tuple returned, a 4-name unpacking and a
-helper of eight positional parameters are each found.
+the command's options, excepted), and none fills a dict or a list it was handed (each phase returns what it made).
+Planted: a 9-tuple of context, a 5-tuple returned, a 4-name unpacking, a helper of eight positional parameters and
+a helper that fills its ``timings`` argument are each found.
 """
 
 from __future__ import annotations
@@ -62,6 +63,30 @@ def many_positional(source: str) -> list[tuple[int, str]]:
     return out
 
 
+#: Methods that change a dict, a list or a set in place.
+MUTATORS = {"append", "extend", "update", "insert", "setdefault", "pop", "clear", "add", "remove"}
+
+
+def filled_arguments(source: str) -> list[tuple[int, str, str]]:
+    """``(line, function, parameter)`` where a function changes a container it was handed (``x[k] = …``,
+    ``x.append(…)``, …)."""
+    out = []
+    for fn in ast.walk(ast.parse(source)):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        params = {a.arg for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]} - {"self", "cls"}
+        for node in ast.walk(fn):
+            target = None
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MUTATORS:
+                target = node.func.value
+            elif isinstance(node, (ast.Assign, ast.AugAssign)):
+                for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                    target = t.value if isinstance(t, ast.Subscript) else target
+            if isinstance(target, ast.Name) and target.id in params:
+                out.append((node.lineno, fn.name, target.id))
+    return out
+
+
 def _modules():
     return sorted(STUDY.glob("*.py"))
 
@@ -69,6 +94,17 @@ def _modules():
 def test_analyze_passes_no_tuple_longer_than_three():
     found = {p.name: hits for p in _modules() if (hits := long_tuples(p.read_text()))}
     assert found == {}
+
+
+def test_no_function_of_analyze_fills_a_container_it_was_handed():
+    found = {p.name: hits for p in _modules() if (hits := filled_arguments(p.read_text()))}
+    assert found == {}
+
+
+def test_planted_helper_that_fills_its_timings_is_found():
+    source = "def run(problem, timings):\n    timings['nqf'] = 1.0\n    out = []\n    out.append(2)\n    return out\n"
+    assert filled_arguments(source) == [(2, "run", "timings")]
+    assert filled_arguments("def run(rows):\n    rows.append(1)\n") == [(2, "run", "rows")]
 
 
 def test_no_helper_of_analyze_takes_more_than_seven_positional_parameters():
