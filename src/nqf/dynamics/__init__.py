@@ -25,12 +25,12 @@ from ._batched import simulate_batched
 from ._cost_step import active_levels
 from ._flow import gradient_flow, integrate_factor
 from ._initial import initial_state, initial_weights
-from ._loss import LOSSES, MSE, CrossEntropy, Logistic, Loss, as_loss
+from ._loss import MSE, CrossEntropy, Logistic, Loss, as_loss
 from ._network import train_network
 from ._optim import GD, SGD, Adam, Optimizer, as_optimizer
 from ._save import Save
 from ._seeded import LEARNED_FRACTION, Seeding, seeded_nqf, unlearned_projector
-from ._simulate import FORMS, OPTIMIZERS, minibatch_indices, simulate
+from ._simulate import minibatch_indices, simulate
 from ._trajectory import Trajectory
 
 __all__ = [
@@ -46,9 +46,6 @@ __all__ = [
     "LEARNED_FRACTION",
     "Trajectory",
     "minibatch_indices",
-    "FORMS",
-    "OPTIMIZERS",
-    "LOSSES",
     "initial_state",
     "initial_weights",
     "Loss",

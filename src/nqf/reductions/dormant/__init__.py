@@ -15,7 +15,7 @@ Equations and assumptions: docs/theory.md, "When the quadratic form is silent".
 
 from ._agf import agf_staircase
 from ._chain import ChainTerm, chain_staircase, chain_term
-from ._flow import ESCAPE_NORM, active_curvature, active_fit, dormant_staircase
+from ._flow import active_curvature, dormant_staircase
 from ._terms import HomogeneousTerm, unit_term
 from ._utility import LeadingOrder, UtilityMaximum, aligned_escape_time, leading_order, utility_maximum
 
@@ -32,7 +32,5 @@ __all__ = [
     "aligned_escape_time",
     "dormant_staircase",
     "agf_staircase",
-    "active_fit",
     "active_curvature",
-    "ESCAPE_NORM",
 ]
