@@ -152,5 +152,6 @@ def test_timings_read_like_a_mapping_and_name_a_missing_part():
     t = Timings.of({"setup": 0.12345, "nqf_step": 1.23456789e-5})
     assert t["setup"] == 0.123 and t["nqf_step"] == 1.23e-5 and "setup" in t and t.get("seeded_nqf") is None
     assert t.to_dict() == {"setup": 0.123, "nqf_step": 1.23e-5} and dict(t.items()) == t.to_dict()
+    assert list(t) == ["setup", "nqf_step"] and set(t) == {"setup", "nqf_step"} and len(t) == 2
     with pytest.raises(UnknownNameError, match="no part 'prediction'; its parts are 'setup', 'nqf_step'"):
         t["prediction"]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..errors import UnknownNameError
@@ -61,7 +62,7 @@ class Timings(Result):
     """Wall seconds of each part of an analysis (:attr:`Analysis.timings`), in the order they ran: ``setup``,
     ``prediction``, ``nqf_simulation``, ``real_training``, ``seeded_nqf``, …, each estimate before its part as
     ``estimate_<part>``, and the seconds per step ``nqf_step``, ``real_step``.  Read one with ``timings["setup"]``
-    or :meth:`get`; :meth:`items` gives them all."""
+    or :meth:`get`; iterating gives the parts' names, :meth:`items` the pairs."""
 
     seconds: tuple[tuple[str, float], ...] = ()
 
@@ -76,6 +77,12 @@ class Timings(Result):
                 return v
         parts = ", ".join(repr(k) for k, _ in self.seconds)
         raise UnknownNameError(f"`name`: this analysis has no part {name!r}; its parts are {parts}")
+
+    def __iter__(self) -> Iterator[str]:
+        return (k for k, _ in self.seconds)
+
+    def __len__(self) -> int:
+        return len(self.seconds)
 
     def __contains__(self, name: object) -> bool:
         return any(k == name for k, _ in self.seconds)

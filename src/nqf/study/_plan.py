@@ -86,7 +86,7 @@ class RunPlan:
 @dataclass(frozen=True)
 class Comparison:
     """Both runs against the prediction (``nqf``, ``real``), the validity of the quadratic regime, the verdict
-    and the curves on the NQF's saved times (:attr:`nqf.study.Analysis.curves`)."""
+    and the curves on the NQF's saved times (an :class:`~nqf.study.Analysis`'s ``curves``)."""
 
     nqf: StaircaseComparison
     real: StaircaseComparison
