@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 from helpers import toml_value
 from nqf.cli import app
 from nqf.errors import InvalidParameterError
-from nqf.experiments import REGISTRY, check_sizes, get_experiment
+from nqf.experiments import REGISTRY, get_experiment
+from nqf.experiments._runner import check_sizes
 
 get_experiment("demo")
 runner = CliRunner()

@@ -22,7 +22,6 @@ from ._config import (
     RunConfig as RunConfig,
     apply_overrides as apply_overrides,
     config_hash as config_hash,
-    format_validation_error as format_validation_error,
     load_config as load_config,
     parse_config as parse_config,
     parse_set as parse_set,
@@ -35,10 +34,7 @@ from ._demo import (
 from ._runner import (
     RECORDED_FAILURES as RECORDED_FAILURES,
     RunContext as RunContext,
-    check_sizes as check_sizes,
     redraw as redraw,
-    resolve_device as resolve_device,
     run_experiment as run_experiment,
-    run_identity as run_identity,
     versions as versions,
 )

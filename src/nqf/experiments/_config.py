@@ -33,7 +33,6 @@ __all__ = [
     "ConfigError",
     "load_config",
     "parse_config",
-    "format_validation_error",
     "parse_set",
     "apply_overrides",
     "resolved_config",

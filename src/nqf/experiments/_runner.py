@@ -34,10 +34,7 @@ from ._base import Experiment, Outcome, Params
 __all__ = [
     "RunContext",
     "run_experiment",
-    "resolve_device",
     "versions",
-    "run_identity",
-    "check_sizes",
     "RECORDED_FAILURES",
 ]
 

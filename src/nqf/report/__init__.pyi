@@ -13,7 +13,6 @@ from ._html import (
     format_cell as format_cell,
     rebuild_report as rebuild_report,
     render_report as render_report,
-    safe_figure_path as safe_figure_path,
     svg_is_safe as svg_is_safe,
     write_report as write_report,
 )

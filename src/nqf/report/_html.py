@@ -33,7 +33,6 @@ __all__ = [
     "render_report",
     "write_report",
     "rebuild_report",
-    "safe_figure_path",
     "format_cell",
     "svg_is_safe",
     "MAX_EMBED_BYTES",
