@@ -250,24 +250,6 @@ def steps_value(value, name: str = "steps") -> int:
     return steps
 
 
-def check_run_scalars(lr, steps, momentum, weight_decay, save_every, divergence_threshold=None):
-    """The scalar settings of a discrete run, validated; returns ``(lr, steps, momentum, weight_decay, save_every)``.
-
-    ``save_every`` may be ``None`` (the caller picks a default).
-    """
-    lr = positive_float("lr", lr)
-    steps = steps_value(steps)
-    momentum = float_param("momentum", momentum)
-    if not 0.0 <= momentum < 1.0:
-        raise ParameterError(f"`momentum` must lie in [0, 1); found {momentum!r}")
-    weight_decay = float_param("weight_decay", weight_decay, nonnegative=True)
-    if save_every is not None:
-        save_every = int_param("save_every", save_every, minimum=1)
-    if divergence_threshold is not None:
-        divergence_threshold_value(divergence_threshold)
-    return lr, steps, momentum, weight_decay, save_every
-
-
 def divergence_threshold_value(value) -> float:
     """The ``divergence_threshold`` of a run: a real number > 1 (``inf`` allowed: never stop; NaN refused)."""
     thr = float_param("divergence_threshold", value, allow_inf=True)

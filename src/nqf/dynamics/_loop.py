@@ -33,10 +33,9 @@ from typing import Any
 
 import torch
 
-from .._validation import divergence_message, steps_value
+from .._validation import divergence_message
 from ..results import Result, summarize
 from ._optim import OPTIMIZERS, Optimizer, as_optimizer
-from ._save import Save
 from ._trajectory import DIVERGED, FINISHED
 
 __all__ = [
@@ -46,7 +45,6 @@ __all__ = [
     "LoopOutcome",
     "training_loop",
     "minibatch_indices",
-    "check_run_args",
     "OPTIMIZERS",
 ]
 
@@ -74,18 +72,6 @@ def minibatch_indices(n_samples: int, batch_size: int | None, steps: int, seed: 
             perm, pos = torch.randperm(n_samples, generator=gen), 0
         yield perm[pos : pos + batch_size]
         pos += batch_size
-
-
-def check_run_args(lr, steps, optimizer, batch_size, momentum, weight_decay, n_samples, save_every):
-    """Validate the optimisation settings; returns ``(lr, steps, batch_size, save_every)``.
-
-    The string form of :func:`~nqf.dynamics.as_optimizer` and :class:`~nqf.dynamics.Save`
-    (``save_every=None`` becomes ``max(1, steps // 1000)``).
-    """
-    steps = steps_value(steps)
-    opt = as_optimizer(optimizer, lr=lr, momentum=momentum, weight_decay=weight_decay, batch_size=batch_size)
-    opt.check_samples(n_samples)
-    return opt.lr, steps, opt.batch_size, Save(every=save_every).resolve(steps).every
 
 
 @dataclass(frozen=True)

@@ -73,14 +73,14 @@ from ._factored import (
 )
 from ._fast import block_loop, block_split
 from ._initial import check_psd, initial_state
-from ._loop import OPTIMIZERS, check_run_args, minibatch_indices, training_loop
+from ._loop import OPTIMIZERS, minibatch_indices, training_loop
 from ._loss import Loss, as_loss
 from ._optim import Optimizer, optimizer_object
 from ._polish import POLISH_EVERY, POLISH_MAX_RANK, _loop_state, _polished, _polished_or_none, _transfer_step
 from ._save import Recorder, Save, as_save
 from ._trajectory import Trajectory
 
-__all__ = ["simulate", "minibatch_indices", "FORMS", "OPTIMIZERS", "check_psd", "check_run_args"]
+__all__ = ["simulate", "minibatch_indices", "FORMS", "OPTIMIZERS", "check_psd"]
 
 FORMS = ("order_parameter", "weights")
 
