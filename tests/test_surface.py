@@ -11,7 +11,7 @@ directories.  Two checks:
 * no library door exports the application's plumbing (run directories, atomic writes, locks, markers, report
   safety, run identities): a planted plumbing name in a library door is found.
 
-``python -c "import nqf.curves, …"`` in docs/architecture.md prints the same counts.
+A ``python`` block in docs/architecture.md (run by tests/test_docs_blocks.py) prints the same counts.
 """
 
 from __future__ import annotations

@@ -161,8 +161,9 @@ def _runs(problem: Problem, plan: RunPlan, costs: tuple, say) -> tuple[Trajector
     say(f"NQF simulation: {steps} steps ({form} form), estimated ~{secs(c_nqf * steps)} s")
     t0 = time.perf_counter()
     keep = _saved_state(found)
-    sim = simulate(nqf.op, nqf.Y, W0=problem.W0, optimizer=GD(lr), save=replace(keep, every=save_every), steps=steps,
-                   form=form)  # fmt: skip
+    sim = simulate(
+        nqf.op, nqf.Y, W0=problem.W0, optimizer=GD(lr), save=replace(keep, every=save_every), steps=steps, form=form
+    )
     sim = _shifted(sim, nqf.shift)
     timings["nqf_simulation"] = time.perf_counter() - t0
     timings["nqf_step"] = timings["nqf_simulation"] / max(steps, 1)
