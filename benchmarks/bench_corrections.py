@@ -41,10 +41,10 @@ import numpy as np
 import torch
 
 import nqf
+from nqf.app._data import load_dataset
+from nqf.app._experiments import teacher_task
 from nqf.curves import compare_staircase, measured_floors, real_clock
-from nqf.data import load_dataset
 from nqf.dynamics import GD, Save, initial_weights, seeded_nqf, simulate, train_network
-from nqf.experiments import teacher_task
 from nqf.networks import TwoLayerMLP
 from nqf.reductions import crossing_time
 from nqf.reductions.svd_modes import two_layer_modes
@@ -226,7 +226,7 @@ def planted(eps: float = 1e-12, m: int = 64) -> None:
 
 def clock(eps_list=(1e-8, 1e-12, 1e-20), m: int = 64) -> None:
     """The clock as ``nqf analyze`` runs it against plain GD at η (module docstring)."""
-    from nqf.study import prepare_analysis
+    from nqf.app._study import prepare_analysis
 
     spec = f"mlp:width={m},act=tanh"
     print(f"{'set-up':>8} {'eps':>7} {'drop':>4} {'GD at η':>8} {'real err':>8} {'clock err':>9} {'bound':>6} "

@@ -17,10 +17,10 @@ import time
 import numpy as np
 import torch
 
+from nqf.app._experiments import REGISTRY
+from nqf.app._experiments._scaling_real import digits_case
 from nqf.curves import compare_crowded, crowded_prediction, stable_learning_rate
 from nqf.dynamics import Save, initial_weights, seeded_nqf, simulate, train_network
-from nqf.experiments import REGISTRY
-from nqf.experiments._scaling_real import digits_case
 from nqf.networks import TwoLayerMLP
 from nqf.reductions import predict
 from nqf.structure import mlp

@@ -57,7 +57,7 @@ _PERCENT = re.compile(r"(\d[\d.,eE+]*)\s?%")
 
 
 def _data(name: str):
-    from nqf.data import load_dataset, prepare
+    from nqf.app._data import load_dataset, prepare
 
     if name == "digits":
         return load_dataset("digits")
@@ -96,7 +96,7 @@ def run_row(name: str, eps: float) -> dict:
     except NQFError as exc:
         row.update(status="refused", reason=str(exc).replace(str(ZOO), "models.py"))
     else:
-        from nqf.study._output import print_analysis  # what the terminal shows: header, checks, table, verdict
+        from nqf.app._study._output import print_analysis  # what the terminal shows: header, checks, table, verdict
 
         printed: list[str] = []
         print_analysis(a, printed.append)

@@ -26,8 +26,8 @@ import time
 import numpy as np
 import torch
 
+from nqf.app._data import load_dataset
 from nqf.curves import compare_staircase
-from nqf.data import load_dataset
 from nqf.dynamics import gradient_flow, initial_weights
 from nqf.reductions import predict
 from nqf.reductions.saddles import saddle_sequence

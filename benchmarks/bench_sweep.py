@@ -33,7 +33,7 @@ _STATE: dict = {}
 def _init():
     import torch
 
-    from nqf.experiments._demo import teacher_task
+    from nqf.app._experiments._demo import teacher_task
     from nqf.structure import mlp
 
     torch.set_num_threads(1)

@@ -17,7 +17,7 @@ def iris_tanh():
     """Iris as float64 tensors and the NQF of a tanh MLP on it: ``(X, Y, op)`` (shared; nothing changes them)."""
     import numpy as np
 
-    from nqf.data import load_dataset
+    from nqf.app._data import load_dataset
     from nqf.structure import mlp
 
     d = load_dataset("iris")

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 import nqf
+from nqf.app._experiments import teacher_task
 from nqf.curves import TRUSTED_TIME_ERROR, compare_staircase, level_read_times, level_time_bounds
 from nqf.dynamics import GD, Save, active_levels, initial_weights, simulate, train_network
 from nqf.errors import InvalidParameterError
-from nqf.experiments import teacher_task
 from nqf.networks import TwoLayerMLP
 from nqf.reductions.svd_modes import two_layer_modes
 from nqf.structure import mlp
@@ -97,7 +97,7 @@ def _linnerud():
 def test_every_clock_time_is_within_five_percent_of_gd_at_eta_or_flagged(make):
     """Acceptance: the rank-4 teacher on non-white inputs (drop 4 +38 %) and standardised linnerud (drops 2–3 −22 %
     and +174 %): every drop within 5 % of GD at η or flagged before the comparison; some drop is flagged."""
-    from nqf.study import prepare_analysis
+    from nqf.app._study import prepare_analysis
 
     X, Y = make()
     a = nqf.analyze("mlp:width=64,act=tanh", X, Y, eps=1e-12, seed=0)
@@ -141,7 +141,7 @@ def test_a_flow_stiffer_than_gd_at_lr_follows_is_stopped(demo, monkeypatch):
 def test_a_level_not_computed_gives_no_bound_and_an_untrusted_drop():
     """NaN levels (a stopped flow) give NaN bounds; ``Staircase.trusted`` reads them as not trusted, and the verdict
     says there is no bound instead of printing ``nan %``."""
-    from nqf.study._clock import _bound_text
+    from nqf.app._study._clock import _bound_text
 
     b = level_time_bounds(np.array([1.0, 0.5, 0.4]), np.array([1.0, np.nan, np.nan]))
     assert b[0] == 0.0 and np.isnan(b[1])

@@ -97,7 +97,7 @@ def test_hf_callback_and_trainer_state(tmp_path):
     err = (monitor.measured_steps - monitor.predicted_steps) / monitor.predicted_steps
     assert np.all(np.abs(err) < TOLERANCE), err
     trainer.state.save_to_json(str(tmp_path / "trainer_state.json"))  # the library's own writer
-    log = nqf.data.read_loss_log(tmp_path / "trainer_state.json")
+    log = nqf.app._data.read_loss_log(tmp_path / "trainer_state.json")
     assert log.format == "trainer_state" and log.steps.size >= 30
     j = monitor.forecast.judge(log.steps - 1, log.loss)  # logged at step n: the loss of the weights after n − 1
     assert j.passed, j.lines()
@@ -114,13 +114,13 @@ def test_tensorboard_and_csv_logs(tmp_path):
         for k, v in enumerate(L):
             w.add_scalar("train/loss", v, k)
             w.add_scalar("lr", 0.5, k)
-    tb = nqf.data.read_loss_log(tmp_path / "tb")
+    tb = nqf.app._data.read_loss_log(tmp_path / "tb")
     assert tb.format == "tensorboard" and tb.key == "train/loss" and tb.steps.size == 150
     np.testing.assert_allclose(tb.loss, L, rtol=1e-6)  # float32 in the event file
     assert fc.judge(tb.steps, tb.loss).passed
     csv = tmp_path / "log.csv"
     csv.write_text("epoch,step,val_loss,loss\n" + "".join(f"0,{k},,{v}\n" for k, v in enumerate(L)) + "0,3,0.5,\n")
-    got = nqf.data.read_loss_log(csv)
+    got = nqf.app._data.read_loss_log(csv)
     np.testing.assert_allclose(got.loss, L) and np.testing.assert_array_equal(got.steps, np.arange(150))
 
 
@@ -140,13 +140,13 @@ def test_bad_logs_one_error(tmp_path, name, text, match):
     p = tmp_path / name
     p.write_text(text)
     with pytest.raises(NQFError, match=match):
-        nqf.data.read_loss_log(p)
+        nqf.app._data.read_loss_log(p)
 
 
 def test_compare_cli(tmp_path, monkeypatch):
     """``nqf compare --log``: a model file (the user's start), the data, a CSV log: the figure, the verdict; a bad
     log is one line and exit 2 with nothing written."""
-    from nqf.cli import app
+    from nqf.app._cli import app
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "model.py").write_text(

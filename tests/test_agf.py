@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 import torch
 
+from nqf.app._experiments import teacher_task
 from nqf.curves import compare_staircase
 from nqf.dynamics import GD, Save, initial_weights, train_network
 from nqf.errors import InvalidParameterError, InvalidTypeError
-from nqf.experiments import teacher_task
 from nqf.networks import TwoLayerMLP
 from nqf.reductions.dormant import agf_staircase
 from nqf.structure import mlp

@@ -9,12 +9,12 @@ import torch
 from typer.testing import CliRunner
 
 import nqf
-from nqf.cli import app
+from nqf.app._cli import app
+from nqf.app._data import load_dataset
+from nqf.app._study import find_unit_layers
 from nqf.curves import stable_learning_rate, step_count
-from nqf.data import load_dataset
 from nqf.dynamics import initial_weights
 from nqf.errors import InvalidParameterError, NormalFormError
-from nqf.study import find_unit_layers
 
 
 def test_initial_weights_full_and_rank_deficient():
@@ -74,8 +74,8 @@ def test_factory_sequential_equals_builtin_spec(tmp_path, wine):
     import matplotlib.pyplot as plt
 
     plt.close(a.plot())
-    from nqf.report._schema import validate_results
-    from nqf.study._output import save_analysis
+    from nqf.app._report._schema import validate_results
+    from nqf.app._study._output import save_analysis
 
     save_analysis(a, tmp_path / "saved")
     r = validate_results(tmp_path / "saved")
@@ -120,7 +120,7 @@ def test_cli_bad_input_one_line_exit_2(tmp_path, case):
 
 def test_cli_run_directory_and_rank_deficient_start(tmp_path):
     """A width below p (rank-deficient M(0) = εΠ) runs end to end and writes a valid run directory."""
-    from nqf.report._schema import validate_results
+    from nqf.app._report._schema import validate_results
 
     out = tmp_path / "run"
     res = CliRunner().invoke(
@@ -141,8 +141,8 @@ def test_cli_run_directory_and_rank_deficient_start(tmp_path):
 def test_predict_uses_lotka_volterra_on_commuting_data():
     """Diagonal structure matrices with orthogonal measurement columns commute: the prediction is the
     Lotka–Volterra reduction, whose plateaus are ½E y² − Σ_{learned} β_k²/(2 C_kk) in closed form."""
+    from nqf.app._study._checks import check_commutation
     from nqf.structure import DenseStructure
-    from nqf.study._checks import check_commutation
 
     N, p = 8, 3
     a = torch.zeros(N, p, dtype=torch.float64)
@@ -178,7 +178,7 @@ def test_mode_strengths_from_the_saved_factor_equal_those_from_M():
     built independently here), and a wrong contraction (Wᵀ q summed before squaring) differs."""
     from types import SimpleNamespace
 
-    from nqf.study._strengths import strength_reader
+    from nqf.app._study._strengths import strength_reader
 
     gen = torch.Generator().manual_seed(0)
     W = torch.randn(5, 7, 3, generator=gen, dtype=torch.float64)

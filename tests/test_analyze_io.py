@@ -12,10 +12,10 @@ import torch
 from typer.testing import CliRunner
 
 import nqf
-from nqf.cli import app
-from nqf.data import load_dataset, prepare
+from nqf.app._cli import app
+from nqf.app._data import load_dataset, prepare
+from nqf.app._study import prepare_analysis
 from nqf.errors import DataError, ModelSpecError
-from nqf.study import prepare_analysis
 
 WINE_NAMES = ("barbera", "barolo", "grignolino")  # sorted: one-hot order equals that of the labels 0, 1, 2
 
@@ -100,8 +100,8 @@ def test_token_sequences_from_a_pt_file_keep_their_shape(tmp_path):
 
 def test_conv_model_on_images_reaches_units_structure_and_checks(images):
     """Loading, unit discovery, the (analytic conv2d) structure operator and the assumption checks on (N, 1, 8, 8)."""
-    from nqf.study._operators import structure_of
-    from nqf.study._pipeline import _assumption_checks
+    from nqf.app._study._operators import structure_of
+    from nqf.app._study._pipeline import _assumption_checks
 
     _, _, path, model = images
     prepared = prepare_analysis(model, load_dataset(path))
@@ -217,7 +217,7 @@ def test_printed_table_columns_are_the_analysis_fields(wine_run):
     time error under "err" and the real time error under "flat".  Each printed column is now its field: the
     cells, cut at the right edges of the right-aligned headers, against the raw fields of the Analysis (levels
     and times to the 4 printed digits, errors in percent to the printed decimal)."""
-    from nqf.study._output import print_analysis
+    from nqf.app._study._output import print_analysis
 
     a, _ = wine_run
     lines: list[str] = []
@@ -369,7 +369,7 @@ def test_refusal_exit_2_leaves_no_run_directory(tmp_path, case):
 def test_training_only_layers_of_every_kind_are_named_and_put_in_eval_mode():
     from torch import nn
 
-    from nqf.study._checks import freeze_training_only
+    from nqf.app._study._checks import freeze_training_only
 
     m = nn.Sequential(
         nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Tanh(), nn.AlphaDropout(0.2), nn.Dropout1d(0.1), nn.Linear(4, 2)
@@ -387,7 +387,7 @@ def test_a_costly_step_is_timed_from_runs_of_one_and_two_steps():
     per estimate).  Counted in steps run, not in time; the slow stand-in sleeps a quarter second a step."""
     import time
 
-    from nqf.study._runs import SLOW_STEP, timed_step_cost
+    from nqf.app._study._runs import SLOW_STEP, timed_step_cost
 
     runs: list[int] = []
 

@@ -8,7 +8,7 @@ import pytest
 from torch import nn
 
 import nqf
-from nqf.data import prepare
+from nqf.app._data import prepare
 from nqf.errors import SilentError
 from nqf.structure import ActivationModule
 

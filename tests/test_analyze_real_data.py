@@ -2,8 +2,8 @@
 
 import pytest
 
+from nqf.app._experiments import get_experiment, run_experiment
 from nqf.dynamics import GD, Save
-from nqf.experiments import get_experiment, run_experiment
 
 
 def _run(tmp_path, name, **over):
@@ -39,9 +39,9 @@ def test_orbit_tails_predict_the_loss_where_wine_plateau_1_is_read():
     import numpy as np
     import torch
 
+    from nqf.app._data import load_dataset
     from nqf.curves import stable_learning_rate, step_count
     from nqf.curves._compare import compare_staircase, level_read_times
-    from nqf.data import load_dataset
     from nqf.dynamics import initial_weights, simulate
     from nqf.reductions.saddles import saddle_sequence
     from nqf.reductions.saddles._clock import composite_loss, heteroclinic_chain, predicted_escape_times

@@ -1,6 +1,6 @@
 """``nqf.analyze``'s state travels in frozen records, not in long tuples (issue 36, item 3).
 
-The modules of ``nqf.study`` (the pipeline of ``analyze``, its runs, its clock, the forecast) are scanned: no
+The modules of ``nqf.app._study`` (the pipeline of ``analyze``, its runs, its clock, the forecast) are scanned: no
 function returns a tuple of more than three, none binds one to a name or passes one as an argument, and none
 unpacks more than three names from a call.  Tables of constants (column names) are not state and are not
 counted.  No helper takes more than seven positional parameters (the ``typer`` commands, whose parameters are
@@ -17,9 +17,9 @@ import pathlib
 
 import pytest
 
-import nqf.study
+import nqf.app._study
 
-STUDY = pathlib.Path(nqf.study.__file__).parent
+STUDY = pathlib.Path(nqf.app._study.__file__).parent
 MAX_TUPLE = 3
 MAX_POSITIONAL = 7
 #: The CLI commands: their parameters are the command's options (``typer`` reads them from the signature).
@@ -136,7 +136,7 @@ def test_planted_helper_of_eight_positional_parameters_is_found():
 
 
 def test_the_records_are_frozen():
-    from nqf.study._plan import Comparison, NQFData, Prepared, Problem, RunPlan
+    from nqf.app._study._plan import Comparison, NQFData, Prepared, Problem, RunPlan
 
     plan = RunPlan(lr=0.1, steps=10, form="weights", save_every=1)
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -146,8 +146,8 @@ def test_the_records_are_frozen():
 
 
 def test_timings_read_like_a_mapping_and_name_a_missing_part():
+    from nqf.app._study._parts import Timings
     from nqf.errors import UnknownNameError
-    from nqf.study._parts import Timings
 
     t = Timings.of({"setup": 0.12345, "nqf_step": 1.23456789e-5})
     assert t["setup"] == 0.123 and t["nqf_step"] == 1.23e-5 and "setup" in t and t.get("seeded_nqf") is None

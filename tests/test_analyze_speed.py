@@ -5,10 +5,10 @@ import pytest
 import torch
 
 import nqf
-from nqf.data import load_dataset
+from nqf.app._data import load_dataset
+from nqf.app._study._moments import moment_rows
 from nqf.dynamics import GD, Save
 from nqf.structure import mlp
-from nqf.study._moments import moment_rows
 
 
 def _loss_and_gradient(op, Y, M):
@@ -65,7 +65,7 @@ def test_real_network_at_ten_times_the_step_reads_the_same_drops(monkeypatch):
     """Wine, tanh width 24: the real network at 10 η and 5 η, its times carried onto the clock of η by
     extrapolating in the step, lands on the drop times and levels of the real network at η itself (0.2 %:
     the h² rest); read on its own clock, the run at 5 η is several per cent late."""
-    import nqf.study._runs as runs
+    import nqf.app._study._runs as runs
 
     wine = load_dataset("wine")
     ref = nqf.analyze("mlp:width=24,act=tanh", wine, eps=1e-6, real_step_factor=1.0)

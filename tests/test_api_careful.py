@@ -21,14 +21,14 @@ from torch.utils.data import Subset, TensorDataset
 from typer.testing import CliRunner
 
 import nqf
-import nqf.data._files as files
+import nqf.app._data._files as files
 from _hostile import assert_one_line
 from helpers import TORCH_READS_TENSOR_DATASET
-from nqf.cli import app
-from nqf.data import load_dataset, prepare
+from nqf.app._cli import app
+from nqf.app._data import load_dataset, prepare
+from nqf.app._study import prepare_analysis
+from nqf.app._study._models import build_model
 from nqf.errors import DataError, ModelSpecError
-from nqf.study import prepare_analysis
-from nqf.study._models import build_model
 
 runner = CliRunner()
 FAST = {"eps": 1e-4, "steps": 20, "clock": False, "save_points": 10}

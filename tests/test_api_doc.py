@@ -36,9 +36,14 @@ def _summary(obj) -> str:
     return line.replace("|", "\\|")
 
 
+def public_packages() -> list[str]:
+    """The doors: packages with no private component (``nqf.app._study`` is the application's own)."""
+    return [p for p in packages() if not any(part.startswith("_") for part in p.split("."))]
+
+
 def render() -> str:
     out = [HEADER]
-    for p in packages():
+    for p in public_packages():
         mod = importlib.import_module(p)
         names = list(getattr(mod, "__all__", ()))
         out.append(f"\n## `{p}` ({len(names)})\n\n| name | what it is |\n| --- | --- |")

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import nqf
+from nqf.app._experiments import teacher_task
 from nqf.dynamics import GD, Trajectory, initial_weights, train_network
 from nqf.errors import NQFError
-from nqf.experiments import teacher_task
 from nqf.networks import TwoLayerMLP
 from nqf.structure import mlp
 

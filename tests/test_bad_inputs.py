@@ -15,10 +15,10 @@ import torch
 from typer.testing import CliRunner
 
 from helpers import toml_value
-from nqf.cli import app
+from nqf.app._cli import app
+from nqf.app._experiments import REGISTRY, get_experiment
 from nqf.dynamics import GD, Save
 from nqf.errors import NQFError
-from nqf.experiments import REGISTRY, get_experiment
 
 get_experiment("demo")  # load the catalogue
 runner = CliRunner()
@@ -221,12 +221,12 @@ def _problem():
 
 
 def _api_cases():
+    from nqf.app._experiments import parse_config, run_experiment
+    from nqf.app._report import validate_results
+    from nqf.app._report._codec import loads
     from nqf.dynamics import Save, as_optimizer, gradient_flow, simulate, train_network
-    from nqf.experiments import parse_config, run_experiment
     from nqf.networks._mlp import TwoLayerMLP
     from nqf.reductions.lv import limit
-    from nqf.report import validate_results
-    from nqf.report._codec import loads
 
     X, y, op, W0 = _problem()
     M0 = W0 @ W0.T

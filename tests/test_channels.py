@@ -151,9 +151,9 @@ def test_experts_get_the_analytic_channel_operator_equal_to_their_autodiff_opera
     import sys
     from pathlib import Path
 
+    from nqf.app._study._discover import analysed_module, choose_units
+    from nqf.app._study._operators import structure_of
     from nqf.modules import from_module
-    from nqf.study._discover import analysed_module, choose_units
-    from nqf.study._operators import structure_of
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "zoo"))
     import models as zoo

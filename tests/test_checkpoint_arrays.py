@@ -16,10 +16,10 @@ import pytest
 import torch
 from scipy.integrate import solve_ivp
 
-from nqf.experiments import get_experiment, run_experiment
+from nqf.app._experiments import get_experiment, run_experiment
+from nqf.app._report import _codec as codec
+from nqf.app._report._codec import CheckpointError
 from nqf.reductions import lv
-from nqf.report import _codec as codec
-from nqf.report._codec import CheckpointError
 
 
 def _dense_solution():

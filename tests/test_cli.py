@@ -8,9 +8,9 @@ import pytest
 from typer.testing import CliRunner
 
 from helpers import toml_value
-from nqf.cli import app
-from nqf.experiments import REGISTRY, get_experiment
-from nqf.report import validate_results
+from nqf.app._cli import app
+from nqf.app._experiments import REGISTRY, get_experiment
+from nqf.app._report import validate_results
 
 get_experiment("demo")  # load the catalogue
 runner = CliRunner()
@@ -58,8 +58,8 @@ def test_list_names_every_experiment():
 def test_catalogue_agrees_with_the_experiments():
     """`nqf list` reads only the catalogue: every entry names the module defining the experiment, whose class
     declares the catalogue's description; a class that disagrees is refused at registration."""
+    from nqf.app._experiments import CATALOG, Experiment, describe, register
     from nqf.errors import InvalidParameterError
-    from nqf.experiments import CATALOG, Experiment, describe, register
 
     assert set(CATALOG) <= set(REGISTRY)
     for name, entry in CATALOG.items():

@@ -68,7 +68,7 @@ def test_lv_reduce_refuses_non_commuting_data_before_building_anything_dense():
 
 
 def test_analyze_check_reports_the_same_number():
-    from nqf.study._checks import check_commutation
+    from nqf.app._study._checks import check_commutation
 
     rng = np.random.default_rng(3)
     for A, expected in ((_commuting(rng), True), (_symmetric(rng), False)):

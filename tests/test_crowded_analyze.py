@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from nqf.study import analyze
+from nqf.app._study import analyze
 
 
 def test_analyze_digits_autoencoder_reports_crowded_drops():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nqf.data import load_dataset
+from nqf.app._data import load_dataset
 from nqf.errors import DataError
 
 
@@ -46,7 +46,7 @@ def test_report_of_a_missing_directory_names_it(tmp_path):
     """`nqf report missing-dir` had named the parent ("/tmp holds no results.json")."""
     from typer.testing import CliRunner
 
-    from nqf.cli import app
+    from nqf.app._cli import app
 
     missing = tmp_path / "missing-run"
     res = CliRunner().invoke(app, ["report", str(missing)])
@@ -56,7 +56,7 @@ def test_report_of_a_missing_directory_names_it(tmp_path):
 
 def test_a_config_with_a_byte_order_mark_is_read(tmp_path):
     """An editor's "UTF-8 with BOM" had been refused as invalid TOML at line 1, column 1."""
-    from nqf.experiments import load_config
+    from nqf.app._experiments import load_config
 
     cfg = tmp_path / "bom.toml"
     cfg.write_bytes(b'\xef\xbb\xbfexperiment = "demo"\n')

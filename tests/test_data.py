@@ -1,10 +1,10 @@
-"""nqf.data: bundled data sets, files, preprocessing, clear errors."""
+"""nqf.app._data: bundled data sets, files, preprocessing, clear errors."""
 
 import numpy as np
 import pytest
 import torch
 
-from nqf.data import BUILTIN, load_dataset, prepare
+from nqf.app._data import BUILTIN, load_dataset, prepare
 from nqf.errors import DataError, NonFiniteError, ShapeError
 
 

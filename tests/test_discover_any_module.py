@@ -12,11 +12,11 @@ import torch
 from torch import nn
 from typer.testing import CliRunner
 
-from nqf.cli import app
+from nqf.app._cli import app
+from nqf.app._study import build_model, find_unit_layers, unit_listing
 from nqf.errors import NormalFormError, NoUnitsError
 from nqf.modules import find_units, from_module, select_units
 from nqf.structure import mlp
-from nqf.study import build_model, find_unit_layers, unit_listing
 
 DT = torch.float64
 

@@ -15,12 +15,12 @@ from torch import nn
 from typer.testing import CliRunner
 
 from helpers import TORCH_HAS_MHA_SWITCH, ZOO_FILE, load_zoo
-from nqf.cli import app
+from nqf.app._cli import app
+from nqf.app._study import choose_units
+from nqf.app._study._checks import check_smooth
 from nqf.errors import NormalFormError, NoUnitsError
 from nqf.modules import find_units, from_module, refused_units, select_units
 from nqf.structure import conv1d, mlp
-from nqf.study import choose_units
-from nqf.study._checks import check_smooth
 
 DT = torch.float64
 ZOO = load_zoo()
@@ -212,7 +212,7 @@ def test_folded_batchnorm_and_dropout_keep_the_analytic_mlp_operator(bias):
     """A batch norm of one scale s (here 1/√2, not the fresh ≈ 1) between the layers is the analytic MLP operator on
     the input part scaled by s, equal to the module's own autodiff operator; so is a dropout in eval mode.
     Planted: the operator that ignores s differs from the module's (so the agreement check can fail)."""
-    from nqf.study._operators import structure_of
+    from nqf.app._study._operators import structure_of
 
     torch.manual_seed(6)
     X = torch.randn(12, 4, dtype=DT)

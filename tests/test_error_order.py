@@ -17,10 +17,10 @@ import torch
 from torch import nn
 
 import nqf
-from nqf.data import load_dataset
+from nqf.app._data import load_dataset
+from nqf.app._study import choose_units
+from nqf.app._study._checks import check_error_order
 from nqf.modules import UnitScatter
-from nqf.study import choose_units
-from nqf.study._checks import check_error_order
 
 DT = torch.float64
 

@@ -9,7 +9,7 @@ import pydantic
 import pytest
 import torch
 
-from nqf.experiments import REGISTRY, Outcome, get_experiment
+from nqf.app._experiments import REGISTRY, Outcome, get_experiment
 
 get_experiment("demo")  # loads the catalogue
 NAMES = ["demo", "interacting-modes", "lv-staircase", "modules-vs-nqf", "power-law", "saddles", "validity"]
@@ -50,7 +50,7 @@ def judged(out):
 def test_every_experiment_lists_its_checks():
     from typer.testing import CliRunner
 
-    from nqf.cli import app
+    from nqf.app._cli import app
 
     data = json.loads(CliRunner().invoke(app, ["list", "--json"]).output)
     for name in REGISTRY:
@@ -78,7 +78,7 @@ def _eps_squared_weights(module, monkeypatch):
 def _planted(name, monkeypatch):
     import nqf.curves
     import nqf.dynamics
-    from nqf.experiments import _demo as demo, _saddles as saddles
+    from nqf.app._experiments import _demo as demo, _saddles as saddles
     from nqf.reductions.lv import LotkaVolterra
 
     if name == "demo":
@@ -174,7 +174,7 @@ def test_power_law_network_check_fails_on_a_planted_exponent(delta, monkeypatch)
     """The NQF loss above L∞ tilted by (t/t0)^(−δ): its fitted exponent moves by exactly δ and the check fails
     (unplanted the NQF sits 0.34 % above the mode sum, tolerance 1.25 %; δ = 0.02 moves it to 1.5 %, still
     inside the fit's bootstrap interval [1.652, 1.707], δ = −0.03 to −1.5 %)."""
-    from nqf.experiments import _power_law as pl
+    from nqf.app._experiments import _power_law as pl
 
     clean = _power_law_network_check(run_tiny("power-law"))
     orig = pl._network_runs
@@ -205,8 +205,8 @@ def test_power_law_gd_error_is_first_order_in_the_step():
     """The tolerance's error order: the NQF GD's exponent exceeds the flow's mode sum by a relative amount
     proportional to η (×4 from η ζ_1 = 0.05 to 0.2, up to the O(η ζ) correction of that ratio, ηζ_3 ≤ 0.067) and
     below the first-order bound η ζ_{k_lo}/4 (measured: 0.27 of it)."""
-    from nqf.experiments._power_law_modes import PowerLawParams
-    from nqf.experiments._power_law_network import (
+    from nqf.app._experiments._power_law_modes import PowerLawParams
+    from nqf.app._experiments._power_law_network import (
         _network_measurement,
         _network_problem,
         _network_runs,

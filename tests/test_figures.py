@@ -1,6 +1,6 @@
 """Figure helpers: predicted-time labels never print over each other."""
 
-from nqf.report._figures import mark_times, new_figure
+from nqf.app._report._figures import mark_times, new_figure
 
 
 def _labels(ax):

@@ -102,7 +102,7 @@ def test_planted_errors_fail_the_judge(iris_gd):
 def test_output_side_paths_agree(monkeypatch):
     """The readout bias fitted two ways: the centred moment rows (analytic) and the projected operator of the
     full data (the general path) give the same staircase."""
-    import nqf.study._forecast as F
+    import nqf.app._study._forecast as F
 
     X, Y = _iris()
     net = _net(1e-3)
@@ -115,8 +115,8 @@ def test_output_side_paths_agree(monkeypatch):
 
 
 def test_output_side_jacobian_of_a_readout_bias():
-    from nqf.study._discover import choose_units
-    from nqf.study._output_side import output_side
+    from nqf.app._study._discover import choose_units
+    from nqf.app._study._output_side import output_side
 
     X, _ = _iris()
     net = _net(1e-3)

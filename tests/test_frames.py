@@ -1,4 +1,4 @@
-"""Tables out: ``Staircase.to_frame()``, ``Analysis.to_frame()`` and ``nqf.sweep.sweep_frame()`` as pandas
+"""Tables out: ``Staircase.to_frame()``, ``Analysis.to_frame()`` and ``nqf.app._sweep.sweep_frame()`` as pandas
 DataFrames (pandas is optional: the ``frames`` extra), checked against the objects' own arrays."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 import nqf
+from nqf.app._experiments import REGISTRY, get_experiment
+from nqf.app._sweep import SweepSpec, build_points, sweep_frame
+from nqf.app._sweep._table import build_table, write_table
 from nqf.errors import InvalidTypeError, MissingDependencyError, NQFError, SweepError
-from nqf.experiments import REGISTRY, get_experiment
 from nqf.reductions import Staircase
-from nqf.sweep import SweepSpec, build_points, sweep_frame
-from nqf.sweep._table import build_table, write_table
 
 try:  # optional (the `frames` extra): without it only the missing-pandas test runs
     import pandas as pd

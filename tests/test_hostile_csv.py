@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from _hostile import assert_one_line
-from nqf.cli import app
-from nqf.data import load_dataset
+from nqf.app._cli import app
+from nqf.app._data import load_dataset
 from nqf.errors import NQFError
 
 runner = CliRunner()

@@ -9,9 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from helpers import toml_value
-from nqf.cli import app
-from nqf.experiments import REGISTRY, Experiment, Outcome, Params, get_experiment, run_experiment
-from nqf.report import RunDirectoryExistsError, validate_results
+from nqf.app._cli import app
+from nqf.app._experiments import REGISTRY, Experiment, Outcome, Params, get_experiment, run_experiment
+from nqf.app._report import RunDirectoryExistsError, validate_results
 
 get_experiment("demo")
 runner = CliRunner()
@@ -173,7 +173,7 @@ def test_a_failing_force_run_through_the_cli_says_the_old_run_is_kept(tmp_path, 
 
 
 def test_run_directory_api_refuses_with_the_path(tmp_path):
-    from nqf.report import RunDirectory
+    from nqf.app._report import RunDirectory
 
     out = tmp_path / "x"
     (out / "figures").mkdir(parents=True)
@@ -221,7 +221,7 @@ def test_sweep_out_is_a_file(tmp_path):
 
 
 def test_sweep_directories_are_marked_and_reusable(tmp_path):
-    from nqf.sweep._table import SWEEP_MARKER, is_sweep_directory, mark_sweep_directory
+    from nqf.app._sweep._table import SWEEP_MARKER, is_sweep_directory, mark_sweep_directory
 
     root = tmp_path / "S"
     root.mkdir()
@@ -229,7 +229,7 @@ def test_sweep_directories_are_marked_and_reusable(tmp_path):
     mark_sweep_directory(root)
     assert is_sweep_directory(root) and json.loads((root / SWEEP_MARKER).read_text())["kind"] == "nqf-sweep"
     (root / SWEEP_MARKER).unlink()
-    (root / "sweep.json").write_text(json.dumps({"schema": "nqf.sweep/1", "rows": []}))
+    (root / "sweep.json").write_text(json.dumps({"schema": "nqf.app._sweep/1", "rows": []}))
     assert is_sweep_directory(root), "a sweep written before markers is still a sweep"
     (root / "sweep.json").unlink()
     os.symlink(tmp_path / "elsewhere.json", root / SWEEP_MARKER)

@@ -2,7 +2,7 @@
 
 * An input refused (an ``NQFError``) before a run finished anything leaves no run directory, and a previous
   run at the path as it was; once anything is finished, the failed run is recorded (``--resume`` continues it).
-* ``run_experiment`` records the failures of :data:`nqf.experiments.RECORDED_FAILURES` and re-raises them;
+* ``run_experiment`` records the failures of :data:`nqf.app._experiments.RECORDED_FAILURES` and re-raises them;
   any other exception propagates without a record.
 * A sweep point that fails for its input is a failed row returned by the worker; a fault of nqf in a point is
   raised on the worker and recorded by the client as failed (error type and message); the sweep goes on.
@@ -14,10 +14,10 @@ import logging
 import pytest
 from typer.testing import CliRunner
 
-from nqf.cli import app
+from nqf.app._cli import app
+from nqf.app._experiments import RECORDED_FAILURES, Experiment, Outcome, Params, get_experiment, run_experiment
+from nqf.app._report import validate_results
 from nqf.errors import DivergenceError, InvalidParameterError
-from nqf.experiments import RECORDED_FAILURES, Experiment, Outcome, Params, get_experiment, run_experiment
-from nqf.report import validate_results
 
 get_experiment("demo")
 runner = CliRunner()
@@ -111,7 +111,7 @@ def test_exceptions_outside_the_recorded_failures_propagate_without_a_record(tmp
 
 def test_the_cli_says_nothing_was_left_for_a_refusal(tmp_path, monkeypatch):
     from helpers import toml_value
-    from nqf.experiments import REGISTRY
+    from nqf.app._experiments import REGISTRY
 
     exp = REGISTRY["lv-staircase"]
     cfg = tmp_path / "c.toml"
@@ -131,13 +131,13 @@ def test_the_cli_says_nothing_was_left_for_a_refusal(tmp_path, monkeypatch):
 
 # --------------------------------------------------------------------------- sweep points
 def _lv_point(**params):
-    from nqf.experiments import REGISTRY
+    from nqf.app._experiments import REGISTRY
 
     return {"experiment": "lv-staircase", "seed": 0, "params": {**REGISTRY["lv-staircase"].tiny, **params}}
 
 
 def test_a_point_refused_for_its_input_is_a_failed_row(tmp_path):
-    from nqf.sweep._execute import run_point
+    from nqf.app._sweep._execute import run_point
 
     row = run_point({**_lv_point(), "device": "tpu"}, str(tmp_path / "p"))
     assert row["status"] == "failed" and row["error_type"] == "ParameterError" and "tpu" in row["error"]
@@ -145,32 +145,32 @@ def test_a_point_refused_for_its_input_is_a_failed_row(tmp_path):
 
 
 def test_a_fault_of_nqf_in_a_point_is_raised_to_the_client(tmp_path, monkeypatch):
-    import nqf.experiments
-    from nqf.sweep._execute import run_point
+    import nqf.app._experiments
+    from nqf.app._sweep._execute import run_point
 
     def broken(*a, **k):
         raise RuntimeError("a bug in nqf")
 
-    monkeypatch.setattr(nqf.experiments, "run_experiment", broken)
+    monkeypatch.setattr(nqf.app._experiments, "run_experiment", broken)
     with pytest.raises(RuntimeError, match="a bug in nqf"):
         run_point(_lv_point(), str(tmp_path / "p"))
 
 
 def test_a_point_that_raises_on_a_dask_worker_is_recorded_failed_and_the_sweep_goes_on(tmp_path, monkeypatch):
     distributed = pytest.importorskip("distributed")
-    import nqf.experiments
-    from nqf.sweep import build_points
-    from nqf.sweep._execute import execute
-    from nqf.sweep._grid import SweepSpec
+    import nqf.app._experiments
+    from nqf.app._sweep import build_points
+    from nqf.app._sweep._execute import execute
+    from nqf.app._sweep._grid import SweepSpec
 
-    real = nqf.experiments.run_experiment
+    real = nqf.app._experiments.run_experiment
 
     def broken_at_one_eps(exp, params, out, **kw):
         if 1e-4 in params.eps:  # the sweep turns eps = 1e-4 into the pair [0.01, 1e-4]
             raise RuntimeError("a bug in nqf at this point")
         return real(exp, params, out, **kw)
 
-    monkeypatch.setattr(nqf.experiments, "run_experiment", broken_at_one_eps)
+    monkeypatch.setattr(nqf.app._experiments, "run_experiment", broken_at_one_eps)
     points = build_points(_lv_point(), SweepSpec(grid={"eps": [1e-3, 1e-4]}))
     with distributed.Client(
         processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None, silence_logs=logging.ERROR

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-import nqf.experiments
+import nqf.app._experiments
 from _hostile import assert_one_line
-from nqf.cli import app
-from nqf.data import MAX_FILE_BYTES, MAX_INFLATED_BYTES
+from nqf.app._cli import app
+from nqf.app._data import MAX_FILE_BYTES, MAX_INFLATED_BYTES
 
 runner = CliRunner()
 ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -118,7 +118,7 @@ def test_the_caps_are_documented_constants():
 
 def test_a_real_npz_below_the_caps_is_read(tmp_path):
     """The checks can fail: a normal archive passes them."""
-    from nqf.data import load_dataset
+    from nqf.app._data import load_dataset
 
     X = np.random.default_rng(0).normal(size=(10, 2))
     np.savez(tmp_path / "ok.npz", X=X, Y=np.arange(10) % 2)
@@ -177,13 +177,13 @@ RAISED = [
 @pytest.mark.parametrize("case", RAISED, ids=[c[0] for c in RAISED])
 def test_raw_exceptions_become_one_line_with_the_right_exit_code(case, tmp_path, monkeypatch):
     _, exc, code, needles = case
-    monkeypatch.setattr(nqf.experiments, "run_experiment", _raiser(exc))
+    monkeypatch.setattr(nqf.app._experiments, "run_experiment", _raiser(exc))
     monkeypatch.delenv("NQF_TRACEBACK", raising=False)
     res = runner.invoke(app, ["demo", "--out", str(tmp_path / "run")])
     assert_one_line(res, needles, code=code)
 
 
 def test_debug_still_shows_the_traceback(tmp_path, monkeypatch):
-    monkeypatch.setattr(nqf.experiments, "run_experiment", _raiser(MemoryError()))
+    monkeypatch.setattr(nqf.app._experiments, "run_experiment", _raiser(MemoryError()))
     res = runner.invoke(app, ["--debug", "demo", "--out", str(tmp_path / "run")])
     assert res.exit_code != 0 and isinstance(res.exception, MemoryError)

@@ -13,13 +13,13 @@ import pytest
 from typer.testing import CliRunner
 
 from helpers import toml_value
-from nqf.cli import app
+from nqf.app._cli import app
+from nqf.app._experiments import REGISTRY, get_experiment
+from nqf.app._sweep import parse_seeds
 from nqf.errors import InvalidParameterError, SweepError
-from nqf.experiments import REGISTRY, get_experiment
-from nqf.sweep import parse_seeds
 
-MAX_STEPS = 10_000_000  # nqf analyze --max-steps default (nqf.study._cli.MAX_STEPS)
-MAX_SEEDS = 100_000  # nqf.sweep._grid.MAX_SEEDS
+MAX_STEPS = 10_000_000  # nqf analyze --max-steps default (nqf.app._study._cli.MAX_STEPS)
+MAX_SEEDS = 100_000  # nqf.app._sweep._grid.MAX_SEEDS
 
 get_experiment("demo")
 runner = CliRunner()
@@ -150,7 +150,7 @@ def test_a_run_within_max_steps_is_not_refused(tmp_path, demo_cfg):
 
 
 def test_a_sweep_point_past_max_steps_is_a_failed_row_without_a_directory(tmp_path):
-    from nqf.sweep._execute import run_point
+    from nqf.app._sweep._execute import run_point
 
     config = {"experiment": "demo", "seed": 0, "params": dict(REGISTRY["demo"].tiny)}
     row = run_point(config, str(tmp_path / "p"), max_steps=100)
@@ -175,7 +175,7 @@ def test_steps_within_the_cap_are_not_refused_by_it(tmp_path):
 
 def test_api_analyze_refuses_steps_above_max_steps():
     import nqf
-    from nqf.data import load_dataset
+    from nqf.app._data import load_dataset
 
     with pytest.raises(InvalidParameterError, match="max_steps"):
         nqf.analyze("mlp:width=4", load_dataset("iris", subset=40), steps=100, max_steps=10)
@@ -184,7 +184,7 @@ def test_api_analyze_refuses_steps_above_max_steps():
 @pytest.mark.slow  # the drop times are predicted first
 def test_api_analyze_refuses_an_lr_whose_steps_exceed_max_steps():
     import nqf
-    from nqf.data import load_dataset
+    from nqf.app._data import load_dataset
 
     with pytest.raises(InvalidParameterError, match="`lr`"):
         nqf.analyze("mlp:width=4", load_dataset("iris", subset=40), lr=1e-300, max_steps=10_000)

@@ -12,10 +12,10 @@ import pytest
 from typer.testing import CliRunner
 
 from helpers import toml_value
-from nqf.cli import app
+from nqf.app._cli import app
+from nqf.app._experiments import REGISTRY, get_experiment
+from nqf.app._experiments._runner import check_sizes
 from nqf.errors import InvalidParameterError
-from nqf.experiments import REGISTRY, get_experiment
-from nqf.experiments._runner import check_sizes
 
 get_experiment("demo")
 runner = CliRunner()
@@ -120,7 +120,7 @@ def test_the_override_lets_the_sizes_through(monkeypatch):
 
 
 def test_a_sweep_point_past_memory_is_a_failed_row_without_a_directory(tmp_path, monkeypatch):
-    from nqf.sweep._execute import run_point
+    from nqf.app._sweep._execute import run_point
 
     monkeypatch.delenv("NQF_MEMORY_LIMIT", raising=False)
     config = {"experiment": "demo", "seed": 0, "params": {**REGISTRY["demo"].tiny, "width": HUGE}}
@@ -131,7 +131,7 @@ def test_a_sweep_point_past_memory_is_a_failed_row_without_a_directory(tmp_path,
 
 
 def test_the_api_build_model_refuses_a_builtin_width_past_memory(monkeypatch):
-    from nqf.study._models import build_model
+    from nqf.app._study._models import build_model
 
     monkeypatch.delenv("NQF_MEMORY_LIMIT", raising=False)
     with pytest.raises(InvalidParameterError, match=f"width={HUGE}"):

@@ -14,9 +14,9 @@ import pytest
 from typer.testing import CliRunner
 
 from _hostile import assert_one_line
-from nqf.cli import app
+from nqf.app._cli import app
+from nqf.app._study import build_model
 from nqf.errors import ModelSpecError
-from nqf.study import build_model
 
 runner = CliRunner()
 HEAD = "import sys\nimport torch\nfrom torch import nn\n\n"
@@ -146,7 +146,7 @@ def test_sys_exit_in_a_real_process_is_exit_2_with_one_line(tmp_path):
         [
             sys.executable,
             "-m",
-            "nqf.cli",
+            "nqf.app._cli",
             "analyze",
             "--data",
             "iris",
@@ -186,7 +186,7 @@ def test_a_printing_factory_keeps_json_stdout_one_document_and_runs_once(tmp_pat
         [
             sys.executable,
             "-m",
-            "nqf.cli",
+            "nqf.app._cli",
             "analyze",
             "--data",
             "iris",

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from nqf.cli import app
-from nqf.experiments import Experiment, Outcome, Params, get_experiment, run_experiment
-from nqf.report import MAX_EMBED_BYTES, new_figure, svg_is_safe
+from nqf.app._cli import app
+from nqf.app._experiments import Experiment, Outcome, Params, get_experiment, run_experiment
+from nqf.app._report import MAX_EMBED_BYTES, new_figure, svg_is_safe
 
 get_experiment("demo")
 runner = CliRunner()
@@ -100,7 +100,7 @@ def test_an_svg_only_figure_with_a_script_is_shown_only_as_an_inert_image(run):
     data = json.loads((run / "results.json").read_text())
     data["figures"] = {"one": {"svg": "figures/one.svg"}}
     (run / "results.json").write_text(json.dumps(data))
-    from nqf.report import write_report
+    from nqf.app._report import write_report
 
     html = write_report(run, data).read_text()
     p = _parse(html)
@@ -164,10 +164,10 @@ def test_a_run_report_escapes_every_string(run, case):
 # --------------------------------------------------------------------------- the sweep report
 @pytest.fixture
 def sweep_dir(tmp_path):
-    from nqf.experiments import REGISTRY
-    from nqf.sweep import build_points
-    from nqf.sweep._grid import SweepSpec
-    from nqf.sweep._table import build_table, mark_sweep_directory, write_table
+    from nqf.app._experiments import REGISTRY
+    from nqf.app._sweep import build_points
+    from nqf.app._sweep._grid import SweepSpec
+    from nqf.app._sweep._table import build_table, mark_sweep_directory, write_table
 
     base = {"experiment": "lv-staircase", "params": dict(REGISTRY["lv-staircase"].tiny)}
     spec = SweepSpec(grid={"eps": [1e-3, 1e-4]})
@@ -246,7 +246,7 @@ MALFORMED_SWEEP_JSON = [
     ("a string", '"sweep"', "JSON object"),
     ("null", "null", "JSON object"),
     ("not JSON", "{rows: [", "not valid JSON"),
-    ("truncated", '{"schema": "nqf.sweep/1", "rows": [', "not valid JSON"),
+    ("truncated", '{"schema": "nqf.app._sweep/1", "rows": [', "not valid JSON"),
     ("nested too deeply", "[" * 100_000 + "]" * 100_000, "nested too deeply"),
     ("not UTF-8", b"\xff\xfe{}", "UTF-8"),
     ("no schema", _pop("schema"), "schema"),

@@ -10,8 +10,8 @@ import time
 import numpy as np
 import pytest
 
-from nqf.experiments import Experiment, Outcome, Params, run_experiment
-from nqf.report import ResumeMismatchError, _codec as codec
+from nqf.app._experiments import Experiment, Outcome, Params, run_experiment
+from nqf.app._report import ResumeMismatchError, _codec as codec
 
 
 class _P(Params):

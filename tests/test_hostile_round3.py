@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from _hostile import assert_one_line
 from nqf import Staircase
-from nqf.cli import app
-from nqf.data import load_dataset, prepare
+from nqf.app._cli import app
+from nqf.app._data import load_dataset, prepare
 from nqf.dynamics import GD, train_network
 from nqf.errors import DataError, InvalidParameterError, NonFiniteError, NQFError, SweepError
 from nqf.networks._mlp import TwoLayerMLP
@@ -113,8 +113,8 @@ def test_a_sweep_past_max_points_is_refused_before_any_point_is_built(grid, tmp_
 
 
 def test_max_points_counts_zips_and_seeds_and_can_pass():
-    from nqf.sweep._grid import SweepSpec, parse_seeds
-    from nqf.sweep._points import build_points
+    from nqf.app._sweep._grid import SweepSpec, parse_seeds
+    from nqf.app._sweep._points import build_points
 
     spec = SweepSpec(grid={"eps": [1e-3, 1e-4]}, zip={"t_max": list(range(1, 60_001))}, seeds=parse_seeds("0"))
     assert spec.n_combinations == 120_000

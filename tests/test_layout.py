@@ -24,12 +24,17 @@ def _resolve(importer: str, is_package: bool, node: ast.ImportFrom) -> str:
 
 
 def _private_owner(module: str) -> str | None:
-    """The package that owns the first private component of ``module`` (None: nothing private)."""
+    """The package that owns the last private component of ``module`` (None: nothing private).
+
+    The last, not the first: ``nqf.app._report._atomic`` belongs to ``nqf.app._report`` (only the report
+    reaches it), while ``nqf.app._report`` itself belongs to ``nqf.app`` (the application's parts reach each
+    other through their doors)."""
     parts = module.split(".")
+    owner = None
     for i, p in enumerate(parts):
         if p.startswith("_") and not p.startswith("__"):
-            return ".".join(parts[:i])
-    return None
+            owner = ".".join(parts[:i])
+    return owner
 
 
 def _imports(path: Path):
@@ -67,12 +72,22 @@ def test_no_module_imports_another_packages_private_modules():
 
 def test_the_rule_sees_a_violation():
     """The check itself can fail: an import of another package's private module is reported."""
-    node = ast.parse("from ..reductions._predict import predict").body[0]
+    node = ast.parse("from ...reductions._predict import predict").body[0]
     assert isinstance(node, ast.ImportFrom)
-    target = _resolve("nqf.study._pipeline", False, node)
+    target = _resolve("nqf.app._study._pipeline", False, node)
     assert target == "nqf.reductions._predict"
     owner = _private_owner(target)
-    assert owner == "nqf.reductions" and not "nqf.study._pipeline".startswith(owner + ".")
+    assert owner == "nqf.reductions" and not "nqf.app._study._pipeline".startswith(owner + ".")
+
+
+def test_the_rule_keeps_the_applications_parts_behind_their_doors():
+    """Inside the application, one part reaches another through its door (``from .._report import …``), never
+    through its private modules (``from .._report._atomic import …``)."""
+    door = _resolve("nqf.app._study._pipeline", False, ast.parse("from .._report import x").body[0])  # type: ignore[arg-type]
+    inner = _resolve("nqf.app._study._pipeline", False, ast.parse("from .._report._atomic import x").body[0])  # type: ignore[arg-type]
+    assert (door, inner) == ("nqf.app._report", "nqf.app._report._atomic")
+    assert "nqf.app._study._pipeline".startswith(_private_owner(door) + ".")  # type: ignore[operator]
+    assert not "nqf.app._study._pipeline".startswith(_private_owner(inner) + ".")  # type: ignore[operator]
 
 
 def _doors() -> list[str]:
@@ -113,7 +128,8 @@ def _shared_exports(doors) -> list:
 def test_one_import_path_per_public_name():
     """No object is exported by two doors (no re-export shims: ``initial_weights`` lives in nqf.dynamics only)."""
     doors = _doors()
-    assert {"nqf.reductions.svd_modes", "nqf.experiments", "nqf.reductions"} <= set(doors)
+    assert {"nqf.reductions.svd_modes", "nqf.app", "nqf.reductions"} <= set(doors)
+    assert not [d for d in doors if "._" in d]  # the application's parts are not doors
     assert not _shared_exports(doors), _shared_exports(doors)
 
 

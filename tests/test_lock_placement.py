@@ -15,10 +15,10 @@ from typer.testing import CliRunner
 
 from _hostile import assert_one_line
 from helpers import toml_value
-from nqf.cli import app
+from nqf.app._cli import app
+from nqf.app._experiments import REGISTRY, Experiment, Outcome, Params, get_experiment, run_experiment
+from nqf.app._report import RunDirectoryError, RunDirectoryLockedError, acquire_lock, hold_lock
 from nqf.errors import NQFError
-from nqf.experiments import REGISTRY, Experiment, Outcome, Params, get_experiment, run_experiment
-from nqf.report import RunDirectoryError, RunDirectoryLockedError, acquire_lock, hold_lock
 
 get_experiment("demo")  # load the catalogue
 runner = CliRunner()

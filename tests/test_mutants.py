@@ -13,10 +13,10 @@ import torch
 from scipy import stats
 from scipy.integrate import solve_ivp
 
+from nqf.app._experiments import Check
 from nqf.curves import fit_power_law
 from nqf.dynamics import GD, Adam, Save, train_network
 from nqf.dynamics._simulate import minibatch_indices
-from nqf.experiments import Check
 from nqf.networks import TwoLayerMLP
 from nqf.reductions.svd_modes import two_layer_modes
 

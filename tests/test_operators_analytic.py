@@ -9,10 +9,10 @@ import torch
 from torch import nn
 
 from helpers import TORCH_HAS_MHA_SWITCH
+from nqf.app._study import choose_units
+from nqf.app._study._operators import structure_of
 from nqf.modules import from_module
 from nqf.structure import ReadoutStructure, mlp
-from nqf.study import choose_units
-from nqf.study._operators import structure_of
 
 DT = torch.float64
 
@@ -111,7 +111,7 @@ def test_the_agreement_check_rejects_planted_errors():
     """The check that admits an analytic operator (derivatives of the module by plain autograd along random
     directions, to 1e-10): the right operator passes; a readout Jacobian shifted by one, or off by a factor
     1 + 1e-8 (100× the tolerance), does not."""
-    from nqf.study._operators import _agrees
+    from nqf.app._study._operators import _agrees
 
     torch.manual_seed(0)
     X = torch.randn(30, 5, dtype=DT)
@@ -136,8 +136,8 @@ def test_choosing_the_operator_of_an_mlp_never_imports_torch_dynamo():
     code = (
         "import sys, torch\n"
         "from torch import nn\n"
-        "from nqf.study import choose_units\n"
-        "from nqf.study._operators import structure_of\n"
+        "from nqf.app._study import choose_units\n"
+        "from nqf.app._study._operators import structure_of\n"
         "X = torch.randn(20, 4, dtype=torch.float64)\n"
         "net = nn.Sequential(nn.Linear(4, 16, bias=False), nn.Tanh(), nn.Linear(16, 3, bias=False)).double()\n"
         "op, f0, how = structure_of(net, choose_units(net, None), X)\n"

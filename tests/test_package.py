@@ -37,7 +37,7 @@ def _modules_after(code: str) -> set[str]:
 def _cli(*args: str) -> str:
     """``nqf ARGS`` through the CLI object, in-process of a fresh interpreter; returns the code to run."""
     return (
-        "import sys\nfrom nqf.cli import app\nsys.argv = ['nqf', " + ", ".join(repr(a) for a in args) + "]\n"
+        "import sys\nfrom nqf.app._cli import app\nsys.argv = ['nqf', " + ", ".join(repr(a) for a in args) + "]\n"
         "try:\n    app()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
     )
 
@@ -69,15 +69,15 @@ def test_experiment_names_and_descriptions_without_importing_the_experiments():
     """The catalogue lists the built-in experiments (and ``REGISTRY`` their names) without importing any;
     looking one up imports its module, and with it torch (the probe can fail)."""
     listing = (
-        "import nqf.experiments as catalog\nassert len(catalog.describe()) == len(catalog.CATALOG)\n"
+        "import nqf.app._experiments as catalog\nassert len(catalog.describe()) == len(catalog.CATALOG)\n"
         "assert 'demo' in catalog.REGISTRY and sorted(catalog.REGISTRY)\n"
     )
     loaded = _modules_after(listing)
-    catalog = importlib.import_module("nqf.experiments")
+    catalog = importlib.import_module("nqf.app._experiments")
     experiments = {entry.qualified_module for entry in catalog.CATALOG.values()}
-    assert not loaded & (set(HEAVY) | experiments | {"nqf.experiments._base", "nqf.experiments._runner"})
+    assert not loaded & (set(HEAVY) | experiments | {"nqf.app._experiments._base", "nqf.app._experiments._runner"})
     loaded = _modules_after(listing + "catalog.get_experiment('lv-staircase')\n")
-    assert {"torch", "nqf.experiments._lv_staircase"} <= loaded and "nqf.experiments._demo" not in loaded
+    assert {"torch", "nqf.app._experiments._lv_staircase"} <= loaded and "nqf.app._experiments._demo" not in loaded
 
 
 def test_python_dash_m_runs_the_cli():
@@ -94,7 +94,7 @@ def test_python_dash_m_runs_the_cli():
 
 # --------------------------------------------------------------------------- lazy namespace
 #: The doors whose names load on first use; each declares its names once, in its ``__init__.pyi``.
-LAZY_DOORS = ("nqf", "nqf.study", "nqf.experiments", "nqf.reductions", "nqf.report")
+LAZY_DOORS = ("nqf", "nqf.app._study", "nqf.app._experiments", "nqf.reductions", "nqf.app._report")
 
 
 def stub_names(source: str) -> dict[str, str]:
@@ -159,14 +159,14 @@ def test_known_names():
 
 
 def test_analyze_is_the_function_whichever_import_comes_first():
-    """``nqf.analyze`` is the function and ``nqf.study`` its package (no module that is also callable)."""
+    """``nqf.analyze`` is the function and ``nqf.app._study`` its package (no module that is also callable)."""
     code = """
 import types
-import nqf.study
+import nqf.app._study
 import nqf
 assert callable(nqf.analyze) and not isinstance(nqf.analyze, types.ModuleType), nqf.analyze
-assert nqf.analyze is nqf.study.analyze
-assert isinstance(nqf.study, types.ModuleType) and not callable(nqf.study)
+assert nqf.analyze is nqf.app._study.analyze
+assert isinstance(nqf.app._study, types.ModuleType) and not callable(nqf.app._study)
 """
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 0, r.stderr

@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 import nqf
-from nqf.cli import app
-from nqf.data import load_dataset
+from nqf.app._cli import app
+from nqf.app._data import load_dataset
 
 runner = CliRunner()
 MODEL = "mlp:width=16,act=tanh"

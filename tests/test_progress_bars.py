@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from nqf.experiments import RunContext
+from nqf.app._experiments import RunContext
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "nqf"
 

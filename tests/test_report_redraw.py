@@ -7,8 +7,8 @@ import matplotlib.image as mpimg
 import pytest
 from typer.testing import CliRunner
 
-from nqf.cli import app
-from nqf.experiments import REGISTRY, Experiment, all_experiments, run_experiment
+from nqf.app._cli import app
+from nqf.app._experiments import REGISTRY, Experiment, all_experiments, run_experiment
 
 #: Experiments whose figures are drawn by Experiment.plot from the saved arrays: all of them.
 REDRAWN = sorted(all_experiments())  # every experiment

@@ -51,7 +51,7 @@ def _loss_log(f):
     folder = Path(tempfile.mkdtemp())
     rows = "".join(f"{k},{1.0 / (k + 1)}\n" for k in range(P))
     (folder / "log.csv").write_text("step,loss\n" + rows)
-    return nqf.data.read_loss_log(folder / "log.csv")
+    return nqf.app._data.read_loss_log(folder / "log.csv")
 
 
 @cached
@@ -115,7 +115,7 @@ def network_runs():
 
 @cached
 def analysis():
-    from nqf.data import Dataset
+    from nqf.app._data import Dataset
 
     g = torch.Generator().manual_seed(2)
     X = torch.randn(40, D, generator=g, dtype=F64).numpy()
@@ -126,8 +126,8 @@ def analysis():
 
 @cached
 def outcome():
-    from nqf.experiments import Outcome
-    from nqf.study._output import fill_outcome
+    from nqf.app._experiments import Outcome
+    from nqf.app._study._output import fill_outcome
 
     out = Outcome()
     fill_outcome(analysis(), out)
@@ -135,16 +135,16 @@ def outcome():
 
 
 def _points():
-    from nqf.experiments import REGISTRY
-    from nqf.sweep import SweepSpec, build_points
+    from nqf.app._experiments import REGISTRY
+    from nqf.app._sweep import SweepSpec, build_points
 
     base = {"experiment": "lv-staircase", "params": dict(REGISTRY["lv-staircase"].tiny)}
     return build_points(base, SweepSpec(grid={"ratio": list(np.linspace(0.3, 0.6, P // 100))}, seeds=[0]))
 
 
 def _sweep_state(tmp_path_factory):
-    from nqf.sweep._execute import execute
-    from nqf.sweep._points import Point
+    from nqf.app._sweep._execute import execute
+    from nqf.app._sweep._points import Point
 
     bad = [
         Point(
@@ -247,7 +247,7 @@ def _loop():
 
 def _upper_bound_check():
     """The real-data experiment's one-sided check, on the gap of the p = 1000 analysis."""
-    from nqf.experiments._real_data_checks import UpperBoundCheck
+    from nqf.app._experiments._real_data_checks import UpperBoundCheck
 
     a = analysis()
     return UpperBoundCheck(
@@ -315,7 +315,7 @@ FACTORIES = {
     "nqf.curves._crowded.CrowdedComparison": (lambda f: _crowded()[1], ()),
     "nqf.curves._validity.ValidityReport": (lambda f: _validity_sweep().reports[0], ()),
     "nqf.curves._validity.ValiditySweep": (lambda f: _validity_sweep(), ()),
-    "nqf.study._result.Analysis": (lambda f: analysis(), ()),
+    "nqf.app._study._result.Analysis": (lambda f: analysis(), ()),
     "nqf.reductions._staircase.Staircase": (lambda f: analysis().prediction, ()),
     "nqf.dynamics._seeded.Seeding": (
         lambda f: __import__("nqf.dynamics", fromlist=["x"]).Seeding(learned_fraction=0.1, bridge=True),
@@ -327,12 +327,12 @@ FACTORIES = {
         ),
         (),
     ),
-    "nqf.study._result.CheckRow": (lambda f: analysis().checks[0], ()),
-    "nqf.study._parts.Verdict": (lambda f: analysis().verdict, ()),
-    "nqf.study._parts.Timings": (lambda f: analysis().timings, ()),
-    "nqf.study._parts.Memory": (lambda f: analysis().memory, ()),
-    "nqf.study._discover.FoundUnits": (
-        lambda f: __import__("nqf.study._discover", fromlist=["x"]).find_unit_layers(
+    "nqf.app._study._result.CheckRow": (lambda f: analysis().checks[0], ()),
+    "nqf.app._study._parts.Verdict": (lambda f: analysis().verdict, ()),
+    "nqf.app._study._parts.Timings": (lambda f: analysis().timings, ()),
+    "nqf.app._study._parts.Memory": (lambda f: analysis().memory, ()),
+    "nqf.app._study._discover.FoundUnits": (
+        lambda f: __import__("nqf.app._study._discover", fromlist=["x"]).find_unit_layers(
             torch.nn.Sequential(torch.nn.Linear(D, 8, bias=False), torch.nn.Tanh(), torch.nn.Linear(8, C, bias=False))
         )[0],
         (),
@@ -343,28 +343,31 @@ FACTORIES = {
         )[0],
         (),
     ),
-    "nqf.data._datasets.Dataset": (lambda f: __import__("nqf.data", fromlist=["x"]).load_dataset("digits"), ()),
-    "nqf.experiments._base.Outcome": (lambda f: outcome(), ()),
-    "nqf.experiments._base.Check": (lambda f: outcome().checks[0], ()),
-    "nqf.experiments._base.Table": (lambda f: outcome().tables[0], ()),
-    "nqf.sweep._points.Point": (lambda f: _points()[-1], ()),
-    "nqf.sweep._grid.SweepSpec": (
-        lambda f: __import__("nqf.sweep", fromlist=["x"]).SweepSpec(
+    "nqf.app._data._datasets.Dataset": (
+        lambda f: __import__("nqf.app._data", fromlist=["x"]).load_dataset("digits"),
+        (),
+    ),
+    "nqf.app._experiments._base.Outcome": (lambda f: outcome(), ()),
+    "nqf.app._experiments._base.Check": (lambda f: outcome().checks[0], ()),
+    "nqf.app._experiments._base.Table": (lambda f: outcome().tables[0], ()),
+    "nqf.app._sweep._points.Point": (lambda f: _points()[-1], ()),
+    "nqf.app._sweep._grid.SweepSpec": (
+        lambda f: __import__("nqf.app._sweep", fromlist=["x"]).SweepSpec(
             grid={"eps": list(np.geomspace(1e-9, 1e-2, P))}, seeds=list(range(3))
         ),
         (),
     ),
-    "nqf.sweep._execute.SweepState": (_sweep_state, ()),
+    "nqf.app._sweep._execute.SweepState": (_sweep_state, ()),
     "nqf.dynamics._loop.LoopOutcome": (lambda f: _loop(), ()),
-    "nqf.experiments._real_data_checks.UpperBoundCheck": (lambda f: _upper_bound_check(), ()),
+    "nqf.app._experiments._real_data_checks.UpperBoundCheck": (lambda f: _upper_bound_check(), ()),
     "nqf.curves._training_clock.TrainingClock": (lambda f: _forecast().clock, ()),
-    "nqf.study._forecast_result.Forecast": (lambda f: _forecast(), ()),
-    "nqf.data._logs.LossLog": (lambda f: _loss_log(f), ()),
-    "nqf.study._watch.WatchStatus": (
-        lambda f: __import__("nqf.study", fromlist=["x"]).Monitor(_forecast()).update(1.0, 0.3),
+    "nqf.app._study._forecast_result.Forecast": (lambda f: _forecast(), ()),
+    "nqf.app._data._logs.LossLog": (lambda f: _loss_log(f), ()),
+    "nqf.app._study._watch.WatchStatus": (
+        lambda f: __import__("nqf.app._study", fromlist=["x"]).Monitor(_forecast()).update(1.0, 0.3),
         (),
     ),
-    "nqf.study._forecast_result.LogJudgement": (
+    "nqf.app._study._forecast_result.LogJudgement": (
         lambda f: _forecast().judge(np.arange(P, dtype=float), np.linspace(1.0, 0.0, P)),
         (),
     ),
@@ -372,17 +375,17 @@ FACTORIES = {
 
 #: Public dataclasses that are not results of a computation (inputs, specifications, run contexts).
 NOT_RESULTS = {
-    "nqf.study._output_side.OutputSide": "an intermediate of nqf.forecast inside nqf.study (a projection basis)",
-    "nqf.study._plan.Prepared": "an intermediate of nqf.analyze: the data, the module and its units, checked",
-    "nqf.study._plan.NQFData": "an intermediate of nqf.analyze: the NQF's operator and targets",
-    "nqf.study._plan.Problem": "an intermediate of nqf.analyze: what is analysed (holds the module)",
-    "nqf.study._plan.RunPlan": "an input of nqf.analyze's runs: the step, the steps, the form, the saves",
-    "nqf.study._plan.Comparison": "an intermediate of nqf.analyze: the parts of an Analysis its comparison made",
-    "nqf.study._predicted.OrderedPrediction": "an intermediate of nqf.analyze: the prediction phase's parts",
+    "nqf.app._study._output_side.OutputSide": "an intermediate of nqf.forecast (a projection basis)",
+    "nqf.app._study._plan.Prepared": "an intermediate of nqf.analyze: the data, the module and its units, checked",
+    "nqf.app._study._plan.NQFData": "an intermediate of nqf.analyze: the NQF's operator and targets",
+    "nqf.app._study._plan.Problem": "an intermediate of nqf.analyze: what is analysed (holds the module)",
+    "nqf.app._study._plan.RunPlan": "an input of nqf.analyze's runs: the step, the steps, the form, the saves",
+    "nqf.app._study._plan.Comparison": "an intermediate of nqf.analyze: the parts of an Analysis its comparison made",
+    "nqf.app._study._predicted.OrderedPrediction": "an intermediate of nqf.analyze: the prediction phase's parts",
     "nqf.modules._units.UnitSlice": "an input: how a parameter is split into units",
     "nqf.structure._activations.Activation": "an input: an activation function with its derivatives at 0",
-    "nqf.experiments._runner.RunContext": "what a running experiment may use (run directory, device, seed)",
-    "nqf.experiments._catalog.CatalogEntry": "a catalogue entry: where an experiment is defined, its description",
+    "nqf.app._experiments._runner.RunContext": "what a running experiment may use (run directory, device, seed)",
+    "nqf.app._experiments._catalog.CatalogEntry": "a catalogue entry: where an experiment is defined, its description",
     "nqf.dynamics._loop.StepRule": "an input: the update rule of a training step",
     "nqf.dynamics._initial.InitialState": "an input: the validated M(0) or W(0) of a run",
     "nqf.dynamics._loss.Loss": "an input: the loss of a run (base class)",
@@ -398,7 +401,7 @@ NOT_RESULTS = {
 }
 
 #: Results that are updated while the computation that returns them runs (not frozen; repr/to_dict/pickle hold).
-LIVE = {"nqf.sweep._execute.SweepState": "execute() counts finished points into it while the sweep runs"}
+LIVE = {"nqf.app._sweep._execute.SweepState": "execute() counts finished points into it while the sweep runs"}
 
 
 def _public_dataclasses() -> set[str]:
@@ -493,8 +496,8 @@ def test_compact_repr_never_shows_arrays():
 
 def test_results_json_is_the_outcome_to_dict(tmp_path):
     """results.json records checks, tables, metrics and summary exactly as the result objects' to_dict()."""
-    from nqf.experiments import REGISTRY, Outcome, run_experiment
-    from nqf.report._schema import CheckModel, TableModel, validate_results
+    from nqf.app._experiments import REGISTRY, Outcome, run_experiment
+    from nqf.app._report._schema import CheckModel, TableModel, validate_results
 
     exp = REGISTRY["lv-staircase"]
     captured = {}

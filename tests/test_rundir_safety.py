@@ -17,10 +17,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from nqf.cli import app
-from nqf.dynamics import Trajectory
-from nqf.experiments import REGISTRY, Check, Experiment, Outcome, Params, Table, get_experiment, run_experiment
-from nqf.report import (
+from nqf.app._cli import app
+from nqf.app._experiments import REGISTRY, Check, Experiment, Outcome, Params, Table, get_experiment, run_experiment
+from nqf.app._report import (
     CheckpointError,
     ResumeMismatchError,
     RunDirectory,
@@ -30,6 +29,7 @@ from nqf.report import (
     validate_results,
     verify_run,
 )
+from nqf.dynamics import Trajectory
 
 get_experiment("demo")
 runner = CliRunner()
@@ -231,7 +231,7 @@ def test_interrupt_then_resume_is_bit_identical(tmp_path):
 
 # --------------------------------------------------------------------------- 3. all or nothing
 def _ids(path):
-    from nqf.report._rundir import read_run_ids
+    from nqf.app._report._rundir import read_run_ids
 
     return read_run_ids(path)
 
@@ -360,7 +360,7 @@ def test_sigkill_the_real_cli_process(tmp_path):
 
     cfg = _write_config(tmp_path / "c.toml")
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "nqf.cli", "run", str(cfg), "--out", str(out), "--force", "--threads", "1"]
+    cmd = [sys.executable, "-m", "nqf.app._cli", "run", str(cfg), "--out", str(out), "--force", "--threads", "1"]
     assert subprocess.run(cmd, capture_output=True).returncode == 0
     t0 = time.perf_counter()
     subprocess.run(cmd, capture_output=True, check=True)
@@ -380,7 +380,7 @@ def _killed_at(out, where: str, **kw):
     if pid:
         os.waitpid(pid, 0)
         return
-    from nqf.report import _rundir as rundir
+    from nqf.app._report import _rundir as rundir
 
     def die():
         os.kill(os.getpid(), signal.SIGKILL)

@@ -1,4 +1,4 @@
-"""The run id of a PNG figure is read by Pillow (nqf.report._runid._png_text): every text chunk kind (tEXt, zTXt,
+"""The run id of a PNG figure is read by Pillow (nqf.app._report._runid._png_text): every text chunk kind (tEXt, zTXt,
 iTXt, compressed or not, before or after the image data), and never an exception on a broken or hostile file."""
 
 import io
@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 from PIL.PngImagePlugin import PngInfo
 
-from nqf.report._runid import _DECODE_PIXELS, RUN_ID_KEY, _png_text, figure_metadata
+from nqf.app._report._runid import _DECODE_PIXELS, RUN_ID_KEY, _png_text, figure_metadata
 
 
 def _png(info: PngInfo | None = None, size=(20, 10)) -> bytes:

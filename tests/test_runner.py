@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from nqf.experiments import Check, Experiment, Outcome, Params, Table, run_experiment
-from nqf.report import RunDirectory, RunDirectoryExistsError, validate_results
-from nqf.report._figures import new_figure
+from nqf.app._experiments import Check, Experiment, Outcome, Params, Table, run_experiment
+from nqf.app._report import RunDirectory, RunDirectoryExistsError, validate_results
+from nqf.app._report._figures import new_figure
 
 
 class _P(Params):

@@ -504,9 +504,9 @@ def test_digits_nqf_at_eps_1e30_lands_within_3_percent_of_predicted_times():
     (predicted_escape_times: drop 1 exact offset, drop 2 the O(1) recursion, later drops leading order;
     measured 0.0–2.2 %, drop 2 0.13 %).  3 %: the leading-order error O(1/ln(1/ε)) = O(0.014) here, plus GD
     with η·rate = 0.02 being ≤ 0.5 % slower than the flow.  One simulation serves both predictions."""
+    from nqf.app._data import load_dataset
     from nqf.curves import stable_learning_rate, step_count
     from nqf.curves._compare import compare_staircase
-    from nqf.data import load_dataset
     from nqf.dynamics import initial_weights, simulate
     from nqf.reductions.saddles._clock import predicted_escape_times
     from nqf.structure import mlp

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from nqf.data import load_dataset
+from nqf.app._data import load_dataset
 from nqf.reductions.saddles import saddle_sequence
 from nqf.structure import mlp
 

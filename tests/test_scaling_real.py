@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from nqf import Staircase
+from nqf.app._experiments import REGISTRY, run_experiment
 from nqf.curves import compare_crowded, crowded_prediction, drop_widths, predicted_curve
-from nqf.experiments import REGISTRY, run_experiment
 
 
 def _power_staircase(eps=1e-6, K=60, gamma=1.0):

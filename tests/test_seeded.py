@@ -186,8 +186,8 @@ def test_measured_floors_recovers_a_planted_floor():
 
 
 def _later_sweep(monkeypatch=None, scale=1.0):
-    from nqf.experiments import REGISTRY
-    from nqf.experiments._later_drops import later_problem, later_runs
+    from nqf.app._experiments import REGISTRY
+    from nqf.app._experiments._later_drops import later_problem, later_runs
     from test_experiments import Ctx
 
     if monkeypatch is not None:
@@ -205,8 +205,8 @@ def test_validity_later_drops_seeded_clock_and_floors(monkeypatch):
     floor check fails.  Measured, not asserted (docs/theory.md §7): on this teacher–student set-up (width 16)
     the seeded NQF takes drop 3 at ε = 1e-16 to 1.9 % of the real network where the NQF is 48 % late, but is
     6 % early on drop 2 at 1e-12 and 1e-16 (the NQF: 1.4 % and 14 % late)."""
-    from nqf.experiments import REGISTRY
-    from nqf.experiments._later_drops import later_checks
+    from nqf.app._experiments import REGISTRY
+    from nqf.app._experiments._later_drops import later_checks
 
     sweep = _later_sweep()
     far = sweep["floor"] > sweep["eps"][:, None]  # the drops the clock calls seeded (NaN compares False)
@@ -223,7 +223,7 @@ def test_verdict_judges_a_slowly_approached_last_level_against_the_nqf():
     the verdict says so and judges the real network's last level against the level the NQF reaches."""
     from types import SimpleNamespace
 
-    from nqf.study._verdict import judge
+    from nqf.app._study._verdict import judge
 
     pred = SimpleNamespace(
         n_drops=1, levels=np.array([0.2338, 0.05276]), times=np.array([3.0]), global_minimum=True,
@@ -247,7 +247,7 @@ def test_verdict_names_unscaled_regression_targets():
     """Issue 20 (diabetes, target sd 77): leaving the regime at once is explained by the targets' scale."""
     from types import SimpleNamespace
 
-    from nqf.study._notes import target_scale as _target_scale
+    from nqf.app._study._notes import target_scale as _target_scale
 
     y = np.random.default_rng(0).normal(0.0, 77.0, size=(200, 1))
     left, stayed = {"left_step": 10}, {"left_step": None}

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import nqf
-import nqf.study._clock as clock_module
-from nqf.data import load_dataset
+import nqf.app._study._clock as clock_module
+from nqf.app._data import load_dataset
 from nqf.dynamics import GD, Save, Seeding, initial_weights, seeded_nqf, simulate
 from nqf.errors import NQFError
 from nqf.networks import TwoLayerMLP
@@ -108,7 +108,7 @@ def test_analyze_clock_reads_the_same_times_with_its_seeds_off_past_the_last_dro
 
 
 def test_the_seeds_go_off_a_quarter_of_the_last_drop_above_its_level_and_only_after_a_drop():
-    from nqf.study._clock import SEEDS_OFF_FRACTION, seeds_off_level
+    from nqf.app._study._clock import SEEDS_OFF_FRACTION, seeds_off_level
 
     assert SEEDS_OFF_FRACTION == 0.25
     assert seeds_off_level([1.0, 0.6, 0.2]) == pytest.approx(0.3)

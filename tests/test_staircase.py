@@ -100,7 +100,7 @@ def test_interacting_commuting_modes_lotka_volterra_and_the_limit():
 
 def test_whitened_two_layer_network_is_svd_modes():
     """The demo's set-up: whitened inputs and a linear teacher; the staircase is the SVD-mode reduction's."""
-    from nqf.experiments._demo import teacher_task
+    from nqf.app._experiments._demo import teacher_task
     from nqf.reductions.svd_modes import two_layer_modes
 
     X, Y, _ = teacher_task(400, 8, [2.0, 1.0, 0.5], 0)
@@ -120,7 +120,7 @@ def test_whitened_two_layer_network_is_svd_modes():
 
 
 def test_non_commuting_digits_is_the_saddle_sequence_with_its_time_rules():
-    from nqf.data import load_dataset
+    from nqf.app._data import load_dataset
     from nqf.reductions.saddles import saddle_sequence
     from nqf.reductions.saddles._clock import predicted_escape_times
 
@@ -202,7 +202,7 @@ def test_predict_refuses_a_keyword_its_method_would_ignore(kwargs, match):
 
 
 def test_svd_modes_refuse_a_start_matrix():
-    from nqf.experiments._demo import teacher_task
+    from nqf.app._experiments._demo import teacher_task
 
     X, Y, _ = teacher_task(200, 8, [2.0, 1.0], 0)
     with pytest.raises(InvalidParameterError, match="`M0`: the SVD-mode reduction starts from `init`"):

@@ -11,11 +11,11 @@ import pytest
 import torch
 
 import nqf
+from nqf.app._data import load_dataset
+from nqf.app._study import prepare_analysis
 from nqf.curves import StepClock, compare_staircase, first_crossing, step_clock
-from nqf.data import load_dataset
 from nqf.dynamics import GD, Save, initial_weights, train_network
 from nqf.errors import InvalidParameterError, ShapeError
-from nqf.study import prepare_analysis
 
 
 def _two_modes(h: float, t_end: float = 80.0):

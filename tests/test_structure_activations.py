@@ -211,9 +211,9 @@ def test_unit_kind_is_declared_by_the_class_not_looked_up_by_its_name():
 
 # --------------------------------------------------------------------------- analyze: act= and the smoothness check
 def test_analyze_act_choices_and_refusals_come_from_the_registry():
+    from nqf.app._study._checks import check_smooth
+    from nqf.app._study._models import build_model, parse_spec
     from nqf.errors import ModelSpecError
-    from nqf.study._checks import check_smooth
-    from nqf.study._models import build_model, parse_spec
 
     assert parse_spec("mlp:act=Softplus_Centred")[1]["act"] == "softplus-centred"
     assert parse_spec("mlp:act=leaky-relu")[1]["act"] == "leaky_relu"

@@ -302,8 +302,8 @@ def _late_modes_deviation(init, width):
     """Demo set-up (N = 512 whitened inputs, D = 8, teacher singular values 2, 1, 0.5, ε = 1e-6,
     η = 5e-3, t ≤ 24): a real tanh MLP of the given width; returns measured/predicted − 1 of the three
     switch-on (half-saturation) times, predicted by the exact SVD-mode flow of the same start."""
+    from nqf.app._experiments._demo import teacher_task
     from nqf.dynamics import initial_weights, train_network
-    from nqf.experiments._demo import teacher_task
     from nqf.reductions import crossing_time
 
     X, Y, _ = teacher_task(512, 8, [2.0, 1.0, 0.5], 0)

@@ -1,4 +1,4 @@
-"""nqf.report.svg_is_safe parses with defusedxml: entity declarations (internal, external, parameter entities
+"""nqf.app._report.svg_is_safe parses with defusedxml: entity declarations (internal, external, parameter entities
 pulling in an external DTD) are refused by the parser itself, also where the internal-subset pre-check is
 fooled; a DOCTYPE that only names an external DTD (matplotlib's) is still accepted, as nothing fetches it."""
 
@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from nqf.report import svg_is_safe
+from nqf.app._report import svg_is_safe
 
 NS = 'xmlns="http://www.w3.org/2000/svg"'
 MPL_DOCTYPE = (

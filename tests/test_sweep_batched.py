@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
+from nqf.app._experiments._demo import teacher_task
+from nqf.app._experiments._lv_staircase import diagonal_task
 from nqf.dynamics import GD, Save, simulate, simulate_batched
 from nqf.errors import InvalidParameterError, NotClosedError, ShapeError
-from nqf.experiments._demo import teacher_task
-from nqf.experiments._lv_staircase import diagonal_task
 from nqf.structure import matrix_sensing, mlp
 
 TOL = 1e-12  # round-off: both compute the same exact map in float64

@@ -11,11 +11,11 @@ import pytest
 from typer.testing import CliRunner
 
 from helpers import toml_value
-from nqf.cli import app
-from nqf.experiments import REGISTRY, get_experiment
-from nqf.sweep._execute import execute
-from nqf.sweep._grid import SweepSpec
-from nqf.sweep._points import build_points, is_finished, point_dir
+from nqf.app._cli import app
+from nqf.app._experiments import REGISTRY, get_experiment
+from nqf.app._sweep._execute import execute
+from nqf.app._sweep._grid import SweepSpec
+from nqf.app._sweep._points import build_points, is_finished, point_dir
 
 distributed = pytest.importorskip("distributed")
 get_experiment("demo")

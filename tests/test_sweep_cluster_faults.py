@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from helpers import toml_value
-from nqf.experiments import REGISTRY, get_experiment
+from nqf.app._experiments import REGISTRY, get_experiment
 
 pytest.importorskip("distributed")
 get_experiment("demo")
@@ -111,7 +111,7 @@ def _sweep_args(cfg, eps, address, out="S"):
     return [
         sys.executable,
         "-m",
-        "nqf.cli",
+        "nqf.app._cli",
         "sweep",
         str(cfg),
         "--grid",
@@ -251,7 +251,7 @@ def test_worker_client_and_scheduler_killed(cluster, tmp_path):
     lines += [f"{k} = {toml_value(v)}" for k, v in recorded["params"].items()]
     ref_cfg.write_text("\n".join(lines) + "\n")
     r = subprocess.run(
-        [sys.executable, "-m", "nqf.cli", "run", str(ref_cfg), "--out", str(tmp_path / "ref"), "--json"],
+        [sys.executable, "-m", "nqf.app._cli", "run", str(ref_cfg), "--out", str(tmp_path / "ref"), "--json"],
         env=_ENV,
         capture_output=True,
         timeout=300,

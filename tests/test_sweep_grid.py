@@ -10,12 +10,20 @@ import pytest
 from typer.testing import CliRunner
 
 from helpers import toml_value
-from nqf.cli import app
+from nqf.app._cli import app
+from nqf.app._experiments import (
+    REGISTRY,
+    ConfigError,
+    apply_overrides,
+    config_hash,
+    get_experiment,
+    load_config,
+    parse_set,
+)
+from nqf.app._sweep._grid import SweepSpec, combine, parse_assignments, parse_seeds, parse_values, sweep_from_table
+from nqf.app._sweep._points import build_points, point_dir
+from nqf.app._sweep._table import quantity_name
 from nqf.errors import SweepError
-from nqf.experiments import REGISTRY, ConfigError, apply_overrides, config_hash, get_experiment, load_config, parse_set
-from nqf.sweep._grid import SweepSpec, combine, parse_assignments, parse_seeds, parse_values, sweep_from_table
-from nqf.sweep._points import build_points, point_dir
-from nqf.sweep._table import quantity_name
 
 get_experiment("demo")
 runner = CliRunner()
@@ -177,9 +185,9 @@ def test_set_on_the_command_line(tmp_path):
 
 def test_version_and_sweep_module_import_no_dask():
     code = (
-        "import sys; import nqf.sweep._cli, nqf.sweep._execute, nqf.sweep._report; "
+        "import sys; import nqf.app._sweep._cli, nqf.app._sweep._execute, nqf.app._sweep._report; "
         "assert 'dask' not in sys.modules and 'distributed' not in sys.modules and 'torch' not in sys.modules; "
-        "from nqf.cli import app; from typer.testing import CliRunner; "
+        "from nqf.app._cli import app; from typer.testing import CliRunner; "
         "r = CliRunner().invoke(app, ['--version']); assert r.exit_code == 0; "
         "assert 'dask' not in sys.modules and 'distributed' not in sys.modules, 'dask imported'"
     )
@@ -201,8 +209,8 @@ def test_sweep_without_dask_is_one_clear_line(tmp_path, monkeypatch):
 
 # ----------------------------------------------------------------------------- report (planted data)
 def test_report_recovers_a_planted_slope_and_band(tmp_path):
-    from nqf.sweep._report import write_sweep_report
-    from nqf.sweep._table import build_table, read_table, write_table
+    from nqf.app._sweep._report import write_sweep_report
+    from nqf.app._sweep._table import build_table, read_table, write_table
 
     spec = SweepSpec(grid={"eps": [1e-4, 1e-6, 1e-8, 2.0]}, seeds=[0, 1, 2])
     pts = build_points(LV, spec)
@@ -239,7 +247,7 @@ def test_report_recovers_a_planted_slope_and_band(tmp_path):
     write_sweep_report(tmp_path)
     html = (tmp_path / "report.html").read_text()
     assert "<img" in html and "t_k_vs_eps" in html
-    from nqf.sweep._report import sweep_figures
+    from nqf.app._sweep._report import sweep_figures
 
     (fig,) = sweep_figures(read_table(tmp_path), tmp_path)
     logs = np.log(1 / np.array([1e-4, 1e-6, 1e-8]))

@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from nqf._text import figure_text, terminal_text
-from nqf.cli import app
+from nqf.app._cli import app
 
 runner = CliRunner()
 
@@ -131,7 +131,7 @@ def test_sweep_point_lines_show_markup_as_typed(value):
     never parsed (a `[/x]` raised MarkupError, exit 1)."""
     from rich.console import Console
 
-    from nqf.sweep._cli import _plain, _point_line
+    from nqf.app._sweep._cli import _plain, _point_line
 
     class Point:
         short, seed, swept = "p0001", 0, {"name": value}

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from nqf.experiments import get_experiment, run_experiment
+from nqf.app._experiments import get_experiment, run_experiment
 
 
 def _checks(tmp_path, **override) -> dict:

@@ -40,8 +40,8 @@ def test_math_attention_is_a_context_on_this_torch():
 
 
 def test_a_tensor_dataset_on_an_older_torch_is_refused_saying_so(tmp_path, monkeypatch):
-    import nqf.data._files as files
-    from nqf.data import load_dataset
+    import nqf.app._data._files as files
+    from nqf.app._data import load_dataset
 
     torch.save(TensorDataset(torch.randn(20, 3), torch.randint(0, 2, (20,))), tmp_path / "d.pt")
     monkeypatch.setattr(files, "_stand_in", lambda torch: contextlib.nullcontext())  # what torch < 2.6 does

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from _hostile import assert_one_line
 from nqf._usercode import alive_foreign_threads, probe_forward, time_budget, users_code
-from nqf.cli import app
+from nqf.app._cli import app
 from nqf.errors import InvalidParameterError, ModelCodeError
 
 runner = CliRunner()

@@ -16,12 +16,12 @@ from html.parser import HTMLParser
 import numpy as np
 import pytest
 
+from nqf.app._report import format_cell
+from nqf.app._study import Analysis, CheckRow, save_analysis
+from nqf.app._study._output import print_analysis
+from nqf.app._study._verdict import judge, validity
 from nqf.curves import StaircaseComparison, regime_exit
 from nqf.reductions import Staircase
-from nqf.report import format_cell
-from nqf.study import Analysis, CheckRow, save_analysis
-from nqf.study._output import print_analysis
-from nqf.study._verdict import judge, validity
 
 L0 = 0.5
 LEVELS = (L0, 0.3, 0.05, -1.3e-15)  # the last: a global minimum of 0, predicted −1.3e-15 by round-off
@@ -249,8 +249,8 @@ def test_leaving_the_regime_prints_the_gap_with_the_digits_that_show_it_and_name
 
 
 def _validity_table(a):
-    from nqf.experiments import Outcome
-    from nqf.study._output import fill_outcome
+    from nqf.app._experiments import Outcome
+    from nqf.app._study._output import fill_outcome
 
     out = Outcome()
     fill_outcome(a, out)
@@ -298,7 +298,7 @@ def test_the_plateau_table_fits_a_1400_px_window(saved):
     """Lower bound of the table's width: each column at least as wide as its longest unbreakable word (at 0.6 em
     a character, the report's font size and padding); it must fit the report's 1100-px body (the old table,
     17 columns at 0.92 em with 8-px padding, needed ~1300 px and ran past a 1400-px window)."""
-    from nqf.report._html import _CSS
+    from nqf.app._report._html import _CSS
 
     font = 16 * float(re.search(r"table\{[^}]*font-size:([\d.]+)em", _CSS).group(1))  # type: ignore[union-attr]
     pad = re.search(r"td,th\{[^}]*padding:(\d+)px (\d+)px", _CSS)
@@ -322,7 +322,7 @@ def test_figure_titles_name_the_data_file_not_its_path():
 def test_a_real_analysis_reads_the_same_three_ways(tmp_path):
     """The same agreement on a real (small) run: wine, tanh width 20, ε = 1e-4."""
     import nqf
-    from nqf.data import load_dataset
+    from nqf.app._data import load_dataset
 
     a = nqf.analyze("mlp:width=20,act=tanh", load_dataset("wine"), eps=1e-4, clock=False)
     save_analysis(a, tmp_path / "run")
@@ -346,8 +346,8 @@ def test_nqf_run_prints_the_error_a_check_is_judged_by(capsys):
     reference is ~0 (a ratio of 10¹⁵ here); now the judged error with its kind, and no relative error in the row."""
     from pathlib import Path
 
-    from nqf.cli import _print_human
-    from nqf.experiments import Check
+    from nqf.app._cli import _print_human
+    from nqf.app._experiments import Check
 
     checks = [
         Check("level", 1e-20, 2e-5, 1e-4, kind="absolute").to_dict(),

@@ -7,9 +7,9 @@ Planted: the same numbers labelled as a saddle sequence keep the quadratic-regim
 
 import numpy as np
 
+from nqf.app._study._verdict import judge, validity
 from nqf.curves import StaircaseComparison
 from nqf.reductions import Staircase
-from nqf.study._verdict import judge, validity
 
 LEVELS, TIMES, REAL_TIMES = (1.5, 1.0, 0.5), (100.0, 200.0), (101.0, 203.0)
 

@@ -56,7 +56,7 @@ def test_status_text_of_each_phase(iris_run):
     assert "all 2 drops passed" in done.text
     # a fresh monitor fed by hand: overdue, then out of the regime below the last level, and a diverged run
     fc = monitor.forecast
-    m = nqf.study.Monitor(fc)
+    m = nqf.app._study.Monitor(fc)
     late = m.update(2 * fc.steps[0], fc.levels[0])
     assert late.phase == "overdue" and "drop 1 overdue" in late.text
     gone = m.update(3 * fc.steps[-1], 0.5 * fc.levels[-1])
@@ -64,7 +64,7 @@ def test_status_text_of_each_phase(iris_run):
         gone.phase == "left" and gone.left_at == 3 * fc.steps[-1] and "fell below the last predicted level" in gone.text
     )
     assert m.update(4 * fc.steps[-1], 1.0).phase == "left"  # nothing later is predicted
-    bad = nqf.study.Monitor(fc).update(1, float("nan"))
+    bad = nqf.app._study.Monitor(fc).update(1, float("nan"))
     assert bad.phase == "left" and "not finite" in bad.text
 
 
@@ -76,11 +76,11 @@ def test_smoothing_moves_the_crossing_back_by_the_lag():
     steps = np.arange(0, 100.0)
     loss = fc.levels[0] - (fc.levels[0] - fc.levels[1]) * steps / 80.0  # crosses the midpoint at step 40
     for w in (1, 9):
-        m = nqf.study.Monitor(fc, smoothing=w)
+        m = nqf.app._study.Monitor(fc, smoothing=w)
         for s, v in zip(steps, loss, strict=True):
             m.update(s, v)
         assert m.measured_steps[0] == pytest.approx(40.0, abs=0.5 if w == 1 else 1.0), (w, mid)
-    unsmoothed_lag = nqf.study.Monitor(fc, smoothing=1)
+    unsmoothed_lag = nqf.app._study.Monitor(fc, smoothing=1)
     ema, alpha = loss[0], 2 / 10
     for s, v in zip(steps, loss, strict=True):
         ema = ema + alpha * (v - ema)
@@ -90,12 +90,12 @@ def test_smoothing_moves_the_crossing_back_by_the_lag():
 
 def test_bad_use_names_the_parameter(iris_run):
     monitor, _, _ = iris_run
-    m = nqf.study.Monitor(monitor.forecast)
+    m = nqf.app._study.Monitor(monitor.forecast)
     m.update(5, 0.2)
     with pytest.raises(NQFError, match="`step`"):
         m.update(5, 0.2)
     with pytest.raises(NQFError, match="`smoothing`"):
-        nqf.study.Monitor(monitor.forecast, smoothing=0)
+        nqf.app._study.Monitor(monitor.forecast, smoothing=0)
 
 
 def test_status_result_convention(iris_run):

@@ -20,8 +20,8 @@ from torch import nn
 
 import nqf
 from helpers import TORCH_HAS_MHA_SWITCH
+from nqf.app._data import load_dataset, prepare
 from nqf.curves import compare_staircase
-from nqf.data import load_dataset, prepare
 from nqf.dynamics import GD, initial_weights
 from nqf.modules import find_units, from_module
 from nqf.reductions.saddles import saddle_sequence
@@ -165,7 +165,7 @@ def test_two_heads_predict_no_level_below_what_two_heads_reach():
     head dimension 4 (p = 140): the top escape rate is 4-fold degenerate, and with max_rank = 2 the staircase
     stops at a saddle M of rank 2, PSD, so M = W Wᵀ with W ∈ R^{p×2}: two units reach it; its loss, recomputed
     from the operator, is the predicted level.  Planted: the same reachability check with one unit fails."""
-    from nqf.study import choose_units
+    from nqf.app._study import choose_units
 
     torch.manual_seed(0)
     data = load_dataset("digits")

@@ -14,11 +14,11 @@ import numpy as np
 import torch
 
 from helpers import load_zoo
+from nqf.app._study import choose_units
 from nqf.curves import compare_staircase
 from nqf.dynamics import gradient_flow
 from nqf.modules import from_module
 from nqf.reductions import predict
-from nqf.study import choose_units
 
 DT = torch.float64
 EPS = 1e-6

@@ -3,6 +3,7 @@
 __version__: str
 
 from . import (
+    app as app,
     curves as curves,
     dynamics as dynamics,
     errors as errors,
@@ -10,7 +11,12 @@ from . import (
     networks as networks,
     reductions as reductions,
     structure as structure,
-    study as study,
+)
+from .app import (
+    Forecast as Forecast,
+    analyze as analyze,
+    forecast as forecast,
+    watch as watch,
 )
 from .dynamics import (
     Trajectory as Trajectory,
@@ -24,10 +30,4 @@ from .reductions import (
 )
 from .reductions.svd_modes import (
     two_layer_modes as two_layer_modes,
-)
-from .study import (
-    Forecast as Forecast,
-    analyze as analyze,
-    forecast as forecast,
-    watch as watch,
 )

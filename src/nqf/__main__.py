@@ -1,6 +1,6 @@
 """``python -m nqf``: the ``nqf`` command line."""
 
-from .cli import main
+from .app import main
 
 if __name__ == "__main__":  # pragma: no branch
     main()

@@ -47,7 +47,7 @@ __all__ = [
     "DEFAULT_TIMEOUT",
 ]
 
-#: Threads that are not daemons, started by the user's code and still running: :func:`nqf.cli.main` ends the
+#: Threads that are not daemons, started by the user's code and still running: :func:`nqf.app._cli.main` ends the
 #: process past them (Python's own exit would wait for them forever).
 _FOREIGN_THREADS: list[threading.Thread] = []
 
@@ -275,7 +275,7 @@ def probe_forward(
             "or dropout called as a function); nqf needs a deterministic forward: draw the noise once, outside"
         )
     if not isinstance(out, torch.Tensor):
-        return out  # the output's type and width: nqf.study._models.check_model_output names what is expected
+        return out  # the output's type and width: nqf.app._study._models.check_model_output names what is expected
     if not (out.is_floating_point() or out.is_complex()):
         raise ModelCodeError(
             f"`model`: {where} returns a tensor of {str(out.dtype).replace('torch.', '')}; nqf needs floating-point "
