@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 import nqf
-from nqf.app._data import load_dataset
+from nqf.app import load_dataset
 from nqf.app._experiments import teacher_task
 from nqf.curves import compare_staircase, measured_floors, real_clock
 from nqf.dynamics import GD, Save, initial_weights, seeded_nqf, simulate, train_network
@@ -160,7 +160,7 @@ def _variant(X, Y, W0, m: int, lr: float, steps: int, *, sign=1.0, scale=1.0, so
     ``UnitScatter.module_output``, ``unlearned_projector``), with a planted change of its source
     ``P (∇_W L_module − ∇_W L_NQF)``: ``sign`` and ``scale`` multiply it; ``source = (Xs, Ys)`` computes it
     on other data (both gradients there).  Returns ``(t, NQF loss)`` every 10 steps."""
-    from nqf.dynamics import unlearned_projector
+    from nqf.dynamics._seeded import unlearned_projector
     from nqf.modules import UnitScatter
 
     C = Y.shape[1]

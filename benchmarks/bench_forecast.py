@@ -4,7 +4,7 @@ The user's loop (float32, as users run it): ``nn.Sequential(Linear(64, 256), Tan
 PyTorch's default initialisation scaled by ``--scales`` (1e-3 and 1e-5), every parameter trained by
 ``torch.optim.SGD`` on ``nn.MSELoss()`` against one-hot targets, inputs standardised; full-batch GD at
 lr 0.5, minibatch SGD (batch 64, lr 0.5) and SGD with momentum 0.9 (batch 64, lr 0.05).  The full-batch loss is
-evaluated after every step; each drop's measured step is its midpoint crossing (:meth:`nqf.Forecast.judge`).
+evaluated after every step; each drop's measured step is its midpoint crossing (:meth:`nqf.app.Forecast.judge`).
 Printed per case: the forecast's CPU seconds, and per drop the predicted and measured steps, the error and
 whether the forecast trusts the drop.
 

@@ -12,7 +12,7 @@ output; the bars of the long stages advance against the estimate the analysis pr
 the stage starts (its time of a few timed steps × the steps).  At the end the script prints the
 CPU time, wall time and peak resident memory of the whole run and of each stage, and the
 verdict.  With ``--out DIR`` the run directory (``results.json``, figures, report) is written
-(``nqf.app._study.save_analysis``).
+(``nqf.app.save_analysis``).
 
 Threads: ``--threads`` (default 1) for torch.  On free cores the real network's matrix products
 on 10⁵ samples can use more; on the shared 2-core machine a second thread competing with other
@@ -142,7 +142,7 @@ def run(n: int, out: str | None) -> dict:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     import nqf
-    from nqf.app._data import prepare
+    from nqf.app import prepare
 
     wall0, cpu0 = time.perf_counter(), time.process_time()
     with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn()) as progress:
@@ -153,7 +153,7 @@ def run(n: int, out: str | None) -> dict:
             del X, y
         a = nqf.analyze("mlp:width=512,act=tanh", data, eps=1e-6, log=bars.log)
         if out:
-            from nqf.app._study import save_analysis
+            from nqf.app import save_analysis
 
             with bars.stage("output (results, figures, report)"):
                 save_analysis(a, out)

@@ -57,7 +57,7 @@ _PERCENT = re.compile(r"(\d[\d.,eE+]*)\s?%")
 
 
 def _data(name: str):
-    from nqf.app._data import load_dataset, prepare
+    from nqf.app import load_dataset, prepare
 
     if name == "digits":
         return load_dataset("digits")

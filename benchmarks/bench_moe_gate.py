@@ -66,7 +66,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     import nqf
-    from nqf.app._data import load_dataset
+    from nqf.app import load_dataset
     from nqf.curves import compare_staircase
 
     sys.path.insert(0, str(ZOO.parent))

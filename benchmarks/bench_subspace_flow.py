@@ -26,7 +26,7 @@ import time
 import numpy as np
 import torch
 
-from nqf.app._data import load_dataset
+from nqf.app import load_dataset
 from nqf.curves import compare_staircase
 from nqf.dynamics import gradient_flow, initial_weights
 from nqf.reductions import predict

@@ -27,7 +27,7 @@ import time
 import numpy as np
 import torch
 
-from nqf.app._data import load_dataset
+from nqf.app import load_dataset
 from nqf.dynamics import GD, Save, initial_weights, train_network
 from nqf.networks import TwoLayerMLP
 

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 import nqf
-from nqf.app._data import load_dataset
+from nqf.app import load_dataset
 
 SMALL = os.environ.get("NQF_EXAMPLES_SMALL", "1") == "1"
 

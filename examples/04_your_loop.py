@@ -78,7 +78,7 @@ with open(f"{out}/04_run.csv", "w") as fh:  # the log a loop writes
 # (docs/watch.md, "Measured").
 
 # %%
-log = nqf.app._data.read_loss_log(f"{out}/04_run.csv")
+log = nqf.app.read_loss_log(f"{out}/04_run.csv")
 judged = fc.judge(log.steps, log.loss)
 for line in judged.lines():
     print(line)

@@ -15,14 +15,8 @@ import torch
 from torch import nn
 
 from nqf.errors import InvalidParameterError, NormalFormError
-from nqf.reductions.dormant import (
-    chain_staircase,
-    chain_term,
-    dormant_staircase,
-    leading_order,
-    unit_term,
-    utility_maximum,
-)
+from nqf.reductions.dormant import chain_staircase, chain_term, dormant_staircase, leading_order, unit_term
+from nqf.reductions.dormant._utility import utility_maximum
 from nqf.structure import mlp, mlp_higher_order
 
 

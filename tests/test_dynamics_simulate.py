@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from nqf.dynamics import GD, SGD, Adam, Save, as_loss, minibatch_indices, simulate
+from nqf.dynamics import GD, SGD, Adam, Save, as_loss, simulate
+from nqf.dynamics._loop import minibatch_indices
 from nqf.errors import DivergenceError, NonFiniteError, NotClosedError, ShapeError
 from nqf.structure import data_subspace
 from nqf.structure._mlp import mlp

@@ -17,7 +17,7 @@ from nqf._validation import eps_value
 from nqf.curves import predicted_curve
 from nqf.dynamics import initial_weights
 from nqf.errors import InvalidParameterError
-from nqf.reductions import leading_switch_time
+from nqf.reductions._timing import leading_switch_time
 from nqf.structure import mlp
 
 SRC = Path(nqf.__file__).resolve().parent

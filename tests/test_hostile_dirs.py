@@ -229,7 +229,7 @@ def test_sweep_directories_are_marked_and_reusable(tmp_path):
     mark_sweep_directory(root)
     assert is_sweep_directory(root) and json.loads((root / SWEEP_MARKER).read_text())["kind"] == "nqf-sweep"
     (root / SWEEP_MARKER).unlink()
-    (root / "sweep.json").write_text(json.dumps({"schema": "nqf.app._sweep/1", "rows": []}))
+    (root / "sweep.json").write_text(json.dumps({"schema": "nqf.sweep/1", "rows": []}))
     assert is_sweep_directory(root), "a sweep written before markers is still a sweep"
     (root / "sweep.json").unlink()
     os.symlink(tmp_path / "elsewhere.json", root / SWEEP_MARKER)

@@ -246,7 +246,7 @@ MALFORMED_SWEEP_JSON = [
     ("a string", '"sweep"', "JSON object"),
     ("null", "null", "JSON object"),
     ("not JSON", "{rows: [", "not valid JSON"),
-    ("truncated", '{"schema": "nqf.app._sweep/1", "rows": [', "not valid JSON"),
+    ("truncated", '{"schema": "nqf.sweep/1", "rows": [', "not valid JSON"),
     ("nested too deeply", "[" * 100_000 + "]" * 100_000, "nested too deeply"),
     ("not UTF-8", b"\xff\xfe{}", "UTF-8"),
     ("no schema", _pop("schema"), "schema"),

@@ -15,7 +15,8 @@ import torch
 
 import nqf
 from nqf.curves import compare_staircase, real_clock
-from nqf.dynamics import GD, Save, Seeding, initial_weights, seeded_nqf, simulate, train_network, unlearned_projector
+from nqf.dynamics import GD, Save, Seeding, initial_weights, seeded_nqf, simulate, train_network
+from nqf.dynamics._seeded import unlearned_projector
 from nqf.errors import InvalidParameterError, NQFError
 from nqf.networks import TwoLayerMLP
 from nqf.structure import mlp

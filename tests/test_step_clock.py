@@ -13,7 +13,8 @@ import torch
 import nqf
 from nqf.app._data import load_dataset
 from nqf.app._study import prepare_analysis
-from nqf.curves import StepClock, compare_staircase, first_crossing, step_clock
+from nqf.curves import StepClock, compare_staircase, step_clock
+from nqf.curves._step_clock import first_crossing
 from nqf.dynamics import GD, Save, initial_weights, train_network
 from nqf.errors import InvalidParameterError, ShapeError
 

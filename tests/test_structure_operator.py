@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from nqf.errors import NonFiniteError, ShapeError
-from nqf.structure import BilinearStructure, DenseKernel, DenseStructure, OneHotKronKernel, mlp
+from nqf.structure import BilinearStructure, DenseStructure, OneHotKronKernel, mlp
+from nqf.structure._bilinear import DenseKernel
 
 DT = torch.float64
 

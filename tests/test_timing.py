@@ -9,15 +9,12 @@ import pytest
 from scipy.integrate import solve_ivp
 
 from nqf.errors import InvalidParameterError, ShapeError
-from nqf.reductions import (
+from nqf.reductions import crossing_time, crossing_times, logistic_switch_time, midpoint_levels
+from nqf.reductions._timing import (
     crossing_index,
-    crossing_time,
-    crossing_times,
     leading_switch_time,
-    logistic_switch_time,
-    midpoint_levels,
+    staircase,  # the kernel behind Staircase.loss_curve
 )
-from nqf.reductions._timing import staircase  # the kernel behind Staircase.loss_curve
 
 CASES = [  # (ζ, z*, z(0), fraction)
     (1.0, 1.0, 1e-3, 0.5),

@@ -13,7 +13,6 @@ from . import (
     structure as structure,
 )
 from .app import (
-    Forecast as Forecast,
     analyze as analyze,
     forecast as forecast,
     watch as watch,

@@ -30,10 +30,10 @@ from ._crowded import (
     mode_sum,
 )
 from ._exponents import ExponentPrediction, predict_exponent, predicted_curve
-from ._powerlaw import PowerLawFit, auto_window, fit_power_law
+from ._powerlaw import PowerLawFit, fit_power_law
 from ._real_clock import TRUSTED_TIME_ERROR, RealClock, level_time_bounds, measured_floors, real_clock
 from ._schedule import stable_learning_rate, step_count
-from ._step_clock import StepClock, first_crossing, step_clock
+from ._step_clock import StepClock, step_clock
 from ._steps import Steps, detect_steps
 from ._training_clock import UNPREDICTED, TrainingClock, loss_scale, training_clock
 from ._validity import ValidityReport, ValiditySweep, remainder_ratio, validity_report, validity_sweep
@@ -56,13 +56,11 @@ __all__ = [
     "training_clock",
     "loss_scale",
     "UNPREDICTED",
-    "first_crossing",
     "step_count",
     "Steps",
     "detect_steps",
     "PowerLawFit",
     "fit_power_law",
-    "auto_window",
     "ExponentPrediction",
     "predict_exponent",
     "predicted_curve",

@@ -29,8 +29,8 @@ from ._loss import MSE, CrossEntropy, Logistic, Loss, as_loss
 from ._network import train_network
 from ._optim import GD, SGD, Adam, Optimizer, as_optimizer
 from ._save import Save
-from ._seeded import LEARNED_FRACTION, Seeding, seeded_nqf, unlearned_projector
-from ._simulate import minibatch_indices, simulate
+from ._seeded import Seeding, seeded_nqf
+from ._simulate import simulate
 from ._trajectory import Trajectory
 
 __all__ = [
@@ -42,10 +42,7 @@ __all__ = [
     "train_network",
     "seeded_nqf",
     "Seeding",
-    "unlearned_projector",
-    "LEARNED_FRACTION",
     "Trajectory",
-    "minibatch_indices",
     "initial_state",
     "initial_weights",
     "Loss",

@@ -7,7 +7,7 @@ a step is ``x ← x − η g`` for every trained tensor ``x``, training time ``t
   (coupled L2, ``torch.optim.SGD``'s ``weight_decay``): ``g = ∇_x L + λ x``; heavy-ball momentum β
   (``torch.optim.SGD`` convention): ``v ← β v + g``, ``x ← x − η v``.
 * :class:`SGD` — the same update on minibatches of ``batch_size`` samples
-  (:func:`~nqf.dynamics.minibatch_indices`).
+  (``dynamics._loop.minibatch_indices``).
 * :class:`Adam` — ``torch.optim.Adam`` conventions, bias-corrected: ``m₁ ← β₁ m₁ + (1 − β₁) g``,
   ``m₂ ← β₂ m₂ + (1 − β₂) g²``, ``x ← x − η m̂₁ / (√m̂₂ + ε)``, ``m̂ᵢ = mᵢ / (1 − βᵢ^{k+1})``;
   full batch unless ``batch_size`` is given.

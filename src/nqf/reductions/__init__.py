@@ -12,12 +12,11 @@ picks the reduction for an operator (``nqf.predict`` is the same function).
   sequence (plateau levels and escape times);
 * :mod:`nqf.reductions.dormant` — when the quadratic form is silent: the first order that carries
   signal and its power-law clock (dormant flows between active phases; chains with every layer small);
-* switch-on times and level crossings shared by all three (:func:`logistic_switch_time`,
-  :func:`leading_switch_time`, :func:`crossing_times`, :func:`crossing_time`,
-  :func:`crossing_index`, :func:`midpoint_levels`); the staircase curve itself is
+* switch-on times and level crossings shared by all of them (:func:`logistic_switch_time`,
+  :func:`crossing_times`, :func:`crossing_time`, :func:`midpoint_levels`); the staircase curve itself is
   :meth:`Staircase.loss_curve`;
-* the drops that carry the learning (:func:`learning_drops`, :data:`TAIL_FRACTION`;
-  :meth:`Staircase.carrying` cuts the tail after them).
+* the drops that carry the learning (:func:`learning_drops`; :meth:`Staircase.carrying` cuts the tail
+  after them).
 
 The submodules are imported on first use (``nqf.reductions.lv`` loads scipy).
 Conventions and equations: docs/theory.md.

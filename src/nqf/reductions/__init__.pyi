@@ -11,17 +11,12 @@ from ._predict import (
     predict as predict,
 )
 from ._staircase import (
-    METHODS as METHODS,
-    TIME_RULES as TIME_RULES,
     PredictionCost as PredictionCost,
     Staircase as Staircase,
 )
 from ._timing import (
-    TAIL_FRACTION as TAIL_FRACTION,
-    crossing_index as crossing_index,
     crossing_time as crossing_time,
     crossing_times as crossing_times,
-    leading_switch_time as leading_switch_time,
     learning_drops as learning_drops,
     logistic_switch_time as logistic_switch_time,
     midpoint_levels as midpoint_levels,

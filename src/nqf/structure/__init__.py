@@ -23,12 +23,10 @@ from ._activations import (
 )
 from ._attention import (
     READOUTS as ATTENTION_READOUTS,
-    EyeKronKernel,
-    HeadValueKernel,
     multi_head_attention,
     qk_attention,
 )
-from ._bilinear import BilinearKernel, BilinearStructure, DenseKernel, OneHotKronKernel
+from ._bilinear import BilinearStructure, OneHotKronKernel
 from ._channels import ChannelSplit, ChannelStructure, channel_split
 from ._commute import COMMUTING_RTOL, commutator_defect, commutator_ratio, commutes
 from ._conv import READOUTS as CONV_READOUTS, conv1d, conv2d, conv_output_size
@@ -60,11 +58,7 @@ __all__ = [
     "DenseStructure",
     "BilinearStructure",
     "SensingStructure",
-    "BilinearKernel",
-    "DenseKernel",
     "OneHotKronKernel",
-    "HeadValueKernel",
-    "EyeKronKernel",
     "Activation",
     "ACTIVATIONS",
     "ActivationModule",

@@ -51,7 +51,7 @@ def factorization(X, *, dtype=None) -> BilinearStructure:
 
     Unit ``w_i = (u_i ∈ R^{d1}, v_i ∈ R^{d2})`` (``p = d1 + d2``), structure
     matrix ``A_c(X) = ½ [[0, X_c], [X_cᵀ, 0]]``.  The operator stores ``X``
-    itself (a :class:`~nqf.structure.DenseKernel`), so memory is the
+    itself (a dense kernel), so memory is the
     size of the input, never ``N × p × p``; ``op(M)`` and ``op.adjoint(R)``
     cost ``O(N C d1 d2)``.
 

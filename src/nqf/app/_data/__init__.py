@@ -39,7 +39,7 @@ integers (integer dtype, or float values that are all integers) with at most
 
 Loss logs (:func:`read_loss_log`, a :class:`LossLog`): a CSV of (step, loss), a Hugging Face
 ``trainer_state.json`` or TensorBoard event files, for judging a run against its forecast
-(``nqf compare --log``, :meth:`nqf.Forecast.judge`).
+(``nqf compare --log``, :meth:`nqf.app.Forecast.judge`).
 
 Refused before anything runs (one :class:`nqf.errors.DataError` naming the file):
 a path that is not a regular file (a FIFO, ``/dev/zero``, a directory:

@@ -108,8 +108,7 @@ class _Registry(MutableMapping[str, "Experiment"]):
     def __delitem__(self, name: str) -> None:
         if name in CATALOG:
             raise InvalidParameterError(
-                f"name: {name!r} is a built-in experiment (nqf.app._experiments.CATALOG); "
-                "only experiments added with register() can be removed"
+                f"name: {name!r} is a built-in experiment; only experiments added with register() can be removed"
             )
         del self._loaded[name]
 

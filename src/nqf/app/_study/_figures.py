@@ -57,8 +57,8 @@ def analysis_figure(a):
 
 
 def forecast_figure(fc, steps, loss, judgement, title: str = ""):
-    """A logged curve of the user's loop against its :class:`nqf.Forecast`: the log, the predicted curve
-    (:meth:`nqf.Forecast.loss_curve`), the predicted levels, each drop's predicted step (dashed: trusted, dotted:
+    """A logged curve of the user's loop against its :class:`nqf.app.Forecast`: the log, the predicted curve
+    (:meth:`nqf.app.Forecast.loss_curve`), the predicted levels, each drop's predicted step (dashed: trusted, dotted:
     not) and the log's measured midpoint crossings."""
     from .._report import mark_times, new_figure
 

@@ -83,14 +83,14 @@ def _as_data(X, Y, name: str | None) -> Dataset:
     if Y is None:
         from ...errors import ShapeError
 
-        raise ShapeError("`Y` is required when `X` is an array (or pass a nqf.app._data.Dataset as `X`)")
+        raise ShapeError("`Y` is required when `X` is an array (or pass a nqf.app.Dataset as `X`)")
     Xa = X.detach().cpu().numpy() if hasattr(X, "detach") else X
     Ya = Y.detach().cpu().numpy() if hasattr(Y, "detach") else Y
     data = prepare(Xa, Ya, name=name or "arrays")
     targets = "one-hot and centred" if data.preprocessing["one_hot"] else "centred"
     data.preprocessing["task_rule"] = (
         f"{data.preprocessing['task_rule']}; arrays prepared as `nqf analyze --data` prepares a file: inputs "
-        f"standardised, targets {targets}; pass nqf.app._data.prepare(X, Y, task=..., standardize=False) to use them "
+        f"standardised, targets {targets}; pass nqf.app.prepare(X, Y, task=..., standardize=False) to use them "
         "as given"
     )
     return data
@@ -166,7 +166,7 @@ def analyze(
     model : torch.nn.Module or str
         A module (copied, converted to float64; parameters outside the units are
         kept), a built-in spec (``"mlp:width=256,act=tanh"``) or ``"FILE.py:FACTORY"``.
-    X : array_like, shape (N, D), or nqf.app._data.Dataset
+    X : array_like, shape (N, D), or nqf.app.Dataset
         Inputs: arrays are prepared as ``nqf analyze --data`` prepares a file (:func:`nqf.app._data.prepare`'s
         defaults, said in the first progress line); a Dataset is used as given.
     Y : array_like, shape (N,) or (N, C)

@@ -1,7 +1,7 @@
 r"""``nqf.watch``: a monitor inside any training loop — which plateau, when the next drop comes, how the last
 one went, and whether the run is still where the prediction holds (docs/watch.md).
 
-The monitor holds a :class:`nqf.Forecast` (made once, before training) and reads the loss you give it:
+The monitor holds a :class:`nqf.app.Forecast` (made once, before training) and reads the loss you give it:
 
 * **plateau**: the number of predicted drops passed, a drop being passed when the loss (smoothed, below) first
   falls below the midpoint of its two predicted levels — the same crossing :meth:`Forecast.judge` and
@@ -87,11 +87,11 @@ class WatchStatus(Result):
 
 
 class Monitor:
-    """A running comparison of your loop with its :class:`nqf.Forecast` (module docstring); made by :func:`watch`.
+    """A running comparison of your loop with its :class:`nqf.app.Forecast` (module docstring); made by :func:`watch`.
 
     Attributes
     ----------
-    forecast : nqf.Forecast
+    forecast : nqf.app.Forecast
     measured_steps : ndarray
         Each passed drop's measured step (NaN: not yet).
     """
@@ -123,7 +123,7 @@ class Monitor:
 
     @property
     def predicted_steps(self) -> np.ndarray:
-        """Each drop's predicted step (the ``steps`` of :class:`nqf.Forecast`)."""
+        """Each drop's predicted step (the ``steps`` of :class:`nqf.app.Forecast`)."""
         return self.forecast.steps
 
     @property

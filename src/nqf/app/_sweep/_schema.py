@@ -1,4 +1,4 @@
-"""What a ``sweep.json`` must hold before ``nqf report SWEEP`` renders it (schema ``nqf.app._sweep/1``).
+"""What a ``sweep.json`` must hold before ``nqf report SWEEP`` renders it (schema ``nqf.sweep/1``).
 
 The file is read like a ``results.json`` (a regular file of bounded size, UTF-8, JSON, an object) and then
 checked field by field against :class:`SweepFile`: every field the report and the figures read, with the
@@ -19,7 +19,7 @@ from ...errors import SweepError
 
 __all__ = ["SCHEMA", "MAX_SWEEP_FILE_BYTES", "SweepFile", "SweepRow", "read_sweep_file"]
 
-SCHEMA = "nqf.app._sweep/1"
+SCHEMA = "nqf.sweep/1"
 #: A ``sweep.json`` larger than this is refused before it is read (a 100 000-point sweep writes about 100 MB).
 MAX_SWEEP_FILE_BYTES = 256 * 2**20
 

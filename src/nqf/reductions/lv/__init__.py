@@ -14,13 +14,11 @@ Conventions: ``L = (1/N) Σ_n ½‖f_n − y_n‖²``, GD ``W ← W − η∇_W 
 """
 
 from ._limit import LimitEvent, LimitResult, limit
-from ._qp import ActiveSetQP, UnboundedError
-from ._reduce import commutation_defect, reduce, relative_commutator
+from ._reduce import reduce, relative_commutator
 from ._system import LotkaVolterra, LVSolution, Plateaus, switch_times
 
 __all__ = [
     "reduce",
-    "commutation_defect",
     "relative_commutator",
     "LotkaVolterra",
     "LVSolution",
@@ -29,6 +27,4 @@ __all__ = [
     "limit",
     "LimitResult",
     "LimitEvent",
-    "ActiveSetQP",
-    "UnboundedError",
 ]

@@ -123,7 +123,7 @@ another device are copied to float64 on the CPU.
 
 from __future__ import annotations
 
-from ._clock import TIME_RULES, composite_loss, corrected_escape_times, heteroclinic_chain, predicted_escape_times
+from ._clock import composite_loss, corrected_escape_times, heteroclinic_chain, predicted_escape_times
 from ._cost import SEARCH_EVALUATIONS, clock_cost, search_cost
 from ._results import Saddle, SaddleSequence
 from ._search import saddle_sequence
@@ -136,7 +136,6 @@ __all__ = [
     "corrected_escape_times",
     "heteroclinic_chain",
     "composite_loss",
-    "TIME_RULES",
     "search_cost",
     "clock_cost",
     "SEARCH_EVALUATIONS",
