@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from nqf.errors import NormalFormError
-from nqf.modules import from_module, get_unit_weights, higher_order_terms, set_unit_weights
+from nqf.modules import from_module, higher_order_terms
 from nqf.networks import (
     ConvNet1d,
     ConvNet2d,
@@ -32,7 +32,7 @@ MIN_ORDER = 4.5
 
 def _module_at(module, W):
     m = copy.deepcopy(module)
-    set_unit_weights(m, m.units, W)
+    m.units.set_W(m, W)
     return m
 
 
@@ -61,7 +61,7 @@ def _mlp_case(act, bias, C, seed=0, N=12, D=4, m=3):
     torch.manual_seed(seed)
     X = torch.randn(N, D, dtype=DT)
     net = TwoLayerMLP(D, m, C, activation=act, bias=bias, dtype=DT)
-    W = torch.randn(get_unit_weights(net, net.units).shape, dtype=DT)
+    W = torch.randn(net.units.get_W(net).shape, dtype=DT)
     return X, net, W
 
 
@@ -156,7 +156,7 @@ FAMILIES = ["mlp-gelu-bias", "mlp-tanh", "conv1d", "conv2d", "attention", "qk-at
 def test_module_higher_order_against_the_real_module(name):
     net, X = _family(name)
     terms = higher_order_terms(net, X)
-    shape = get_unit_weights(net, net.units).shape
+    shape = net.units.get_W(net).shape
     W = torch.randn(shape, dtype=DT, generator=torch.Generator().manual_seed(2))  # every unit of the module
     assert (terms.N, terms.p) == (X.shape[0], shape[0])
     quad = from_module(net, net.units, X, check=False).forward_factor(W).reshape(X.shape[0], -1)

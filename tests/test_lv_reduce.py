@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from nqf.errors import InvalidParameterError, NonCommutingError, NotClosedError, ShapeError
-from nqf.reductions.lv._reduce import commutation_defect, reduce, relative_commutator
+from nqf.reductions.lv._reduce import commutation_defect, reduce
+from nqf.structure._commute import relative_commutator
 from nqf.structure._operator import DenseStructure
 
 

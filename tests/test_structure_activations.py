@@ -61,7 +61,7 @@ def test_factory_module_computes_the_function_and_maps_back(act):
     mod = act.module().to(torch.float64).eval()
     x = torch.linspace(-3, 3, 41, dtype=torch.float64)
     torch.testing.assert_close(mod(x), act.fn(x), rtol=1e-12, atol=1e-12)
-    assert A.activation_of_module(mod) is act
+    assert A.REGISTRY.of_module(mod) is act
     assert act.matches(mod)
 
 
@@ -76,16 +76,16 @@ def test_module_to_record_to_module():
         (A.ActivationModule("sin"), "sin"),
         (A.ActivationModule("softplus_centred"), "softplus-centred"),
     ):
-        rec = A.activation_of_module(mod)
+        rec = A.REGISTRY.of_module(mod)
         assert rec is not None and rec.name == name
         assert type(rec.module()) is type(mod)
-        assert A.activation_of_module(rec.module()) is rec
-    assert A.activation_of_module(nn.GELU(approximate="tanh")) is None  # not the exact gelu of the record
-    assert A.activation_of_module(nn.Linear(2, 2)) is None
-    assert A.activation_of_module(nn.Softmax(dim=-1)) is None
+        assert A.REGISTRY.of_module(rec.module()) is rec
+    assert A.REGISTRY.of_module(nn.GELU(approximate="tanh")) is None  # not the exact gelu of the record
+    assert A.REGISTRY.of_module(nn.Linear(2, 2)) is None
+    assert A.REGISTRY.of_module(nn.Softmax(dim=-1)) is None
     # no nn class for these: their module is the registry's own
     for name in ("sin", "erf", "softplus-centred", "abs"):
-        assert not A.find_activation(name).modules and isinstance(A.find_activation(name).module(), A.ActivationModule)
+        assert not A.REGISTRY.find(name).modules and isinstance(A.REGISTRY.find(name).module(), A.ActivationModule)
 
 
 def test_views_are_derived_from_the_registry():
@@ -93,14 +93,14 @@ def test_views_are_derived_from_the_registry():
     assert {"tanh", "sin", "erf", "gelu", "softplus-centred", "sigmoid", "linear"} <= set(A.ACTIVATIONS)
     assert set(A.NON_SMOOTH_ACTIVATIONS) >= {"relu", "relu6", "leaky_relu", "elu", "selu", "celu", "hardtanh", "abs"}
     assert set(A.NON_SMOOTH_ACTIVATIONS) >= {"hardswish", "hardsigmoid"}
-    assert set(A.module_classes(smooth=False)) <= set(NON_SMOOTH_MODULES)
-    assert not set(A.module_classes(smooth=True)) & set(NON_SMOOTH_MODULES)
-    assert set(A.module_classes()) <= set(ELEMENTWISE_MODULES)
+    assert set(A.REGISTRY.module_classes(smooth=False)) <= set(NON_SMOOTH_MODULES)
+    assert not set(A.REGISTRY.module_classes(smooth=True)) & set(NON_SMOOTH_MODULES)
+    assert set(A.REGISTRY.module_classes()) <= set(ELEMENTWISE_MODULES)
     for a in KINKS:
         assert all(math.isnan(v) for v in (a.s1, a.s2, a.s3)), a.name
         for cls in a.modules:
             assert issubclass(cls, NON_SMOOTH_MODULES)
-    text = A.smooth_alternatives_text()
+    text = A.REGISTRY.smooth_alternatives_text()
     for word in ("tanh", "gelu", "erf", "sin", "centred softplus"):
         assert word in text
     assert "relu" not in text and "linear" not in text
@@ -123,7 +123,7 @@ def test_records_pickle_and_repr():
         back = pickle.loads(pickle.dumps(a))
         assert back.name == a.name and back.smooth == a.smooth and back.modules == a.modules
     assert repr(A.ACTIVATIONS["tanh"]) == "Activation('tanh', s0=0, s1=1, s2=0, s3=-2)"
-    assert "non-smooth" in repr(A.find_activation("relu"))
+    assert "non-smooth" in repr(A.REGISTRY.find("relu"))
 
 
 def test_registry_module_of_a_kink_is_refused_and_discovered_as_non_smooth():
@@ -149,7 +149,7 @@ def test_activation_classes_and_names_live_only_in_the_registry():
     """No other literal table of activations in src: nn activation classes appear in activations.py only, and
     no other module lists the registry's names as string literals."""
     # nn.Identity is also a pass-through layer (dropout-like) for unit discovery: not counted
-    classes = {c.__name__ for c in A.module_classes() if c is not nn.Identity}
+    classes = {c.__name__ for c in A.REGISTRY.module_classes() if c is not nn.Identity}
     names = set(A.ACTIVATIONS) | set(A.NON_SMOOTH_ACTIVATIONS)
     home = SRC / "structure" / "_activations.py"
     assert home.is_file()
@@ -221,7 +221,7 @@ def test_analyze_act_choices_and_refusals_come_from_the_registry():
         parse_spec("mlp:act=swish2")
     for name in A.ACTIVATIONS:
         model = build_model(f"mlp:width=4,act={name}", 3, 2)
-        assert A.activation_of_module(model[1]) is A.ACTIVATIONS[name]
+        assert A.REGISTRY.of_module(model[1]) is A.ACTIVATIONS[name]
         assert check_smooth(model).status == "ok"
     for name in ("relu", "abs", "prelu"):
         model = build_model(f"mlp:width=4,act={name}", 3, 2)

@@ -20,9 +20,7 @@ from nqf.modules import (
     UnitSlice,
     find_units,
     from_module,
-    get_unit_weights,
     select_units,
-    set_unit_weights,
 )
 from nqf.networks import TwoLayerMLP
 from nqf.networks._moe import MixtureOfExperts
@@ -200,20 +198,20 @@ def test_wrong_unit_choice_is_caught():
 def test_unit_weights_roundtrip_and_small_init():
     seq = _mlp(D=3, m=8, C=2)
     layout = select_units(seq).layout
-    W = get_unit_weights(seq, layout)
+    W = layout.get_W(seq)
     assert W.shape == (6, 8)
     # independent read: column i = (readout column i, input row i, bias i)
     torch.testing.assert_close(W[:, 3], torch.cat([seq[2].weight[:, 3], seq[0].weight[3], seq[0].bias[3:4]]).detach())
     eps = 1e-6
     Q = torch.linalg.qr(torch.randn(8, 6, dtype=DT))[0].T  # (p, m) with orthonormal rows
     bias_before = seq[2].bias.detach().clone()
-    set_unit_weights(seq, layout, math.sqrt(eps) * Q)
-    W2 = get_unit_weights(seq, layout)
+    layout.set_W(seq, math.sqrt(eps) * Q)
+    W2 = layout.get_W(seq)
     torch.testing.assert_close(W2 @ W2.T, eps * torch.eye(6, dtype=DT), rtol=0, atol=1e-18)
     torch.testing.assert_close(seq[0].weight[5].detach(), math.sqrt(eps) * Q[2:5, 5], rtol=0, atol=0)
     torch.testing.assert_close(seq[2].bias.detach(), bias_before, rtol=0, atol=0)  # not a unit: untouched
     with pytest.raises(ValueError, match="`W` must have shape"):
-        set_unit_weights(seq, layout, torch.zeros(5, 8, dtype=DT))
+        layout.set_W(seq, torch.zeros(5, 8, dtype=DT))
 
 
 def test_candidate_result_type():

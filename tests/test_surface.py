@@ -5,8 +5,8 @@ The *library* doors are ``nqf`` and the packages a user of the library calls (``
 package, ``nqf.app``, whose parts (``_study``, ``_experiments``, ``_sweep``, ``_report``, ``_data``, ``_cli``)
 are private to it and whose door exports what a user scripts.  The checks:
 
-* the library's names are counted, and the count may fall but never rise: :data:`LIBRARY_SURFACE` is today's
-  count, against the issue's target of at most :data:`TARGET`;
+* the library's names are counted: at most :data:`TARGET` (the issue's target, met), and the count may fall but
+  never rise (:data:`LIBRARY_SURFACE` is today's count);
 * no door, library or application, exports the application's plumbing (run directories, atomic writes, locks,
   markers, report safety, run identities): a planted plumbing name in a library door is found, and the same
   pattern does find the plumbing behind the application's door (in its private ``_report``);
@@ -36,7 +36,7 @@ LIBRARY_DOORS = (
 )
 APP_DOORS = ("nqf.app",)
 #: Today's count of the library's public names: it may fall, never rise (lower it when names leave a door).
-LIBRARY_SURFACE = 187
+LIBRARY_SURFACE = 170
 #: The application door's names (what a user scripts: analyze, run_experiment, load_dataset, …): may not grow.
 APP_SURFACE = 24
 #: The issue's target for the library's documented surface.
@@ -66,6 +66,7 @@ def plumbing_in(names: dict[str, list[str]]) -> list[str]:
 def test_library_surface_is_counted_and_does_not_grow():
     count = sum(map(len, public_names(LIBRARY_DOORS).values()))
     assert count <= LIBRARY_SURFACE, f"the library's public names grew: {count} > {LIBRARY_SURFACE}"
+    assert LIBRARY_SURFACE <= TARGET
 
 
 def test_no_door_exports_the_applications_plumbing():

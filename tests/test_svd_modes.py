@@ -15,7 +15,8 @@ from nqf.curves._steps import detect_steps
 from nqf.dynamics import GD, Save
 from nqf.errors import NormalFormError, ShapeError
 from nqf.networks._mlp import TwoLayerMLP
-from nqf.reductions.svd_modes import NotWhitenedError, NotWhitenedWarning, two_layer_modes, whiten, whitening_error
+from nqf.reductions.svd_modes import NotWhitenedError, NotWhitenedWarning, two_layer_modes, whiten
+from nqf.reductions.svd_modes._whitening import whitening_error
 from nqf.structure._mlp import mlp
 
 

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from nqf.curves import UNPREDICTED, loss_scale, training_clock
+from nqf.curves import training_clock
+from nqf.curves._training_clock import UNPREDICTED, loss_scale
 from nqf.errors import NQFError
 
 

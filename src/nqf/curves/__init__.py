@@ -35,7 +35,7 @@ from ._real_clock import TRUSTED_TIME_ERROR, RealClock, level_time_bounds, measu
 from ._schedule import stable_learning_rate, step_count
 from ._step_clock import StepClock, step_clock
 from ._steps import Steps, detect_steps
-from ._training_clock import UNPREDICTED, TrainingClock, loss_scale, training_clock
+from ._training_clock import TrainingClock, training_clock
 from ._validity import ValidityReport, ValiditySweep, remainder_ratio, validity_report, validity_sweep
 
 __all__ = [
@@ -54,8 +54,6 @@ __all__ = [
     "step_clock",
     "TrainingClock",
     "training_clock",
-    "loss_scale",
-    "UNPREDICTED",
     "step_count",
     "Steps",
     "detect_steps",

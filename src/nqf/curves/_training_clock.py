@@ -96,8 +96,14 @@ class TrainingClock(Result):
 
     @property
     def predicts_times(self) -> bool:
-        """Whether drop times are predicted for this optimiser (not for Adam: :data:`UNPREDICTED`)."""
+        """Whether drop times are predicted for this optimiser (not for Adam: :attr:`unpredicted_reason`)."""
         return self.optimizer not in UNPREDICTED
+
+    @property
+    def unpredicted_reason(self) -> str | None:
+        """Why this optimiser's drop times are not predicted (Adam: its step does not shrink with the gradient
+        near a saddle), or None where they are."""
+        return UNPREDICTED.get(self.optimizer)
 
     def effective_lr(self, step: int = 0) -> float:
         """``c η/(1 − β)``: flow time per step on a plateau, to leading order (the slow-mode step)."""

@@ -7,7 +7,7 @@ others and why; experts held in an ``nn.ModuleList`` are laid out on :func:`stac
 :func:`attention_units`, :func:`conv_units`) by differentiating a narrowed copy of
 the module with fewer units, :func:`check_permutation_symmetry` and
 :func:`check_truncation_order` check its assumptions, and
-:func:`get_unit_weights` / :func:`set_unit_weights` read and write ``W``.  The
+:meth:`UnitLayout.get_W` / :meth:`UnitLayout.set_W` read and write ``W``.  The
 analytic operators are :mod:`nqf.structure`.
 """
 
@@ -21,7 +21,7 @@ from ._higher import higher_order_terms
 from ._kinks import kink_distances, readout_kinks
 from ._layouts import mlp_units
 from ._narrowed import evaluation_mode
-from ._units import UnitLayout, UnitScatter, UnitSlice, get_unit_weights, set_unit_weights
+from ._units import UnitLayout, UnitScatter, UnitSlice
 
 __all__ = [
     "is_non_smooth_layer",
@@ -29,8 +29,6 @@ __all__ = [
     "UnitLayout",
     "UnitSlice",
     "UnitScatter",
-    "get_unit_weights",
-    "set_unit_weights",
     "from_module",
     "higher_order_terms",
     "check_truncation_order",

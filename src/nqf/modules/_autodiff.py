@@ -74,12 +74,9 @@ from torch.func import jacfwd, jacrev, jvp, vmap
 from .._validation import as_tensor, tolerance
 from ..errors import InvalidParameterError, InvalidTypeError, NormalFormError
 from ..structure import (
+    REGISTRY,
     ActivationModule,
     DenseStructure,
-    activation_of_module,
-    module_classes,
-    module_label,
-    smooth_alternatives_text,
 )
 from ._assumptions import check_permutation_symmetry, check_truncation_order
 from ._matrix_free import matrix_free_operator
@@ -91,7 +88,7 @@ __all__ = ["from_module", "NON_SMOOTH_MODULES", "is_non_smooth_layer"]
 
 #: Layers that are not three times differentiable at zero input: the non-smooth activations of
 #: :data:`~nqf.structure.REGISTRY` and max pooling.
-NON_SMOOTH_MODULES: tuple[type[nn.Module], ...] = module_classes(smooth=False) + (
+NON_SMOOTH_MODULES: tuple[type[nn.Module], ...] = REGISTRY.module_classes(smooth=False) + (
     nn.MaxPool1d,
     nn.MaxPool2d,
     nn.MaxPool3d,
@@ -105,7 +102,7 @@ def is_non_smooth_layer(module: nn.Module) -> bool:
     :class:`~nqf.structure.ActivationModule` of a non-smooth activation such as ``abs``)."""
     if isinstance(module, NON_SMOOTH_MODULES):
         return True
-    rec = activation_of_module(module) if isinstance(module, ActivationModule) else None
+    rec = REGISTRY.of_module(module) if isinstance(module, ActivationModule) else None
     return rec is not None and not rec.smooth
 
 
@@ -133,10 +130,10 @@ def _scan_non_smooth(module: nn.Module) -> None:
     for name, sub in module.named_modules():
         if is_non_smooth_layer(sub):
             raise NormalFormError(
-                f"module `{name or type(module).__name__}` is {module_label(sub)}, which is not three times "
+                f"module `{name or type(module).__name__}` is {REGISTRY.label(sub)}, which is not three times "
                 "differentiable at zero: the normal form Tr[W Wᵀ A(x)] needs a C³ module (a ReLU's Hessian at "
                 "W = 0 is not defined, and autodiff would silently return a zero matrix). Use a smooth "
-                f"activation such as {smooth_alternatives_text()}."
+                f"activation such as {REGISTRY.smooth_alternatives_text()}."
             )
 
 

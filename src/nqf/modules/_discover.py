@@ -63,7 +63,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from ..errors import InvalidTypeError, NoUnitsError
-from ..structure import ActivationModule, module_classes, smooth_alternatives_text
+from ..structure import REGISTRY, ActivationModule
 from ._attention_layouts import attention_units
 from ._autodiff import is_non_smooth_layer
 from ._compat import check_attention_torch
@@ -79,7 +79,7 @@ __all__ = ["UnitCandidate", "find_units", "select_units", "ELEMENTWISE_MODULES",
 #: Elementwise activations accepted between two layers: the ``torch.nn`` classes of every activation of
 #: :data:`~nqf.structure.REGISTRY` (smooth and non-smooth; the latter are flagged) and its
 #: :class:`~nqf.structure.ActivationModule` (``sin``, ``erf``, …).
-ELEMENTWISE_MODULES: tuple[type[nn.Module], ...] = module_classes() + (ActivationModule,)
+ELEMENTWISE_MODULES: tuple[type[nn.Module], ...] = REGISTRY.module_classes() + (ActivationModule,)
 
 
 _LOOKED_FOR = (
@@ -110,7 +110,7 @@ class UnitCandidate:
     p : int
         Unit dimension.
     layout : UnitLayout
-        Pass to :func:`~nqf.modules.from_module`, :func:`~nqf.modules.get_unit_weights`, …
+        Pass to :func:`~nqf.modules.from_module`, :meth:`~nqf.modules.UnitLayout.get_W`, …
     description : str
         One line for people.
     smooth : bool
@@ -200,7 +200,10 @@ def _smooth_note(steps: tuple[Step, ...]) -> tuple[bool, str]:
     bad = [st.label for st in steps if st.non_smooth or (st.module is not None and is_non_smooth_layer(st.module))]
     if not bad:
         return True, ""
-    return False, f" — NON-SMOOTH ({', '.join(bad)}): the normal form does not apply; use {smooth_alternatives_text()}"
+    return (
+        False,
+        f" — NON-SMOOTH ({', '.join(bad)}): the normal form does not apply; use {REGISTRY.smooth_alternatives_text()}",
+    )
 
 
 _UNVERIFIED = (

@@ -16,10 +16,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..structure import REGISTRY, module_label
+from ..structure import REGISTRY
 from ._autodiff import is_non_smooth_layer
 from ._narrowed import evaluation_mode
-from ._units import UnitLayout, get_unit_weights, set_unit_weights
+from ._units import UnitLayout
 
 __all__ = ["readout_kinks", "kink_distances"]
 
@@ -29,7 +29,7 @@ _LAYERS = (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)
 def _kink_name(act) -> str | None:
     """The registry name of a non-smooth activation (function or module), else None."""
     if isinstance(act, nn.Module):
-        return module_label(act) if is_non_smooth_layer(act) else None
+        return REGISTRY.label(act) if is_non_smooth_layer(act) else None
     for rec in REGISTRY:
         if not rec.smooth and any(
             act is f for f in (rec.fn, getattr(F, rec.name, None), getattr(torch, rec.name, None))
@@ -70,7 +70,7 @@ def kink_distances(module: nn.Module, layout: UnitLayout, X: torch.Tensor, n_pro
     if not kinks:
         return {}
     net = copy.deepcopy(module).eval()
-    set_unit_weights(net, layout, torch.zeros_like(get_unit_weights(net, layout)))
+    layout.set_W(net, torch.zeros_like(layout.get_W(net)))
     dist = {name: float("inf") for name, _ in kinks}
     hooks = []
     for name, _ in kinks:

@@ -16,13 +16,13 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
-from ..structure import REGISTRY, Activation, ActivationModule, activation_of_module, module_classes
+from ..structure import REGISTRY, Activation, ActivationModule
 
 __all__ = ["LAYERS", "module_step", "function_step", "batchnorm_affine", "uniform_batchnorm_scale"]
 
 #: First or second layer of a chain.
 LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d)
-_ELEMENTWISE = module_classes() + (ActivationModule,)
+_ELEMENTWISE = REGISTRY.module_classes() + (ActivationModule,)
 PASS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.AlphaDropout, nn.Identity)
 #: Pooling layers (over positions; a convolution's channels keep their axis).
 POOL = (
@@ -147,7 +147,7 @@ def module_step(mod: nn.Module) -> Step | None:
     """The step a module makes between two layers without moving the axes (None: not such a step)."""
     name = type(mod).__name__
     if isinstance(mod, _ELEMENTWISE):
-        rec = activation_of_module(mod)
+        rec = REGISTRY.of_module(mod)
         label = f"{name}({mod.name})" if isinstance(mod, ActivationModule) else name
         return Step(label, "act", mod, rec, rec is not None and not rec.smooth)
     if isinstance(mod, PASS):

@@ -13,7 +13,7 @@ nn.Linear(m, C))`` in the order (readout, input weights)::
 
 which gives ``w_i = (a_i ∈ R^C, u_i ∈ R^D)``, ``p = C + D``.
 
-:func:`get_unit_weights` / :func:`set_unit_weights` read and write the unit
+:meth:`UnitLayout.get_W` / :meth:`UnitLayout.set_W` read and write the unit
 weights as ``W`` of shape ``(p, m)`` (e.g. ``W = √ε Q`` for ``M(0) = εI``), and
 :class:`UnitScatter` is the differentiable map ``W ↦ parameters`` used to train
 the units with :func:`torch.func.functional_call`; all three share one set of
@@ -30,7 +30,7 @@ import torch
 from .._validation import as_tensor, check_shape
 from ..errors import InvalidParameterError, InvalidTypeError, ShapeError, UnknownNameError
 
-__all__ = ["UnitSlice", "UnitLayout", "UnitScatter", "get_unit_weights", "set_unit_weights"]
+__all__ = ["UnitSlice", "UnitLayout", "UnitScatter"]
 
 
 @dataclass(frozen=True)
@@ -132,12 +132,42 @@ class UnitLayout:
 
     # ------------------------------------------------------------ W <-> params
     def get_W(self, module: torch.nn.Module) -> torch.Tensor:
-        """Read the unit weights of ``module`` as ``W`` of shape ``(p, m)`` (see :func:`get_unit_weights`)."""
-        return get_unit_weights(module, self)
+        """The unit weights of ``module``: ``W`` of shape ``(p, m)``, column ``i`` = ``w_i``.
+
+        Parameters
+        ----------
+        module : torch.nn.Module
+            A module this layout describes (``module.units`` for :mod:`nqf.networks`, or a layout from
+            :func:`nqf.modules.find_units`).
+
+        Returns
+        -------
+        torch.Tensor, shape (p, m)
+            A copy; ``M = W Wᵀ`` is the order parameter.
+        """
+        return UnitScatter(module, self).gather()
 
     def set_W(self, module: torch.nn.Module, W) -> None:
-        """Write ``W`` of shape ``(p, m)`` into ``module`` in place (see :func:`set_unit_weights`)."""
-        set_unit_weights(module, self, W)
+        """Write ``W`` of shape ``(p, m)`` into the unit parameters of ``module`` (in place).
+
+        Everything that belongs to no unit is left as it is.  Put a module at the
+        small-initialisation scale ``M(0) = W Wᵀ = εI`` with ``W = √ε Q``
+        (``Q`` with orthonormal rows, needs ``m ≥ p``).
+
+        Raises
+        ------
+        ShapeError, NonFiniteError
+            ``W`` is not ``(p, m)`` or not finite.
+        """
+        scatter = UnitScatter(module, self)
+        params = dict(module.named_parameters())
+        ref = params[next(iter(scatter.rows))]
+        W = as_tensor("W", W, ndim=2, dtype=ref.dtype, device=ref.device)
+        check_shape("W", W, (scatter.p, scatter.m))
+        new = scatter(W)
+        with torch.no_grad():
+            for name in scatter.rows:
+                params[name].copy_(new[name])
 
     def zero_units(self, params: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Copies of the named parameters with every unit block set to zero."""
@@ -272,44 +302,3 @@ class UnitScatter:
         for name, (w_rows, idx) in self.rows.items():
             W[w_rows] = params[name].detach().reshape(-1)[idx]
         return W
-
-
-def get_unit_weights(module: torch.nn.Module, layout: UnitLayout) -> torch.Tensor:
-    """The unit weights of ``module``: ``W`` of shape ``(p, m)``, column ``i`` = ``w_i``.
-
-    Parameters
-    ----------
-    module : torch.nn.Module
-    layout : UnitLayout
-        Its unit axis (``module.units`` for :mod:`nqf.networks`, or from
-        :func:`nqf.modules.find_units`).
-
-    Returns
-    -------
-    torch.Tensor, shape (p, m)
-        A copy; ``M = W Wᵀ`` is the order parameter.
-    """
-    return UnitScatter(module, layout).gather()
-
-
-def set_unit_weights(module: torch.nn.Module, layout: UnitLayout, W) -> None:
-    """Write ``W`` of shape ``(p, m)`` into the unit parameters of ``module`` (in place).
-
-    Everything that belongs to no unit is left as it is.  Put a module at the
-    small-initialisation scale ``M(0) = W Wᵀ = εI`` with ``W = √ε Q``
-    (``Q`` with orthonormal rows, needs ``m ≥ p``).
-
-    Raises
-    ------
-    ShapeError, NonFiniteError
-        ``W`` is not ``(p, m)`` or not finite.
-    """
-    scatter = UnitScatter(module, layout)
-    params = dict(module.named_parameters())
-    ref = params[next(iter(scatter.rows))]
-    W = as_tensor("W", W, ndim=2, dtype=ref.dtype, device=ref.device)
-    check_shape("W", W, (scatter.p, scatter.m))
-    new = scatter(W)
-    with torch.no_grad():
-        for name in scatter.rows:
-            params[name].copy_(new[name])

@@ -17,7 +17,6 @@ from ._staircase import (
 from ._timing import (
     crossing_time as crossing_time,
     crossing_times as crossing_times,
-    learning_drops as learning_drops,
     logistic_switch_time as logistic_switch_time,
     midpoint_levels as midpoint_levels,
 )

@@ -276,7 +276,7 @@ class Staircase(Result):
 
     def carrying(self, fraction: float = TAIL_FRACTION) -> Staircase:
         """The staircase through the drops that carry the learning: cut after the first drop that leaves at most
-        ``fraction`` of the fall ``L_0 − L_K`` (:func:`nqf.reductions.learning_drops`), with a note naming the
+        ``fraction`` of the fall ``L_0 − L_K``, with a note naming the
         drops left out; itself when there is no such tail."""
         K, k = self.n_drops, learning_drops(self.levels, fraction)
         if k >= K:

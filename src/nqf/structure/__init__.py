@@ -14,12 +14,7 @@ from ._activations import (
     REGISTRY,
     Activation,
     ActivationModule,
-    activation_of_module,
-    find_activation,
     get_activation,
-    module_classes,
-    module_label,
-    smooth_alternatives_text,
 )
 from ._attention import (
     READOUTS as ATTENTION_READOUTS,
@@ -28,7 +23,7 @@ from ._attention import (
 )
 from ._bilinear import BilinearStructure, OneHotKronKernel
 from ._channels import ChannelSplit, ChannelStructure, channel_split
-from ._commute import COMMUTING_RTOL, commutator_defect, commutator_ratio, commutes
+from ._commute import COMMUTING_RTOL, commutator_defect, commutes
 from ._conv import READOUTS as CONV_READOUTS, conv1d, conv2d, conv_output_size
 from ._factorization import SensingStructure, factorization, linear_network, matrix_sensing
 from ._higher import HigherOrderTerms, mlp_higher_order
@@ -41,13 +36,8 @@ from ._subspace import data_subspace
 
 __all__ = [
     "REGISTRY",
-    "find_activation",
-    "module_classes",
-    "module_label",
-    "smooth_alternatives_text",
     "ATTENTION_READOUTS",
     "CONV_READOUTS",
-    "commutator_ratio",
     "COMMUTING_RTOL",
     "StructureOperator",
     "ProjectedStructure",
@@ -63,7 +53,6 @@ __all__ = [
     "ACTIVATIONS",
     "ActivationModule",
     "get_activation",
-    "activation_of_module",
     "mlp",
     "HigherOrderTerms",
     "mlp_higher_order",

@@ -9,9 +9,9 @@ Every table of activations in the package is derived from :data:`REGISTRY`:
 the smooth names :func:`get_activation` accepts (:data:`ACTIVATIONS`), the
 non-smooth names it refuses (:data:`NON_SMOOTH_ACTIVATIONS`), the
 ``torch.nn`` modules that unit discovery takes for elementwise activations
-(:func:`module_classes`) and refuses as non-smooth (:func:`module_classes`
-with ``smooth=False``), the smooth replacements that refusals name
-(:func:`smooth_alternatives`) and the ``act=`` choices of ``nqf analyze``.
+(``REGISTRY.module_classes()``) and refuses as non-smooth (``REGISTRY.module_classes(smooth=False)``),
+the smooth replacements that refusals name (``REGISTRY.smooth_alternatives()``) and the ``act=`` choices
+of ``nqf analyze``.
 An activation is added to the package by adding its record here.
 """
 
@@ -32,12 +32,7 @@ __all__ = [
     "Activation",
     "ActivationModule",
     "get_activation",
-    "find_activation",
-    "activation_of_module",
-    "module_classes",
-    "smooth_alternatives",
-    "smooth_alternatives_text",
-    "module_label",
+    "ActivationRegistry",
     "REGISTRY",
     "ACTIVATIONS",
     "NON_SMOOTH_ACTIVATIONS",
@@ -120,7 +115,7 @@ class ActivationModule(nn.Module):
 
     def __init__(self, name: str):
         super().__init__()
-        rec = find_activation(name)
+        rec = REGISTRY.find(name)
         if rec is None:
             raise InvalidParameterError(f"`name` must be one of {sorted(_BY_KEY)}; found {name!r}")
         self.name = rec.name
@@ -170,43 +165,94 @@ def _kink(name, fn, s0, modules=(), factory=None) -> Activation:
     return Activation(name, fn, s0, _NAN, _NAN, _NAN, False, modules, None, factory)
 
 
-#: Every activation the package knows, smooth ones first.  Derivatives at zero are analytic (tests check
-#: them against torch autograd); non-smooth records carry ``σ(0)`` only.
-REGISTRY: tuple[Activation, ...] = (
-    _smooth("tanh", torch.tanh, 0.0, 1.0, 0.0, -2.0, (nn.Tanh,), nn.Tanh),
-    _smooth("sin", torch.sin, 0.0, 1.0, 0.0, -1.0),
-    _smooth("erf", torch.erf, 0.0, 2.0 / _SQPI, 0.0, -4.0 / _SQPI),
-    _smooth("gelu", F.gelu, 0.0, 0.5, 2.0 / _SQ2PI, 0.0, (nn.GELU,), nn.GELU, _exact_gelu),
-    _smooth("softplus-centred", _softplus_centred, 0.0, 0.5, 0.25, 0.0),
-    _smooth("sigmoid", torch.sigmoid, 0.5, 0.25, 0.0, -0.125, (nn.Sigmoid,), nn.Sigmoid),
-    _smooth("linear", _identity, 0.0, 1.0, 0.0, 0.0, (nn.Identity,), nn.Identity),
-    _smooth("square", torch.square, 0.0, 0.0, 2.0, 0.0),
-    _smooth("silu", F.silu, 0.0, 0.5, 0.5, 0.0, (nn.SiLU,), nn.SiLU),
-    _smooth("softplus", F.softplus, _LN2, 0.5, 0.25, 0.0, (nn.Softplus,), nn.Softplus),
-    _smooth("mish", F.mish, 0.0, 0.6, 0.64, -0.096, (nn.Mish,), nn.Mish),
-    _smooth("tanhshrink", F.tanhshrink, 0.0, 0.0, 0.0, 2.0, (nn.Tanhshrink,), nn.Tanhshrink),
-    _smooth("logsigmoid", F.logsigmoid, -_LN2, 0.5, -0.25, 0.0, (nn.LogSigmoid,), nn.LogSigmoid),
-    _kink("relu", torch.relu, 0.0, (nn.ReLU,), nn.ReLU),
-    _kink("relu6", F.relu6, 0.0, (nn.ReLU6,), nn.ReLU6),
-    _kink("leaky_relu", F.leaky_relu, 0.0, (nn.LeakyReLU,), nn.LeakyReLU),
-    _kink("prelu", _prelu_default, 0.0, (nn.PReLU,), nn.PReLU),
-    _kink("rrelu", _rrelu_eval, 0.0, (nn.RReLU,), nn.RReLU),
-    _kink("elu", F.elu, 0.0, (nn.ELU,), nn.ELU),
-    _kink("selu", F.selu, 0.0, (nn.SELU,), nn.SELU),
-    _kink("celu", F.celu, 0.0, (nn.CELU,), nn.CELU),
-    _kink("hardtanh", F.hardtanh, 0.0, (nn.Hardtanh,), nn.Hardtanh),
-    _kink("abs", torch.abs, 0.0),
-    _kink("hardswish", F.hardswish, 0.0, (nn.Hardswish,), nn.Hardswish),
-    _kink("hardsigmoid", F.hardsigmoid, 0.5, (nn.Hardsigmoid,), nn.Hardsigmoid),
-    _kink("hardshrink", F.hardshrink, 0.0, (nn.Hardshrink,), nn.Hardshrink),
-    _kink("softshrink", F.softshrink, 0.0, (nn.Softshrink,), nn.Softshrink),
-    _kink("softsign", F.softsign, 0.0, (nn.Softsign,), nn.Softsign),
-    _kink("threshold", _threshold_zero, 0.0, (nn.Threshold,), functools.partial(nn.Threshold, 0.0, 0.0)),
-)
-
-
 def _key(name: str) -> str:
     return name.lower().replace("_", "-")
+
+
+class ActivationRegistry(tuple):
+    """Every activation the package knows: a tuple of :class:`Activation` records, smooth ones first, with the
+    look-ups that unit discovery, the refusals and ``nqf analyze`` make in it."""
+
+    __slots__ = ()
+
+    def find(self, name: str) -> Activation | None:
+        """The record named ``name`` (smooth or not; case and ``_``/``-`` ignored), or None.
+
+        Unlike :func:`get_activation` it does not refuse non-smooth activations.
+        """
+        return next((a for a in self if _key(a.name) == _key(name)), None)
+
+    def of_module(self, module: nn.Module) -> Activation | None:
+        """The record of the activation ``module`` computes, or None (not an activation the registry knows).
+
+        E.g. ``nn.Tanh()`` → the ``"tanh"`` record; ``nn.GELU(approximate="tanh")`` → None.
+        """
+        if isinstance(module, ActivationModule):
+            return self.find(module.name)
+        return next((a for a in self if a.matches(module)), None)
+
+    def module_classes(self, smooth: bool | None = None) -> tuple[type[nn.Module], ...]:
+        """The ``torch.nn`` classes of the activations, in registry order: of smooth (True) or non-smooth
+        (False) activations only, or of all (None, the default)."""
+        out: list[type[nn.Module]] = []
+        for a in self:
+            if smooth is None or a.smooth == smooth:
+                out.extend(c for c in a.modules if c not in out)
+        return tuple(out)
+
+    @staticmethod
+    def label(module: nn.Module) -> str:
+        """The class name of ``module``, with the activation's name for an ``ActivationModule``:
+        ``ActivationModule(abs)``."""
+        name = type(module).__name__
+        return f"{name}({module.name})" if isinstance(module, ActivationModule) else name
+
+    def smooth_alternatives(self) -> tuple[str, ...]:
+        """Names of the smooth nonlinear activations with ``σ(0) = 0`` and ``σ'(0) ≠ 0``: what refusals
+        suggest."""
+        return tuple(a.name for a in self if a.smooth and a.zgz and a.s1 != 0.0 and (a.s2 != 0.0 or a.s3 != 0.0))
+
+    def smooth_alternatives_text(self) -> str:
+        """:meth:`smooth_alternatives` in words, for error messages (``"tanh, sin, …, a centred softplus, …"``)."""
+        names = ["a centred softplus" if n == "softplus-centred" else n for n in self.smooth_alternatives()]
+        return ", ".join(names[:-1]) + " or " + names[-1]
+
+
+#: Every activation the package knows, smooth ones first.  Derivatives at zero are analytic (tests check
+#: them against torch autograd); non-smooth records carry ``σ(0)`` only.
+REGISTRY = ActivationRegistry(
+    (
+        _smooth("tanh", torch.tanh, 0.0, 1.0, 0.0, -2.0, (nn.Tanh,), nn.Tanh),
+        _smooth("sin", torch.sin, 0.0, 1.0, 0.0, -1.0),
+        _smooth("erf", torch.erf, 0.0, 2.0 / _SQPI, 0.0, -4.0 / _SQPI),
+        _smooth("gelu", F.gelu, 0.0, 0.5, 2.0 / _SQ2PI, 0.0, (nn.GELU,), nn.GELU, _exact_gelu),
+        _smooth("softplus-centred", _softplus_centred, 0.0, 0.5, 0.25, 0.0),
+        _smooth("sigmoid", torch.sigmoid, 0.5, 0.25, 0.0, -0.125, (nn.Sigmoid,), nn.Sigmoid),
+        _smooth("linear", _identity, 0.0, 1.0, 0.0, 0.0, (nn.Identity,), nn.Identity),
+        _smooth("square", torch.square, 0.0, 0.0, 2.0, 0.0),
+        _smooth("silu", F.silu, 0.0, 0.5, 0.5, 0.0, (nn.SiLU,), nn.SiLU),
+        _smooth("softplus", F.softplus, _LN2, 0.5, 0.25, 0.0, (nn.Softplus,), nn.Softplus),
+        _smooth("mish", F.mish, 0.0, 0.6, 0.64, -0.096, (nn.Mish,), nn.Mish),
+        _smooth("tanhshrink", F.tanhshrink, 0.0, 0.0, 0.0, 2.0, (nn.Tanhshrink,), nn.Tanhshrink),
+        _smooth("logsigmoid", F.logsigmoid, -_LN2, 0.5, -0.25, 0.0, (nn.LogSigmoid,), nn.LogSigmoid),
+        _kink("relu", torch.relu, 0.0, (nn.ReLU,), nn.ReLU),
+        _kink("relu6", F.relu6, 0.0, (nn.ReLU6,), nn.ReLU6),
+        _kink("leaky_relu", F.leaky_relu, 0.0, (nn.LeakyReLU,), nn.LeakyReLU),
+        _kink("prelu", _prelu_default, 0.0, (nn.PReLU,), nn.PReLU),
+        _kink("rrelu", _rrelu_eval, 0.0, (nn.RReLU,), nn.RReLU),
+        _kink("elu", F.elu, 0.0, (nn.ELU,), nn.ELU),
+        _kink("selu", F.selu, 0.0, (nn.SELU,), nn.SELU),
+        _kink("celu", F.celu, 0.0, (nn.CELU,), nn.CELU),
+        _kink("hardtanh", F.hardtanh, 0.0, (nn.Hardtanh,), nn.Hardtanh),
+        _kink("abs", torch.abs, 0.0),
+        _kink("hardswish", F.hardswish, 0.0, (nn.Hardswish,), nn.Hardswish),
+        _kink("hardsigmoid", F.hardsigmoid, 0.5, (nn.Hardsigmoid,), nn.Hardsigmoid),
+        _kink("hardshrink", F.hardshrink, 0.0, (nn.Hardshrink,), nn.Hardshrink),
+        _kink("softshrink", F.softshrink, 0.0, (nn.Softshrink,), nn.Softshrink),
+        _kink("softsign", F.softsign, 0.0, (nn.Softsign,), nn.Softsign),
+        _kink("threshold", _threshold_zero, 0.0, (nn.Threshold,), functools.partial(nn.Threshold, 0.0, 0.0)),
+    )
+)
 
 
 _BY_KEY: dict[str, Activation] = {_key(a.name): a for a in REGISTRY}
@@ -216,58 +262,6 @@ ACTIVATIONS: dict[str, Activation] = {a.name: a for a in REGISTRY if a.smooth}
 
 #: Names of the activations that are not three times differentiable at zero (refused by name).
 NON_SMOOTH_ACTIVATIONS: tuple[str, ...] = tuple(a.name for a in REGISTRY if not a.smooth)
-
-
-def find_activation(name: str) -> Activation | None:
-    """The record named ``name`` (smooth or not; case and ``_``/``-`` ignored), or None.
-
-    Unlike :func:`get_activation` it does not refuse non-smooth activations.
-    """
-    return _BY_KEY.get(_key(name))
-
-
-def module_classes(smooth: bool | None = None) -> tuple[type[nn.Module], ...]:
-    """The ``torch.nn`` classes of the registry's activations, in registry order.
-
-    Parameters
-    ----------
-    smooth : bool, optional
-        Only those of smooth (True) or non-smooth (False) activations; default all.
-    """
-    out: list[type[nn.Module]] = []
-    for a in REGISTRY:
-        if smooth is None or a.smooth == smooth:
-            out.extend(c for c in a.modules if c not in out)
-    return tuple(out)
-
-
-def activation_of_module(module: nn.Module) -> Activation | None:
-    """The record of the activation ``module`` computes, or None (not an activation the registry knows).
-
-    Parameters
-    ----------
-    module : torch.nn.Module
-        E.g. ``nn.Tanh()`` → the ``"tanh"`` record; ``nn.GELU(approximate="tanh")`` → None.
-    """
-    if isinstance(module, ActivationModule):
-        return _BY_KEY[_key(module.name)]
-    return next((a for a in REGISTRY if a.matches(module)), None)
-
-
-def module_label(module: nn.Module) -> str:
-    """The class name of ``module``, with the activation name for an ``ActivationModule``: ``ActivationModule(abs)``."""
-    return f"{type(module).__name__}({module.name})" if isinstance(module, ActivationModule) else type(module).__name__
-
-
-def smooth_alternatives() -> tuple[str, ...]:
-    """Names of the smooth nonlinear activations with ``σ(0) = 0`` and ``σ'(0) ≠ 0``: what refusals suggest."""
-    return tuple(a.name for a in REGISTRY if a.smooth and a.zgz and a.s1 != 0.0 and (a.s2 != 0.0 or a.s3 != 0.0))
-
-
-def smooth_alternatives_text() -> str:
-    """:func:`smooth_alternatives` in words, for error messages (``"tanh, sin, …, a centred softplus, …"``)."""
-    names = ["a centred softplus" if n == "softplus-centred" else n for n in smooth_alternatives()]
-    return ", ".join(names[:-1]) + " or " + names[-1]
 
 
 def get_activation(activation) -> Activation:
@@ -291,7 +285,7 @@ def get_activation(activation) -> Activation:
     if isinstance(activation, Activation):
         return activation
     if isinstance(activation, str):
-        rec = find_activation(activation)
+        rec = REGISTRY.find(activation)
         if rec is not None and rec.smooth:
             return rec
         if rec is not None:

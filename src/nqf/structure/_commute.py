@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import torch
 
-from .._validation import positive_int
+from .._validation import as_tensor, positive_int
 from ..errors import InvalidParameterError, InvalidTypeError
 from ._operator import StructureOperator
 
-__all__ = ["commutator_ratio", "commutator_defect", "commutes", "COMMUTING_RTOL"]
+__all__ = ["commutator_ratio", "relative_commutator", "commutator_defect", "commutes", "COMMUTING_RTOL"]
 
 #: Largest :func:`commutator_defect` of float64 structure matrices called commuting (round-off).
 COMMUTING_RTOL = 1e-9
@@ -52,11 +52,26 @@ def commutator_ratio(X: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
     """``‖[X, Y]‖_F / (‖X‖_F ‖Y‖_F)`` over the last two axes (broadcast over the leading ones; 0 where a norm is 0).
 
     The core of every commutation test: :func:`commutator_defect` applies it to random
-    adjoints, :func:`nqf.reductions.lv.relative_commutator` to all pairs of an explicit list.
+    adjoints, :func:`relative_commutator` to all pairs of an explicit list.
     """
     num = torch.linalg.matrix_norm(X @ Y - Y @ X)
     den = torch.linalg.matrix_norm(X) * torch.linalg.matrix_norm(Y)
     return torch.where(den > 0, num / torch.where(den > 0, den, torch.ones_like(den)), torch.zeros_like(num))
+
+
+def relative_commutator(A) -> float:
+    """Exact ``max_{m,m'} ‖[A_m, A_m']‖_F / (‖A_m‖_F ‖A_m'‖_F)`` over all pairs (``O(N² p³)``).
+
+    A diagnostic for small sets; :func:`commutator_defect` estimates the same from two random
+    adjoints without the list, and :func:`nqf.reductions.lv.reduce` tests a list in ``O(N p³)``.
+
+    Parameters
+    ----------
+    A : array_like, shape (N, p, p)
+    """
+    A = as_tensor("A", A, ndim=3, dtype=torch.float64)
+    val = commutator_ratio(A[:, None], A[None, :])  # zero-norm matrices give 0
+    return float(val.max()) if val.numel() else 0.0
 
 
 def commutator_defect(op: StructureOperator, *, trials: int = 2, seed: int = 0) -> float:

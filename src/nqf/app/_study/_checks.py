@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from ...errors import NormalFormError
-from ...structure import COMMUTING_RTOL, commutator_defect, module_label, smooth_alternatives_text
+from ...structure import COMMUTING_RTOL, REGISTRY, commutator_defect
 from ._result import CheckRow
 
 __all__ = [
@@ -126,9 +126,9 @@ def check_smooth(module: nn.Module, *, found=None, X: torch.Tensor | None = None
     for name, sub in module.named_modules():
         if is_non_smooth_layer(sub) and name not in attrs:
             raise NormalFormError(
-                f"`model`: layer `{name or type(module).__name__}` is {module_label(sub)}, which is not smooth at 0 "
+                f"`model`: layer `{name or type(module).__name__}` is {REGISTRY.label(sub)}, which is not smooth at 0 "
                 f"(the NQF expands the network around zero weights to second order; a kink has no curvature "
-                f"there and the prediction would be silently wrong); use {smooth_alternatives_text()} "
+                f"there and the prediction would be silently wrong); use {REGISTRY.smooth_alternatives_text()} "
                 "(e.g. --model mlp:width=256,act=tanh)"
             )
     if not kinks:
@@ -144,7 +144,7 @@ def check_smooth(module: nn.Module, *, found=None, X: torch.Tensor | None = None
         raise NormalFormError(
             f"`model`: the feed-forward activation of `{name or type(module).__name__}` ({where}) is at its kink at "
             f"zero unit weights (min |pre-activation| = {d:.3g} on {min(len(X), 256)} samples): not smooth there; "
-            f"use activation='gelu' or another smooth one ({smooth_alternatives_text()})"
+            f"use activation='gelu' or another smooth one ({REGISTRY.smooth_alternatives_text()})"
         )
     value = f"{where}: min |pre-activation| = {d:.3g} at zero unit weights"
     note = (
@@ -181,7 +181,7 @@ def _zgz_error(activation) -> NoReturn:
     raise NormalFormError(
         f"`model`: the zero-gradient condition fails{extra}: a unit at zero still receives a gradient, so the "
         "dynamics do not close on M = W Wᵀ and no staircase can be predicted; use an activation with σ(0) = 0 "
-        f"({smooth_alternatives_text()})"
+        f"({REGISTRY.smooth_alternatives_text()})"
     )
 
 

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from ...errors import NormalFormError
-from ...modules import ELEMENTWISE_MODULES, UnitLayout, get_unit_weights, set_unit_weights
+from ...modules import ELEMENTWISE_MODULES, UnitLayout
 from ...results import Result
 
 __all__ = [
@@ -104,12 +104,12 @@ def _unit_details(module: nn.Module, cand) -> tuple[nn.Module | None, bool, bool
     its parameters are exactly those of the two layers (the analytic operator is still checked against
     ``from_module``, :mod:`nqf.app._study._operators`).  ``(None, False, False)`` for other kinds.
     """
-    from ...structure import find_activation
+    from ...structure import REGISTRY
 
     if cand.kind not in ("mlp-hidden", "conv-channels") or len(cand.names) != 2:
         return None, False, False
     first, second = (module.get_submodule(n) for n in cand.names)
-    rec = None if cand.activation is None else find_activation(cand.activation)
+    rec = None if cand.activation is None else REGISTRY.find(cand.activation)
     act = None if rec is None else rec.module()
     if not (isinstance(first, nn.Linear) and isinstance(second, nn.Linear)):
         return act, False, getattr(first, "bias", None) is not None
@@ -218,8 +218,8 @@ def output_at_zero(module: nn.Module, layout: UnitLayout, X: torch.Tensor) -> to
     import copy
 
     m = copy.deepcopy(module).eval()
-    W = get_unit_weights(m, layout)
-    set_unit_weights(m, layout, torch.zeros_like(W))
+    W = layout.get_W(m)
+    layout.set_W(m, torch.zeros_like(W))
     with torch.no_grad():
         out = m(X)
     return out.reshape(out.shape[0], -1)

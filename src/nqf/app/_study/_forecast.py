@@ -119,9 +119,8 @@ def forecast(
     data = Dataset("arrays", Xt.numpy(), Yt.numpy(), "regression")
     prepared = prepare_analysis(_as_module(model), data, units=units)
     module, found, desc = prepared.module, prepared.found, prepared.desc
-    from ...modules import get_unit_weights
 
-    W0 = get_unit_weights(module, found.layout)
+    W0 = found.layout.get_W(module)
     M0 = W0 @ W0.T
     eps = float(torch.linalg.eigvalsh(M0).max()) if found.n_units >= found.p else float(M0.trace()) / found.n_units
     say(
@@ -300,10 +299,8 @@ def _notes(side, clock, found, module) -> list[str]:
         notes.append(
             f"minibatches of {clock.batch_size}: times as full-batch GD at the same step (noise: docs/watch.md)"
         )
-    if not clock.predicts_times:
-        from ...curves import UNPREDICTED
-
-        notes.append(UNPREDICTED[clock.optimizer])
+    if clock.unpredicted_reason is not None:
+        notes.append(clock.unpredicted_reason)
     return notes
 
 

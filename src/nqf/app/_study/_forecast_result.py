@@ -69,7 +69,7 @@ class Forecast(Result):
     @property
     def reasons(self) -> tuple:
         """Why each drop is not trusted (``""`` where it is): its :attr:`doubts`, or an optimiser whose times are
-        not predicted (:data:`nqf.curves.UNPREDICTED`)."""
+        not predicted (:attr:`nqf.curves.TrainingClock.unpredicted_reason`)."""
         if not self.clock.predicts_times:
             return tuple(f"{self.clock.optimizer}: times not predicted" for _ in self.doubts)
         return tuple(self.doubts)

@@ -29,7 +29,7 @@ from torch import nn
 
 from ..._usercode import probe_forward, user_files, users_code
 from ...errors import ModelSpecError, NQFError
-from ...structure import REGISTRY, ActivationModule, find_activation
+from ...structure import REGISTRY, ActivationModule
 
 __all__ = [
     "build_model",
@@ -61,7 +61,7 @@ def _act_names(smooth: bool | None = None) -> tuple[str, ...]:
 
 
 def _activation_module(name: str) -> nn.Module:
-    rec = find_activation(name)
+    rec = REGISTRY.find(name)
     if rec is None:  # pragma: no cover - guarded in parse_spec
         raise ModelSpecError(f"`model`: act must be one of {', '.join(_act_names(True))}; found {name!r}")
     return rec.module().to(torch.float64)

@@ -34,7 +34,7 @@ import math
 import torch
 from torch import nn
 
-from ...modules import UnitScatter, evaluation_mode, get_unit_weights, set_unit_weights
+from ...modules import UnitScatter, evaluation_mode
 from ._discover import FoundUnits, output_at_zero
 
 __all__ = ["structure_of", "is_analytic", "activation_name", "DENSE_BUDGET", "AGREEMENT_RTOL"]
@@ -83,11 +83,11 @@ def is_analytic(how: str) -> bool:
 
 def activation_name(act: nn.Module | None) -> str | None:
     """The registry name of a smooth activation (analytic operator possible), else None."""
-    from ...structure import Activation, activation_of_module
+    from ...structure import REGISTRY, Activation
 
     if isinstance(act, Activation):
         return act.name
-    rec = None if act is None else activation_of_module(act)
+    rec = None if act is None else REGISTRY.of_module(act)
     return rec.name if rec is not None and rec.smooth else None
 
 
@@ -134,7 +134,7 @@ def _readout_jacobian(module, found: FoundUnits, layer: str, X, d: int, *, token
     (torch.func would import ``torch._dynamo`` and sympy, 68 MB; samples are independent, so the gradient of
     ``Σ_n f_nc`` in the shift of sample ``n`` is its own row)."""
     zeroed = copy.deepcopy(module).eval()
-    set_unit_weights(zeroed, found.layout, torch.zeros_like(get_unit_weights(zeroed, found.layout)))
+    found.layout.set_W(zeroed, torch.zeros_like(found.layout.get_W(zeroed)))
     target = zeroed.get_submodule(layer)
 
     def f(delta):

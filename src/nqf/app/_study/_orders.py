@@ -33,11 +33,11 @@ SHUFFLES = 39
 def _higher_terms(problem: Problem, n_outputs: int):
     """Orders 3 and 4 of the units: analytic for a whole two-layer MLP, else by ``torch.func`` on the module."""
     from ...modules import higher_order_terms
-    from ...structure import activation_of_module, mlp_higher_order
+    from ...structure import REGISTRY, mlp_higher_order
 
     module, found, Xt, how = problem.module, problem.found, problem.X, problem.how
 
-    rec = activation_of_module(found.activation) if found.activation is not None else None
+    rec = REGISTRY.of_module(found.activation) if found.activation is not None else None
     if how == "analytic mlp" and found.is_whole_mlp and found.pre_scale == 1.0 and rec is not None:
         first = module.get_submodule(found.names[0])
         return mlp_higher_order(Xt, rec.name, bias=first.bias is not None, n_outputs=n_outputs)

@@ -67,10 +67,8 @@ def output_side(module, found, X: torch.Tensor) -> OutputSide:
     """
     import copy
 
-    from ...modules import get_unit_weights, set_unit_weights
-
     m = copy.deepcopy(module).eval()
-    set_unit_weights(m, found.layout, torch.zeros_like(get_unit_weights(m, found.layout)))
+    found.layout.set_W(m, torch.zeros_like(found.layout.get_W(m)))
     outside = _outside(m, found)
     if not outside:
         return _none()

@@ -38,7 +38,6 @@ def predict_only(
     from ...curves import stable_learning_rate, training_clock
     from ...dynamics import initial_weights
     from ...errors import InvalidParameterError
-    from ...modules import set_unit_weights
     from ._forecast import forecast
     from ._output import load_data
     from ._pipeline import prepare_analysis
@@ -49,7 +48,7 @@ def predict_only(
     prepared = prepare_analysis(params.model, ds, units=params.units, seed=seed)
     module, found = prepared.module, prepared.found
     if start == "eps":
-        set_unit_weights(module, found.layout, initial_weights(found.p, found.n_units, params.eps, seed=seed))
+        found.layout.set_W(module, initial_weights(found.p, found.n_units, params.eps, seed=seed))
     lr = 1.0 if params.lr is None else params.lr
 
     def clock(step: float):

@@ -14,16 +14,14 @@ Conventions: ``L = (1/N) Σ_n ½‖f_n − y_n‖²``, GD ``W ← W − η∇_W 
 """
 
 from ._limit import LimitEvent, LimitResult, limit
-from ._reduce import reduce, relative_commutator
-from ._system import LotkaVolterra, LVSolution, Plateaus, switch_times
+from ._reduce import reduce
+from ._system import LotkaVolterra, LVSolution, Plateaus
 
 __all__ = [
     "reduce",
-    "relative_commutator",
     "LotkaVolterra",
     "LVSolution",
     "Plateaus",
-    "switch_times",
     "limit",
     "LimitResult",
     "LimitEvent",

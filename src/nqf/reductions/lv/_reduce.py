@@ -48,10 +48,10 @@ import torch
 
 from ..._validation import as_tensor, positive_int
 from ...errors import InvalidParameterError, InvalidTypeError, NonCommutingError, NotClosedError, ShapeError
-from ...structure import StructureOperator, commutator_defect, commutator_ratio
+from ...structure import StructureOperator, commutator_defect
 from ._system import LotkaVolterra
 
-__all__ = ["reduce", "commutation_defect", "relative_commutator"]
+__all__ = ["reduce", "commutation_defect"]
 
 
 def _noncommuting(msg: str, value: float, index: int | None = None) -> NonCommutingError:
@@ -68,21 +68,6 @@ def _offdiag_defect(U: np.ndarray, A: np.ndarray, norms: np.ndarray) -> tuple[fl
     rel = np.sqrt(off2) / np.where(norms > 0, norms, 1.0)
     i = int(np.argmax(rel)) if rel.size else 0
     return (float(rel[i]) if rel.size else 0.0), i
-
-
-def relative_commutator(A) -> float:
-    """Exact ``max_{m,m'} ‖[A_m, A_m']‖_F / (‖A_m‖_F ‖A_m'‖_F)`` over all pairs (``O(N² p³)``).
-
-    A diagnostic for small sets; :func:`reduce` uses the ``O(N p³)`` test of
-    :func:`commutation_defect`.
-
-    Parameters
-    ----------
-    A : array_like, shape (N, p, p)
-    """
-    A = as_tensor("A", A, ndim=3, dtype=torch.float64)
-    val = commutator_ratio(A[:, None], A[None, :])  # zero-norm matrices give 0
-    return float(val.max()) if val.numel() else 0.0
 
 
 def commutation_defect(A, *, seed: int = 0, tries: int = 3) -> tuple[float, np.ndarray]:

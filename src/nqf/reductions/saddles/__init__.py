@@ -123,8 +123,8 @@ another device are copied to float64 on the CPU.
 
 from __future__ import annotations
 
-from ._clock import composite_loss, corrected_escape_times, heteroclinic_chain, predicted_escape_times
-from ._cost import SEARCH_EVALUATIONS, clock_cost, search_cost
+from ._clock import composite_loss, heteroclinic_chain
+from ._cost import clock_cost, search_cost
 from ._results import Saddle, SaddleSequence
 from ._search import saddle_sequence
 
@@ -132,11 +132,8 @@ __all__ = [
     "Saddle",
     "SaddleSequence",
     "saddle_sequence",
-    "predicted_escape_times",
-    "corrected_escape_times",
     "heteroclinic_chain",
     "composite_loss",
     "search_cost",
     "clock_cost",
-    "SEARCH_EVALUATIONS",
 ]

@@ -3,11 +3,12 @@
 The door of this reduction (docs/theory.md §4.5): :func:`two_layer_modes` reduces a two-layer MLP
 on whitened inputs to one logistic (balanced start) or Riccati (isotropic start) mode per singular
 value of ``Σ_yx`` and returns :class:`TwoLayerModes` (its :meth:`~TwoLayerModes.staircase` is the
-prediction); :func:`whiten` and :func:`whitening_error` prepare and measure the inputs the reduction
-needs (:class:`NotWhitenedError` / :class:`NotWhitenedWarning` when they are not whitened).
+prediction, its ``whitening_error`` the measured distance of the inputs from white); :func:`whiten`
+prepares the inputs the reduction needs (:class:`NotWhitenedError` / :class:`NotWhitenedWarning` when they
+are not whitened).
 """
 
 from ._modes import TwoLayerModes, two_layer_modes
-from ._whitening import NotWhitenedError, NotWhitenedWarning, whiten, whitening_error
+from ._whitening import NotWhitenedError, NotWhitenedWarning, whiten
 
-__all__ = ["TwoLayerModes", "two_layer_modes", "whiten", "whitening_error", "NotWhitenedError", "NotWhitenedWarning"]
+__all__ = ["TwoLayerModes", "two_layer_modes", "whiten", "NotWhitenedError", "NotWhitenedWarning"]
