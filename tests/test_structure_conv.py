@@ -343,7 +343,7 @@ def test_non_finite(bad):
 
 def test_unknown_readout_and_relu():
     X = torch.randn(2, 1, 5, dtype=DT)
-    with pytest.raises(ValueError, match=r"`readout` must be one of \('mean', 'position'\); found 'max'"):
+    with pytest.raises(ValueError, match=r"`readout` must be one of 'mean', 'position'; found 'max'"):
         conv1d(X, 2, readout="max")
     with pytest.raises(ValueError, match=r"`readout` must be one of"):
         ConvNet2d(1, 2, 2, readout="sum")

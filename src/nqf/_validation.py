@@ -208,6 +208,27 @@ def unit_fraction(name: str, value, what: str = "") -> float:
     return v
 
 
+def not_one_of(name: str, value, options, *, alternative: str = "") -> ParameterError:
+    """The one refusal of a value outside a fixed set of choices, in one wording for every argument:
+    "`name` must be one of 'a', 'b'[ or alternative]; found value" (``raise not_one_of(...)``)."""
+    listed = ", ".join(map(repr, options))
+    more = f" or {alternative}" if alternative else ""
+    return ParameterError(f"`{name}` must be one of {listed}{more}; found {value!r}")
+
+
+def one_of(name: str, value, options):
+    """``value`` when it is one of ``options`` (a method, a rule, a readout, …); else :func:`not_one_of`'s error.
+
+    An array, whose ``==`` is elementwise, is never one of them."""
+    try:
+        ok = bool(value in options)
+    except (TypeError, ValueError, RuntimeError):  # numpy and torch refuse bool() of an elementwise ==
+        ok = False
+    if not ok:
+        raise not_one_of(name, value, options)
+    return value
+
+
 def eps_value(value, name: str = "eps") -> float:
     """The initial scale ``ε``: a finite real in ``(0, 1)`` (``M(0) = εI``, a mode's start ``ε``, or ``ε z*``).
 

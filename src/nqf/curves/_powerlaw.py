@@ -83,7 +83,7 @@ import numpy as np
 from scipy.ndimage import gaussian_filter1d
 from scipy.optimize import OptimizeResult, minimize_scalar
 
-from .._validation import unit_fraction
+from .._validation import one_of, unit_fraction
 from ..errors import InvalidParameterError, NoPowerLawError, ShapeError
 from ..results import Result, to_jsonable
 from ._bootstrap import SCHEMES, bootstrap_exponents, check_block
@@ -386,8 +386,7 @@ def fit_power_law(
     PowerLawFit
     """
     t, loss = as_curve(t, loss, min_points=3)
-    if bootstrap not in SCHEMES:
-        raise InvalidParameterError(f"`bootstrap` must be one of {', '.join(map(repr, SCHEMES))}; found {bootstrap!r}")
+    one_of("bootstrap", bootstrap, SCHEMES)
     block = check_block(block, bootstrap)
     ci = unit_fraction("ci", ci, "the interval's level")
     if int(n_boot) != n_boot or n_boot < 0:

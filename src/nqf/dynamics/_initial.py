@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .._validation import as_tensor, check_shape, eps_value, int_param, tolerance
+from .._validation import as_tensor, check_shape, eps_value, int_param, one_of, tolerance
 from ..errors import InvalidParameterError, InvalidTypeError, ShapeError
 
 __all__ = ["initial_state", "initial_weights", "check_psd", "InitialState", "INITS"]
@@ -109,8 +109,7 @@ def initial_weights(
     eps = eps_value(eps)
     if generator is not None and not isinstance(generator, torch.Generator):
         raise InvalidTypeError(f"`generator` must be a torch.Generator; found {type(generator).__name__}")
-    if init not in INITS:
-        raise InvalidParameterError(f"`init` must be one of {INITS}; found {init!r}")
+    one_of("init", init, INITS)
     g = generator if generator is not None else torch.Generator().manual_seed(int(seed))
     if init == "gaussian":
         return (math.sqrt(eps) * torch.randn(p, width, dtype=torch.float64, generator=g) / math.sqrt(width)).to(dtype)

@@ -28,7 +28,7 @@ from typing import ClassVar
 
 import torch
 
-from .._validation import ParameterError, as_tensor, check_shape
+from .._validation import as_tensor, check_shape, not_one_of
 from ..errors import InvalidParameterError, ShapeError
 
 __all__ = ["Loss", "MSE", "Logistic", "CrossEntropy", "LOSSES", "as_loss"]
@@ -188,4 +188,4 @@ def as_loss(loss) -> Loss:
         return loss
     if isinstance(loss, str) and loss in _BY_NAME:
         return _BY_NAME[loss]()
-    raise ParameterError(f"`loss` must be one of {LOSSES} or a nqf.dynamics.Loss; found {loss!r}")
+    raise not_one_of("loss", loss, LOSSES, alternative="a nqf.dynamics.Loss")

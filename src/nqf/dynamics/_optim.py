@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from .._validation import ParameterError, float_param, int_param, positive_float
+from .._validation import ParameterError, float_param, int_param, not_one_of, positive_float
 
 __all__ = ["Optimizer", "GD", "SGD", "Adam", "OPTIMIZERS", "as_optimizer"]
 
@@ -264,9 +264,7 @@ def as_optimizer(
                 )
         return optimizer
     if not isinstance(optimizer, str) or optimizer not in _BY_NAME:
-        raise ParameterError(
-            f"`optimizer` must be one of {OPTIMIZERS} or a nqf.dynamics.Optimizer; found {optimizer!r}"
-        )
+        raise not_one_of("optimizer", optimizer, OPTIMIZERS, alternative="a nqf.dynamics.Optimizer")
     if optimizer == "adam":
         return Adam(
             lr, weight_decay=weight_decay, momentum=momentum, batch_size=batch_size, betas=adam_betas, eps=adam_eps

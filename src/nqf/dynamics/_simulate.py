@@ -61,7 +61,7 @@ from typing import Any
 import torch
 
 from .._memory import check_saved_memory
-from .._validation import divergence_curvature, divergence_threshold_value, steps_value
+from .._validation import divergence_curvature, divergence_threshold_value, one_of, steps_value
 from ..errors import InvalidParameterError, InvalidTypeError, NotClosedError
 from ..structure import StructureOperator, data_subspace, project_operator
 from ._factored import (
@@ -192,8 +192,7 @@ def simulate(
     """
     if not isinstance(op, StructureOperator):
         raise InvalidTypeError(f"`op` must be a StructureOperator; found {type(op).__name__}")
-    if form not in FORMS:
-        raise InvalidParameterError(f"`form` must be one of {FORMS}; found {form!r}")
+    one_of("form", form, FORMS)
     if on_divergence not in ("stop", "raise"):
         raise InvalidParameterError(f"`on_divergence` must be 'stop' or 'raise'; found {on_divergence!r}")
     loss = as_loss(loss)

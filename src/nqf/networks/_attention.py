@@ -7,8 +7,8 @@ import math
 import torch
 from torch import nn
 
-from .._validation import positive_int
-from ..errors import InvalidParameterError, NonFiniteError, ShapeError
+from .._validation import one_of, positive_int
+from ..errors import NonFiniteError, ShapeError
 from ..modules import UnitLayout, UnitSlice
 from ..structure import ATTENTION_READOUTS as READOUTS
 
@@ -82,8 +82,7 @@ class MultiHeadAttention(nn.Module):
         D, H, dh = positive_int("d_model", d_model), positive_int("n_heads", n_heads), positive_int("d_head", d_head)
         dk = dh if d_key is None else positive_int("d_key", d_key)
         C = D if n_outputs is None else positive_int("n_outputs", n_outputs)
-        if readout not in READOUTS:
-            raise InvalidParameterError(f"`readout` must be one of {list(READOUTS)}; found {readout!r}")
+        one_of("readout", readout, READOUTS)
         self.d_model, self.n_heads, self.d_head, self.d_key, self.n_outputs = D, H, dh, dk, C
         self.causal, self.readout = bool(causal), readout
         self.W_O = nn.Parameter(torch.randn(H, C, dh, dtype=dtype) / math.sqrt(dh))
@@ -153,8 +152,7 @@ class QKAttention(nn.Module):
     ):
         super().__init__()
         D, H, dk = positive_int("d_model", d_model), positive_int("n_heads", n_heads), positive_int("d_key", d_key)
-        if readout not in READOUTS:
-            raise InvalidParameterError(f"`readout` must be one of {list(READOUTS)}; found {readout!r}")
+        one_of("readout", readout, READOUTS)
         V = torch.as_tensor(V, dtype=dtype)
         if V.ndim != 2 or V.shape[1] != D or V.shape[0] == 0:
             raise ShapeError(f"`V` must have shape (C, {D}) with C ≥ 1; found {tuple(V.shape)}")

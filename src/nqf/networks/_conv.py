@@ -8,7 +8,7 @@ from typing import cast
 import torch
 from torch import nn
 
-from .._validation import int_tuple, positive_int
+from .._validation import int_tuple, one_of, positive_int
 from ..errors import InvalidParameterError
 from ..modules import UnitLayout, UnitSlice
 from ..structure import CONV_READOUTS as READOUTS, Activation, conv_output_size, get_activation
@@ -26,8 +26,7 @@ class _ConvNet(nn.Module):
     activation: Activation
 
     def _init_readout(self, readout, n_outputs, n_channels, Q, dtype):
-        if readout not in READOUTS:
-            raise InvalidParameterError(f"`readout` must be one of {READOUTS}; found {readout!r}")
+        one_of("readout", readout, READOUTS)
         positive_int("n_outputs", n_outputs)
         positive_int("n_channels", n_channels)
         self.readout_name = readout

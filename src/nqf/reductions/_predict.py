@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from .._validation import as_tensor, eps_value, int_param
+from .._validation import as_tensor, eps_value, int_param, one_of
 from ..errors import InvalidParameterError, InvalidTypeError, ShapeError
 from ..structure import StructureOperator, channel_split, commutes
 from ._staircase import PredictionCost, Staircase
@@ -128,8 +128,7 @@ def predict(
     """
     if not isinstance(op, StructureOperator):
         raise InvalidTypeError(f"`op` must be a StructureOperator; found {type(op).__name__}")
-    if method not in _METHODS:
-        raise InvalidParameterError(f"`method` must be one of {_METHODS}; found {method!r}")
+    one_of("method", method, _METHODS)
     e = eps_value(eps)
     if init not in ("isotropic", "balanced"):
         raise InvalidParameterError(f"`init` must be 'isotropic' or 'balanced'; found {init!r}")

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .._validation import one_of
 from ..errors import InvalidParameterError, NonFiniteError, ShapeError
 from ..results import Result, require_pandas, to_jsonable
 from ._timing import TAIL_FRACTION, learning_drops, staircase as _staircase_curve
@@ -222,8 +223,7 @@ class Staircase(Result):
     cost: PredictionCost | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
-        if self.method not in METHODS:
-            raise InvalidParameterError(f"`method` must be one of {METHODS}; found {self.method!r}")
+        one_of("method", self.method, METHODS)
         set_ = object.__setattr__
         set_(self, "eps", float(self.eps))
         levels = _f64("levels", self.levels, 1)

@@ -26,7 +26,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..errors import InvalidParameterError, InvalidTypeError, NormalFormError
+from .._validation import not_one_of
+from ..errors import InvalidTypeError, NormalFormError
 
 __all__ = [
     "Activation",
@@ -117,7 +118,7 @@ class ActivationModule(nn.Module):
         super().__init__()
         rec = REGISTRY.find(name)
         if rec is None:
-            raise InvalidParameterError(f"`name` must be one of {sorted(_BY_KEY)}; found {name!r}")
+            raise not_one_of("name", name, sorted(_BY_KEY))
         self.name = rec.name
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -293,9 +294,7 @@ def get_activation(activation) -> Activation:
                 f"`activation` {activation!r} is not three times differentiable at 0: the normal form "
                 f"Tr[W Wᵀ A(x)] needs a C³ activation. Choose one of {sorted(ACTIVATIONS)} or a smooth callable."
             )
-        raise InvalidParameterError(
-            f"`activation` must be one of {sorted(ACTIVATIONS)} or a callable; found {activation!r}"
-        )
+        raise not_one_of("activation", activation, sorted(ACTIVATIONS), alternative="a callable")
     if callable(activation):
         return _from_callable(activation)
     raise InvalidTypeError(f"`activation` must be a name or a callable; found {type(activation).__name__}")

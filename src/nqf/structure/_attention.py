@@ -73,8 +73,8 @@ import math
 
 import torch
 
-from .._validation import as_tensor, positive_int
-from ..errors import InvalidParameterError, ShapeError
+from .._validation import as_tensor, one_of, positive_int
+from ..errors import ShapeError
 from ._bilinear import BilinearKernel, BilinearStructure
 
 __all__ = [
@@ -92,8 +92,7 @@ READOUTS = ("mean", "last")
 
 # --------------------------------------------------------------------------- validation helpers
 def _check_readout(readout) -> str:
-    if readout not in READOUTS:
-        raise InvalidParameterError(f"`readout` must be one of {list(READOUTS)}; found {readout!r}")
+    one_of("readout", readout, READOUTS)
     return readout
 
 

@@ -48,8 +48,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as Fn
 
-from .._validation import as_tensor, int_tuple, positive_int
-from ..errors import InvalidParameterError, ShapeError
+from .._validation import as_tensor, int_tuple, one_of, positive_int
+from ..errors import ShapeError
 from ._activations import get_activation
 from ._bilinear import BilinearStructure, OneHotKronKernel
 
@@ -65,8 +65,7 @@ def conv_output_size(size: int, kernel: int, stride: int, padding: int) -> int:
 
 
 def _check_common(readout, n_outputs) -> int:
-    if readout not in READOUTS:
-        raise InvalidParameterError(f"`readout` must be one of {READOUTS}; found {readout!r}")
+    one_of("readout", readout, READOUTS)
     return positive_int("n_outputs", n_outputs)
 
 

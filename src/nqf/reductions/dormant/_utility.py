@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ..._validation import not_one_of
 from ...errors import InvalidParameterError
 from ...results import Result, to_jsonable
 from ._terms import HomogeneousTerm, check_residual
@@ -108,7 +109,7 @@ class LeadingOrder(Result):
         for m in self.maxima:
             if m.order == order:
                 return m
-        raise InvalidParameterError(f"`order` must be one of {[m.order for m in self.maxima]}; found {order!r}")
+        raise not_one_of("order", order, [m.order for m in self.maxima])
 
     def sentence(self) -> str:
         """One sentence in words: which orders are silent and which is the first that carries signal."""

@@ -16,7 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.integrate import solve_ivp
 
-from ..._validation import int_param, positive_float, steps_value
+from ..._validation import int_param, one_of, positive_float, steps_value
 from ...errors import DivergenceError, InvalidParameterError
 from ._solution import LVSolution, _np, _t
 
@@ -62,10 +62,7 @@ def flow(
     dense_output: bool = True,
 ) -> LVSolution:
     """Gradient flow in log coordinates with an implicit stiff integrator (:meth:`LotkaVolterra.flow`)."""
-    if method not in ("auto", "Radau", "BDF", "LSODA"):
-        raise InvalidParameterError(
-            f"`method` must be one of 'auto', 'Radau', 'BDF', 'LSODA' (implicit, stiff); found {method!r}"
-        )
+    one_of("method", method, ("auto", "Radau", "BDF", "LSODA"))  # the implicit (stiff) solvers
     tt = _output_times(t, n_points)
     mask = system._z0 > 0
     idx = np.flatnonzero(mask)

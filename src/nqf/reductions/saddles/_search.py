@@ -11,7 +11,7 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from ..._validation import unit_fraction
+from ..._validation import one_of, unit_fraction
 from ...errors import InvalidParameterError, InvalidTypeError, NonCommutingError, NotClosedError
 from ...structure import StructureOperator, commutator_defect
 from ..lv import limit
@@ -121,8 +121,7 @@ def saddle_sequence(
             "`op` has a linear or cross-unit term (the zero-gradient condition fails): the flow "
             "does not close on M alone, so the saddle sequence of L(M) does not describe it"
         )
-    if rule not in ("auto", "commuting", "generic"):
-        raise InvalidParameterError(f"`rule` must be one of 'auto', 'commuting', 'generic'; found {rule!r}")
+    one_of("rule", rule, ("auto", "commuting", "generic"))
     first_level = unit_fraction("first_level", first_level, "of the first drop")
     prob = float64_problem(op, y)  # the descent and eigenproblems run in float64 on the CPU
     op, p = prob.op, prob.p

@@ -76,7 +76,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..._validation import as_tensor, eps_value, positive_float, steps_value
+from ..._validation import as_tensor, eps_value, one_of, positive_float, steps_value
 from ...errors import InvalidParameterError, NormalFormError, ShapeError
 from ...results import Result
 from ...structure import get_activation
@@ -412,8 +412,7 @@ def two_layer_modes(
         raise ShapeError(f"`X` must have shape (N, D) with N, D ≥ 1; found {tuple(X.shape)}")
     if Y.shape[0] != X.shape[0]:
         raise ShapeError(f"`Y` must have N = {X.shape[0]} rows like `X`; found {tuple(Y.shape)}")
-    if init not in _INITS:
-        raise InvalidParameterError(f"`init` must be one of {_INITS}; found {init!r}")
+    one_of("init", init, _INITS)
     if on_not_whitened not in ("raise", "warn"):
         raise InvalidParameterError(f"`on_not_whitened` must be 'raise' or 'warn'; found {on_not_whitened!r}")
     eps = eps_value(eps)
