@@ -18,59 +18,13 @@
 
 Conventions: ``L = (1/N) Σ_n ℓ(f_n, y_n)``, ``ℓ = ½(f − y)²``; time ``t = η · steps``.
 Curves are taken as array_like or tensors; results are NumPy float64 arrays.
+
+Each public name is written once, in ``__init__.pyi`` (what type checkers read); ``lazy_loader`` builds
+``__all__`` and the loading on first use from it.
 """
 
-from ._compare import FLAT_THRESHOLD, StaircaseComparison, compare_staircase, level_read_times, regime_exit
-from ._crowded import (
-    CrowdedComparison,
-    CrowdedPrediction,
-    compare_crowded,
-    crowded_prediction,
-    drop_widths,
-    mode_sum,
-)
-from ._exponents import ExponentPrediction, predict_exponent, predicted_curve
-from ._powerlaw import PowerLawFit, fit_power_law
-from ._real_clock import TRUSTED_TIME_ERROR, RealClock, level_time_bounds, measured_floors, real_clock
-from ._schedule import stable_learning_rate, step_count
-from ._step_clock import StepClock, step_clock
-from ._steps import Steps, detect_steps
-from ._training_clock import TrainingClock, training_clock
-from ._validity import ValidityReport, ValiditySweep, remainder_ratio, validity_report, validity_sweep
+from __future__ import annotations
 
-__all__ = [
-    "compare_staircase",
-    "StaircaseComparison",
-    "FLAT_THRESHOLD",
-    "regime_exit",
-    "real_clock",
-    "measured_floors",
-    "level_time_bounds",
-    "TRUSTED_TIME_ERROR",
-    "RealClock",
-    "level_read_times",
-    "stable_learning_rate",
-    "StepClock",
-    "step_clock",
-    "TrainingClock",
-    "training_clock",
-    "step_count",
-    "Steps",
-    "detect_steps",
-    "PowerLawFit",
-    "fit_power_law",
-    "ExponentPrediction",
-    "predict_exponent",
-    "predicted_curve",
-    "CrowdedPrediction",
-    "CrowdedComparison",
-    "crowded_prediction",
-    "compare_crowded",
-    "drop_widths",
-    "mode_sum",
-    "ValidityReport",
-    "ValiditySweep",
-    "remainder_ratio",
-    "validity_report",
-    "validity_sweep",
-]
+import lazy_loader as _lazy
+
+__getattr__, __dir__, __all__ = _lazy.attach_stub(__name__, __file__)

@@ -19,41 +19,13 @@ MSE, ``r = ∂ℓ/∂f``, ``G = (1/N) 𝒜*(r)``, ``W ← W − η ∇_W L``, tr
   :func:`as_loss` resolves a name), :class:`Optimizer` (:class:`GD`, :class:`SGD`, :class:`Adam`;
   :func:`as_optimizer` builds one from a name and keywords), :class:`Save` (what a run saves).  A run takes these
   objects (a loss may also be given by name: ``loss="mse"``), never loose keywords beside them.
+
+Each public name is written once, in ``__init__.pyi`` (what type checkers read); ``lazy_loader`` builds
+``__all__`` and the loading on first use from it.
 """
 
-from ._batched import simulate_batched
-from ._cost_step import active_levels
-from ._flow import gradient_flow, integrate_factor
-from ._initial import initial_state, initial_weights
-from ._loss import MSE, CrossEntropy, Logistic, Loss, as_loss
-from ._network import train_network
-from ._optim import GD, SGD, Adam, Optimizer, as_optimizer
-from ._save import Save
-from ._seeded import Seeding, seeded_nqf
-from ._simulate import simulate
-from ._trajectory import Trajectory
+from __future__ import annotations
 
-__all__ = [
-    "active_levels",
-    "integrate_factor",
-    "simulate",
-    "simulate_batched",
-    "gradient_flow",
-    "train_network",
-    "seeded_nqf",
-    "Seeding",
-    "Trajectory",
-    "initial_state",
-    "initial_weights",
-    "Loss",
-    "MSE",
-    "Logistic",
-    "CrossEntropy",
-    "as_loss",
-    "Optimizer",
-    "GD",
-    "SGD",
-    "Adam",
-    "as_optimizer",
-    "Save",
-]
+import lazy_loader as _lazy
+
+__getattr__, __dir__, __all__ = _lazy.attach_stub(__name__, __file__)

@@ -1,19 +1,12 @@
 """Real PyTorch modules of each family, each exposing its unit axis as ``.units``
-(a :class:`nqf.modules.UnitLayout` in the order of the matching analytic constructor)."""
+(a :class:`nqf.modules.UnitLayout` in the order of the matching analytic constructor).
 
-from ._attention import MultiHeadAttention, QKAttention
-from ._conv import ConvNet1d, ConvNet2d
-from ._factorization import Factorization, MatrixSensing
-from ._mlp import TwoLayerMLP
-from ._moe import MixtureOfExperts
+Each public name is written once, in ``__init__.pyi`` (what type checkers read); ``lazy_loader`` builds
+``__all__`` and the loading on first use from it.
+"""
 
-__all__ = [
-    "TwoLayerMLP",
-    "Factorization",
-    "MatrixSensing",
-    "ConvNet1d",
-    "ConvNet2d",
-    "MultiHeadAttention",
-    "QKAttention",
-    "MixtureOfExperts",
-]
+from __future__ import annotations
+
+import lazy_loader as _lazy
+
+__getattr__, __dir__, __all__ = _lazy.attach_stub(__name__, __file__)

@@ -83,16 +83,16 @@ __all__ = [
     "HeadValueKernel",
     "EyeKronKernel",
     "attention_token_weights",
-    "READOUTS",
+    "ATTENTION_READOUTS",
 ]
 
 #: Token readouts: ``"mean"`` averages the layer output over tokens, ``"last"`` takes the last token.
-READOUTS = ("mean", "last")
+ATTENTION_READOUTS = ("mean", "last")
 
 
 # --------------------------------------------------------------------------- validation helpers
 def _check_readout(readout) -> str:
-    one_of("readout", readout, READOUTS)
+    one_of("readout", readout, ATTENTION_READOUTS)
     return readout
 
 

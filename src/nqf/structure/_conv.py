@@ -53,10 +53,10 @@ from ..errors import ShapeError
 from ._activations import get_activation
 from ._bilinear import BilinearStructure, OneHotKronKernel
 
-__all__ = ["conv1d", "conv2d", "conv_output_size", "READOUTS"]
+__all__ = ["conv1d", "conv2d", "conv_output_size", "CONV_READOUTS"]
 
 #: Readouts of the channel outputs.
-READOUTS = ("mean", "position")
+CONV_READOUTS = ("mean", "position")
 
 
 def conv_output_size(size: int, kernel: int, stride: int, padding: int) -> int:
@@ -65,7 +65,7 @@ def conv_output_size(size: int, kernel: int, stride: int, padding: int) -> int:
 
 
 def _check_common(readout, n_outputs) -> int:
-    one_of("readout", readout, READOUTS)
+    one_of("readout", readout, CONV_READOUTS)
     return positive_int("n_outputs", n_outputs)
 
 

@@ -50,33 +50,13 @@ CSV column names, ragged rows, complex values, object arrays (pickle is never
 used), a single sample, one class only or a constant regression target.  A UTF-8
 byte-order mark before a CSV header is ignored; byte-string labels in an
 ``.npz`` are decoded as class names.
+
+Each public name is written once, in ``__init__.pyi`` (what type checkers read); ``lazy_loader`` builds
+``__all__`` and the loading on first use from it.
 """
 
 from __future__ import annotations
 
-from ._datasets import (
-    BUILTIN,
-    MAX_CLASSES,
-    MAX_FILE_BYTES,
-    MAX_INFLATED_BYTES,
-    Dataset,
-    check_regular_file,
-    load_dataset,
-    prepare,
-)
-from ._logs import LOSS_KEYS, STEP_COLUMNS, LossLog, read_loss_log
+import lazy_loader as _lazy
 
-__all__ = [
-    "LossLog",
-    "read_loss_log",
-    "LOSS_KEYS",
-    "STEP_COLUMNS",
-    "Dataset",
-    "load_dataset",
-    "prepare",
-    "check_regular_file",
-    "BUILTIN",
-    "MAX_CLASSES",
-    "MAX_FILE_BYTES",
-    "MAX_INFLATED_BYTES",
-]
+__getattr__, __dir__, __all__ = _lazy.attach_stub(__name__, __file__)

@@ -8,23 +8,13 @@
 
 Importing this package imports neither Dask nor torch; :func:`register_cli` adds ``nqf sweep`` to the
 ``nqf`` command-line app.  See ``docs/sweeps.md``.
+
+Each public name is written once, in ``__init__.pyi`` (what type checkers read); ``lazy_loader`` builds
+``__all__`` and the loading on first use from it.
 """
 
-from ._cli import register_cli
-from ._grid import SweepSpec, parse_seeds, parse_values
-from ._points import Point, build_points, is_finished, point_dir
-from ._report import rebuild_sweep_report
-from ._table import sweep_frame
+from __future__ import annotations
 
-__all__ = [
-    "SweepSpec",
-    "parse_seeds",
-    "parse_values",
-    "Point",
-    "build_points",
-    "is_finished",
-    "point_dir",
-    "rebuild_sweep_report",
-    "register_cli",
-    "sweep_frame",
-]
+import lazy_loader as _lazy
+
+__getattr__, __dir__, __all__ = _lazy.attach_stub(__name__, __file__)

@@ -11,24 +11,13 @@
   the module's own cost minimisation over the active span (method ``"agf"``).
 
 Equations and assumptions: docs/theory.md, "When the quadratic form is silent".
+
+Each public name is written once, in ``__init__.pyi`` (what type checkers read); ``lazy_loader`` builds
+``__all__`` and the loading on first use from it.
 """
 
-from ._agf import agf_staircase
-from ._chain import ChainTerm, chain_staircase, chain_term
-from ._flow import active_curvature, dormant_staircase
-from ._terms import HomogeneousTerm, unit_term
-from ._utility import LeadingOrder, aligned_escape_time, leading_order
+from __future__ import annotations
 
-__all__ = [
-    "HomogeneousTerm",
-    "unit_term",
-    "ChainTerm",
-    "chain_term",
-    "chain_staircase",
-    "LeadingOrder",
-    "leading_order",
-    "aligned_escape_time",
-    "dormant_staircase",
-    "agf_staircase",
-    "active_curvature",
-]
+import lazy_loader as _lazy
+
+__getattr__, __dir__, __all__ = _lazy.attach_stub(__name__, __file__)

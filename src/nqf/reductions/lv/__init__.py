@@ -11,18 +11,13 @@
 * :func:`limit` — the ε → 0 saddle-to-saddle limit for interacting modes.
 
 Conventions: ``L = (1/N) Σ_n ½‖f_n − y_n‖²``, GD ``W ← W − η∇_W L``, ``t = η · steps``.
+
+Each public name is written once, in ``__init__.pyi`` (what type checkers read); ``lazy_loader`` builds
+``__all__`` and the loading on first use from it.
 """
 
-from ._limit import LimitEvent, LimitResult, limit
-from ._reduce import reduce
-from ._system import LotkaVolterra, LVSolution, Plateaus
+from __future__ import annotations
 
-__all__ = [
-    "reduce",
-    "LotkaVolterra",
-    "LVSolution",
-    "Plateaus",
-    "limit",
-    "LimitResult",
-    "LimitEvent",
-]
+import lazy_loader as _lazy
+
+__getattr__, __dir__, __all__ = _lazy.attach_stub(__name__, __file__)

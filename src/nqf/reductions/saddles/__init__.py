@@ -119,21 +119,13 @@ products ``H[D] = 2 G D + 2 G'(D Vᵀ + V Dᵀ) V``, ``G'(Δ) = 𝒜^*(𝒜(Δ))
 followed by Newton/MINRES polishing judged by the gradient norm, reaching
 ``‖∇_V L‖ ≈ 1e-12 · scale`` in float64; operators in another dtype or on
 another device are copied to float64 on the CPU.
+
+Each public name is written once, in ``__init__.pyi`` (what type checkers read); ``lazy_loader`` builds
+``__all__`` and the loading on first use from it.
 """
 
 from __future__ import annotations
 
-from ._clock import composite_loss, heteroclinic_chain
-from ._cost import clock_cost, search_cost
-from ._results import Saddle, SaddleSequence
-from ._search import saddle_sequence
+import lazy_loader as _lazy
 
-__all__ = [
-    "Saddle",
-    "SaddleSequence",
-    "saddle_sequence",
-    "heteroclinic_chain",
-    "composite_loss",
-    "search_cost",
-    "clock_cost",
-]
+__getattr__, __dir__, __all__ = _lazy.attach_stub(__name__, __file__)

@@ -6,9 +6,13 @@ value of ``Σ_yx`` and returns :class:`TwoLayerModes` (its :meth:`~TwoLayerModes
 prediction, its ``whitening_error`` the measured distance of the inputs from white); :func:`whiten`
 prepares the inputs the reduction needs (:class:`NotWhitenedError` / :class:`NotWhitenedWarning` when they
 are not whitened).
+
+Each public name is written once, in ``__init__.pyi`` (what type checkers read); ``lazy_loader`` builds
+``__all__`` and the loading on first use from it.
 """
 
-from ._modes import TwoLayerModes, two_layer_modes
-from ._whitening import NotWhitenedError, NotWhitenedWarning, whiten
+from __future__ import annotations
 
-__all__ = ["TwoLayerModes", "two_layer_modes", "whiten", "NotWhitenedError", "NotWhitenedWarning"]
+import lazy_loader as _lazy
+
+__getattr__, __dir__, __all__ = _lazy.attach_stub(__name__, __file__)
