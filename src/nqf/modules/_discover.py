@@ -76,9 +76,8 @@ from ._units import UnitLayout, UnitSlice
 
 __all__ = ["UnitCandidate", "find_units", "select_units", "ELEMENTWISE_MODULES", "refused_units"]
 
-#: Elementwise activations accepted between two layers: the ``torch.nn`` classes of every activation of
-#: :data:`~nqf.structure.REGISTRY` (smooth and non-smooth; the latter are flagged) and its
-#: :class:`~nqf.structure.ActivationModule` (``sin``, ``erf``, …).
+#: Elementwise activations accepted between two layers: the ``torch.nn`` classes of every activation of the
+#: registry (smooth and non-smooth; the latter flagged) and its ``ActivationModule`` (``sin``, ``erf``, …).
 ELEMENTWISE_MODULES: tuple[type[nn.Module], ...] = REGISTRY.module_classes() + (ActivationModule,)
 
 
@@ -200,10 +199,8 @@ def _smooth_note(steps: tuple[Step, ...]) -> tuple[bool, str]:
     bad = [st.label for st in steps if st.non_smooth or (st.module is not None and is_non_smooth_layer(st.module))]
     if not bad:
         return True, ""
-    return (
-        False,
-        f" — NON-SMOOTH ({', '.join(bad)}): the normal form does not apply; use {REGISTRY.smooth_alternatives_text()}",
-    )
+    use = REGISTRY.smooth_alternatives_text()
+    return False, f" — NON-SMOOTH ({', '.join(bad)}): the normal form does not apply; use {use}"
 
 
 _UNVERIFIED = (
