@@ -24,7 +24,7 @@ EXEMPT = {
     "app/_study/_models.py": "a key of the model spec string (`model`: act=…), a ModelSpecError naming the names as "
     "they are typed on the command line",
 }
-PATTERN = re.compile(r"must be one of")
+PATTERN = re.compile(r"must be one of|must be '[^']+'(, '[^']+')* or '")  # either hand-written wording
 
 
 def hand_written(files, root: Path = SRC) -> list[str]:
@@ -46,8 +46,9 @@ def test_no_module_writes_the_refusal_by_hand():
 def test_the_scan_sees_a_planted_refusal(tmp_path):
     bad = tmp_path / "_planted.py"
     body = '    if form not in FORMS:\n        raise ValueError(f"`form` must be one of {FORMS}")\n'
-    bad.write_text("def f(form):\n" + body)
-    assert hand_written([bad], tmp_path) == ["_planted.py:3"]
+    other = "    if x not in ('a', 'b'):\n        raise ValueError(f\"`x` must be 'a' or 'b'; found {x!r}\")\n"
+    bad.write_text("def f(form, x):\n" + body + other)
+    assert hand_written([bad], tmp_path) == ["_planted.py:3", "_planted.py:5"]
 
 
 def test_one_wording():
@@ -73,22 +74,27 @@ def _calls():
     op, y, t = mlp(X, "tanh"), X[:, 0], np.arange(1.0, 40.0)
     W0 = initial_weights(op.p, 4, 1e-3, seed=0)
     return {
-        "form": lambda: simulate(op, y, W0=W0, optimizer=GD(0.1), steps=1, form="both"),
-        "method": lambda: predict(op, y, 1e-3, method="lv"),
-        "init": lambda: initial_weights(3, 4, 1e-3, init="gauss"),
-        "bootstrap": lambda: fit_power_law(t, t**-1.0, bootstrap="none"),
-        "readout": lambda: conv1d(torch.randn(2, 1, 5, dtype=torch.float64), 2, readout="max"),
-        "readout ": lambda: ConvNet1d(1, 2, 2, readout="max"),
-        " readout": lambda: multi_head_attention(torch.randn(2, 3, 4, dtype=torch.float64), 2, readout="max"),
-        " readout ": lambda: MultiHeadAttention(4, 2, 1, readout="max"),
-        "activation": lambda: mlp(X, "swishy"),
-        "loss": lambda: simulate(op, y, W0=W0, optimizer=GD(0.1), steps=1, loss="hinge"),
+        "simulate form": lambda: simulate(op, y, W0=W0, optimizer=GD(0.1), steps=1, form="both"),
+        "simulate on_divergence": lambda: simulate(op, y, W0=W0, optimizer=GD(0.1), steps=1, on_divergence="warn"),
+        "simulate loss": lambda: simulate(op, y, W0=W0, optimizer=GD(0.1), steps=1, loss="hinge"),
+        "predict method": lambda: predict(op, y, 1e-3, method="lv"),
+        "predict init": lambda: predict(op, y, 1e-3, init="orthogonal"),
+        "data_subspace method": lambda: op.data_subspace(method="svd"),
+        "initial_weights init": lambda: initial_weights(3, 4, 1e-3, init="gauss"),
+        "fit_power_law bootstrap": lambda: fit_power_law(t, t**-1.0, bootstrap="none"),
+        "conv1d readout": lambda: conv1d(torch.randn(2, 1, 5, dtype=torch.float64), 2, readout="max"),
+        "ConvNet1d readout": lambda: ConvNet1d(1, 2, 2, readout="max"),
+        "multi_head_attention readout": lambda: multi_head_attention(
+            torch.randn(2, 3, 4, dtype=torch.float64), 2, readout="max"
+        ),
+        "MultiHeadAttention readout": lambda: MultiHeadAttention(4, 2, 1, readout="max"),
+        "mlp activation": lambda: mlp(X, "swishy"),
     }
 
 
 @pytest.mark.parametrize("arg", list(_calls()))
 def test_each_argument_is_refused_in_the_one_wording(arg):
-    with pytest.raises(
-        InvalidParameterError, match=rf"^`{arg.strip()}` must be one of ('[^']+'|\d+)(, ('[^']+'|\d+))*"
-    ):
+    """``arg`` is "function parameter": the parameter is named, then every choice as its repr."""
+    listed = r"('[^']+'|\d+)(, ('[^']+'|\d+))*"
+    with pytest.raises(InvalidParameterError, match=rf"^`{arg.split()[-1]}` must be one of {listed}"):
         _calls()[arg]()

@@ -193,8 +193,7 @@ def simulate(
     if not isinstance(op, StructureOperator):
         raise InvalidTypeError(f"`op` must be a StructureOperator; found {type(op).__name__}")
     one_of("form", form, FORMS)
-    if on_divergence not in ("stop", "raise"):
-        raise InvalidParameterError(f"`on_divergence` must be 'stop' or 'raise'; found {on_divergence!r}")
+    one_of("on_divergence", on_divergence, ("stop", "raise"))
     loss = as_loss(loss)
     steps = steps_value(steps)
     policy = as_save(save)

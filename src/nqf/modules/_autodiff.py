@@ -71,7 +71,7 @@ import torch
 from torch import nn
 from torch.func import jacfwd, jacrev, jvp, vmap
 
-from .._validation import as_tensor, tolerance
+from .._validation import as_tensor, one_of, tolerance
 from ..errors import InvalidParameterError, InvalidTypeError, NormalFormError
 from ..structure import (
     REGISTRY,
@@ -324,8 +324,7 @@ def from_module(
     """
     if not isinstance(module, nn.Module):
         raise InvalidTypeError(f"`module` must be a torch.nn.Module; found {type(module).__name__}")
-    if zgz not in ("carry", "require"):
-        raise InvalidParameterError(f"`zgz` must be 'carry' or 'require'; found {zgz!r}")
+    one_of("zgz", zgz, ("carry", "require"))
     layout = _as_layout(units)
     params = dict(module.named_parameters())
     if not params:

@@ -38,7 +38,7 @@ from collections.abc import Callable
 import torch
 from torch.func import grad, jacrev, jvp, vmap
 
-from .._validation import tolerance
+from .._validation import one_of, tolerance
 from ..errors import InvalidParameterError
 from ..structure import StructureOperator, data_subspace as _dense_data_subspace
 from ._narrowed import evaluation_mode
@@ -287,10 +287,8 @@ class MatrixFreeStructure(StructureOperator):
         ``method="dense"`` stacks :meth:`dense` (small cases); ``"auto"`` and ``"probe"`` run the
         randomized range finder of the module docstring (memory ``O(N C + p r)`` plus one chunk).
         """
-        if method == "dense":
+        if one_of("method", method, ("auto", "dense", "probe")) == "dense":
             return _dense_data_subspace(self, method="dense", rtol=rtol, seed=seed)
-        if method not in ("auto", "probe"):
-            raise InvalidParameterError(f"`method` must be 'auto', 'dense' or 'probe'; found {method!r}")
         rtol = tolerance(self.dtype) * math.sqrt(max(self.p, 1)) if rtol is None else float(rtol)
         gen = torch.Generator(device="cpu").manual_seed(seed)
         ops: list[MatrixFreeStructure] = [self]

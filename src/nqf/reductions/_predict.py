@@ -130,8 +130,7 @@ def predict(
         raise InvalidTypeError(f"`op` must be a StructureOperator; found {type(op).__name__}")
     one_of("method", method, _METHODS)
     e = eps_value(eps)
-    if init not in ("isotropic", "balanced"):
-        raise InvalidParameterError(f"`init` must be 'isotropic' or 'balanced'; found {init!r}")
+    one_of("init", init, ("isotropic", "balanced"))
     if max_rank is not None:
         max_rank = int_param("max_rank", max_rank, minimum=1)
     if not isinstance(subspace, bool):

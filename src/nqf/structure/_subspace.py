@@ -28,8 +28,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .._validation import tolerance
-from ..errors import InvalidParameterError
+from .._validation import one_of, tolerance
 
 if TYPE_CHECKING:
     from ._operator import StructureOperator
@@ -71,8 +70,7 @@ def data_subspace(
     torch.Tensor, shape (p, r)
         Columns ``U`` with ``UᵀU = I``; ``r ≤ p`` is the dimension of the subspace.
     """
-    if method not in ("auto", "dense", "probe"):
-        raise InvalidParameterError(f"`method` must be 'auto', 'dense' or 'probe'; found {method!r}")
+    one_of("method", method, ("auto", "dense", "probe"))
     p, N, C = op.p, op.n_samples, op.n_outputs
     rtol = tolerance(op.dtype) * math.sqrt(max(p, 1)) if rtol is None else float(rtol)
     if method == "auto":

@@ -7,8 +7,12 @@ from pathlib import Path
 
 import numpy as np
 
+from ..._validation import not_one_of
 from ...errors import DataError, NonFiniteError, ShapeError
 from ._files import BUILTIN, MAX_FILE_BYTES, MAX_INFLATED_BYTES, _read_file, check_regular_file
+
+#: What ``task`` may be: inferred from the targets, or given.
+TASKS = ("auto", "classification", "regression")
 
 __all__ = [
     "Dataset",
@@ -130,8 +134,8 @@ def _infer_task(y: np.ndarray) -> str:
 
 def _task_of(y: np.ndarray, task: str, one_hot: bool) -> tuple[str, str]:
     """``(task, how)``: the task and how it was decided (``"given"`` or the inference rule that applied)."""
-    if task not in ("auto", "classification", "regression"):
-        raise DataError(f"`task` must be 'auto', 'classification' or 'regression'; found {task!r}")
+    if task not in TASKS:
+        raise DataError(str(not_one_of("task", task, TASKS)))  # a data error, in the one wording
     if _is_labels(y) and (task == "regression" or not one_hot):
         first = ", ".join(repr(str(v)) for v in np.unique(y)[:3])
         raise DataError(

@@ -35,15 +35,14 @@ def predict_only(
     NQFError
         A bad ``start``, optimiser setting, data or model.
     """
+    from ..._validation import one_of
     from ...curves import stable_learning_rate, training_clock
     from ...dynamics import initial_weights
-    from ...errors import InvalidParameterError
     from ._forecast import forecast
     from ._output import load_data
     from ._pipeline import prepare_analysis
 
-    if start not in ("eps", "weights"):
-        raise InvalidParameterError(f"`start` must be 'eps' or 'weights'; found {start!r}")
+    one_of("start", start, ("eps", "weights"))
     ds = load_data(params, seed)
     prepared = prepare_analysis(params.model, ds, units=params.units, seed=seed)
     module, found = prepared.module, prepared.found

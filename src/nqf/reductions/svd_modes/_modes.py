@@ -413,8 +413,7 @@ def two_layer_modes(
     if Y.shape[0] != X.shape[0]:
         raise ShapeError(f"`Y` must have N = {X.shape[0]} rows like `X`; found {tuple(Y.shape)}")
     one_of("init", init, _INITS)
-    if on_not_whitened not in ("raise", "warn"):
-        raise InvalidParameterError(f"`on_not_whitened` must be 'raise' or 'warn'; found {on_not_whitened!r}")
+    one_of("on_not_whitened", on_not_whitened, ("raise", "warn"))
     eps = eps_value(eps)
     if sigma1 is None:
         act = get_activation(activation)
