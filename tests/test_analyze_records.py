@@ -155,3 +155,36 @@ def test_timings_read_like_a_mapping_and_name_a_missing_part():
     assert list(t) == ["setup", "nqf_step"] and set(t) == {"setup", "nqf_step"} and len(t) == 2
     with pytest.raises(UnknownNameError, match="no part 'prediction'; its parts are 'setup', 'nqf_step'"):
         t["prediction"]
+
+
+def _dict_fields(cls) -> list[str]:
+    """The fields of a dataclass annotated as a plain ``dict``."""
+    return [f.name for f in dataclasses.fields(cls) if f.type in (dict, "dict") or str(f.type).startswith("dict")]
+
+
+def test_no_field_of_an_analysis_is_an_untyped_dict():
+    """``Analysis``'s parts are frozen records (verdict, validity, curves, timings, memory), not dicts."""
+    from nqf.app._study._result import Analysis
+
+    @dataclasses.dataclass(frozen=True)
+    class Planted:
+        validity: dict = dataclasses.field(repr=False)
+
+    assert _dict_fields(Analysis) == []
+    assert _dict_fields(Planted) == ["validity"]  # the check can fail
+
+
+def test_validity_and_curves_read_like_the_dicts_they_replaced():
+    import numpy as np
+
+    from nqf.app._study._parts import Curves, Validity
+    from nqf.errors import UnknownNameError
+
+    v = Validity(max_gap=0.01, gap_tolerance=0.05, nqf_minimum=None, final_real=0.1, final_nqf=0.1)
+    assert v["max_gap"] == v.max_gap == 0.01 and v.get("left_time") is None and "reason" in v
+    assert list(v.to_dict())[:3] == ["max_gap", "gap_tolerance", "nqf_minimum"] and repr(v).startswith("Validity(")
+    with pytest.raises(UnknownNameError, match="Validity has no 'gap'"):
+        v["gap"]
+    t = np.linspace(0.0, 1.0, 5)
+    c = Curves(t, t, t, t, strength_real=np.zeros((5, 2)), strength_nqf=np.zeros((5, 2)))
+    assert c["loss_real"] is c.loss_real and dict(c.items())["t"] is t and repr(c) == "Curves(T=5, directions=2)"

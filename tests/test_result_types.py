@@ -331,6 +331,8 @@ FACTORIES = {
     "nqf.app._study._parts.Verdict": (lambda f: analysis().verdict, ()),
     "nqf.app._study._parts.Timings": (lambda f: analysis().timings, ()),
     "nqf.app._study._parts.Memory": (lambda f: analysis().memory, ()),
+    "nqf.app._study._parts.Validity": (lambda f: analysis().validity, ()),
+    "nqf.app._study._parts.Curves": (lambda f: analysis().curves, ()),
     "nqf.app._study._discover.FoundUnits": (
         lambda f: __import__("nqf.app._study._discover", fromlist=["x"]).find_unit_layers(
             torch.nn.Sequential(torch.nn.Linear(D, 8, bias=False), torch.nn.Tanh(), torch.nn.Linear(8, C, bias=False))

@@ -19,6 +19,7 @@ import pytest
 from nqf.app._report import format_cell
 from nqf.app._study import Analysis, CheckRow, save_analysis
 from nqf.app._study._output import print_analysis
+from nqf.app._study._parts import Curves
 from nqf.app._study._verdict import judge, validity
 from nqf.curves import StaircaseComparison, regime_exit
 from nqf.reductions import Staircase
@@ -65,8 +66,7 @@ def _analysis(
         n_samples=10, n_outputs=1, eps=1e-6, lr=ETA, steps=int(steps[-1]),
         checks=(CheckRow("smooth at 0", "yes", "no non-smooth layer", "ok"),), prediction=pred, nqf=nqf, real=real,
         validity=val, verdict=verdict,
-        curves={"t": t, "loss_real": Lr, "loss_nqf": Ln, "loss_predicted": pred.loss_curve(t),
-                "strength_real": S, "strength_nqf": S},
+        curves=Curves(t, Lr, Ln, pred.loss_curve(t), strength_real=S, strength_nqf=S),
     )  # fmt: skip
 
 

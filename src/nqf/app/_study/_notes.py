@@ -9,6 +9,7 @@ import numpy as np
 
 from .._data import Dataset
 from ._checks import training_only_layers
+from ._parts import Validity
 
 __all__ = ["data_line", "target_scale", "training_only_notes", "trained_notes"]
 
@@ -23,7 +24,7 @@ def data_line(data: Dataset) -> str:
     )
 
 
-def target_scale(data: Dataset, val: dict) -> list[str]:
+def target_scale(data: Dataset, val: Validity) -> list[str]:
     """A verdict sentence when regression targets of standard deviation above 1 go with leaving the regime.
 
     The NQF's plateau weights grow like the square root of the targets' scale; with standardised inputs,

@@ -1,16 +1,20 @@
-"""The typed parts of an :class:`~nqf.app._study.Analysis`: its :class:`Verdict`, its :class:`Timings` and its
-:class:`Memory` (frozen records, each with ``to_dict()`` giving what ``results.json`` holds)."""
+"""The typed parts of an :class:`~nqf.app.Analysis`: its :class:`Verdict`, :class:`Validity`, :class:`Curves`,
+:class:`Timings` and :class:`Memory` (frozen records, each with ``to_dict()`` giving what ``results.json`` holds;
+each also reads as the mapping it replaced, ``part["name"]`` / ``part.get(name)``)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import numpy as np
 
 from ...errors import UnknownNameError
 from ...results import Result, to_jsonable as _clean
 
-__all__ = ["Verdict", "Timings", "Memory"]
+__all__ = ["Verdict", "Validity", "Curves", "Timings", "Memory"]
 
 
 @dataclass(frozen=True)
@@ -111,3 +115,79 @@ class Memory(Result):
 
     def to_dict(self) -> dict:
         return {"estimate_peak_mib": self.estimate_peak_mib, "peak_mib": self.peak_mib}
+
+
+class _ReadsAsMapping:
+    """``record["name"]``, ``record.get(name)``, ``name in record``, iteration over the names and ``items()``:
+    the reads of the dict a record replaced, over its fields."""
+
+    def __getitem__(self, name: str):
+        if name not in self:
+            known = ", ".join(repr(f.name) for f in fields(self))  # type: ignore[arg-type]
+            raise UnknownNameError(f"`name`: {type(self).__name__} has no {name!r}; it has {known}")
+        return getattr(self, name)
+
+    def __contains__(self, name: object) -> bool:
+        return any(f.name == name for f in fields(self))  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[str]:
+        return (f.name for f in fields(self))  # type: ignore[arg-type]
+
+    def get(self, name: str, default=None):
+        return getattr(self, name) if name in self else default
+
+    def items(self) -> list[tuple[str, Any]]:
+        return [(f.name, getattr(self, f.name)) for f in fields(self)]  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, repr=False)
+class Validity(_ReadsAsMapping, Result):
+    """Where the real network leaves the NQF (:attr:`Analysis.validity`; :func:`nqf.curves.regime_exit` with the
+    prediction's certified minimum and a gap floor).
+
+    ``max_gap`` is the largest ``|L_real − L_NQF| / max(L_NQF, gap_floor)`` and ``max_abs_gap`` the largest
+    ``|L_real − L_NQF|``; ``gap_tolerance`` the gap that counts as leaving; ``nqf_minimum`` the certified global
+    minimum (None when not certified); ``final_real`` / ``final_nqf`` the last losses; ``left_step`` /
+    ``left_time`` the first step and time where the real network leaves (None: never) and ``reason`` why;
+    ``below_minimum_step`` the first step below the minimum; ``gap_floor`` the floor of the denominator.
+    """
+
+    max_gap: float
+    gap_tolerance: float
+    nqf_minimum: float | None
+    final_real: float
+    final_nqf: float
+    left_step: int | None = None
+    left_time: float | None = None
+    reason: str | None = None
+    below_minimum_step: int | None = None
+    max_abs_gap: float = math.nan
+    gap_floor: float = 0.0
+
+    def __repr__(self) -> str:
+        left = "never" if self.left_time is None else f"t={self.left_time:.4g}"
+        return f"Validity(max_gap={self.max_gap:.3g}, left={left})"
+
+    def to_dict(self) -> dict:
+        return _clean(dict(self.items()))
+
+
+@dataclass(frozen=True, repr=False)
+class Curves(_ReadsAsMapping, Result):
+    """The loss curves of an analysis on one time grid (:attr:`Analysis.curves`): ``t`` (T,), ``loss_real``,
+    ``loss_nqf``, ``loss_predicted`` (T,), and the strengths of the predicted directions ``strength_real``,
+    ``strength_nqf`` (T, K); arrays, read as ``curves.loss_real`` or ``curves["loss_real"]``."""
+
+    t: np.ndarray
+    loss_real: np.ndarray
+    loss_nqf: np.ndarray
+    loss_predicted: np.ndarray
+    strength_real: np.ndarray
+    strength_nqf: np.ndarray
+
+    def __repr__(self) -> str:
+        K = np.shape(self.strength_nqf)[-1] if np.ndim(self.strength_nqf) == 2 else 0
+        return f"Curves(T={len(self.t)}, directions={K})"
+
+    def to_dict(self) -> dict:
+        return _clean(dict(self.items()))

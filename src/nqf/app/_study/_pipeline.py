@@ -55,7 +55,7 @@ from ._discover import analysed_module, choose_units
 from ._models import build_model, check_users_forward
 from ._notes import data_line, target_scale, trained_notes, training_only_notes
 from ._operators import is_analytic, structure_of
-from ._parts import Memory, Timings
+from ._parts import Curves, Memory, Timings
 from ._plan import Comparison, NQFData, Prepared, Problem, RunPlan
 from ._predicted import ordered_prediction
 from ._result import Analysis
@@ -377,10 +377,9 @@ def _compare(pred, op, sim, real: _RealRun, eps: float, found, *, flat_threshold
     else:
         Lr = np.interp(t, real.t, real.loss)
         s_real = np.stack([np.interp(t, real.t, col) for col in s_real.T], 1) if s_real.shape[1] else s_real[:n]
-    strength = {"strength_real": s_real, "strength_nqf": strengths(sim, n)}
     val = validity(t, Lr, Ln, torch.as_tensor(sim.step)[:n].numpy(), pred, gap_tolerance)
     verdict = with_crowded(judge(pred, cmp_nqf, cmp_real, val, eps, width=found.n_units, p=found.p), pred, t, Lr, Ln)
-    curves = {"t": t, "loss_real": Lr, "loss_nqf": Ln, "loss_predicted": pred.loss_curve(t), **strength}
+    curves = Curves(t, Lr, Ln, pred.loss_curve(t), strength_real=s_real, strength_nqf=strengths(sim, n))
     return Comparison(cmp_nqf, cmp_real, val, verdict, curves)
 
 

@@ -6,17 +6,16 @@ tuple of more than three (``tests/test_analyze_records.py``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    import numpy as np
     import torch
 
     from ...curves import StaircaseComparison
     from ...structure import StructureOperator
     from .._data import Dataset
     from ._discover import FoundUnits
-    from ._parts import Verdict
+    from ._parts import Curves, Validity, Verdict
 
 __all__ = ["Prepared", "NQFData", "Problem", "RunPlan", "Comparison"]
 
@@ -90,6 +89,6 @@ class Comparison:
 
     nqf: StaircaseComparison
     real: StaircaseComparison
-    validity: dict[str, Any]
+    validity: Validity
     verdict: Verdict
-    curves: dict[str, np.ndarray]
+    curves: Curves

@@ -11,7 +11,7 @@ import numpy as np
 from ...curves import RealClock, StaircaseComparison
 from ...reductions import Staircase
 from ...results import Result, require_pandas, summarize, to_jsonable as _clean
-from ._parts import Memory, Timings, Verdict
+from ._parts import Curves, Memory, Timings, Validity, Verdict
 from ._table import plateau_rows
 
 if TYPE_CHECKING:
@@ -65,15 +65,15 @@ class Analysis(Result):
     prediction : nqf.Staircase
     nqf, real : StaircaseComparison
         The NQF simulation and the real network against the prediction.
-    validity : dict
+    validity : Validity
         ``max_gap`` (max ``|L_real − L_NQF| / L_NQF``), ``gap_tolerance``,
         ``left_step``/``left_time`` (first step where the gap exceeds the tolerance
-        or the real loss falls below the NQF minimum; None if never), ``reason``.
+        or the real loss falls below the NQF minimum; None if never), ``reason``, …
     verdict : Verdict
         ``trust`` (``"high"``, ``"moderate"``, ``"low"``), ``text`` (sentences), numbers.
-    curves : dict of ndarray
+    curves : Curves
         ``t``, ``loss_real``, ``loss_nqf``, ``loss_predicted`` (T,), ``strength_real``,
-        ``strength_nqf`` (T, K).
+        ``strength_nqf`` (T, K) (arrays; ``a.curves.loss_real`` or ``a.curves["loss_real"]``).
     timings : Timings
         Wall seconds of each part.
     task : str
@@ -105,9 +105,9 @@ class Analysis(Result):
     prediction: Staircase = field(repr=False)
     nqf: StaircaseComparison = field(repr=False)
     real: StaircaseComparison = field(repr=False)
-    validity: dict = field(repr=False)
+    validity: Validity = field(repr=False)
     verdict: Verdict = field(repr=False)
-    curves: dict = field(repr=False)
+    curves: Curves = field(repr=False)
     timings: Timings = field(default_factory=Timings, repr=False)
     task: str = ""
     classes: tuple = field(default=(), repr=False)
@@ -141,7 +141,7 @@ class Analysis(Result):
                 "prediction": self.prediction.to_dict(),
                 "nqf": self.nqf.to_dict(),
                 "real": self.real.to_dict(),
-                "validity": dict(self.validity),
+                "validity": self.validity.to_dict(),
                 "verdict": self.verdict.to_dict(),
                 "timings": self.timings.to_dict(),
                 "task": self.task,

@@ -55,7 +55,7 @@ from typing import TypeGuard
 import numpy as np
 
 from ...curves import regime_exit
-from ._parts import Verdict
+from ._parts import Validity, Verdict
 
 __all__ = [
     "validity",
@@ -165,7 +165,7 @@ def level_text(L, L0) -> str:
     return f"{float(L):.4g}"
 
 
-def validity(t, loss_real, loss_nqf, steps, prediction, gap_tolerance: float = 0.05) -> dict:
+def validity(t, loss_real, loss_nqf, steps, prediction, gap_tolerance: float = 0.05) -> Validity:
     """Where the real network leaves the NQF: :func:`nqf.curves.regime_exit` with the prediction's certified
     global minimum and the gap floor ``LEVEL_FLOOR · L_0``; its reason printed at the precision that shows the
     comparison; also ``max_abs_gap`` (largest ``|L_real − L_NQF|``) and ``gap_floor``."""
@@ -187,7 +187,7 @@ def validity(t, loss_real, loss_nqf, steps, prediction, gap_tolerance: float = 0
             gap = abs(Lr[i] - Ln[i]) / max(abs(Ln[i]), floor, 1e-300)
             ref = "L_NQF" if abs(Ln[i]) >= floor else f"{LEVEL_FLOOR:g} L_0 (L_NQF is below it)"
             out["reason"] = f"|L_real − L_NQF| / {ref} = {fmt_pct(gap, [gap_tolerance])} > {100 * gap_tolerance:g} %"
-    return out
+    return Validity(**out)
 
 
 def _level_errors(pred, cmp_nqf, cmp_real) -> tuple[np.ndarray, str]:
@@ -253,7 +253,7 @@ def _trust(max_te: float, max_le: float, compared: bool, left_early: bool, learn
     return trust, why
 
 
-def judge(pred, cmp_nqf, cmp_real, val: dict, eps: float, *, width: int, p: int, real_lr=None) -> Verdict:
+def judge(pred, cmp_nqf, cmp_real, val: Validity, eps: float, *, width: int, p: int, real_lr=None) -> Verdict:
     """Verdict in words and numbers (see the module docstring).  ``real_lr``: the real network's GD step where it
     differs from the table's ``η`` (named in the sentence on leaving the regime)."""
     K = pred.n_drops
@@ -325,7 +325,7 @@ def judge(pred, cmp_nqf, cmp_real, val: dict, eps: float, *, width: int, p: int,
     )
 
 
-def _regime_sentences(val: dict, L0: float, real_lr, order_k: bool, slow: str) -> list[str]:
+def _regime_sentences(val: Validity, L0: float, real_lr, order_k: bool, slow: str) -> list[str]:
     """The real network against the NQF simulation and where it left the quadratic regime; for an order-``k``
     staircase (the quadratic form silent) one sentence instead: the NQF cannot follow these data."""
     if order_k:
@@ -341,7 +341,7 @@ def _regime_sentences(val: dict, L0: float, real_lr, order_k: bool, slow: str) -
     return out
 
 
-def _gap_text(val: dict) -> str:
+def _gap_text(val: Validity) -> str:
     """The largest gap real vs NQF: percent of ``max(L_NQF, LEVEL_FLOOR · L_0)``, or ``|Δ|`` above 1000 %."""
     g = val.get("max_gap")
     if _finite(g) and float(g) > MAX_RELATIVE:
@@ -351,7 +351,7 @@ def _gap_text(val: dict) -> str:
     return f"|L_real − L_NQF| / {ref} = " + fmt_pct(g, [val["gap_tolerance"]] if "gap_tolerance" in val else [])
 
 
-def _left_sentence(val: dict, L0: float, real_lr) -> str:
+def _left_sentence(val: Validity, L0: float, real_lr) -> str:
     """The network left the regime: the step of ``η`` (the table's clock), the time, the reason and the end."""
     n, t = int(val["left_step"]), val.get("left_time")
     eta = f" of η = {t / n:.4g}" if n > 0 and _finite(t) else ""
