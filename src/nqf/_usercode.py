@@ -47,7 +47,7 @@ __all__ = [
     "DEFAULT_TIMEOUT",
 ]
 
-#: Threads that are not daemons, started by the user's code and still running: :func:`nqf.app._cli.main` ends the
+#: Threads that are not daemons, started by the user's code and still running: :func:`nqf.app.main` ends the
 #: process past them (Python's own exit would wait for them forever).
 _FOREIGN_THREADS: list[threading.Thread] = []
 

@@ -248,7 +248,7 @@ _STEP_CAP: contextvars.ContextVar[int | None] = contextvars.ContextVar("nqf_step
 @contextlib.contextmanager
 def step_cap(max_steps: int | None) -> Iterator[None]:
     """Within the block, :func:`steps_value` refuses more than ``max_steps`` steps (``None``: no cap, the default
-    of the Python API); :func:`nqf.app._experiments.run_experiment` sets it around an experiment."""
+    of the Python API); :func:`nqf.app.run_experiment` sets it around an experiment."""
     token = _STEP_CAP.set(None if max_steps is None else int(max_steps))
     try:
         yield

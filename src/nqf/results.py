@@ -9,7 +9,7 @@ analysis, a check, …) is a frozen dataclass deriving from :class:`Result`:
   type chooses to report), so ``json.dumps(obj.to_dict())`` works and
   ``json.loads(json.dumps(d)) == d``;
 * ``pickle`` round-trips (instances hold only data: tensors, arrays, numbers, strings).
-* a result that is a table (:class:`nqf.Staircase`, :class:`nqf.app._study.Analysis`) also gives it as a
+* a result that is a table (:class:`nqf.Staircase`, :class:`nqf.app.Analysis`) also gives it as a
   pandas DataFrame, ``obj.to_frame()``; pandas is optional (the ``frames`` extra, :func:`require_pandas`).
 
 The JSON conventions are those of ``results.json`` (:mod:`nqf.app._report._schema`): a NaN or

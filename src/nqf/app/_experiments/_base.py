@@ -259,7 +259,7 @@ class Experiment:
 
     def memory_estimate(self, params: Params) -> tuple[float, dict[str, int], str]:
         """A lower bound of the bytes a run allocates, from its size parameters, checked by the runner before
-        anything is allocated (:func:`nqf.app._experiments.run_experiment`).
+        anything is allocated (:func:`nqf.app.run_experiment`).
 
         Returns ``(bytes, {parameter: value}, what the bytes are)``.  The default reads the size parameters
         by their conventional names: ``n_samples`` (N), ``dim``/``in_features`` (D), ``tokens`` (T), ``width``

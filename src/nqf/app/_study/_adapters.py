@@ -1,4 +1,4 @@
-"""Thin adapters that feed a :class:`nqf.app._study.Monitor` from the trainers researchers use (docs/watch.md).
+"""Thin adapters that feed a :class:`nqf.app.Monitor` from the trainers researchers use (docs/watch.md).
 
 * :func:`lightning_callback` — a ``lightning.pytorch.Callback``: after each training batch, the batch's loss
   (``training_step``'s return, a tensor or a dict with ``"loss"``) at the step it was computed at
@@ -7,7 +7,7 @@
   the minibatch losses since the previous log, read at the middle of those steps).
 
 Both announce a status line (``echo``, default ``print``) whenever the phase or the plateau changes, and keep
-the latest :class:`nqf.app._study.WatchStatus` as ``callback.status``.  The packages are optional (the ``lightning``
+the latest :class:`nqf.app.WatchStatus` as ``callback.status``.  The packages are optional (the ``lightning``
 and ``hf`` extras); without them the factory raises :class:`nqf.errors.MissingDependencyError`.
 """
 

@@ -1,7 +1,7 @@
 """An analysis as a run like every other: run directory, results.json, arrays, figures, report.html.
 
 ``nqf analyze`` runs :class:`AnalyzeExperiment` through
-:func:`nqf.app._experiments.run_experiment` (atomic run directory, seed,
+:func:`nqf.app.run_experiment` (atomic run directory, seed,
 status, report); :func:`save_analysis` writes an :class:`Analysis` made in the
 API the same way.
 """

@@ -76,7 +76,7 @@ REAL_STEP_FACTOR = 20.0
 
 
 def _as_data(X, Y, name: str | None) -> Dataset:
-    """A :class:`nqf.app._data.Dataset` as given; arrays prepared as ``nqf analyze --data`` prepares a file (the
+    """A :class:`nqf.app.Dataset` as given; arrays prepared as ``nqf analyze --data`` prepares a file (the
     defaults of :func:`prepare`), what was assumed appended to ``preprocessing["task_rule"]`` (printed first)."""
     if isinstance(X, Dataset):
         return X
@@ -167,7 +167,7 @@ def analyze(
         A module (copied, converted to float64; parameters outside the units are
         kept), a built-in spec (``"mlp:width=256,act=tanh"``) or ``"FILE.py:FACTORY"``.
     X : array_like, shape (N, D), or nqf.app.Dataset
-        Inputs: arrays are prepared as ``nqf analyze --data`` prepares a file (:func:`nqf.app._data.prepare`'s
+        Inputs: arrays are prepared as ``nqf analyze --data`` prepares a file (:func:`nqf.app.prepare`'s
         defaults, said in the first progress line); a Dataset is used as given.
     Y : array_like, shape (N,) or (N, C)
         Targets (not needed with a Dataset).

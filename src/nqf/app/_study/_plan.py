@@ -85,7 +85,7 @@ class RunPlan:
 @dataclass(frozen=True)
 class Comparison:
     """Both runs against the prediction (``nqf``, ``real``), the validity of the quadratic regime, the verdict
-    and the curves on the NQF's saved times (an :class:`~nqf.app._study.Analysis`'s ``curves``)."""
+    and the curves on the NQF's saved times (an :class:`~nqf.app.Analysis`'s ``curves``)."""
 
     nqf: StaircaseComparison
     real: StaircaseComparison

@@ -24,7 +24,7 @@ def predict_only(
     loss: str = "half_mse",
     log=None,
 ):
-    """The :class:`nqf.app._study.Forecast` of ``nqf analyze --predict-only`` (``params``: its validated flags).
+    """The :class:`nqf.app.Forecast` of ``nqf analyze --predict-only`` (``params``: its validated flags).
 
     ``start="eps"``: the units at ``M(0) = εI`` exactly as :func:`nqf.analyze` starts them (same ``W(0)`` for the
     same ``seed``), so the staircase is analyze's; ``"weights"``: the model as its factory built it.  Without

@@ -1,5 +1,5 @@
 """The per-plateau table as printed (terminal, ``report.html``, ``results.json``): the cells of
-:meth:`nqf.app._study.Analysis.report_table`, formatted by the rules of :mod:`nqf.app._study._verdict`."""
+:meth:`nqf.app.Analysis.report_table`, formatted by the rules of :mod:`nqf.app._study._verdict`."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def plateau_rows(
     """The per-plateau table as printed (terminal, HTML, ``results.json``), columns
     :attr:`Analysis.REPORT_COLUMNS`: levels and times at 4 significant digits, errors in percent of the reference
     to one decimal or ``|Δ|`` (module :mod:`._verdict`), flat with its ratio: from the prediction, the NQF's
-    and the real network's comparisons and the real network's clock (an :class:`~nqf.app._study.Analysis`'s fields)."""
+    and the real network's comparisons and the real network's clock (an :class:`~nqf.app.Analysis`'s fields)."""
     P, S, R, C = prediction, nqf, real, clock
     L0 = float(P.levels[0])
     floor = LEVEL_FLOOR * abs(L0)

@@ -6,7 +6,7 @@
   ``dask-jobqueue`` on Slurm/PBS, …) whose workers have ``nqf`` installed and
   see the sweep directory (a shared file system).
 
-Each point runs :func:`nqf.app._experiments.run_experiment` — exactly what
+Each point runs :func:`nqf.app.run_experiment` — exactly what
 ``nqf run`` runs — in its own run directory, with one torch thread, so its
 arrays and measured values are bit-identical to ``nqf run`` of the same config
 and seed.  A point that raises is recorded (error type and message) and the
