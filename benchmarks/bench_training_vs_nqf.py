@@ -24,7 +24,6 @@ import torch
 
 from nqf.dynamics import GD, Save, simulate, train_network
 from nqf.networks._mlp import TwoLayerMLP
-from nqf.structure import data_subspace
 from nqf.structure._mlp import mlp
 
 
@@ -76,7 +75,7 @@ def main() -> None:
     n, t_net = timed(
         lambda: train_network(net, net.units, X, y, W0=W0, save=Save(every=args.save_every, W=False), **common)
     )
-    U = data_subspace(op)
+    U = op.data_subspace()
     note = "(= p: compression would not help)" if U.shape[1] == op.p else "(< p: pass compress=True)"
     print(
         f"device={dev}, threads={torch.get_num_threads()}, N={args.N}, D={args.D}, p={op.p}, "

@@ -8,9 +8,9 @@ import torch
 from nqf.dynamics import GD, SGD, Adam, Save, as_loss, simulate
 from nqf.dynamics._loop import minibatch_indices
 from nqf.errors import DivergenceError, NonFiniteError, NotClosedError, ShapeError
-from nqf.structure import data_subspace
 from nqf.structure._mlp import mlp
 from nqf.structure._operator import DenseStructure
+from nqf.structure._subspace import data_subspace
 
 F64 = torch.float64
 STEPS = 1000

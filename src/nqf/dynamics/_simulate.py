@@ -63,7 +63,7 @@ import torch
 from .._memory import check_saved_memory
 from .._validation import divergence_curvature, divergence_threshold_value, one_of, steps_value
 from ..errors import InvalidParameterError, InvalidTypeError, NotClosedError
-from ..structure import StructureOperator, data_subspace, project_operator
+from ..structure import StructureOperator
 from ._factored import (
     factor_from_matrix,
     factor_from_weights,
@@ -404,12 +404,12 @@ def _simulate_compressed(op, y, M0, W0, s: RunSpec) -> Trajectory:
             f"`compress`=True cannot be combined with {type(s.optimizer).__name__}: it is not rotation-equivariant, "
             "so the data-subspace basis change does not commute with its update"
         )
-    U = data_subspace(op)
+    U = op.data_subspace()
     p, r = op.p, U.shape[1]
     Qb = torch.linalg.qr(torch.cat([U, torch.eye(p, dtype=op.dtype, device=op.device)], 1))[0][:, :p]
     Qb = torch.cat([U, Qb[:, r:]], 1)  # orthonormal basis [U, U⊥]
     Uc = Qb[:, r:]
-    op_r = project_operator(op, U)
+    op_r = op.compress(U)
     if W0 is not None:
         Wr0, Wc0 = U.T @ W0, Uc.T @ W0
         if s.form == "weights":

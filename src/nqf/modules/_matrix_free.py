@@ -40,7 +40,7 @@ from torch.func import grad, jacrev, jvp, vmap
 
 from .._validation import one_of, tolerance
 from ..errors import InvalidParameterError
-from ..structure import StructureOperator, data_subspace as _dense_data_subspace
+from ..structure import StructureOperator
 from ._narrowed import evaluation_mode
 from ._unit_function import UnitFunction
 
@@ -288,7 +288,7 @@ class MatrixFreeStructure(StructureOperator):
         randomized range finder of the module docstring (memory ``O(N C + p r)`` plus one chunk).
         """
         if one_of("method", method, ("auto", "dense", "probe")) == "dense":
-            return _dense_data_subspace(self, method="dense", rtol=rtol, seed=seed)
+            return super().data_subspace(method="dense", rtol=rtol, seed=seed)  # the dense stack of the base class
         rtol = tolerance(self.dtype) * math.sqrt(max(self.p, 1)) if rtol is None else float(rtol)
         gen = torch.Generator(device="cpu").manual_seed(seed)
         ops: list[MatrixFreeStructure] = [self]

@@ -52,7 +52,6 @@ from ._operator import (
     DenseStructure as DenseStructure,
     ProjectedStructure as ProjectedStructure,
     StructureOperator as StructureOperator,
-    project_operator as project_operator,
 )
 from ._output_projection import (
     OutputProjection as OutputProjection,
@@ -60,7 +59,4 @@ from ._output_projection import (
 )
 from ._readout import (
     ReadoutStructure as ReadoutStructure,
-)
-from ._subspace import (
-    data_subspace as data_subspace,
 )

@@ -180,8 +180,22 @@ class StructureOperator(abc.ABC):
         """Orthonormal basis ``U`` (shape ``(p, r)``) of the data subspace (docs/theory.md §3.8).
 
         ``U`` spans the ranges of all ``A_c(x_n)`` (and of the linear and cross terms
-        when the zero-gradient condition fails).  See
-        :func:`nqf.structure.data_subspace` for the parameters.
+        when the zero-gradient condition fails).
+
+        Parameters
+        ----------
+        method : {"auto", "dense", "probe"}
+            ``"auto"`` uses ``"dense"`` when ``N·C·p²`` is below 2·10⁷ entries, else the randomized range finder
+            (``"probe"``).
+        rtol : float, optional
+            Singular values below ``rtol · s_max`` count as zero. Default: ``1e3 · eps · √p``.
+        seed : int
+            Seed of the random probes.
+
+        Returns
+        -------
+        torch.Tensor, shape (p, r)
+            Columns ``U`` with ``UᵀU = I``; ``r ≤ p`` is the dimension of the subspace.
         """
         return data_subspace(self, method=method, rtol=rtol, seed=seed)
 
