@@ -378,6 +378,7 @@ FACTORIES = {
 #: Public dataclasses that are not results of a computation (inputs, specifications, run contexts).
 NOT_RESULTS = {
     "nqf.app._study._output_side.OutputSide": "an intermediate of nqf.forecast (a projection basis)",
+    "nqf.networks._families.Family": "a family's record (its network class, operator and example functions)",
     "nqf.app._study._plan.Prepared": "an intermediate of nqf.analyze: the data, the module and its units, checked",
     "nqf.app._study._plan.NQFData": "an intermediate of nqf.analyze: the NQF's operator and targets",
     "nqf.app._study._plan.Problem": "an intermediate of nqf.analyze: what is analysed (holds the module)",

@@ -12,6 +12,10 @@ from ._factorization import (
     Factorization as Factorization,
     MatrixSensing as MatrixSensing,
 )
+from ._families import (
+    FAMILIES as FAMILIES,
+    Family as Family,
+)
 from ._mlp import (
     TwoLayerMLP as TwoLayerMLP,
 )

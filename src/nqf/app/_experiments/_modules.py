@@ -12,6 +12,7 @@ the table reports how closely, before the first drop and over the whole run.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Literal
 
@@ -19,6 +20,7 @@ import numpy as np
 import torch
 from pydantic import Field, model_validator
 
+from ..._validation import one_of
 from ...dynamics import GD, Save
 from ...errors import InvalidParameterError
 from .._report import new_figure
@@ -30,12 +32,6 @@ __all__ = ["ModulesVsNQF", "build_family", "modules_check", "FAMILIES"]
 
 FAMILIES = ("mlp", "cnn", "attention", "qk-attention", "moe", "factorization")
 Family = Literal["mlp", "cnn", "attention", "qk-attention", "moe", "factorization"]
-
-#: Order ``q`` of the first term the quadratic form leaves out (``f = f(0) + Tr[WWᵀA] + O(‖W‖^q)``):
-#: tanh (σ''(0) = 0) and the softmax of QK logits give quartic remainders (multi-head attention: the QK
-#: blocks enter at fourth order), the MoE gate × expert term is cubic (docs/theory.md §1;
-#: nqf.structure._moe), the factorization is exactly quadratic.
-TRUNCATION_ORDER = {"mlp": 4, "cnn": 4, "attention": 4, "qk-attention": 4, "moe": 3, "factorization": None}
 
 
 class ModulesParams(Params):
@@ -79,8 +75,25 @@ class ModulesParams(Params):
         return self
 
 
+def _record(name: str):
+    """The library's record of the family ``name`` (:data:`nqf.networks.FAMILIES`)."""
+    from ...networks import FAMILIES as RECORDS
+
+    return next(f for f in RECORDS if f.name == one_of("family", name, FAMILIES))
+
+
+@functools.cache
+def truncation_order(name: str) -> int | None:
+    """Order ``q`` of the first term the quadratic form of family ``name``'s example network (tanh) leaves out
+    (``f = f(0) + Tr[WWᵀA] + O(‖W‖^q)``; None: exactly quadratic), from its record; the torch generator's state is
+    left as it was."""
+    rec = _record(name)
+    with torch.random.fork_rng(devices=[]):
+        return rec.truncation_order(rec.example(2, 2, 2, 2, torch.Generator().manual_seed(0))[1])
+
+
 def build_family(name: str, n: int, m: int, D: int, T: int, gen: torch.Generator):
-    """Inputs, structure operator and real network of one family (float64).
+    """Inputs, structure operator and real network of one family (float64), from its record's example.
 
     Returns
     -------
@@ -88,31 +101,9 @@ def build_family(name: str, n: int, m: int, D: int, T: int, gen: torch.Generator
     op : StructureOperator
     net : torch.nn.Module with ``.units``
     """
-    from ... import networks as nw, structure as st
-
-    dt = torch.float64
-    if name == "mlp":
-        X = torch.randn(n, D, dtype=dt, generator=gen)
-        return X, st.mlp(X, "tanh"), nw.TwoLayerMLP(D, m, 1, "tanh")
-    if name == "cnn":
-        L, k = 2 * D, 3
-        X = torch.randn(n, 1, L, dtype=dt, generator=gen)
-        return (X, st.conv1d(X, k, readout="position"), nw.ConvNet1d(1, m, k, readout="position", input_length=L))
-    if name == "attention":
-        X = torch.randn(n, T, D, dtype=dt, generator=gen)
-        return X, st.multi_head_attention(X, d_head=2, n_outputs=1), nw.MultiHeadAttention(D, m, 2, n_outputs=1)
-    if name == "qk-attention":
-        X = torch.randn(n, T, D, dtype=dt, generator=gen)
-        V = torch.randn(1, D, dtype=dt, generator=gen)
-        return X, st.qk_attention(X, V, d_key=2, n_heads=m), nw.QKAttention(D, m, 2, V)
-    if name == "moe":
-        X = torch.randn(n, D, dtype=dt, generator=gen)
-        return X, st.mixture_of_experts(X, n_experts=m), nw.MixtureOfExperts(D, m, 1, "tanh")
-    if name == "factorization":
-        d1, d2 = D, D + 1
-        X = torch.randn(n, d1, d2, dtype=dt, generator=gen)
-        return X, st.factorization(X), nw.Factorization(d1, d2, m)
-    raise InvalidParameterError(f"unknown family {name!r}; expected one of {FAMILIES}")
+    rec = _record(name)
+    X, net = rec.example(n, m, D, T, gen)
+    return X, rec.operator(net, X), net
 
 
 def _run_family(fam, P: ModulesParams, ctx, j: int, signal: float, key: str) -> dict:
@@ -209,7 +200,7 @@ def modules_check(fam: str, r: dict, P: ModulesParams) -> Check:
 
     ``r["reason"]`` (a run did not finish) or ``not r["halved"]`` makes it unfinished.
     """
-    q = TRUNCATION_ORDER[fam]
+    q = truncation_order(fam)
     tol = P.exact_tolerance if q is None else P.teacher_signal ** ((q - 2) / 2)
     origin = (
         "round-off over the steps (exactly quadratic)"
@@ -275,7 +266,7 @@ class ModulesVsNQF(Experiment):
         for j, fam in enumerate(ctx.progress(P.families, "families")):
             r = _run_family(fam, P, ctx, j, P.teacher_signal, fam)
             out.checks.append(modules_check(fam, r, P))
-            q = TRUNCATION_ORDER[fam]
+            q = truncation_order(fam)
             t, Lr, Ls = r["t"], r["Lr"], r["Ls"]
             rows.append(
                 [
