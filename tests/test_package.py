@@ -245,11 +245,11 @@ def test_theory_citations_point_to_existing_sections():
 
 
 # --------------------------------------------------------------------------- layering
-def _import_cycles(package: str = "nqf") -> list[list[str]]:
-    """Strongly connected components (size > 1) of a package's module import graph (function-level imports count,
-    ``if TYPE_CHECKING:`` imports do not: Python never runs them)."""
+def _import_cycles(package: str = "nqf", *, type_checking: bool = False) -> list[list[str]]:
+    """Strongly connected components (size > 1) of a package's module import graph (function-level imports count;
+    ``if TYPE_CHECKING:`` imports, which Python never runs, only with ``type_checking=True``)."""
     grimp = pytest.importorskip("grimp")
-    graph = grimp.build_graph(package, exclude_type_checking_imports=True)
+    graph = grimp.build_graph(package, exclude_type_checking_imports=not type_checking)
     adj = {
         m: sorted(t for t in graph.find_modules_directly_imported_by(m) if t.split(".")[0] == package)
         for m in graph.modules
@@ -291,6 +291,19 @@ def test_no_import_cycles():
     assert _import_cycles() == []
 
 
+#: The one circle left when the type checker's imports count too: the Lotka–Volterra system and its solver
+#: functions, split across files by the 500-line cap (the solvers annotate their argument as the system, whose
+#: methods call them).  Merging them is issue 36's item 5, which the file cap blocks.  It may not grow, and no
+#: other circle may appear (``experiments/_base``–``_catalog`` and ``structure/_operator``–``_subspace`` are gone).
+TYPE_ONLY_CIRCLES = [
+    [f"nqf.reductions.lv.{m}" for m in ("_final", "_logistic", "_methods", "_solvers", "_system")],
+]
+
+
+def test_no_import_cycles_with_the_type_checkers_imports_but_the_known_one():
+    assert _import_cycles(type_checking=True) == TYPE_ONLY_CIRCLES
+
+
 def test_import_cycle_check_can_fail(tmp_path, monkeypatch):
     """Planted: two modules importing each other inside functions form a cycle; a third imported only for the type
     checker does not join it."""
@@ -305,6 +318,10 @@ def test_import_cycle_check_can_fail(tmp_path, monkeypatch):
     (pkg / "_c.py").write_text("from ._b import g\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     assert _import_cycles("plantedcycle") == [["plantedcycle._a", "plantedcycle._b"]]
+    # counting the type checker's imports, _c joins the circle through _b
+    assert _import_cycles("plantedcycle", type_checking=True) == [
+        ["plantedcycle._a", "plantedcycle._b", "plantedcycle._c"]
+    ]
 
 
 def test_layers_contract():

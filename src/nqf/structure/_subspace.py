@@ -24,14 +24,42 @@ Two ways to find ``U``:
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
 from .._validation import one_of, tolerance
 
-if TYPE_CHECKING:
-    from ._operator import StructureOperator
+
+class _Spanned(Protocol):
+    """What :func:`data_subspace` reads of a structure operator (``nqf.structure.StructureOperator`` is one; this
+    module does not import it, which imports this one)."""
+
+    @property
+    def p(self) -> int: ...
+
+    @property
+    def n_samples(self) -> int: ...
+
+    @property
+    def n_outputs(self) -> int: ...
+
+    @property
+    def dtype(self) -> torch.dtype: ...
+
+    @property
+    def device(self) -> torch.device: ...
+
+    @property
+    def linear(self) -> torch.Tensor | None: ...
+
+    @property
+    def cross(self) -> _Spanned | None: ...
+
+    def _dense(self) -> torch.Tensor: ...
+
+    def adjoint_unchecked(self, R: torch.Tensor) -> torch.Tensor: ...
+
 
 __all__ = ["data_subspace", "DENSE_LIMIT"]
 
@@ -50,14 +78,13 @@ def _orth(cols: torch.Tensor, rtol: float) -> torch.Tensor:
     return U[:, :r]
 
 
-def data_subspace(
-    op: StructureOperator, *, method: str = "auto", rtol: float | None = None, seed: int = 0
-) -> torch.Tensor:
+def data_subspace(op: _Spanned, *, method: str = "auto", rtol: float | None = None, seed: int = 0) -> torch.Tensor:
     """Orthonormal basis of the data subspace of ``op``.
 
     Parameters
     ----------
     op : StructureOperator
+        (Anything with the members of ``_Spanned``.)
     method : {"auto", "dense", "probe"}
         ``"auto"`` uses ``"dense"`` when ``N·C·p²`` is below 2·10⁷ entries.
     rtol : float, optional

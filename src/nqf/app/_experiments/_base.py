@@ -14,9 +14,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, field_validator
 from ...errors import InvalidParameterError
 from ...results import Result, compact_repr, to_jsonable
 from .._report import CheckModel, TableModel
-from ._catalog import REGISTRY, register  # re-exported: the registry lives with the (torch-free) catalogue
 
-__all__ = ["EpsList", "Params", "Table", "Check", "Outcome", "Experiment", "REGISTRY", "register"]
+__all__ = ["EpsList", "Params", "Table", "Check", "Outcome", "Experiment"]
 
 
 class Params(BaseModel):

@@ -28,8 +28,8 @@ from ...dynamics import GD, Save, initial_weights
 from ...errors import InvalidParameterError
 from ...reductions import crossing_time
 from .._report import mark_times, new_figure
-from ._base import Check, Experiment, Outcome, Params, Table, register
-from ._catalog import CATALOG
+from ._base import Check, Experiment, Outcome, Params, Table
+from ._catalog import CATALOG, register
 from ._common import mark_stop_at, mark_unfinished, stop_reason, to_cpu
 
 __all__ = ["Demo", "teacher_task", "demo_checks"]

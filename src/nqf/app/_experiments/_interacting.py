@@ -24,8 +24,8 @@ from pydantic import Field, model_validator
 
 from ...errors import InvalidParameterError
 from .._report import new_figure
-from ._base import Check, EpsList, Experiment, Outcome, Params, Table, register
-from ._catalog import CATALOG
+from ._base import Check, EpsList, Experiment, Outcome, Params, Table
+from ._catalog import CATALOG, register
 from ._common import mark_stop_at, mark_unfinished, stop_reason
 
 __all__ = ["InteractingModes", "correlated_task", "interacting_checks", "offset_bounds"]

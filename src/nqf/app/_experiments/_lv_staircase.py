@@ -24,8 +24,8 @@ from ...dynamics import GD, Save
 from ...errors import InvalidParameterError
 from ...reductions import crossing_time
 from .._report import mark_times, new_figure
-from ._base import Check, EpsList, Experiment, Outcome, Params, Table, register
-from ._catalog import CATALOG
+from ._base import Check, EpsList, Experiment, Outcome, Params, Table
+from ._catalog import CATALOG, register
 from ._common import mark_stop_at, mark_unfinished, stop_reason, to_cpu
 
 __all__ = ["LVStaircase", "diagonal_task", "lv_checks"]

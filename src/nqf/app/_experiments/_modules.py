@@ -24,8 +24,8 @@ from ..._validation import one_of
 from ...dynamics import GD, Save
 from ...errors import InvalidParameterError
 from .._report import new_figure
-from ._base import Check, Experiment, Outcome, Params, Table, register, size_estimate
-from ._catalog import CATALOG
+from ._base import Check, Experiment, Outcome, Params, Table, size_estimate
+from ._catalog import CATALOG, register
 from ._common import mark_stop_at, stop_reason, to_cpu
 
 __all__ = ["ModulesVsNQF", "build_family", "modules_check", "FAMILIES"]

@@ -37,8 +37,8 @@ import math
 import numpy as np
 
 from .._report import new_figure
-from ._base import Check, Experiment, Outcome, Table, register, size_estimate
-from ._catalog import CATALOG
+from ._base import Check, Experiment, Outcome, Table, size_estimate
+from ._catalog import CATALOG, register
 from ._power_law_modes import PowerLawParams, exact_mode_sum, fourier_task, isotropic_mode_sum, ols_exponent
 from ._power_law_network import (
     _network_figure,

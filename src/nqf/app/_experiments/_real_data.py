@@ -69,8 +69,8 @@ import torch
 
 from ...errors import InvalidParameterError
 from .._report import new_figure
-from ._base import Experiment, Outcome, Table, register, size_estimate
-from ._catalog import CATALOG
+from ._base import Experiment, Outcome, Table, size_estimate
+from ._catalog import CATALOG, register
 from ._common import to_cpu
 from ._real_data_checks import _DATA_SIZES, RealDataParams, UpperBoundCheck, _tolerances, eps_checks, trend_checks
 

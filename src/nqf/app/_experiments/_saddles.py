@@ -34,8 +34,8 @@ from ...curves import FLAT_THRESHOLD, compare_staircase
 from ...dynamics import GD, Save, initial_weights
 from ...errors import InvalidParameterError
 from .._report import mark_times, new_figure
-from ._base import Check, Experiment, Outcome, Params, Table, register
-from ._catalog import CATALOG
+from ._base import Check, Experiment, Outcome, Params, Table
+from ._catalog import CATALOG, register
 from ._common import clean_roundoff, mark_stop_at, mark_unfinished, stop_reason, to_cpu
 
 __all__ = ["Saddles", "saddle_problem", "saddle_checks"]

@@ -30,8 +30,8 @@ from pydantic import Field
 
 from ...dynamics import GD, Save
 from .._report import new_figure
-from ._base import Check, Experiment, Outcome, Params, Table, register
-from ._catalog import CATALOG
+from ._base import Check, Experiment, Outcome, Params, Table
+from ._catalog import CATALOG, register
 from ._common import to_cpu
 
 __all__ = ["ScalingReal", "digits_case", "crowded_checks"]

@@ -28,8 +28,8 @@ from pydantic import Field, model_validator
 
 from ...errors import InvalidParameterError
 from .._report import new_figure
-from ._base import Check, EpsList, Experiment, Outcome, Params, Table, register, size_estimate
-from ._catalog import CATALOG
+from ._base import Check, EpsList, Experiment, Outcome, Params, Table, size_estimate
+from ._catalog import CATALOG, register
 from ._common import mark_unfinished
 from ._later_drops import later_checks, later_problem, later_runs, later_table, plot_later, record_later
 
