@@ -79,24 +79,8 @@ def _orth(cols: torch.Tensor, rtol: float) -> torch.Tensor:
 
 
 def data_subspace(op: _Spanned, *, method: str = "auto", rtol: float | None = None, seed: int = 0) -> torch.Tensor:
-    """Orthonormal basis of the data subspace of ``op``.
-
-    Parameters
-    ----------
-    op : StructureOperator
-        (Anything with the members of ``_Spanned``.)
-    method : {"auto", "dense", "probe"}
-        ``"auto"`` uses ``"dense"`` when ``N·C·p²`` is below 2·10⁷ entries.
-    rtol : float, optional
-        Singular values below ``rtol · s_max`` count as zero. Default: ``1e3 · eps · √p``.
-    seed : int
-        Seed of the random probes.
-
-    Returns
-    -------
-    torch.Tensor, shape (p, r)
-        Columns ``U`` with ``UᵀU = I``; ``r ≤ p`` is the dimension of the subspace.
-    """
+    """Orthonormal basis of the data subspace of ``op``: the body of :meth:`StructureOperator.data_subspace`,
+    which documents the parameters and the result (``op``: anything with the members of ``_Spanned``)."""
     one_of("method", method, ("auto", "dense", "probe"))
     p, N, C = op.p, op.n_samples, op.n_outputs
     rtol = tolerance(op.dtype) * math.sqrt(max(p, 1)) if rtol is None else float(rtol)
